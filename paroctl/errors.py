@@ -1,0 +1,47 @@
+"""The one exception tree. Exit codes: 0 ok, 1 a gate failed (the model is bad), 2 could not run."""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_GATE_FAILED = 1
+EXIT_CANNOT_RUN = 2
+
+
+class ParoctlError(Exception):
+    """Anything paroctl refuses or cannot do; the CLI prints the message and exits with exit_code."""
+
+    exit_code = EXIT_CANNOT_RUN
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class ProfileError(ParoctlError):
+    """One or more problems in profile files; `problems` holds every one, each naming file and key."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class RegistryError(ParoctlError):
+    """The plugin's knob registry is unreadable or malformed."""
+
+
+class RenderError(ParoctlError):
+    """A template could not be rendered (a missing variable or a template syntax error)."""
+
+
+class StateError(ParoctlError):
+    """PAROCTL_HOME, the lock or an installed file is not usable."""
+
+
+class RuntimeFailure(ParoctlError):
+    """A serve could not be started, stopped or inspected."""
+
+
+class GateFailed(ParoctlError):
+    """A gate ran and the model is outside its band."""
+
+    exit_code = EXIT_GATE_FAILED

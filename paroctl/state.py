@@ -1,0 +1,80 @@
+"""PAROCTL_HOME, resource lookup, atomic writes, the lock; the one module that reads os.environ."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+from paroctl.errors import StateError
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
+_REPO_DIR = _PACKAGE_DIR.parent
+
+DEFAULT_HOME = "~/.local/share/paroctl"
+
+
+def env(name: str, default: str | None = None) -> str | None:
+    """Read one environment variable (the only place paroctl reads the environment)."""
+    value = os.environ.get(name)
+    return default if value in (None, "") else value
+
+
+def environ() -> Mapping[str, str]:
+    """A read-only view of the whole environment, for passing to child processes."""
+    return dict(os.environ)
+
+
+def home() -> Path:
+    """PAROCTL_HOME: where state, logs, results and the CPU demo's venv and model live."""
+    return Path(env("PAROCTL_HOME", DEFAULT_HOME) or DEFAULT_HOME).expanduser()
+
+
+def resource_path(name: str) -> Path:
+    """A data directory or file shipped with paroctl: the repository copy, else the wheel's."""
+    overrides = {"profiles": "PAROCTL_PROFILES_DIR", "knobs.yaml": "PAROCTL_KNOB_REGISTRY"}
+    if name in overrides and (override := env(overrides[name])):
+        return Path(override).expanduser()
+    repo_names = {"knobs.yaml": "plugin/paro_vllm/knobs.yaml"}
+    repo = _REPO_DIR / repo_names.get(name, name)
+    return repo if repo.exists() else _PACKAGE_DIR / "_data" / name
+
+
+def atomic_write(path: Path, data: str | bytes, mode: int = 0o644) -> None:
+    """Write a file so a reader sees the old or the new content, never a torn one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    raw = data.encode() if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(raw)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def locked(name: str = "box") -> Iterator[Path]:
+    """Hold an exclusive, non-blocking lock under PAROCTL_HOME for the duration of a block."""
+    lock_path = home() / "locks" / f"{name}.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            raise StateError(
+                f"another paroctl holds {lock_path}; wait for it to finish or stop it"
+            ) from exc
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        yield lock_path
