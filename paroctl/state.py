@@ -33,6 +33,11 @@ def home() -> Path:
     return Path(env("PAROCTL_HOME", DEFAULT_HOME) or DEFAULT_HOME).expanduser()
 
 
+def cache_dir() -> Path:
+    """PAROCTL_CACHE: large, shareable downloads (the CPU demo's vLLM venv, converted models)."""
+    return Path(env("PAROCTL_CACHE", "~/.cache/paroctl") or "~/.cache/paroctl").expanduser()
+
+
 def resource_path(name: str) -> Path:
     """A data directory or file shipped with paroctl: the repository copy, else the wheel's."""
     overrides = {"profiles": "PAROCTL_PROFILES_DIR", "knobs.yaml": "PAROCTL_KNOB_REGISTRY"}
