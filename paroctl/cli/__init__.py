@@ -1,0 +1,1 @@
+"""The click layer: parses, builds a typed request, calls the domain, prints."""

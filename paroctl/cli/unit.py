@@ -1,0 +1,70 @@
+"""`paroctl unit render|diff|install`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+FORMAT_CHOICES = click.Choice(["service", "quadlet", "env", "all"])
+
+
+@click.group(name="unit")
+def unit() -> None:
+    """Render and install systemd units, Quadlet files and env-forwarding lists."""
+
+
+@unit.command(name="render")
+@click.argument("name")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+              help="Write the files into this directory instead of printing them.")
+@click.option("--format", "fmt", type=FORMAT_CHOICES, default="all", show_default=True)
+def unit_render(name: str, out: Path | None, fmt: str) -> None:
+    """Render a profile's artefacts to stdout or to --out."""
+    from paroctl import profiles, state
+    from paroctl import render as render_mod
+
+    prof = profiles.load(name)
+    artefacts = (render_mod.render_all(prof) if fmt == "all"
+                 else [render_mod.render(prof, fmt)])  # type: ignore[arg-type]
+    for artefact in artefacts:
+        if out is None:
+            click.echo(f"# --- {artefact.filename}")
+            click.echo(artefact.content, nl=False)
+        else:
+            state.atomic_write(out / artefact.filename, artefact.content)
+            click.echo(str(out / artefact.filename))
+
+
+@unit.command(name="diff")
+@click.argument("name")
+@click.option("--format", "fmt", type=click.Choice(["service", "quadlet"]), default="service",
+              show_default=True)
+def unit_diff(name: str, fmt: str) -> None:
+    """Show how the installed files differ from what the profile renders now."""
+    from paroctl import profiles
+    from paroctl.runtime import systemd
+
+    prof = profiles.load(name)
+    text = systemd.install_diff(prof, fmt)  # type: ignore[arg-type]
+    click.echo(text or f"{name}: installed files match the profile", nl=not text.endswith("\n"))
+
+
+@unit.command(name="install")
+@click.argument("name")
+@click.option("--format", "fmt", type=click.Choice(["service", "quadlet"]), default="service",
+              show_default=True)
+@click.option("--dry-run", is_flag=True, help="Print the files and commands; change nothing.")
+@click.option("--no-reload", is_flag=True, help="Write the files but skip systemctl daemon-reload.")
+def unit_install(name: str, fmt: str, dry_run: bool, no_reload: bool) -> None:
+    """Write a profile's unit and env file, then daemon-reload."""
+    from paroctl import profiles
+    from paroctl.runtime import systemd
+
+    prof = profiles.load(name)
+    plan = systemd.install_plan(prof, fmt, reload=not no_reload)  # type: ignore[arg-type]
+    for line in plan.describe():
+        click.echo(line)
+    if not dry_run:
+        systemd.install_apply(plan)
+        click.echo(f"installed {prof.unit_name}")

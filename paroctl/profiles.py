@@ -1,0 +1,470 @@
+"""Load and validate profiles into frozen typed objects; `extends:` inheritance; errors name file+key."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from paroctl import knobs as knobs_mod
+from paroctl import state
+from paroctl.errors import ProfileError
+
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+PLACEHOLDERS = ("{home}", "{cache}")
+PosInt = Annotated[int, Field(gt=0)]
+PosFloat = Annotated[float, Field(gt=0)]
+Fraction = Annotated[float, Field(gt=0, le=1)]
+NonEmpty = Annotated[str, Field(min_length=1)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+
+class Box(_Strict):
+    """The machine: which accelerators, where models and caches live."""
+
+    name: NonEmpty
+    accelerator: Literal["rocm", "cuda", "cpu"]
+    gpus: tuple[Annotated[int, Field(ge=0)], ...] = ()
+    models_dir: NonEmpty
+    cache_root: NonEmpty
+    etc_dir: NonEmpty = "/etc/paroctl"
+
+
+class Runtime(_Strict):
+    """Where the serve lives: a systemd unit running a container engine, or a local process."""
+
+    kind: Literal["systemd", "local"]
+    engine: Literal["podman", "docker", "none"] = "podman"
+    engine_path: NonEmpty | None = None
+    scope: Literal["system", "user"] = "system"
+
+
+class Image(_Strict):
+    """The container image the serve runs in."""
+
+    ref: NonEmpty
+    kind: Literal["rocm", "cuda", "cpu"]
+
+
+class Container(_Strict):
+    """Container flags; least privilege unless the profile asks otherwise."""
+
+    devices: tuple[NonEmpty, ...] = ()
+    group_add: tuple[NonEmpty, ...] = ()
+    ipc: Literal["host", "private", "shareable"] = "private"
+    shm_size: Annotated[str, Field(pattern=r"^\d+[kmg]?$")] = "8g"
+    privileged: bool = False
+    secrets_env_file: NonEmpty | None = None
+    secret_names: tuple[Annotated[str, Field(pattern=r"^[A-Z_][A-Z0-9_]*$")], ...] = ()
+    stop_grace_s: PosInt = 30
+
+    @model_validator(mode="after")
+    def _secrets_need_file(self) -> Container:
+        if self.secret_names and not self.secrets_env_file:
+            raise ValueError("secret_names needs secrets_env_file (a 0600 EnvironmentFile)")
+        return self
+
+
+class Model(_Strict):
+    """What is served and under which names."""
+
+    path: NonEmpty
+    served_names: tuple[NonEmpty, ...] = Field(min_length=1)
+    quantization: NonEmpty | None = None
+
+    @field_validator("served_names")
+    @classmethod
+    def _unique(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        if len(set(names)) != len(names):
+            raise ValueError("served names repeat")
+        return names
+
+
+class Speculative(_Strict):
+    """Speculative decoding: the drafter and its draft length."""
+
+    method: NonEmpty
+    model: NonEmpty
+    num_speculative_tokens: PosInt
+
+
+class Serve(_Strict):
+    """vLLM serve settings."""
+
+    entrypoint: tuple[NonEmpty, ...] = ("python3", "-m", "vllm.entrypoints.openai.api_server")
+    host: NonEmpty = "0.0.0.0"
+    port: Annotated[int, Field(ge=1, le=65535)] = 8080
+    mode: Literal["prod", "eval"]
+    tensor_parallel_size: PosInt = 1
+    max_model_len: PosInt
+    gpu_memory_utilization: Fraction | None = None
+    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16"] = "auto"
+    kv_cache_memory: Annotated[str, Field(pattern=r"^\d+(\.\d+)?[KMG]$")] | None = None
+    max_num_batched_tokens: PosInt | None = None
+    max_num_seqs: PosInt | None = None
+    enable_prefix_caching: bool = True
+    max_logprobs: PosInt | None = None
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] | None = None
+    speculative: Speculative | None = None
+    generation_override: dict[NonEmpty, float | int] | None = None
+    extra_args: tuple[NonEmpty, ...] = ()
+    boot_timeout_s: PosInt = 1800
+
+
+class Boot(_Strict):
+    """Boot-log markers: every `expect` must appear, no `forbid` may (substrings; `re:` = regex)."""
+
+    expect: tuple[NonEmpty, ...] = ()
+    forbid: tuple[NonEmpty, ...] = ()
+
+    @field_validator("expect", "forbid")
+    @classmethod
+    def _regexes_compile(cls, lines: tuple[str, ...]) -> tuple[str, ...]:
+        for line in lines:
+            if line.startswith("re:"):
+                try:
+                    re.compile(line[3:])
+                except re.error as exc:
+                    raise ValueError(f"bad regex {line[3:]!r}: {exc}") from exc
+        return lines
+
+
+class Gsm8kBand(_Strict):
+    """GSM8K: pass when the Wilson 95% lower bound of the chosen metric clears min_lower_bound."""
+
+    min_lower_bound: Fraction
+    metric: Literal["strict-match", "flexible-extract"] = "flexible-extract"
+    limit: PosInt = 500
+    concurrency: PosInt = 8
+
+
+class DecodeBand(_Strict):
+    """Decode: the largest acceptable ms per step at each context length (tokens)."""
+
+    max_ms_per_step: dict[PosInt, PosFloat] = Field(min_length=1)
+
+
+class PrefillBand(_Strict):
+    """Prefill: the smallest acceptable prompt tokens/s at each prompt length."""
+
+    min_tok_s: dict[PosInt, PosFloat] = Field(min_length=1)
+
+
+class ConcurrencyBand(_Strict):
+    """Concurrency: the smallest acceptable aggregate decode tokens/s at each stream count."""
+
+    min_aggregate_tok_s: dict[PosInt, PosFloat] = Field(min_length=1)
+
+
+class KvBand(_Strict):
+    """KV cache: the smallest acceptable token count (never judged on a first boot)."""
+
+    min_tokens: PosInt
+
+
+class KldBand(_Strict):
+    """KL divergence against a same-stack reference profile."""
+
+    reference: NonEmpty
+    top_k: PosInt = 256
+    max_mean_kl: PosFloat
+    min_top1: Fraction
+
+
+class Gates(_Strict):
+    """Gate bands; a missing band means the gate runs and reports but does not judge."""
+
+    gsm8k: Gsm8kBand | None = None
+    decode: DecodeBand | None = None
+    prefill: PrefillBand | None = None
+    concurrency: ConcurrencyBand | None = None
+    kv: KvBand | None = None
+    kld: KldBand | None = None
+
+
+class ProfileBody(_Strict):
+    """The validated content of a profile file after `extends:` is resolved."""
+
+    description: NonEmpty
+    box: Box
+    runtime: Runtime
+    image: Image | None = None
+    container: Container = Container()
+    model: Model
+    serve: Serve
+    env: dict[str, Any] = {}
+    knobs: dict[str, Any] = {}
+    boot: Boot = Boot()
+    gates: Gates = Gates()
+
+
+class Profile(BaseModel):
+    """A validated profile: body plus name, source file, hash and every knob resolved."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    path: Path
+    body: ProfileBody
+    knobs: dict[str, str]
+    env: dict[str, str]
+    hash: str
+    registry_digest: str
+
+    @property
+    def unit_name(self) -> str:
+        """The systemd unit (and container) name."""
+        return f"paroctl-{self.name}"
+
+    @property
+    def uses_engine(self) -> bool:
+        """True when the serve runs inside a container engine."""
+        return self.body.runtime.engine != "none"
+
+
+def profiles_dir() -> Path:
+    """Where profile YAML files live (PAROCTL_PROFILES_DIR or the shipped profiles/)."""
+    return state.resource_path("profiles")
+
+
+def list_names(directory: Path | None = None) -> list[str]:
+    """Names of the served profiles (files not starting with `_`)."""
+    directory = directory or profiles_dir()
+    return sorted(p.stem for p in directory.glob("*.yaml") if not p.name.startswith("_"))
+
+
+def load(name: str, directory: Path | None = None) -> Profile:
+    """Load, merge and validate one profile; raise ProfileError listing every problem."""
+    directory = directory or profiles_dir()
+    if not NAME_RE.match(name):
+        raise ProfileError([f"{name!r}: profile names are lowercase letters, digits and '-'"])
+    path = directory / f"{name}.yaml"
+    if not path.exists():
+        known = ", ".join(list_names(directory)) or "none"
+        raise ProfileError([f"{path}: no such profile (known: {known})"])
+    merged, origins = _resolve(path, directory, ())
+    return _validate(name, path, merged, origins)
+
+
+def load_all(directory: Path | None = None) -> list[Profile]:
+    """Validate every profile; raise one ProfileError holding the problems of all of them."""
+    problems: list[str] = []
+    loaded: list[Profile] = []
+    for name in list_names(directory):
+        try:
+            loaded.append(load(name, directory))
+        except ProfileError as exc:
+            problems.extend(exc.problems)
+    if problems:
+        raise ProfileError(problems)
+    return loaded
+
+
+def expand(value: str) -> str:
+    """Expand the {home} and {cache} placeholders a profile may use in paths."""
+    return value.replace("{home}", str(state.home())).replace("{cache}", str(state.cache_dir()))
+
+
+# --- loading -------------------------------------------------------------------------------------
+
+Origins = dict[tuple[str, ...], Path]
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ProfileError([f"{path}: cannot read: {exc.strerror}"]) from exc
+    except UnicodeDecodeError as exc:
+        raise ProfileError([f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})"]) from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ProfileError([f"{path}: invalid YAML{where}: {problem}"]) from exc
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ProfileError([f"{path}: expected a mapping of keys, got {type(data).__name__}"])
+    bad = [k for k in data if not isinstance(k, str)]
+    if bad:
+        raise ProfileError([f"{path}: keys must be strings, got {bad[0]!r}"])
+    return data
+
+
+def _resolve(path: Path, directory: Path, chain: tuple[Path, ...]) -> tuple[dict[str, Any], Origins]:
+    if path in chain:
+        cycle = " -> ".join(p.stem for p in (*chain, path))
+        raise ProfileError([f"{chain[0]}: extends: cycle {cycle}"])
+    data = _read(path)
+    parents = data.pop("extends", [])
+    if isinstance(parents, str):
+        parents = [parents]
+    if not isinstance(parents, list) or not all(isinstance(p, str) for p in parents):
+        raise ProfileError([f"{path}: extends: expected a base name or a list of names, "
+                            f"got {parents!r}"])
+    merged: dict[str, Any] = {}
+    origins: Origins = {}
+    for parent in parents:
+        base = directory / f"{parent}.yaml"
+        if not NAME_RE.match(parent.lstrip("_")) or not base.exists():
+            raise ProfileError([f"{path}: extends: no such base profile {parent!r} "
+                                f"(looked for {base})"])
+        base_data, base_origins = _resolve(base, directory, (*chain, path))
+        merged = _merge(merged, base_data)
+        origins.update(base_origins)
+    _record_origins(data, path, (), origins)
+    return _merge(merged, data), origins
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """Deep-merge mappings; lists and scalars in `over` replace; `null` deletes a base key."""
+    out = dict(base)
+    for key, value in over.items():
+        if value is None and key in out:
+            del out[key]
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _record_origins(data: Mapping[str, Any], path: Path, prefix: tuple[str, ...],
+                    origins: Origins) -> None:
+    for key, value in data.items():
+        here = (*prefix, str(key))
+        origins[here] = path
+        if isinstance(value, dict):
+            _record_origins(value, path, here, origins)
+
+
+# --- validation ----------------------------------------------------------------------------------
+
+def _validate(name: str, path: Path, merged: dict[str, Any], origins: Origins) -> Profile:
+    registry = knobs_mod.load_registry()
+    problems: list[tuple[tuple[str, ...], str]] = []
+    body: ProfileBody | None = None
+    try:
+        body = ProfileBody.model_validate(merged)
+    except ValidationError as exc:
+        problems.extend(_pydantic_problems(exc))
+    raw_knobs = merged.get("knobs") or {}
+    raw_env = merged.get("env") or {}
+    resolved_knobs: dict[str, str] = {}
+    if isinstance(raw_knobs, dict):
+        resolved_knobs, knob_errors = knobs_mod.resolve_knobs(registry, raw_knobs)
+        problems.extend(_split(e) for e in knob_errors)
+    if isinstance(raw_env, dict):
+        vllm_names = knobs_mod.vllm_env_names()
+        problems.extend(_split(e) for e in knobs_mod.check_env(raw_env, vllm_names))
+    if body is not None:
+        problems.extend(_cross_checks(body, resolved_knobs))
+    if problems:
+        raise ProfileError(sorted({_locate(loc, msg, path, origins) for loc, msg in problems}))
+    assert body is not None
+    env = {k: str(v) for k, v in sorted(raw_env.items())}
+    digest = _profile_hash(name, body, resolved_knobs, env)
+    return Profile(name=name, path=path, body=body, knobs=resolved_knobs, env=env, hash=digest,
+                   registry_digest=registry.digest)
+
+
+def _cross_checks(body: ProfileBody, knobs: Mapping[str, str]) -> list[tuple[tuple[str, ...], str]]:
+    problems: list[tuple[tuple[str, ...], str]] = []
+    box, runtime, serve = body.box, body.runtime, body.serve
+    if runtime.engine != "none" and body.image is None:
+        problems.append((("image",), f"required when runtime.engine is {runtime.engine}"))
+    if runtime.engine == "none" and body.image is not None:
+        problems.append((("image",), "set, but runtime.engine is none (nothing would run it)"))
+    if body.image is not None and body.image.kind != box.accelerator:
+        problems.append((("image", "kind"), f"expected {box.accelerator} (box.accelerator), "
+                                            f"got {body.image.kind}"))
+    if box.accelerator == "cpu" and box.gpus:
+        problems.append((("box", "gpus"), f"expected none on a cpu box, got {list(box.gpus)}"))
+    if box.accelerator != "cpu":
+        if not box.gpus:
+            problems.append((("box", "gpus"), f"a {box.accelerator} box needs at least one GPU"))
+        elif serve.tensor_parallel_size > len(box.gpus):
+            problems.append((("serve", "tensor_parallel_size"),
+                             f"expected <= {len(box.gpus)} (the GPUs in box.gpus), got "
+                             f"{serve.tensor_parallel_size}"))
+        if len(set(box.gpus)) != len(box.gpus):
+            problems.append((("box", "gpus"), f"GPU ids repeat: {list(box.gpus)}"))
+    if serve.mode == "prod" and knobs.get("PARO_NUMERICS_CHECK", "off") != "off":
+        problems.append((("knobs", "PARO_NUMERICS_CHECK"),
+                         "must be off in prod mode (an eval-boot tool: its fp64 reference OOM'd "
+                         "a prod worker, seed log 'Traps hit'); use serve.mode: eval"))
+    for flag in serve.extra_args:
+        managed = _MANAGED_FLAGS.get(flag.split("=", 1)[0])
+        if managed:
+            problems.append((("serve", "extra_args"), f"{flag.split('=', 1)[0]} is set through "
+                                                      f"serve.{managed}, not extra_args"))
+    return problems
+
+
+# vLLM flags the typed `serve` section owns; duplicating them in extra_args would let two values
+# race (argparse keeps the last), so they are refused there.
+_MANAGED_FLAGS = {
+    "--model": "model.path", "--served-model-name": "model.served_names",
+    "--host": "host", "--port": "port", "--tensor-parallel-size": "tensor_parallel_size",
+    "--max-model-len": "max_model_len", "--gpu-memory-utilization": "gpu_memory_utilization",
+    "--kv-cache-dtype": "kv_cache_dtype", "--max-num-batched-tokens": "max_num_batched_tokens",
+    "--max-num-seqs": "max_num_seqs", "--enable-prefix-caching": "enable_prefix_caching",
+    "--no-enable-prefix-caching": "enable_prefix_caching", "--enforce-eager": "mode",
+    "--speculative-config": "speculative", "--max-logprobs": "max_logprobs",
+    "--quantization": "model.quantization", "--override-generation-config": "generation_override",
+}
+
+
+def _pydantic_problems(exc: ValidationError) -> Iterable[tuple[tuple[str, ...], str]]:
+    for err in exc.errors(include_url=False):
+        loc = tuple(str(p) for p in err["loc"])
+        kind = err["type"]
+        if kind == "extra_forbidden":
+            msg = "unknown key"
+        elif kind == "missing":
+            msg = "required key is missing"
+        else:
+            text = err["msg"].removeprefix("Value error, ")
+            msg = f"{text}; got {_short(err.get('input'))}"
+        yield loc, msg
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _split(error: str) -> tuple[tuple[str, ...], str]:
+    key, _, msg = error.partition(": ")
+    return tuple(key.split(".", 1)), msg
+
+
+def _locate(loc: tuple[str, ...], msg: str, path: Path, origins: Origins) -> str:
+    """Format one problem, naming the file the offending key came from (a base or the profile)."""
+    source = path
+    for cut in range(len(loc), 0, -1):
+        if loc[:cut] in origins:
+            source = origins[loc[:cut]]
+            break
+    dotted = ".".join(loc) if loc else "(top level)"
+    via = f" (inherited by {path.name})" if source != path else ""
+    return f"{source}: {dotted}: {msg}{via}"
+
+
+def _profile_hash(name: str, body: ProfileBody, knobs: Mapping[str, str],
+                  env: Mapping[str, str]) -> str:
+    blob = json.dumps({"name": name, "body": body.model_dump(mode="json"), "knobs": knobs,
+                       "env": env}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
