@@ -35,20 +35,32 @@ def layout(profile: Profile) -> Layout:
     models_dir = expand(body.box.models_dir)
     model_dir = _under(models_dir, expand(body.model.path))
     image = body.image.ref if body.image else expand(body.serve.entrypoint[0])
-    key = knobs_mod.cache_key(image, model_dir, body.model.quantization, profile.knobs,
-                              knobs_mod.load_registry())
-    cache_dir = str(PurePosixPath(expand(body.box.cache_root)) / "compile" / f"{profile.name}-{key}")
+    key = knobs_mod.cache_key(
+        image, model_dir, body.model.quantization, profile.knobs, knobs_mod.load_registry()
+    )
+    compile_root = PurePosixPath(expand(body.box.cache_root)) / "compile"
+    cache_dir = str(compile_root / f"{profile.name}-{key}")
     env_file = str(PurePosixPath(expand(body.box.etc_dir)) / "env" / f"{profile.name}.env")
     if profile.uses_engine:
         serve_models = MODELS_MOUNT
-        serve_model = _under(MODELS_MOUNT, body.model.path) if not body.model.path.startswith(
-            "/") else body.model.path
+        serve_model = (
+            _under(MODELS_MOUNT, body.model.path)
+            if not body.model.path.startswith("/")
+            else body.model.path
+        )
         serve_cache = CACHE_MOUNT
     else:
         serve_models, serve_model, serve_cache = models_dir, model_dir, cache_dir
-    return Layout(models_dir=models_dir, model_dir=model_dir, serve_model_dir=serve_model,
-                  serve_models_dir=serve_models, cache_dir=cache_dir, serve_cache_dir=serve_cache,
-                  env_file=env_file, cache_key=key)
+    return Layout(
+        models_dir=models_dir,
+        model_dir=model_dir,
+        serve_model_dir=serve_model,
+        serve_models_dir=serve_models,
+        cache_dir=cache_dir,
+        serve_cache_dir=serve_cache,
+        env_file=env_file,
+        cache_key=key,
+    )
 
 
 def forwarded_env(profile: Profile) -> dict[str, str]:
@@ -74,12 +86,24 @@ def serve_argv(profile: Profile) -> list[str]:
     """The vLLM OpenAI server command line, as the serve (container or host) sees it."""
     body, serve = profile.body, profile.body.serve
     where = layout(profile)
-    entry = [expand(part) for part in serve.entrypoint] if not profile.uses_engine else list(
-        serve.entrypoint)
-    argv = [*entry, "--model", where.serve_model_dir,
-            "--served-model-name", *body.model.served_names,
-            "--host", serve.host, "--port", str(serve.port),
-            "--max-model-len", str(serve.max_model_len)]
+    entry = (
+        [expand(part) for part in serve.entrypoint]
+        if not profile.uses_engine
+        else list(serve.entrypoint)
+    )
+    argv = [
+        *entry,
+        "--model",
+        where.serve_model_dir,
+        "--served-model-name",
+        *body.model.served_names,
+        "--host",
+        serve.host,
+        "--port",
+        str(serve.port),
+        "--max-model-len",
+        str(serve.max_model_len),
+    ]
     if serve.tensor_parallel_size > 1:
         argv += ["--tensor-parallel-size", str(serve.tensor_parallel_size)]
     if body.model.quantization:
@@ -96,19 +120,28 @@ def serve_argv(profile: Profile) -> list[str]:
         argv += ["--max-num-batched-tokens", str(serve.max_num_batched_tokens)]
     if serve.max_num_seqs:
         argv += ["--max-num-seqs", str(serve.max_num_seqs)]
-    argv.append("--enable-prefix-caching" if serve.enable_prefix_caching
-                else "--no-enable-prefix-caching")
+    argv.append(
+        "--enable-prefix-caching" if serve.enable_prefix_caching else "--no-enable-prefix-caching"
+    )
     if serve.max_logprobs:
         argv += ["--max-logprobs", str(serve.max_logprobs)]
     if serve.mode == "eval":
         argv.append("--enforce-eager")
     if serve.speculative:
         spec = serve.speculative
-        drafter = spec.model if spec.model.startswith("/") else _under(
-            where.serve_models_dir, spec.model)
-        argv += ["--speculative-config", _json({
-            "method": spec.method, "model": drafter,
-            "num_speculative_tokens": spec.num_speculative_tokens})]
+        drafter = (
+            spec.model if spec.model.startswith("/") else _under(where.serve_models_dir, spec.model)
+        )
+        argv += [
+            "--speculative-config",
+            _json(
+                {
+                    "method": spec.method,
+                    "model": drafter,
+                    "num_speculative_tokens": spec.num_speculative_tokens,
+                }
+            ),
+        ]
     if serve.generation_override:
         argv += ["--override-generation-config", _json(serve.generation_override)]
     return argv + list(serve.extra_args)
@@ -125,10 +158,19 @@ def run_argv(profile: Profile) -> list[str]:
     body, container = profile.body, profile.body.container
     assert body.image is not None, "run_argv needs a container profile"
     where = layout(profile)
-    argv = [engine_binary(profile), "run", "--rm", "--name", profile.unit_name,
-            "--label", f"paroctl.profile={profile.name}",
-            "--label", f"paroctl.profile-hash={profile.hash}",
-            "--env-file", where.env_file]
+    argv = [
+        engine_binary(profile),
+        "run",
+        "--rm",
+        "--name",
+        profile.unit_name,
+        "--label",
+        f"paroctl.profile={profile.name}",
+        "--label",
+        f"paroctl.profile-hash={profile.hash}",
+        "--env-file",
+        where.env_file,
+    ]
     for name in container.secret_names:
         # Forwarded by name from the unit's 0600 EnvironmentFile: the value never hits argv.
         argv += ["--env", name]
@@ -141,19 +183,32 @@ def run_argv(profile: Profile) -> list[str]:
     for group in container.group_add:
         argv += ["--group-add", group]
     argv += ["--ipc", container.ipc, "--shm-size", container.shm_size]
-    publish = (f"{body.serve.port}:{body.serve.port}" if body.serve.host == "0.0.0.0"
-               else f"{body.serve.host}:{body.serve.port}:{body.serve.port}")
-    argv += ["--publish", publish,
-             "--volume", f"{where.models_dir}:{MODELS_MOUNT}:ro",
-             "--volume", f"{where.cache_dir}:{CACHE_MOUNT}",
-             body.image.ref]
+    publish = (
+        f"{body.serve.port}:{body.serve.port}"
+        if body.serve.host == "0.0.0.0"
+        else f"{body.serve.host}:{body.serve.port}:{body.serve.port}"
+    )
+    argv += [
+        "--publish",
+        publish,
+        "--volume",
+        f"{where.models_dir}:{MODELS_MOUNT}:ro",
+        "--volume",
+        f"{where.cache_dir}:{CACHE_MOUNT}",
+        body.image.ref,
+    ]
     return argv + serve_argv(profile)
 
 
 def stop_argv(profile: Profile) -> list[str]:
     """Stop the container with the profile's grace period."""
-    return [engine_binary(profile), "stop", "--time", str(profile.body.container.stop_grace_s),
-            profile.unit_name]
+    return [
+        engine_binary(profile),
+        "stop",
+        "--time",
+        str(profile.body.container.stop_grace_s),
+        profile.unit_name,
+    ]
 
 
 def rm_argv(profile: Profile) -> list[str]:

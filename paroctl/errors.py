@@ -1,4 +1,4 @@
-"""The one exception tree. Exit codes: 0 ok, 1 a gate failed (the model is bad), 2 could not run."""
+"""The one exception tree. Exit codes: 0 ok, 1 a gate failed (the model is bad), 2 cannot run."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ EXIT_CANNOT_RUN = 2
 
 
 class ParoctlError(Exception):
-    """Anything paroctl refuses or cannot do; the CLI prints the message and exits with exit_code."""
+    """Anything paroctl refuses or cannot do; the CLI prints it and exits with exit_code."""
 
     exit_code = EXIT_CANNOT_RUN
 
@@ -18,7 +18,7 @@ class ParoctlError(Exception):
 
 
 class ProfileError(ParoctlError):
-    """One or more problems in profile files; `problems` holds every one, each naming file and key."""
+    """Problems in profile files; `problems` holds every one, each naming its file and key."""
 
     def __init__(self, problems: list[str]) -> None:
         self.problems = list(problems)

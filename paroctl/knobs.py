@@ -1,4 +1,4 @@
-"""The plugin's knob registry: load it, validate a profile's knobs and env, derive what they imply."""
+"""The plugin's knob registry: load it, validate a profile's knobs and env, derive cache keys."""
 
 from __future__ import annotations
 
@@ -23,16 +23,37 @@ KnobValue = str | int | float | bool
 # Environment the container and vLLM read, outside the plugin's own knobs. VLLM_* names are also
 # checked against vllm.envs where vLLM is installed.
 ENV_PREFIXES = (
-    "VLLM_", "NCCL_", "RCCL_", "HF_", "HSA_", "HIP_", "ROCM_", "MIOPEN_", "TORCH", "PYTORCH_",
-    "TRITON_", "OMP_", "MKL_", "CUDA_", "AMD_", "GPU_", "TOKENIZERS_", "TRANSFORMERS_",
+    "VLLM_",
+    "NCCL_",
+    "RCCL_",
+    "HF_",
+    "HSA_",
+    "HIP_",
+    "ROCM_",
+    "MIOPEN_",
+    "TORCH",
+    "PYTORCH_",
+    "TRITON_",
+    "OMP_",
+    "MKL_",
+    "CUDA_",
+    "AMD_",
+    "GPU_",
+    "TOKENIZERS_",
+    "TRANSFORMERS_",
 )
 # Derived by paroctl from box.gpus, never written by hand: ROCR_VISIBLE_DEVICES picks the cards and
 # HIP_VISIBLE_DEVICES indexes INTO that filtered list, so a hand-written pair of the same ids breaks
 # any selection that does not start at card 0 (the seed launcher's single-card failure).
-DERIVED_ENV = frozenset({
-    "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "VLLM_CACHE_ROOT",
-    "TRITON_CACHE_DIR",
-})
+DERIVED_ENV = frozenset(
+    {
+        "ROCR_VISIBLE_DEVICES",
+        "HIP_VISIBLE_DEVICES",
+        "CUDA_VISIBLE_DEVICES",
+        "VLLM_CACHE_ROOT",
+        "TRITON_CACHE_DIR",
+    }
+)
 _ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 
 
@@ -87,9 +108,7 @@ class Knob(BaseModel):
             return ("1" if raw else "0") if self.type == "bool" else None
         if isinstance(raw, int):
             return str(raw) if self.type in ("int", "enum", "str") else None
-        if isinstance(raw, float):
-            return None
-        return raw
+        return raw if isinstance(raw, str) else None
 
 
 class Registry(BaseModel):
@@ -172,10 +191,13 @@ def check_env(given: Mapping[str, KnobValue], vllm_names: frozenset[str] | None)
         elif name.startswith("PARO_"):
             errors.append(f"{where}: plugin knobs belong in the `knobs` section")
         elif not _ENV_NAME.match(name) or not name.startswith(ENV_PREFIXES):
-            errors.append(f"{where}: not a vLLM/runtime variable (allowed prefixes: "
-                          f"{', '.join(ENV_PREFIXES)})")
+            errors.append(
+                f"{where}: not a vLLM/runtime variable (allowed prefixes: "
+                f"{', '.join(ENV_PREFIXES)})"
+            )
         elif name.startswith("VLLM_") and vllm_names is not None and name not in vllm_names:
-            errors.append(f"{where}: vLLM does not declare this variable (vllm.envs){_closest(name, vllm_names)}")
+            hint = _closest(name, vllm_names)
+            errors.append(f"{where}: vLLM does not declare this variable (vllm.envs){hint}")
     return errors
 
 
@@ -203,8 +225,9 @@ def vllm_env_names(envs_py: Path | None = None) -> frozenset[str] | None:
     return frozenset(names) or None
 
 
-def cache_key(image: str, model: str, quantization: str | None, knobs: Mapping[str, str],
-              registry: Registry) -> str:
+def cache_key(
+    image: str, model: str, quantization: str | None, knobs: Mapping[str, str], registry: Registry
+) -> str:
     """Short stable hash of what makes a compiled graph reusable: image, model, graph knobs."""
     material = {
         "image": image,
@@ -219,5 +242,5 @@ def cache_key(image: str, model: str, quantization: str | None, knobs: Mapping[s
 def _closest(name: str, candidates: object) -> str:
     import difflib
 
-    match = difflib.get_close_matches(name, list(candidates), n=1)  # type: ignore[call-overload]
+    match = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.8)  # type: ignore[call-overload]
     return f"; did you mean {match[0]}?" if match else ""

@@ -1,4 +1,4 @@
-"""Load and validate profiles into frozen typed objects; `extends:` inheritance; errors name file+key."""
+"""Load and validate profiles into frozen typed objects, with `extends:` inheritance."""
 
 from __future__ import annotations
 
@@ -303,7 +303,9 @@ def _read(path: Path) -> dict[str, Any]:
     return data
 
 
-def _resolve(path: Path, directory: Path, chain: tuple[Path, ...]) -> tuple[dict[str, Any], Origins]:
+def _resolve(
+    path: Path, directory: Path, chain: tuple[Path, ...]
+) -> tuple[dict[str, Any], Origins]:
     if path in chain:
         cycle = " -> ".join(p.stem for p in (*chain, path))
         raise ProfileError([f"{chain[0]}: extends: cycle {cycle}"])
@@ -312,15 +314,17 @@ def _resolve(path: Path, directory: Path, chain: tuple[Path, ...]) -> tuple[dict
     if isinstance(parents, str):
         parents = [parents]
     if not isinstance(parents, list) or not all(isinstance(p, str) for p in parents):
-        raise ProfileError([f"{path}: extends: expected a base name or a list of names, "
-                            f"got {parents!r}"])
+        raise ProfileError(
+            [f"{path}: extends: expected a base name or a list of names, got {parents!r}"]
+        )
     merged: dict[str, Any] = {}
     origins: Origins = {}
     for parent in parents:
         base = directory / f"{parent}.yaml"
         if not NAME_RE.match(parent.lstrip("_")) or not base.exists():
-            raise ProfileError([f"{path}: extends: no such base profile {parent!r} "
-                                f"(looked for {base})"])
+            raise ProfileError(
+                [f"{path}: extends: no such base profile {parent!r} (looked for {base})"]
+            )
         base_data, base_origins = _resolve(base, directory, (*chain, path))
         merged = _merge(merged, base_data)
         origins.update(base_origins)
@@ -341,8 +345,9 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _record_origins(data: Mapping[str, Any], path: Path, prefix: tuple[str, ...],
-                    origins: Origins) -> None:
+def _record_origins(
+    data: Mapping[str, Any], path: Path, prefix: tuple[str, ...], origins: Origins
+) -> None:
     for key, value in data.items():
         here = (*prefix, str(key))
         origins[here] = path
@@ -351,6 +356,7 @@ def _record_origins(data: Mapping[str, Any], path: Path, prefix: tuple[str, ...]
 
 
 # --- validation ----------------------------------------------------------------------------------
+
 
 def _validate(name: str, path: Path, merged: dict[str, Any], origins: Origins) -> Profile:
     registry = knobs_mod.load_registry()
@@ -376,8 +382,15 @@ def _validate(name: str, path: Path, merged: dict[str, Any], origins: Origins) -
     assert body is not None
     env = {k: str(v) for k, v in sorted(raw_env.items())}
     digest = _profile_hash(name, body, resolved_knobs, env)
-    return Profile(name=name, path=path, body=body, knobs=resolved_knobs, env=env, hash=digest,
-                   registry_digest=registry.digest)
+    return Profile(
+        name=name,
+        path=path,
+        body=body,
+        knobs=resolved_knobs,
+        env=env,
+        hash=digest,
+        registry_digest=registry.digest,
+    )
 
 
 def _cross_checks(body: ProfileBody, knobs: Mapping[str, str]) -> list[tuple[tuple[str, ...], str]]:
@@ -388,42 +401,67 @@ def _cross_checks(body: ProfileBody, knobs: Mapping[str, str]) -> list[tuple[tup
     if runtime.engine == "none" and body.image is not None:
         problems.append((("image",), "set, but runtime.engine is none (nothing would run it)"))
     if body.image is not None and body.image.kind != box.accelerator:
-        problems.append((("image", "kind"), f"expected {box.accelerator} (box.accelerator), "
-                                            f"got {body.image.kind}"))
+        problems.append(
+            (
+                ("image", "kind"),
+                f"expected {box.accelerator} (box.accelerator), got {body.image.kind}",
+            )
+        )
     if box.accelerator == "cpu" and box.gpus:
         problems.append((("box", "gpus"), f"expected none on a cpu box, got {list(box.gpus)}"))
     if box.accelerator != "cpu":
         if not box.gpus:
             problems.append((("box", "gpus"), f"a {box.accelerator} box needs at least one GPU"))
         elif serve.tensor_parallel_size > len(box.gpus):
-            problems.append((("serve", "tensor_parallel_size"),
-                             f"expected <= {len(box.gpus)} (the GPUs in box.gpus), got "
-                             f"{serve.tensor_parallel_size}"))
+            problems.append(
+                (
+                    ("serve", "tensor_parallel_size"),
+                    f"expected <= {len(box.gpus)} (the GPUs in box.gpus), got "
+                    f"{serve.tensor_parallel_size}",
+                )
+            )
         if len(set(box.gpus)) != len(box.gpus):
             problems.append((("box", "gpus"), f"GPU ids repeat: {list(box.gpus)}"))
     if serve.mode == "prod" and knobs.get("PARO_NUMERICS_CHECK", "off") != "off":
-        problems.append((("knobs", "PARO_NUMERICS_CHECK"),
-                         "must be off in prod mode (an eval-boot tool: its fp64 reference OOM'd "
-                         "a prod worker, seed log 'Traps hit'); use serve.mode: eval"))
+        problems.append(
+            (
+                ("knobs", "PARO_NUMERICS_CHECK"),
+                "must be off in prod mode (an eval-boot tool: its fp64 reference OOM'd "
+                "a prod worker, seed log 'Traps hit'); use serve.mode: eval",
+            )
+        )
     for flag in serve.extra_args:
         managed = _MANAGED_FLAGS.get(flag.split("=", 1)[0])
         if managed:
-            problems.append((("serve", "extra_args"), f"{flag.split('=', 1)[0]} is set through "
-                                                      f"serve.{managed}, not extra_args"))
+            problems.append(
+                (
+                    ("serve", "extra_args"),
+                    f"{flag.split('=', 1)[0]} is set through serve.{managed}, not extra_args",
+                )
+            )
     return problems
 
 
 # vLLM flags the typed `serve` section owns; duplicating them in extra_args would let two values
 # race (argparse keeps the last), so they are refused there.
 _MANAGED_FLAGS = {
-    "--model": "model.path", "--served-model-name": "model.served_names",
-    "--host": "host", "--port": "port", "--tensor-parallel-size": "tensor_parallel_size",
-    "--max-model-len": "max_model_len", "--gpu-memory-utilization": "gpu_memory_utilization",
-    "--kv-cache-dtype": "kv_cache_dtype", "--max-num-batched-tokens": "max_num_batched_tokens",
-    "--max-num-seqs": "max_num_seqs", "--enable-prefix-caching": "enable_prefix_caching",
-    "--no-enable-prefix-caching": "enable_prefix_caching", "--enforce-eager": "mode",
-    "--speculative-config": "speculative", "--max-logprobs": "max_logprobs",
-    "--quantization": "model.quantization", "--override-generation-config": "generation_override",
+    "--model": "model.path",
+    "--served-model-name": "model.served_names",
+    "--host": "host",
+    "--port": "port",
+    "--tensor-parallel-size": "tensor_parallel_size",
+    "--max-model-len": "max_model_len",
+    "--gpu-memory-utilization": "gpu_memory_utilization",
+    "--kv-cache-dtype": "kv_cache_dtype",
+    "--max-num-batched-tokens": "max_num_batched_tokens",
+    "--max-num-seqs": "max_num_seqs",
+    "--enable-prefix-caching": "enable_prefix_caching",
+    "--no-enable-prefix-caching": "enable_prefix_caching",
+    "--enforce-eager": "mode",
+    "--speculative-config": "speculative",
+    "--max-logprobs": "max_logprobs",
+    "--quantization": "model.quantization",
+    "--override-generation-config": "generation_override",
 }
 
 
@@ -463,8 +501,12 @@ def _locate(loc: tuple[str, ...], msg: str, path: Path, origins: Origins) -> str
     return f"{source}: {dotted}: {msg}{via}"
 
 
-def _profile_hash(name: str, body: ProfileBody, knobs: Mapping[str, str],
-                  env: Mapping[str, str]) -> str:
-    blob = json.dumps({"name": name, "body": body.model_dump(mode="json"), "knobs": knobs,
-                       "env": env}, sort_keys=True, separators=(",", ":"))
+def _profile_hash(
+    name: str, body: ProfileBody, knobs: Mapping[str, str], env: Mapping[str, str]
+) -> str:
+    blob = json.dumps(
+        {"name": name, "body": body.model_dump(mode="json"), "knobs": knobs, "env": env},
+        sort_keys=True,
+        separators=(",", ":"),
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:12]

@@ -1,4 +1,4 @@
-"""jinja2 (StrictUndefined) over typed contexts -> systemd unit, Quadlet file, env-forwarding list."""
+"""jinja2 (StrictUndefined) over typed contexts -> systemd unit, Quadlet file, env list."""
 
 from __future__ import annotations
 
@@ -94,8 +94,10 @@ def formats_for(profile: Profile) -> tuple[Format, ...]:
 def render(profile: Profile, fmt: Format) -> Artefact:
     """Render one artefact of a profile."""
     if fmt == "quadlet" and not profile.uses_engine:
-        raise RenderError(f"{profile.path}: runtime.engine: none; a Quadlet file needs podman "
-                          f"(render --format service or env instead)")
+        raise RenderError(
+            f"{profile.path}: runtime.engine: none; a Quadlet file needs podman "
+            f"(render --format service or env instead)"
+        )
     if fmt == "env":
         content = _template("env.j2", asdict(env_context(profile)))
     else:
@@ -113,8 +115,9 @@ def unit_context(profile: Profile) -> UnitContext:
     """Build the typed context of the unit templates."""
     body, container = profile.body, profile.body.container
     where = engine.layout(profile)
-    others = tuple(f"paroctl-{n}.service" for n in list_names(profile.path.parent)
-                   if n != profile.name)
+    others = tuple(
+        f"paroctl-{n}.service" for n in list_names(profile.path.parent) if n != profile.name
+    )
     uses_engine = profile.uses_engine
     podman_args: list[str] = []
     for name in container.secret_names:
@@ -124,8 +127,11 @@ def unit_context(profile: Profile) -> UnitContext:
     podman_args += ["--ipc", container.ipc, "--shm-size", container.shm_size]
     if container.privileged:
         podman_args.append("--privileged")
-    publish = (f"{body.serve.port}:{body.serve.port}" if body.serve.host == "0.0.0.0"
-               else f"{body.serve.host}:{body.serve.port}:{body.serve.port}")
+    publish = (
+        f"{body.serve.port}:{body.serve.port}"
+        if body.serve.host == "0.0.0.0"
+        else f"{body.serve.host}:{body.serve.port}:{body.serve.port}"
+    )
     return UnitContext(
         name=profile.name,
         hash=profile.hash,
@@ -138,8 +144,9 @@ def unit_context(profile: Profile) -> UnitContext:
         env_file=where.env_file,
         secrets_file=expand(container.secrets_env_file) if container.secrets_env_file else "",
         cache_dir=where.cache_dir,
-        exec_start=systemd_join(engine.run_argv(profile) if uses_engine
-                                else engine.serve_argv(profile)),
+        exec_start=systemd_join(
+            engine.run_argv(profile) if uses_engine else engine.serve_argv(profile)
+        ),
         exec_stop=systemd_join(engine.stop_argv(profile)) if uses_engine else "",
         exec_cleanup=systemd_join(engine.rm_argv(profile)) if uses_engine else "",
         exec_args=systemd_join(engine.serve_argv(profile)),
@@ -150,8 +157,10 @@ def unit_context(profile: Profile) -> UnitContext:
         labels=(f"paroctl.profile={profile.name}", f"paroctl.profile-hash={profile.hash}"),
         devices=() if container.privileged else container.devices,
         publish=publish,
-        volumes=(f"{where.models_dir}:{engine.MODELS_MOUNT}:ro",
-                 f"{where.cache_dir}:{engine.CACHE_MOUNT}"),
+        volumes=(
+            f"{where.models_dir}:{engine.MODELS_MOUNT}:ro",
+            f"{where.cache_dir}:{engine.CACHE_MOUNT}",
+        ),
         podman_args=systemd_join(podman_args),
         no_new_privileges=not container.privileged,
     )
@@ -171,8 +180,9 @@ def env_context(profile: Profile) -> EnvContext:
         derived=derived,
         env=tuple(profile.env.items()),
         knobs_set=tuple((k, v) for k, v in profile.knobs.items() if k in raw_knobs),
-        knobs_default=tuple((k, v) for k, v in profile.knobs.items()
-                            if k in knob_names and k not in raw_knobs),
+        knobs_default=tuple(
+            (k, v) for k, v in profile.knobs.items() if k in knob_names and k not in raw_knobs
+        ),
     )
 
 

@@ -25,10 +25,14 @@ def profile_list() -> None:
             click.echo(f"{name:<{width}}  INVALID (run `paroctl profile validate {name}`)")
             continue
         body = prof.body
-        where = body.runtime.kind if body.runtime.engine == "none" else (
-            f"{body.runtime.kind}/{body.runtime.engine}")
-        click.echo(f"{name:<{width}}  {body.box.name:<6} {where:<15} "
-                   f"{', '.join(body.model.served_names)}")
+        where = (
+            body.runtime.kind
+            if body.runtime.engine == "none"
+            else (f"{body.runtime.kind}/{body.runtime.engine}")
+        )
+        click.echo(
+            f"{name:<{width}}  {body.box.name:<6} {where:<15} {', '.join(body.model.served_names)}"
+        )
 
 
 @profile.command(name="show")
@@ -48,8 +52,11 @@ def profile_show(name: str) -> None:
         **prof.body.model_dump(mode="json", exclude={"knobs", "env"}),
         "env": prof.env,
         "knobs": prof.knobs,
-        "derived": {"cache_dir": where.cache_dir, "env_file": where.env_file,
-                    "model_dir": where.model_dir},
+        "derived": {
+            "cache_dir": where.cache_dir,
+            "env_file": where.env_file,
+            "model_dir": where.model_dir,
+        },
     }
     click.echo(yaml.safe_dump(doc, sort_keys=False, width=100), nl=False)
 

@@ -16,8 +16,11 @@ def unit() -> None:
 
 @unit.command(name="render")
 @click.argument("name")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
-              help="Write the files into this directory instead of printing them.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Write the files into this directory instead of printing them.",
+)
 @click.option("--format", "fmt", type=FORMAT_CHOICES, default="all", show_default=True)
 def unit_render(name: str, out: Path | None, fmt: str) -> None:
     """Render a profile's artefacts to stdout or to --out."""
@@ -25,8 +28,7 @@ def unit_render(name: str, out: Path | None, fmt: str) -> None:
     from paroctl import render as render_mod
 
     prof = profiles.load(name)
-    artefacts = (render_mod.render_all(prof) if fmt == "all"
-                 else [render_mod.render(prof, fmt)])  # type: ignore[arg-type]
+    artefacts = render_mod.render_all(prof) if fmt == "all" else [render_mod.render(prof, fmt)]  # type: ignore[arg-type]
     for artefact in artefacts:
         if out is None:
             click.echo(f"# --- {artefact.filename}")
@@ -38,8 +40,13 @@ def unit_render(name: str, out: Path | None, fmt: str) -> None:
 
 @unit.command(name="diff")
 @click.argument("name")
-@click.option("--format", "fmt", type=click.Choice(["service", "quadlet"]), default="service",
-              show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["service", "quadlet"]),
+    default="service",
+    show_default=True,
+)
 def unit_diff(name: str, fmt: str) -> None:
     """Show how the installed files differ from what the profile renders now."""
     from paroctl import profiles
@@ -52,8 +59,13 @@ def unit_diff(name: str, fmt: str) -> None:
 
 @unit.command(name="install")
 @click.argument("name")
-@click.option("--format", "fmt", type=click.Choice(["service", "quadlet"]), default="service",
-              show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["service", "quadlet"]),
+    default="service",
+    show_default=True,
+)
 @click.option("--dry-run", is_flag=True, help="Print the files and commands; change nothing.")
 @click.option("--no-reload", is_flag=True, help="Write the files but skip systemctl daemon-reload.")
 def unit_install(name: str, fmt: str, dry_run: bool, no_reload: bool) -> None:

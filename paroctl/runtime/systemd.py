@@ -46,8 +46,9 @@ class InstallPlan:
 
     def describe(self) -> list[str]:
         """Human-readable lines: each file with its mode, then each command."""
-        lines = [f"write {path} (mode {mode:o}, {len(text)} bytes)" for path, text, mode in
-                 self.files]
+        lines = [
+            f"write {path} (mode {mode:o}, {len(text)} bytes)" for path, text, mode in self.files
+        ]
         return lines + [f"run   {proc.describe(argv)}" for argv in self.commands]
 
 
@@ -74,8 +75,10 @@ def install_apply(plan: InstallPlan) -> None:
         try:
             state.atomic_write(path, text, mode)
         except OSError as exc:
-            raise StateError(f"cannot write {path}: {exc.strerror}; run as a user who can, "
-                             f"or set PAROCTL_UNIT_DIR") from exc
+            raise StateError(
+                f"cannot write {path}: {exc.strerror}; run as a user who can, "
+                f"or set PAROCTL_UNIT_DIR"
+            ) from exc
     for argv in plan.commands:
         proc.run(argv, timeout=60)
 
@@ -92,8 +95,12 @@ def install_diff(profile: Profile, fmt: Literal["service", "quadlet"]) -> str:
         except FileNotFoundError:
             chunks.append(f"{path}: not installed\n")
             continue
-        chunks.extend(difflib.unified_diff(installed.splitlines(keepends=True),
-                                           text.splitlines(keepends=True),
-                                           fromfile=f"{path} (installed)",
-                                           tofile=f"{path} (rendered)"))
+        chunks.extend(
+            difflib.unified_diff(
+                installed.splitlines(keepends=True),
+                text.splitlines(keepends=True),
+                fromfile=f"{path} (installed)",
+                tofile=f"{path} (rendered)",
+            )
+        )
     return "".join(chunks)

@@ -1,0 +1,62 @@
+"""Shared fixtures: an isolated PAROCTL_HOME per test, the --update-golden flag."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from paroctl import knobs
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        help="Rewrite tests/golden from the current renderer (review the diff).",
+    )
+
+
+@pytest.fixture
+def update_golden(request: pytest.FixtureRequest) -> bool:
+    return bool(request.config.getoption("--update-golden"))
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Every test gets its own PAROCTL_HOME; nothing leaks into the user's real one."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("PAROCTL_HOME", str(home))
+    for name in (
+        "PAROCTL_PROFILES_DIR",
+        "PAROCTL_KNOB_REGISTRY",
+        "PAROCTL_UNIT_DIR",
+        "PAROCTL_VLLM_ENVS",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    knobs.load_registry.cache_clear()
+    knobs.vllm_env_names.cache_clear()
+    yield home
+    knobs.load_registry.cache_clear()
+    knobs.vllm_env_names.cache_clear()
+
+
+@pytest.fixture
+def fixed_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fixed PAROCTL_HOME / PAROCTL_CACHE so rendered artefacts are byte-stable (golden files)."""
+    monkeypatch.setenv("PAROCTL_HOME", "/var/lib/paroctl")
+    monkeypatch.setenv("PAROCTL_CACHE", "/var/cache/paroctl")
+
+
+@pytest.fixture
+def profile_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A scratch profiles directory holding copies of the shipped bases, selected for loading."""
+    directory = tmp_path / "profiles"
+    directory.mkdir()
+    for base in (REPO / "profiles").glob("_*.yaml"):
+        (directory / base.name).write_text(base.read_text())
+    monkeypatch.setenv("PAROCTL_PROFILES_DIR", str(directory))
+    return directory

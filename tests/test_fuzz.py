@@ -1,0 +1,110 @@
+"""Property-based fuzz: a mutated profile loads or fails with a clean ProfileError; nothing else."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from paroctl import profiles, render
+from paroctl.errors import ParoctlError, ProfileError
+
+REPO = Path(__file__).resolve().parents[1]
+SEEDS = {
+    name: yaml.safe_load((REPO / "profiles" / f"{name}.yaml").read_text())
+    for name in ("paro-int5", "nvfp4", "cpu-demo", "bf16-ref")
+}
+
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**40), 2**40),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+    st.sampled_from(
+        [
+            "",
+            "0",
+            "1",
+            "fp8",
+            "int8",
+            "auto",
+            "prod",
+            "eval",
+            "_r9700",
+            "_cpu",
+            "PARO_ACT_FORMAT",
+            "re:(",
+            "{home}",
+            "-1",
+            "0.5",
+        ]
+    ),
+)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [prefix]
+    if isinstance(node, dict):
+        for key, value in node.items():
+            out += _paths(value, (*prefix, key))
+    return out
+
+
+@st.composite
+def mutated(draw: st.DrawFn) -> dict[str, Any]:
+    doc = copy.deepcopy(SEEDS[draw(st.sampled_from(sorted(SEEDS)))])
+    for _ in range(draw(st.integers(1, 4))):
+        paths = [p for p in _paths(doc) if p]
+        path = draw(st.sampled_from(paths))
+        parent = doc
+        for key in path[:-1]:
+            parent = parent[key]
+        action = draw(st.sampled_from(["replace", "delete", "add"]))
+        if action == "replace":
+            parent[path[-1]] = draw(values)
+        elif action == "delete":
+            del parent[path[-1]]
+        elif isinstance(parent.get(path[-1]), dict):
+            parent[path[-1]][draw(st.text(min_size=1, max_size=10))] = draw(values)
+    return doc
+
+
+def _check(directory: Path, text: str) -> None:
+    (directory / "fuzz.yaml").write_text(text)
+    try:
+        prof = profiles.load("fuzz", directory)
+    except ProfileError as exc:
+        assert exc.problems and all(p.startswith(str(directory)) for p in exc.problems)
+        return
+    with contextlib.suppress(ParoctlError):
+        render.render_all(prof)
+
+
+FUZZ = settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+
+@FUZZ
+@given(doc=mutated())
+def test_mutated_profiles_fail_cleanly(profile_dir: Path, doc: dict[str, Any]) -> None:
+    _check(profile_dir, yaml.safe_dump(doc))
+
+
+@FUZZ
+@given(text=st.text(max_size=200))
+def test_arbitrary_text_fails_cleanly(profile_dir: Path, text: str) -> None:
+    _check(profile_dir, text)
