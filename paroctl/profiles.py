@@ -125,6 +125,9 @@ class Boot(_Strict):
 
     expect: tuple[NonEmpty, ...] = ()
     forbid: tuple[NonEmpty, ...] = ()
+    # The one greedy completion a switch sends before it calls a boot good.
+    sanity_prompt: NonEmpty = "The capital of France is"
+    sanity_expect: NonEmpty = "Paris"
 
     @field_validator("expect", "forbid")
     @classmethod

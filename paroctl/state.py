@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 from paroctl.errors import StateError
 
@@ -83,3 +85,33 @@ def locked(name: str = "box") -> Iterator[Path]:
         handle.write(f"{os.getpid()}\n")
         handle.flush()
         yield lock_path
+
+
+# --- the live pointer: which profile serves now, written only by the switch ---------------------
+
+
+def live_path() -> Path:
+    """The JSON file naming the live serve (profile, address, boot id)."""
+    return home() / "live.json"
+
+
+def read_live() -> dict[str, Any] | None:
+    """The live serve's record, or None when nothing is recorded as serving."""
+    try:
+        data = json.loads(live_path().read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise StateError(f"{live_path()}: unreadable ({exc}); `paroctl stop` resets it") from exc
+    return data if isinstance(data, dict) else None
+
+
+def write_live(record: Mapping[str, Any]) -> None:
+    """Record the live serve (atomically)."""
+    atomic_write(live_path(), json.dumps(dict(record), indent=2, sort_keys=True) + "\n")
+
+
+def clear_live() -> None:
+    """Record that nothing serves."""
+    with contextlib.suppress(FileNotFoundError):
+        live_path().unlink()

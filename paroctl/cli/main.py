@@ -15,6 +15,13 @@ SUBCOMMANDS = {
     "profile": "paroctl.cli.profile:profile",
     "unit": "paroctl.cli.unit:unit",
     "demo": "paroctl.cli.demo:demo",
+    "switch": "paroctl.cli.serve:switch_cmd",
+    "status": "paroctl.cli.serve:status_cmd",
+    "stop": "paroctl.cli.serve:stop_cmd",
+    "logs": "paroctl.cli.serve:logs_cmd",
+    "gate": "paroctl.cli.gate:gate",
+    "results": "paroctl.cli.results:results",
+    "report": "paroctl.cli.report:report",
 }
 
 
@@ -46,3 +53,7 @@ class LazyGroup(click.Group):
 @click.version_option(__version__, prog_name="paroctl")
 def cli() -> None:
     """Run quantized LLM variants on one inference box: profiles, units, switch, gates."""
+
+
+if __name__ == "__main__":
+    cli()

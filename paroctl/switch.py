@@ -1,0 +1,553 @@
+"""The switch protocol over a runtime and an HTTP client: the old serve never passes for the new.
+
+lock -> resolve the live serve -> drain and stop it -> wait until its port is closed and its
+processes are gone (and GPU memory is back) -> start the new one -> follow its log through the boot
+phases -> /v1/models lists exactly the profile's served names -> boot markers -> KV tokens ->
+one sanity completion -> record the boot. Any failure after the old serve stopped: keep the log,
+stop the new serve, bring the previous profile back and verify it the same way.
+"""
+
+from __future__ import annotations
+
+import queue
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from paroctl import engine, gpu, net, render, state
+from paroctl.client import Client, metric_value
+from paroctl.errors import ParoctlError, RuntimeFailure
+from paroctl.profiles import Profile
+from paroctl.runtime.base import Runtime, ServeSpec
+
+PHASES = ("starting", "loading weights", "compiling", "capturing graphs", "kv cache sized", "ready")
+KV_RE = re.compile(r"KV cache size: ([\d,]+) tokens")
+# vLLM's own log lines that mark each boot phase (vllm 0.32: gpu/cpu_model_runner.py,
+# compilation/backends.py, v1/core/kv_cache_utils.py, entrypoints/launchers/launcher.py).
+PHASE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("loading weights", re.compile(r"Starting to load model|Loading weights|Loading safetensors")),
+    # Not a bare "torch.compile": an eager boot logs "Enforce eager set, disabling torch.compile".
+    ("compiling", re.compile(r"Dynamo bytecode transform|Compiling a graph for|torch\.compile took")),
+    ("capturing graphs", re.compile(r"Capturing (CUDA )?graphs")),
+    ("kv cache sized", KV_RE),
+    ("ready", re.compile(r"Application startup complete|Available routes are")),
+)
+POLL_S = 0.05
+DRAIN_TIMEOUT_S = 30.0
+PORT_CLOSE_MARGIN_S = 30.0
+GPU_IDLE_MIB = 1024
+GPU_WAIT_S = 60.0
+SANITY_MAX_TOKENS = 8
+
+
+class SwitchFailed(ParoctlError):
+    """A switch did not end on the requested profile; the message says where the box is now."""
+
+
+@dataclass(frozen=True)
+class Event:
+    """Progress for the display: a boot phase reached, a protocol step, or a warning."""
+
+    kind: str  # "step" | "phase" | "warn"
+    message: str
+    elapsed_s: float = 0.0
+
+
+EventSink = Callable[[Event], None]
+
+
+@dataclass
+class BootRecord:
+    """What a boot proved, recorded in the results store and as the live pointer."""
+
+    boot_id: str
+    profile: str
+    hash: str
+    runtime: str
+    scope: str
+    host: str
+    port: int
+    served_names: list[str]
+    knobs: dict[str, str]
+    image: str
+    cache_dir: str
+    first_boot: bool
+    kv_tokens: int | None
+    phases: dict[str, float]
+    started_at: str
+    boot_s: float
+    health_s: float
+    grace_s: int
+    log: str
+    ok: bool = True
+    cause: str = ""
+    since: str = field(default="")
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict (JSON-able)."""
+        return asdict(self)
+
+
+@dataclass
+class Deps:
+    """The switch's collaborators; tests and the systemd-in-a-container harness swap them."""
+
+    runtime_for: Callable[[str, str], Runtime]
+    events: EventSink = lambda event: None
+    record_boot: Callable[[Mapping[str, Any]], None] | None = None
+
+
+def default_runtime(kind: str, scope: str) -> Runtime:
+    """The runtime a profile's `runtime.kind` names (systemctl prefix from PAROCTL_SYSTEMCTL_PREFIX)."""
+    if kind == "local":
+        from paroctl.runtime.local import LocalRuntime
+
+        return LocalRuntime()
+    import shlex
+
+    from paroctl.runtime.systemd import SystemdRuntime
+
+    prefix = tuple(shlex.split(state.env("PAROCTL_SYSTEMCTL_PREFIX", "") or ""))
+    return SystemdRuntime(scope=scope, prefix=prefix)  # type: ignore[arg-type]
+
+
+def default_deps(events: EventSink | None = None) -> Deps:
+    """Production collaborators: real runtimes, the results store."""
+
+    def record(boot: Mapping[str, Any]) -> None:
+        from paroctl import results
+
+        results.open_store().record_boot(boot)
+
+    return Deps(runtime_for=default_runtime, events=events or (lambda e: None), record_boot=record)
+
+
+# --- the protocol --------------------------------------------------------------------------------
+
+
+def switch(
+    target: Profile,
+    deps: Deps,
+    *,
+    load_profile: Callable[[str], Profile],
+    rollback: bool = True,
+    timeout_s: float | None = None,
+) -> BootRecord:
+    """Make `target` the live serve, or roll back to what was live; raise SwitchFailed if not."""
+    with state.locked():
+        live = state.read_live()
+        if live and live.get("profile") == target.name and live.get("hash") == target.hash:
+            if _still_serving(live, deps):
+                deps.events(Event("step", f"{target.name} is already live and answering"))
+                return _record_from_live(live)
+        previous = _previous_profile(live, load_profile, deps)
+        if previous is not None and previous.name == target.name:
+            previous = None  # rolling back to the profile that just failed cannot help
+        if live:
+            stop_live(live, deps)
+        try:
+            return boot(target, deps, timeout_s=timeout_s)
+        except ParoctlError as exc:
+            cause = exc.message
+        log = _keep_failed_log(target, deps, cause)
+        _stop_quietly(target, deps)
+        where = f"the failed boot's log: {log}"
+        if previous is None:
+            raise SwitchFailed(
+                f"switch to {target.name} failed: {cause}\nnothing was live before, so the box "
+                f"is left stopped; {where}"
+            )
+        if not rollback:
+            raise SwitchFailed(
+                f"switch to {target.name} failed: {cause}\n--no-rollback: the box is left "
+                f"stopped (previous: {previous.name}); {where}"
+            )
+        deps.events(Event("warn", f"rolling back to {previous.name}"))
+        try:
+            boot(previous, deps, timeout_s=None)
+        except ParoctlError as again:
+            _stop_quietly(previous, deps)
+            raise SwitchFailed(
+                f"switch to {target.name} failed: {cause}\nthe rollback to {previous.name} "
+                f"failed too: {again.message}\nthe box is stopped; {where}"
+            ) from again
+        raise SwitchFailed(
+            f"switch to {target.name} failed: {cause}\nrolled back: {previous.name} is live "
+            f"again and verified; {where}"
+        )
+
+
+def stop_live(live: Mapping[str, Any], deps: Deps) -> None:
+    """Drain and stop the live serve; return once its port is closed and its processes are gone."""
+    name, host, port = live["profile"], _connect_host(live["host"]), int(live["port"])
+    runtime = deps.runtime_for(live.get("runtime", "local"), live.get("scope", "system"))
+    start = time.monotonic()
+    _drain(host, port, deps)
+    deps.events(Event("step", f"stopping {name}"))
+    grace = float(live.get("grace_s", 30))
+    runtime.stop(name, grace)
+    try:
+        net.wait_port_closed(host, port, timeout=grace + PORT_CLOSE_MARGIN_S)
+    except RuntimeFailure as exc:
+        raise SwitchFailed(
+            f"{name} was stopped but {host}:{port} still answers ({exc}); refusing to start "
+            "anything that could be mistaken for it"
+        ) from exc
+    if runtime.is_active(name):
+        raise SwitchFailed(f"{name}: its port closed but its process is still running")
+    _wait_gpu_memory(deps)
+    state.clear_live()
+    deps.events(Event("step", f"{name} stopped", time.monotonic() - start))
+
+
+def boot(profile: Profile, deps: Deps, *, timeout_s: float | None) -> BootRecord:
+    """Start a profile and prove it serves; on success it becomes the live pointer."""
+    body = profile.body
+    runtime = deps.runtime_for(body.runtime.kind, body.runtime.scope)
+    where = engine.layout(profile)
+    host, port = _connect_host(body.serve.host), body.serve.port
+    if net.port_open(host, port):
+        raise RuntimeFailure(
+            f"{host}:{port} is already in use by something paroctl does not run; free the port "
+            "before switching (it could answer in the new serve's place)"
+        )
+    _prepare(profile, runtime)
+    cache = Path(where.cache_dir)
+    first_boot = not (cache.is_dir() and any(cache.iterdir()))
+    cache.mkdir(parents=True, exist_ok=True)
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
+    deps.events(Event("step", f"starting {profile.name}" + (" (fresh cache)" if first_boot else "")))
+    start = time.monotonic()
+    runtime.start(_spec(profile))
+    watcher = LogWatcher(runtime.logs(profile.name, follow=True), start, deps.events)
+    client = Client(f"http://{host}:{port}", retries=0, timeout_s=60)
+    try:
+        health_s = _wait_healthy(profile, runtime, client, watcher, start, timeout_s)
+        _check_identity(profile, client)
+        watcher.wait_for("ready", timeout_s=5.0)
+        _check_markers(profile, watcher)
+        _sanity(profile, client)
+    finally:
+        client.close()
+    kv = watcher.kv_tokens
+    if kv is None:
+        deps.events(Event("warn", "no KV cache size line in the log"))
+    elif first_boot:
+        deps.events(Event("warn", f"KV cache {kv:,} tokens on a FRESH compile cache: not trusted"))
+    record = BootRecord(
+        boot_id=uuid.uuid4().hex[:12],
+        profile=profile.name,
+        hash=profile.hash,
+        runtime=body.runtime.kind,
+        scope=body.runtime.scope,
+        host=body.serve.host,
+        port=port,
+        served_names=list(body.model.served_names),
+        knobs=dict(profile.knobs),
+        image=body.image.ref if body.image else engine.serve_argv(profile)[0],
+        cache_dir=where.cache_dir,
+        first_boot=first_boot,
+        kv_tokens=kv,
+        phases=dict(watcher.phases),
+        started_at=started_at,
+        boot_s=round(time.monotonic() - start, 3),
+        health_s=round(health_s, 3),
+        grace_s=body.container.stop_grace_s,
+        log=str(runtime.log_path(profile.name)),
+        since=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
+    state.write_live(record.as_dict())
+    if deps.record_boot:
+        deps.record_boot(record.as_dict())
+    deps.events(Event("step", f"{profile.name} is live", record.boot_s))
+    return record
+
+
+def plan(target: Profile, live: Mapping[str, Any] | None) -> list[str]:
+    """The exact actions a switch would take, for --dry-run."""
+    body = target.body
+    where = engine.layout(target)
+    host, port = _connect_host(body.serve.host), body.serve.port
+    lines = [f"lock {state.home() / 'locks' / 'box.lock'}"]
+    if live:
+        lines += [
+            f"live: {live['profile']} ({live.get('runtime')}, http://{live['host']}:{live['port']})",
+            f"drain {live['profile']}: wait up to {DRAIN_TIMEOUT_S:g} s for running requests",
+            f"stop {live['profile']} (grace {live.get('grace_s', 30)} s); wait until "
+            f"{_connect_host(live['host'])}:{live['port']} is closed and its processes are gone",
+        ]
+    else:
+        lines.append("live: nothing")
+    if body.runtime.kind == "systemd":
+        lines.append(f"install {target.unit_name}.service and daemon-reload")
+    spec = _spec(target)
+    lines += [
+        f"write {where.env_file} ({len(spec.env)} variables)",
+        f"start {target.name}: {' '.join(spec.argv)}",
+        f"wait for http://{host}:{port}/health (timeout {body.serve.boot_timeout_s} s), "
+        "following the log",
+        f"check /v1/models == {list(body.model.served_names)}",
+        f"check boot markers: expect {list(body.boot.expect)}, forbid {list(body.boot.forbid)}",
+        "read the KV cache size from the log (flagged when the compile cache is fresh)",
+        f"sanity: {body.boot.sanity_prompt!r} -> expect {body.boot.sanity_expect!r}",
+        f"record the boot; point live at {target.name}",
+    ]
+    if live:
+        lines.append(f"on failure: keep the log, stop {target.name}, restart {live['profile']}")
+    return lines
+
+
+# --- pieces --------------------------------------------------------------------------------------
+
+
+class LogWatcher:
+    """Follows a serve's log in a thread: phases with timings, the KV size, every line."""
+
+    def __init__(self, lines: Iterator[str], start: float, events: EventSink) -> None:
+        self.lines: list[str] = []
+        self.phases: dict[str, float] = {"starting": 0.0}
+        self.kv_tokens: int | None = None
+        self._start = start
+        self._events = events
+        self._seen: queue.Queue[str] = queue.Queue()
+        self._lock = threading.Lock()
+        events(Event("phase", "starting", 0.0))
+        threading.Thread(target=self._pump, args=(lines,), daemon=True).start()
+
+    def _pump(self, lines: Iterator[str]) -> None:
+        for line in lines:
+            self.feed(line)
+
+    def feed(self, line: str) -> None:
+        """Take one log line (public so the phase logic is testable without a serve)."""
+        with self._lock:
+            self.lines.append(line)
+            for phase, pattern in PHASE_PATTERNS:
+                match = pattern.search(line)
+                if not match:
+                    continue
+                if phase == "kv cache sized" and self.kv_tokens is None:
+                    self.kv_tokens = int(match.group(1).replace(",", ""))
+                if phase not in self.phases:
+                    elapsed = round(time.monotonic() - self._start, 3)
+                    self.phases[phase] = elapsed
+                    self._events(Event("phase", phase, elapsed))
+                    self._seen.put(phase)
+
+    def current(self) -> str:
+        """The latest phase reached."""
+        with self._lock:
+            return max(self.phases, key=PHASES.index)
+
+    def wait_for(self, phase: str, timeout_s: float) -> bool:
+        """Wait until a phase's line arrived (the log can trail the HTTP server by a moment)."""
+        deadline = time.monotonic() + timeout_s
+        while phase not in self.phases and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+        return phase in self.phases
+
+    def snapshot(self) -> list[str]:
+        """A copy of every line so far."""
+        with self._lock:
+            return list(self.lines)
+
+
+def marker_problems(expect: tuple[str, ...], forbid: tuple[str, ...], lines: list[str]) -> list[str]:
+    """Boot-marker violations: expected lines never seen, forbidden lines seen (pure)."""
+    problems = [f"expected boot line not seen: {m!r}" for m in expect if not _seen(m, lines)]
+    for marker in forbid:
+        hit = next((line for line in lines if _matches(marker, line)), None)
+        if hit is not None:
+            problems.append(f"forbidden boot line seen: {marker!r} in {hit.strip()[:160]!r}")
+    return problems
+
+
+def _seen(marker: str, lines: list[str]) -> bool:
+    return any(_matches(marker, line) for line in lines)
+
+
+def _matches(marker: str, line: str) -> bool:
+    return bool(re.search(marker[3:], line)) if marker.startswith("re:") else marker in line
+
+
+def _spec(profile: Profile) -> ServeSpec:
+    body = profile.body
+    argv = engine.run_argv(profile) if profile.uses_engine else engine.serve_argv(profile)
+    env = {} if profile.uses_engine else engine.forwarded_env(profile)
+    return ServeSpec(profile.name, tuple(argv), env, body.serve.port, body.serve.host)
+
+
+def _prepare(profile: Profile, runtime: Runtime) -> None:
+    """Write the env-forwarding list (and, for systemd, the unit) the serve will read."""
+    env_art = render.render(profile, "env")
+    state.atomic_write(Path(engine.layout(profile).env_file), env_art.content)
+    if profile.body.runtime.kind == "systemd":
+        from paroctl.runtime import systemd
+
+        systemd.install_apply(systemd.install_plan(profile, "service", reload=False))
+        reload = getattr(runtime, "daemon_reload", None)
+        if reload is not None:
+            reload()
+
+
+def _wait_healthy(
+    profile: Profile,
+    runtime: Runtime,
+    client: Client,
+    watcher: LogWatcher,
+    start: float,
+    timeout_s: float | None,
+) -> float:
+    """Poll /health until it answers; return the seconds since start when it first did."""
+    limit = timeout_s or profile.body.serve.boot_timeout_s
+    deadline = start + limit
+    while True:
+        if client.health():
+            return time.monotonic() - start
+        if not runtime.is_active(profile.name):
+            raise RuntimeFailure(
+                f"{profile.name} exited during boot (phase: {watcher.current()}); last log "
+                f"lines:\n{_tail(watcher.snapshot())}"
+            )
+        if time.monotonic() > deadline:
+            raise RuntimeFailure(
+                f"{profile.name} not healthy after {limit:g} s (phase: {watcher.current()})"
+            )
+        time.sleep(POLL_S)
+
+
+def _check_identity(profile: Profile, client: Client) -> None:
+    names = client.models()
+    expected = list(profile.body.model.served_names)
+    if sorted(names) != sorted(expected):
+        raise RuntimeFailure(
+            f"identity check: /v1/models lists {names}, expected {expected}: this is not the "
+            f"{profile.name} serve"
+        )
+
+
+def _check_markers(profile: Profile, watcher: LogWatcher) -> None:
+    problems = marker_problems(
+        profile.body.boot.expect, profile.body.boot.forbid, watcher.snapshot()
+    )
+    if problems:
+        raise RuntimeFailure("boot markers: " + "; ".join(problems))
+
+
+def _sanity(profile: Profile, client: Client) -> None:
+    boot_cfg = profile.body.boot
+    reply = client.completion(
+        profile.body.model.served_names[0],
+        boot_cfg.sanity_prompt,
+        max_tokens=SANITY_MAX_TOKENS,
+        temperature=0.0,
+    )
+    text = reply["choices"][0]["text"]
+    if boot_cfg.sanity_expect.lower() not in text.lower():
+        raise RuntimeFailure(
+            f"sanity completion: {boot_cfg.sanity_prompt!r} -> {text!r}, expected "
+            f"{boot_cfg.sanity_expect!r} in it"
+        )
+
+
+def _drain(host: str, port: int, deps: Deps) -> None:
+    """Let running requests finish (bounded) so a stop does not cut a client off mid-answer."""
+    client = Client(f"http://{host}:{port}", retries=0, timeout_s=5)
+    deadline = time.monotonic() + DRAIN_TIMEOUT_S
+    try:
+        while time.monotonic() < deadline:
+            running = metric_value(client.metrics(), "vllm:num_requests_running")
+            if running <= 0:
+                return
+            deps.events(Event("step", f"draining: {running:g} requests running"))
+            time.sleep(0.5)
+        deps.events(Event("warn", f"still busy after {DRAIN_TIMEOUT_S:g} s; stopping anyway"))
+    except RuntimeFailure:
+        return  # not answering: nothing to drain
+    finally:
+        client.close()
+
+
+def _wait_gpu_memory(deps: Deps) -> None:
+    """Wait until the GPUs' memory is released (where a vendor tool can read it)."""
+    deadline = time.monotonic() + GPU_WAIT_S
+    while True:
+        used = gpu.memory_used_mib()
+        if used is None or all(mib <= GPU_IDLE_MIB for mib in used.values()):
+            return
+        if time.monotonic() > deadline:
+            deps.events(Event("warn", f"GPU memory still in use after {GPU_WAIT_S:g} s: {used}"))
+            return
+        time.sleep(0.5)
+
+
+def _still_serving(live: Mapping[str, Any], deps: Deps) -> bool:
+    runtime = deps.runtime_for(live.get("runtime", "local"), live.get("scope", "system"))
+    if not runtime.is_active(live["profile"]):
+        return False
+    client = Client(f"http://{_connect_host(live['host'])}:{live['port']}", retries=0)
+    try:
+        return client.health() and sorted(client.models()) == sorted(live["served_names"])
+    except RuntimeFailure:
+        return False
+    finally:
+        client.close()
+
+
+def _previous_profile(
+    live: Mapping[str, Any] | None, load_profile: Callable[[str], Profile], deps: Deps
+) -> Profile | None:
+    if not live:
+        return None
+    try:
+        return load_profile(live["profile"])
+    except ParoctlError as exc:
+        deps.events(Event("warn", f"the live profile {live['profile']} no longer loads "
+                                  f"({exc.message.splitlines()[0]}); no rollback possible"))
+        return None
+
+
+def _record_from_live(live: Mapping[str, Any]) -> BootRecord:
+    known = {k: live[k] for k in BootRecord.__dataclass_fields__ if k in live}
+    return BootRecord(**known)
+
+
+def _keep_failed_log(profile: Profile, deps: Deps, cause: str) -> Path:
+    runtime = deps.runtime_for(profile.body.runtime.kind, profile.body.runtime.scope)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    path = state.home() / "failed-boots" / f"{profile.name}-{stamp}.log"
+    try:
+        lines = list(runtime.logs(profile.name))
+    except ParoctlError:
+        lines = []
+    state.atomic_write(path, f"# switch to {profile.name} failed: {cause}\n" + "\n".join(lines))
+    if deps.record_boot:
+        deps.record_boot({"boot_id": uuid.uuid4().hex[:12], "profile": profile.name,
+                          "hash": profile.hash, "ok": False, "cause": cause, "log": str(path),
+                          "started_at": datetime.now(UTC).isoformat(timespec="seconds")})
+    return path
+
+
+def _stop_quietly(profile: Profile, deps: Deps) -> None:
+    runtime = deps.runtime_for(profile.body.runtime.kind, profile.body.runtime.scope)
+    try:
+        runtime.stop(profile.name, float(profile.body.container.stop_grace_s))
+        net.wait_port_closed(
+            _connect_host(profile.body.serve.host), profile.body.serve.port, timeout=30.0
+        )
+    except ParoctlError as exc:
+        deps.events(Event("warn", f"stopping {profile.name}: {exc.message}"))
+
+
+def _connect_host(host: str) -> str:
+    return "127.0.0.1" if host in ("0.0.0.0", "::") else host
+
+
+def _tail(lines: list[str], count: int = 15) -> str:
+    return "\n".join(lines[-count:])

@@ -1,0 +1,106 @@
+"""Benchmark (not a test): the time paroctl adds to a switch beyond the servers' own work.
+
+Runs N switches alternating cpu-demo / cpu-demo-alt on the local runtime. A watcher thread polls
+the port every 5 ms and timestamps the real events: the old server's port closing and the new
+server's first /health 200. paroctl's overhead per switch = wall time - (old server's shutdown,
+SIGTERM to port closed) - (new server's boot, process start to first /health 200), and the
+detection delays = when paroctl noticed each event - when the watcher saw it.
+
+    PAROCTL_HOME=$(mktemp -d) python tests/bench/bench_switch.py [--switches 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import threading
+import time
+
+import requests
+
+from paroctl import profiles
+from paroctl import switch as switch_mod
+
+
+class Watcher(threading.Thread):
+    """Polls /health every 5 ms and records each transition's time."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(daemon=True)
+        self.url = f"http://127.0.0.1:{port}/health"
+        self.transitions: list[tuple[float, bool]] = []
+        self.stop_flag = False
+
+    def run(self) -> None:
+        last = None
+        session = requests.Session()
+        while not self.stop_flag:
+            try:
+                up = session.get(self.url, timeout=0.2).status_code == 200
+            except requests.RequestException:
+                up = False
+            if up != last:
+                self.transitions.append((time.monotonic(), up))
+                last = up
+            time.sleep(0.005)
+
+    def first(self, up: bool, after: float) -> float | None:
+        return next((t for t, state in self.transitions if state == up and t >= after), None)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--switches", type=int, default=5)
+    args = parser.parse_args()
+    names = ["cpu-demo", "cpu-demo-alt"]
+    port = profiles.load(names[0]).body.serve.port
+    marks: dict[str, float] = {}
+
+    def sink(event: switch_mod.Event) -> None:
+        now = time.monotonic()
+        if event.kind == "step" and event.message.startswith("stopping "):
+            marks["stop_sent"] = now
+        elif event.kind == "step" and event.message.endswith(" stopped"):
+            marks["stop_seen"] = now
+        elif event.kind == "step" and event.message.startswith("starting "):
+            marks["start_sent"] = now
+        elif event.kind == "step" and event.message.endswith(" is live"):
+            marks["live"] = now
+
+    deps = switch_mod.default_deps(sink)
+    switch_mod.switch(profiles.load(names[1]), deps, load_profile=profiles.load)  # warm up
+    watcher = Watcher(port)
+    watcher.start()
+    rows = []
+    for i in range(args.switches):
+        target = profiles.load(names[i % 2])
+        marks.clear()
+        t0 = time.monotonic()
+        record = switch_mod.switch(target, deps, load_profile=profiles.load)
+        wall = time.monotonic() - t0
+        closed = watcher.first(False, marks["stop_sent"])
+        healthy = watcher.first(True, marks["start_sent"])
+        assert closed is not None and healthy is not None
+        shutdown = closed - marks["stop_sent"]
+        server_boot = healthy - marks["start_sent"]
+        rows.append({
+            "profile": record.profile, "wall": wall, "shutdown": shutdown, "boot": server_boot,
+            "overhead": wall - shutdown - server_boot,
+            "close_detect": marks["stop_seen"] - closed,
+            "health_detect": marks["start_sent"] + record.health_s - healthy,
+        })
+        print(f"{record.profile:14} wall {wall:6.2f} s  server shutdown {shutdown:5.2f} s  "
+              f"server boot {server_boot:6.2f} s  paroctl {rows[-1]['overhead']:5.2f} s  "
+              f"port-close noticed +{rows[-1]['close_detect'] * 1000:.0f} ms  "
+              f"health noticed +{rows[-1]['health_detect'] * 1000:.0f} ms")
+    watcher.stop_flag = True
+    total = sum(r["overhead"] for r in rows)
+    print(f"\nparoctl overhead over {len(rows)} switches: {total:.2f} s in total, "
+          f"median {statistics.median(r['overhead'] for r in rows):.2f} s per switch")
+    print(f"port-close noticed after the port closed: max "
+          f"{max(r['close_detect'] for r in rows) * 1000:.0f} ms; health noticed after the first "
+          f"200: max {max(r['health_detect'] for r in rows) * 1000:.0f} ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,179 @@
+"""The switch protocol against real vLLM CPU serves (local runtime): A -> B -> A, rollbacks,
+SIGKILL mid-boot, two switches at once, stop. Tests run in order and share one box (home)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from paroctl import net, profiles, state
+from paroctl import switch as switch_mod
+from paroctl.client import Client
+from paroctl.errors import StateError
+from paroctl.runtime.local import LocalRuntime
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def box(tmp_path_factory: pytest.TempPathFactory, demo_parts: object) -> Iterator[dict[str, str]]:
+    """One PAROCTL_HOME and profiles dir for the whole module; the CPU profiles on a free port."""
+    root = tmp_path_factory.mktemp("switch-box")
+    prof_dir = root / "profiles"
+    prof_dir.mkdir()
+    port = net.free_port()
+    base = (REPO / "profiles" / "_cpu.yaml").read_text().replace("port: 8123", f"port: {port}")
+    (prof_dir / "_cpu.yaml").write_text(base)
+    for name in ("cpu-demo", "cpu-demo-alt"):
+        (prof_dir / f"{name}.yaml").write_text((REPO / "profiles" / f"{name}.yaml").read_text())
+    (prof_dir / "cpu-badarg.yaml").write_text(
+        "description: vLLM refuses an unknown flag and exits\nextends: _cpu\n"
+        "model: {path: SmolLM2-135M-Instruct, served_names: [smollm2-bad]}\n"
+        "serve: {extra_args: ['--no-such-flag']}\n")
+    (prof_dir / "cpu-forbid.yaml").write_text(
+        "description: boots fine but logs a forbidden line\nextends: _cpu\n"
+        "model: {path: SmolLM2-135M-Instruct, served_names: [smollm2-forbid]}\n"
+        "boot: {forbid: ['Starting to load model']}\n")
+    env = {"PAROCTL_HOME": str(root / "home"), "PAROCTL_PROFILES_DIR": str(prof_dir),
+           "port": str(port)}
+    yield env
+    old = dict(os.environ)
+    os.environ.update({k: v for k, v in env.items() if k != "port"})
+    try:
+        live = state.read_live()
+        if live:
+            switch_mod.stop_live(live, switch_mod.default_deps())
+        for name in ("cpu-demo", "cpu-demo-alt", "cpu-badarg", "cpu-forbid"):
+            LocalRuntime().stop(name, grace_s=5)
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+
+
+@pytest.fixture(autouse=True)
+def on_box(box: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PAROCTL_HOME", box["PAROCTL_HOME"])
+    monkeypatch.setenv("PAROCTL_PROFILES_DIR", box["PAROCTL_PROFILES_DIR"])
+
+
+def do_switch(name: str, events: list[switch_mod.Event] | None = None) -> switch_mod.BootRecord:
+    sink = events.append if events is not None else (lambda e: None)
+    return switch_mod.switch(profiles.load(name), switch_mod.default_deps(sink),
+                             load_profile=profiles.load)
+
+
+def answering(port: str) -> list[str]:
+    with Client(f"http://127.0.0.1:{port}", retries=0) as client:
+        return client.models()
+
+
+def test_a_then_b_then_a(box: dict[str, str]) -> None:
+    events: list[switch_mod.Event] = []
+    first = do_switch("cpu-demo", events)
+    assert answering(box["port"]) == ["smollm2-demo"]
+    assert first.kv_tokens and first.kv_tokens > 0
+    assert {"starting", "loading weights", "kv cache sized", "ready"} <= set(first.phases)
+    assert [e.message for e in events if e.kind == "phase"][0] == "starting"
+    second = do_switch("cpu-demo-alt")
+    assert answering(box["port"]) == ["smollm2-alt"]
+    assert state.read_live()["profile"] == "cpu-demo-alt"  # type: ignore[index]
+    third = do_switch("cpu-demo")
+    assert answering(box["port"]) == ["smollm2-demo"]
+    assert not third.first_boot  # the compile cache of cpu-demo is warm now
+    assert len({first.boot_id, second.boot_id, third.boot_id}) == 3
+    from paroctl import results
+
+    boots = results.open_store().boots(limit=10)
+    assert [b["profile"] for b in boots][:3] == ["cpu-demo", "cpu-demo-alt", "cpu-demo"]
+
+
+def test_bad_engine_argument_rolls_back(box: dict[str, str]) -> None:
+    assert state.read_live()["profile"] == "cpu-demo"  # type: ignore[index]
+    with pytest.raises(switch_mod.SwitchFailed) as info:
+        do_switch("cpu-badarg")
+    message = info.value.message
+    assert "switch to cpu-badarg failed: cpu-badarg exited during boot" in message
+    assert "rolled back: cpu-demo is live again and verified" in message
+    log = Path(message.rsplit("log: ", 1)[1])
+    assert "--no-such-flag" in log.read_text()
+    assert answering(box["port"]) == ["smollm2-demo"]
+    assert state.read_live()["profile"] == "cpu-demo"  # type: ignore[index]
+
+
+def test_forbidden_boot_marker_rolls_back(box: dict[str, str]) -> None:
+    with pytest.raises(switch_mod.SwitchFailed) as info:
+        do_switch("cpu-forbid")
+    assert "forbidden boot line seen: 'Starting to load model'" in info.value.message
+    assert "rolled back: cpu-demo is live again" in info.value.message
+    assert answering(box["port"]) == ["smollm2-demo"]
+    assert not LocalRuntime().is_active("cpu-forbid")
+
+
+def test_serve_killed_mid_boot_rolls_back(box: dict[str, str]) -> None:
+    runtime = LocalRuntime()
+
+    killed: list[int] = []
+
+    def kill_when_loading(event: switch_mod.Event) -> None:
+        # The rollback's boot reaches "loading weights" too: kill only the first serve, once.
+        if event.kind == "phase" and event.message == "loading weights" and not killed:
+            pid = runtime.main_pid("cpu-demo-alt")
+            assert pid is not None
+            killed.append(pid)
+            os.killpg(pid, signal.SIGKILL)
+
+    with pytest.raises(switch_mod.SwitchFailed) as info:
+        switch_mod.switch(profiles.load("cpu-demo-alt"),
+                          switch_mod.default_deps(kill_when_loading), load_profile=profiles.load)
+    assert killed
+    assert "cpu-demo-alt exited during boot (phase: loading weights)" in info.value.message
+    assert answering(box["port"]) == ["smollm2-demo"]
+
+
+def test_two_switches_at_once_never_interleave(box: dict[str, str]) -> None:
+    env = {**os.environ, "PAROCTL_HOME": box["PAROCTL_HOME"],
+           "PAROCTL_PROFILES_DIR": box["PAROCTL_PROFILES_DIR"]}
+    cmd = [sys.executable, "-m", "paroctl.cli.main"]
+    first = subprocess.Popen([*cmd, "switch", "cpu-demo-alt"], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+    lock = Path(box["PAROCTL_HOME"]) / "locks" / "box.lock"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and lock.read_text().strip() != str(first.pid):
+        time.sleep(0.05)
+    second = subprocess.run([*cmd, "switch", "cpu-demo"], env=env, capture_output=True,
+                            text=True, timeout=60)
+    assert second.returncode == 2
+    assert "another paroctl holds" in second.stderr
+    out, _ = first.communicate(timeout=300)
+    assert first.returncode == 0, out
+    assert answering(box["port"]) == ["smollm2-alt"]
+
+
+def test_lock_is_exclusive_in_process() -> None:
+    with state.locked(), pytest.raises(StateError):
+        do_switch("cpu-demo")
+
+
+def test_stop_leaves_nothing(box: dict[str, str]) -> None:
+    live = state.read_live()
+    assert live is not None
+    switch_mod.stop_live(live, switch_mod.default_deps())
+    assert state.read_live() is None
+    assert not net.port_open("127.0.0.1", int(box["port"]))
+    assert not LocalRuntime().is_active(live["profile"])
+
+
+def test_no_previous_means_left_stopped(box: dict[str, str]) -> None:
+    with pytest.raises(switch_mod.SwitchFailed) as info:
+        do_switch("cpu-badarg")
+    assert "nothing was live before, so the box is left stopped" in info.value.message
+    assert state.read_live() is None

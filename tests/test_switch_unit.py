@@ -1,0 +1,65 @@
+"""Switch pieces that need no serve: log phases, KV parsing, boot markers, GPU tool parsing, plan."""
+
+from __future__ import annotations
+
+from paroctl import gpu, profiles, switch
+
+VLLM_CPU_LOG = [
+    "INFO 11-29 12:40:30 [cpu_model_runner.py:68] Starting to load model /m/SmolLM2...",
+    "INFO 11-29 12:40:33 [default_loader.py:502] Loading weights took 0.35 seconds",
+    "INFO 11-29 12:40:40 [kv_cache_utils.py:2328] CPU KV cache size: 93,184 tokens, Maximum "
+    "concurrency for 2,048 tokens per request: 45.50x",
+    "INFO 11-29 12:40:44 [launcher.py:186] Available routes are:",
+]
+
+
+def test_log_watcher_phases_and_kv() -> None:
+    events: list[switch.Event] = []
+    watcher = switch.LogWatcher(iter(()), 0.0, events.append)
+    for line in VLLM_CPU_LOG:
+        watcher.feed(line)
+    assert list(watcher.phases) == ["starting", "loading weights", "kv cache sized", "ready"]
+    assert watcher.kv_tokens == 93184
+    assert watcher.current() == "ready"
+    assert [e.message for e in events if e.kind == "phase"] == list(watcher.phases)
+
+
+def test_log_watcher_compiled_boot_phases() -> None:
+    watcher = switch.LogWatcher(iter(()), 0.0, lambda e: None)
+    watcher.feed("Dynamo bytecode transform time: 12.1 s")
+    watcher.feed("Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): 100%")
+    watcher.feed("GPU KV cache size: 862,604 tokens, Maximum concurrency for 262,144 ...")
+    assert watcher.current() == "kv cache sized"
+    assert watcher.kv_tokens == 862604
+    assert "compiling" in watcher.phases and "capturing graphs" in watcher.phases
+
+
+def test_marker_problems() -> None:
+    lines = ["paro-vllm: method=nvfp4_mxfp4 backend=triton layers=112/112", "ok"]
+    assert switch.marker_problems(("layers=304/304", "re:method=nvfp4_\\w+"),
+                                  ("layers=112/112",), lines) == [
+        "expected boot line not seen: 'layers=304/304'",
+        "forbidden boot line seen: 'layers=112/112' in "
+        "'paro-vllm: method=nvfp4_mxfp4 backend=triton layers=112/112'",
+    ]
+    assert switch.marker_problems(("ok",), ("Traceback",), lines) == []
+
+
+def test_gpu_tool_parsers() -> None:
+    assert gpu.parse_nvidia_smi("0, 812\n1, 30211\n") == {0: 812, 1: 30211}
+    rocm = ('{"card0": {"VRAM Total Memory (B)": "34342961152", "VRAM Total Used Memory (B)": '
+            '"1073741824"}, "card1": {"VRAM Total Used Memory (B)": "0"}}')
+    assert gpu.parse_rocm_smi(rocm) == {0: 1024, 1: 0}
+
+
+def test_plan_names_every_step() -> None:
+    target = profiles.load("cpu-demo-alt")
+    live = {"profile": "cpu-demo", "runtime": "local", "host": "127.0.0.1", "port": 8123,
+            "grace_s": 30}
+    lines = switch.plan(target, live)
+    assert lines[1] == "live: cpu-demo (local, http://127.0.0.1:8123)"
+    assert lines[3].startswith("stop cpu-demo (grace 30 s); wait until 127.0.0.1:8123 is closed")
+    assert any(line.startswith("start cpu-demo-alt: ") and "--served-model-name smollm2-alt"
+               in line for line in lines)
+    assert "check /v1/models == ['smollm2-alt']" in lines
+    assert lines[-1] == "on failure: keep the log, stop cpu-demo-alt, restart cpu-demo"
