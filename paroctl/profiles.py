@@ -144,7 +144,7 @@ class Boot(_Strict):
 class Gsm8kBand(_Strict):
     """GSM8K: pass when the Wilson 95% lower bound of the chosen metric clears min_lower_bound."""
 
-    min_lower_bound: Fraction
+    min_lower_bound: Fraction | None = None  # None: run and record, do not judge
     metric: Literal["strict-match", "flexible-extract"] = "flexible-extract"
     limit: PosInt = 500
     concurrency: PosInt = 8
@@ -183,8 +183,15 @@ class KldBand(_Strict):
     min_top1: Fraction
 
 
+GateName = Literal["sanity", "greedy", "gsm8k", "decode", "prefill", "concurrency"]
+
+
 class Gates(_Strict):
     """Gate bands; a missing band means the gate runs and reports but does not judge."""
+
+    # `paroctl gate suite` runs these in order: cheap mechanical gates first, so a broken serve
+    # fails in seconds rather than after GSM8K.
+    suite: tuple[GateName, ...] = ("sanity", "greedy", "gsm8k", "decode", "prefill", "concurrency")
 
     gsm8k: Gsm8kBand | None = None
     decode: DecodeBand | None = None

@@ -33,7 +33,7 @@ KV_RE = re.compile(r"KV cache size: ([\d,]+) tokens")
 PHASE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("loading weights", re.compile(r"Starting to load model|Loading weights|Loading safetensors")),
     # Not a bare "torch.compile": an eager boot logs "Enforce eager set, disabling torch.compile".
-    ("compiling", re.compile(r"Dynamo bytecode transform|Compiling a graph for|torch\.compile took")),
+    ("compiling", re.compile(r"Dynamo bytecode transform|Compiling a graph for|compile took")),
     ("capturing graphs", re.compile(r"Capturing (CUDA )?graphs")),
     ("kv cache sized", KV_RE),
     ("ready", re.compile(r"Application startup complete|Available routes are")),
@@ -104,7 +104,7 @@ class Deps:
 
 
 def default_runtime(kind: str, scope: str) -> Runtime:
-    """The runtime a profile's `runtime.kind` names (systemctl prefix from PAROCTL_SYSTEMCTL_PREFIX)."""
+    """The runtime `runtime.kind` names; PAROCTL_SYSTEMCTL_PREFIX prefixes systemctl (ssh, exec)."""
     if kind == "local":
         from paroctl.runtime.local import LocalRuntime
 
@@ -142,10 +142,10 @@ def switch(
     """Make `target` the live serve, or roll back to what was live; raise SwitchFailed if not."""
     with state.locked():
         live = state.read_live()
-        if live and live.get("profile") == target.name and live.get("hash") == target.hash:
-            if _still_serving(live, deps):
-                deps.events(Event("step", f"{target.name} is already live and answering"))
-                return _record_from_live(live)
+        same = live and live.get("profile") == target.name and live.get("hash") == target.hash
+        if same and live and _still_serving(live, deps):
+            deps.events(Event("step", f"{target.name} is already live and answering"))
+            return _record_from_live(live)
         previous = _previous_profile(live, load_profile, deps)
         if previous is not None and previous.name == target.name:
             previous = None  # rolling back to the profile that just failed cannot help
@@ -222,7 +222,9 @@ def boot(profile: Profile, deps: Deps, *, timeout_s: float | None) -> BootRecord
     first_boot = not (cache.is_dir() and any(cache.iterdir()))
     cache.mkdir(parents=True, exist_ok=True)
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
-    deps.events(Event("step", f"starting {profile.name}" + (" (fresh cache)" if first_boot else "")))
+    deps.events(
+        Event("step", f"starting {profile.name}" + (" (fresh cache)" if first_boot else ""))
+    )
     start = time.monotonic()
     runtime.start(_spec(profile))
     watcher = LogWatcher(runtime.logs(profile.name, follow=True), start, deps.events)
@@ -358,7 +360,9 @@ class LogWatcher:
             return list(self.lines)
 
 
-def marker_problems(expect: tuple[str, ...], forbid: tuple[str, ...], lines: list[str]) -> list[str]:
+def marker_problems(
+    expect: tuple[str, ...], forbid: tuple[str, ...], lines: list[str]
+) -> list[str]:
     """Boot-marker violations: expected lines never seen, forbidden lines seen (pure)."""
     problems = [f"expected boot line not seen: {m!r}" for m in expect if not _seen(m, lines)]
     for marker in forbid:
@@ -508,8 +512,13 @@ def _previous_profile(
     try:
         return load_profile(live["profile"])
     except ParoctlError as exc:
-        deps.events(Event("warn", f"the live profile {live['profile']} no longer loads "
-                                  f"({exc.message.splitlines()[0]}); no rollback possible"))
+        deps.events(
+            Event(
+                "warn",
+                f"the live profile {live['profile']} no longer loads "
+                f"({exc.message.splitlines()[0]}); no rollback possible",
+            )
+        )
         return None
 
 
@@ -528,9 +537,17 @@ def _keep_failed_log(profile: Profile, deps: Deps, cause: str) -> Path:
         lines = []
     state.atomic_write(path, f"# switch to {profile.name} failed: {cause}\n" + "\n".join(lines))
     if deps.record_boot:
-        deps.record_boot({"boot_id": uuid.uuid4().hex[:12], "profile": profile.name,
-                          "hash": profile.hash, "ok": False, "cause": cause, "log": str(path),
-                          "started_at": datetime.now(UTC).isoformat(timespec="seconds")})
+        deps.record_boot(
+            {
+                "boot_id": uuid.uuid4().hex[:12],
+                "profile": profile.name,
+                "hash": profile.hash,
+                "ok": False,
+                "cause": cause,
+                "log": str(path),
+                "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            }
+        )
     return path
 
 

@@ -36,8 +36,9 @@ def test_log_watcher_compiled_boot_phases() -> None:
 
 def test_marker_problems() -> None:
     lines = ["paro-vllm: method=nvfp4_mxfp4 backend=triton layers=112/112", "ok"]
-    assert switch.marker_problems(("layers=304/304", "re:method=nvfp4_\\w+"),
-                                  ("layers=112/112",), lines) == [
+    assert switch.marker_problems(
+        ("layers=304/304", "re:method=nvfp4_\\w+"), ("layers=112/112",), lines
+    ) == [
         "expected boot line not seen: 'layers=304/304'",
         "forbidden boot line seen: 'layers=112/112' in "
         "'paro-vllm: method=nvfp4_mxfp4 backend=triton layers=112/112'",
@@ -47,19 +48,28 @@ def test_marker_problems() -> None:
 
 def test_gpu_tool_parsers() -> None:
     assert gpu.parse_nvidia_smi("0, 812\n1, 30211\n") == {0: 812, 1: 30211}
-    rocm = ('{"card0": {"VRAM Total Memory (B)": "34342961152", "VRAM Total Used Memory (B)": '
-            '"1073741824"}, "card1": {"VRAM Total Used Memory (B)": "0"}}')
+    rocm = (
+        '{"card0": {"VRAM Total Memory (B)": "34342961152", "VRAM Total Used Memory (B)": '
+        '"1073741824"}, "card1": {"VRAM Total Used Memory (B)": "0"}}'
+    )
     assert gpu.parse_rocm_smi(rocm) == {0: 1024, 1: 0}
 
 
 def test_plan_names_every_step() -> None:
     target = profiles.load("cpu-demo-alt")
-    live = {"profile": "cpu-demo", "runtime": "local", "host": "127.0.0.1", "port": 8123,
-            "grace_s": 30}
+    live = {
+        "profile": "cpu-demo",
+        "runtime": "local",
+        "host": "127.0.0.1",
+        "port": 8123,
+        "grace_s": 30,
+    }
     lines = switch.plan(target, live)
     assert lines[1] == "live: cpu-demo (local, http://127.0.0.1:8123)"
     assert lines[3].startswith("stop cpu-demo (grace 30 s); wait until 127.0.0.1:8123 is closed")
-    assert any(line.startswith("start cpu-demo-alt: ") and "--served-model-name smollm2-alt"
-               in line for line in lines)
+    assert any(
+        line.startswith("start cpu-demo-alt: ") and "--served-model-name smollm2-alt" in line
+        for line in lines
+    )
     assert "check /v1/models == ['smollm2-alt']" in lines
     assert lines[-1] == "on failure: keep the log, stop cpu-demo-alt, restart cpu-demo"

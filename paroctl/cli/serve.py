@@ -8,8 +8,11 @@ import click
 @click.command(name="switch")
 @click.argument("name")
 @click.option("--no-rollback", is_flag=True, help="On failure leave the box stopped.")
-@click.option("--timeout", type=click.FloatRange(min=1), help="Boot timeout in seconds "
-              "[default: the profile's serve.boot_timeout_s].")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    help="Boot timeout in seconds [default: the profile's serve.boot_timeout_s].",
+)
 @click.option("--dry-run", is_flag=True, help="Print the exact actions; change nothing.")
 def switch_cmd(name: str, no_rollback: bool, timeout: float | None, dry_run: bool) -> None:
     """Make profile NAME the live serve; roll back to the previous one on failure."""
@@ -31,9 +34,11 @@ def switch_cmd(name: str, no_rollback: bool, timeout: float | None, dry_run: boo
         )
     kv = f"{record.kv_tokens:,}" if record.kv_tokens is not None else "unknown"
     first = " (first boot on a fresh cache: KV not trusted)" if record.first_boot else ""
-    click.echo(f"{record.profile} is live at http://{record.host}:{record.port} as "
-               f"{', '.join(record.served_names)}; boot {record.boot_s:.1f} s; KV {kv} tokens"
-               f"{first}; boot id {record.boot_id}")
+    click.echo(
+        f"{record.profile} is live at http://{record.host}:{record.port} as "
+        f"{', '.join(record.served_names)}; boot {record.boot_s:.1f} s; KV {kv} tokens"
+        f"{first}; boot id {record.boot_id}"
+    )
 
 
 @click.command(name="status")
@@ -58,8 +63,11 @@ def status_cmd() -> None:
     click.echo(f"live:    {live['profile']} (hash {live['hash']}) since {live.get('since')}")
     click.echo(f"address: http://{host}:{live['port']} ({live['runtime']})")
     click.echo(f"health:  {'ok' if healthy else 'NOT ANSWERING'}")
-    match = "" if sorted(names) == sorted(live["served_names"]) else (
-        f"  MISMATCH: expected {live['served_names']}")
+    match = (
+        ""
+        if sorted(names) == sorted(live["served_names"])
+        else (f"  MISMATCH: expected {live['served_names']}")
+    )
     click.echo(f"serves:  {', '.join(names) or '-'}{match}")
     flag = " (first boot: not trusted)" if live.get("first_boot") else ""
     click.echo(f"kv:      {kv:,} tokens{flag}" if kv else "kv:      unknown")
@@ -79,8 +87,10 @@ def stop_cmd(dry_run: bool) -> None:
         click.echo("nothing is live")
         return
     if dry_run:
-        click.echo(f"stop {live['profile']} (grace {live.get('grace_s', 30)} s) and wait until "
-                   f"{live['host']}:{live['port']} is closed")
+        click.echo(
+            f"stop {live['profile']} (grace {live.get('grace_s', 30)} s) and wait until "
+            f"{live['host']}:{live['port']} is closed"
+        )
         return
     with state.locked(), _progress() as events:
         switch_mod.stop_live(live, switch_mod.default_deps(events))
@@ -115,7 +125,6 @@ def _gate_lines(profile: str) -> list[str]:
     from paroctl.errors import ParoctlError
 
     try:
-
         rows = results.open_store().last_gate_results(profile, limit=5)
     except ParoctlError as exc:  # status still shows the serve when the store is unreadable
         return [f"gates:   (results store unreadable: {exc.message})"]

@@ -83,23 +83,34 @@ def main() -> None:
         assert closed is not None and healthy is not None
         shutdown = closed - marks["stop_sent"]
         server_boot = healthy - marks["start_sent"]
-        rows.append({
-            "profile": record.profile, "wall": wall, "shutdown": shutdown, "boot": server_boot,
-            "overhead": wall - shutdown - server_boot,
-            "close_detect": marks["stop_seen"] - closed,
-            "health_detect": marks["start_sent"] + record.health_s - healthy,
-        })
-        print(f"{record.profile:14} wall {wall:6.2f} s  server shutdown {shutdown:5.2f} s  "
-              f"server boot {server_boot:6.2f} s  paroctl {rows[-1]['overhead']:5.2f} s  "
-              f"port-close noticed +{rows[-1]['close_detect'] * 1000:.0f} ms  "
-              f"health noticed +{rows[-1]['health_detect'] * 1000:.0f} ms")
+        rows.append(
+            {
+                "profile": record.profile,
+                "wall": wall,
+                "shutdown": shutdown,
+                "boot": server_boot,
+                "overhead": wall - shutdown - server_boot,
+                "close_detect": marks["stop_seen"] - closed,
+                "health_detect": marks["start_sent"] + record.health_s - healthy,
+            }
+        )
+        print(
+            f"{record.profile:14} wall {wall:6.2f} s  server shutdown {shutdown:5.2f} s  "
+            f"server boot {server_boot:6.2f} s  paroctl {rows[-1]['overhead']:5.2f} s  "
+            f"port-close noticed +{rows[-1]['close_detect'] * 1000:.0f} ms  "
+            f"health noticed +{rows[-1]['health_detect'] * 1000:.0f} ms"
+        )
     watcher.stop_flag = True
     total = sum(r["overhead"] for r in rows)
-    print(f"\nparoctl overhead over {len(rows)} switches: {total:.2f} s in total, "
-          f"median {statistics.median(r['overhead'] for r in rows):.2f} s per switch")
-    print(f"port-close noticed after the port closed: max "
-          f"{max(r['close_detect'] for r in rows) * 1000:.0f} ms; health noticed after the first "
-          f"200: max {max(r['health_detect'] for r in rows) * 1000:.0f} ms")
+    print(
+        f"\nparoctl overhead over {len(rows)} switches: {total:.2f} s in total, "
+        f"median {statistics.median(r['overhead'] for r in rows):.2f} s per switch"
+    )
+    print(
+        f"port-close noticed after the port closed: max "
+        f"{max(r['close_detect'] for r in rows) * 1000:.0f} ms; health noticed after the first "
+        f"200: max {max(r['health_detect'] for r in rows) * 1000:.0f} ms"
+    )
 
 
 if __name__ == "__main__":

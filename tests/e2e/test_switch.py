@@ -38,13 +38,18 @@ def box(tmp_path_factory: pytest.TempPathFactory, demo_parts: object) -> Iterato
     (prof_dir / "cpu-badarg.yaml").write_text(
         "description: vLLM refuses an unknown flag and exits\nextends: _cpu\n"
         "model: {path: SmolLM2-135M-Instruct, served_names: [smollm2-bad]}\n"
-        "serve: {extra_args: ['--no-such-flag']}\n")
+        "serve: {extra_args: ['--no-such-flag']}\n"
+    )
     (prof_dir / "cpu-forbid.yaml").write_text(
         "description: boots fine but logs a forbidden line\nextends: _cpu\n"
         "model: {path: SmolLM2-135M-Instruct, served_names: [smollm2-forbid]}\n"
-        "boot: {forbid: ['Starting to load model']}\n")
-    env = {"PAROCTL_HOME": str(root / "home"), "PAROCTL_PROFILES_DIR": str(prof_dir),
-           "port": str(port)}
+        "boot: {forbid: ['Starting to load model']}\n"
+    )
+    env = {
+        "PAROCTL_HOME": str(root / "home"),
+        "PAROCTL_PROFILES_DIR": str(prof_dir),
+        "port": str(port),
+    }
     yield env
     old = dict(os.environ)
     os.environ.update({k: v for k, v in env.items() if k != "port"})
@@ -67,8 +72,9 @@ def on_box(box: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
 
 def do_switch(name: str, events: list[switch_mod.Event] | None = None) -> switch_mod.BootRecord:
     sink = events.append if events is not None else (lambda e: None)
-    return switch_mod.switch(profiles.load(name), switch_mod.default_deps(sink),
-                             load_profile=profiles.load)
+    return switch_mod.switch(
+        profiles.load(name), switch_mod.default_deps(sink), load_profile=profiles.load
+    )
 
 
 def answering(port: str) -> list[str]:
@@ -82,7 +88,7 @@ def test_a_then_b_then_a(box: dict[str, str]) -> None:
     assert answering(box["port"]) == ["smollm2-demo"]
     assert first.kv_tokens and first.kv_tokens > 0
     assert {"starting", "loading weights", "kv cache sized", "ready"} <= set(first.phases)
-    assert [e.message for e in events if e.kind == "phase"][0] == "starting"
+    assert next(e.message for e in events if e.kind == "phase") == "starting"
     second = do_switch("cpu-demo-alt")
     assert answering(box["port"]) == ["smollm2-alt"]
     assert state.read_live()["profile"] == "cpu-demo-alt"  # type: ignore[index]
@@ -132,25 +138,37 @@ def test_serve_killed_mid_boot_rolls_back(box: dict[str, str]) -> None:
             os.killpg(pid, signal.SIGKILL)
 
     with pytest.raises(switch_mod.SwitchFailed) as info:
-        switch_mod.switch(profiles.load("cpu-demo-alt"),
-                          switch_mod.default_deps(kill_when_loading), load_profile=profiles.load)
+        switch_mod.switch(
+            profiles.load("cpu-demo-alt"),
+            switch_mod.default_deps(kill_when_loading),
+            load_profile=profiles.load,
+        )
     assert killed
     assert "cpu-demo-alt exited during boot (phase: loading weights)" in info.value.message
     assert answering(box["port"]) == ["smollm2-demo"]
 
 
 def test_two_switches_at_once_never_interleave(box: dict[str, str]) -> None:
-    env = {**os.environ, "PAROCTL_HOME": box["PAROCTL_HOME"],
-           "PAROCTL_PROFILES_DIR": box["PAROCTL_PROFILES_DIR"]}
+    env = {
+        **os.environ,
+        "PAROCTL_HOME": box["PAROCTL_HOME"],
+        "PAROCTL_PROFILES_DIR": box["PAROCTL_PROFILES_DIR"],
+    }
     cmd = [sys.executable, "-m", "paroctl.cli.main"]
-    first = subprocess.Popen([*cmd, "switch", "cpu-demo-alt"], env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True)
+    first = subprocess.Popen(
+        [*cmd, "switch", "cpu-demo-alt"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     lock = Path(box["PAROCTL_HOME"]) / "locks" / "box.lock"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and lock.read_text().strip() != str(first.pid):
         time.sleep(0.05)
-    second = subprocess.run([*cmd, "switch", "cpu-demo"], env=env, capture_output=True,
-                            text=True, timeout=60)
+    second = subprocess.run(
+        [*cmd, "switch", "cpu-demo"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert second.returncode == 2
     assert "another paroctl holds" in second.stderr
     out, _ = first.communicate(timeout=300)
