@@ -1,0 +1,196 @@
+"""Make a Docker engine usable on this host: tools, daemon, and locally built base images.
+
+Nothing here pulls from a registry (these machines cannot): the Debian base image is made with
+debootstrap and `docker import`, and every other image is built on top of it. Every step is
+idempotent, so tests and CI call these before each use.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from paroctl import proc, state
+from paroctl.errors import RuntimeFailure
+
+BASE_IMAGE = "local/debian:bookworm"
+SUITE = "bookworm"
+SYSTEMD_IMAGE = "local/paroctl-systemd:1"
+
+APT_PACKAGES = {"docker": "docker.io", "dockerd": "docker.io", "debootstrap": "debootstrap"}
+APT_TIMEOUT_S = 900.0
+DAEMON_TIMEOUT_S = 60.0
+DEBOOTSTRAP_TIMEOUT_S = 1200.0
+BUILD_TIMEOUT_S = 1800.0
+
+# What a systemd container needs on top of the base, and the units that cannot work inside one
+# (no devices to manage, no consoles, no seats) and would only leave the system "degraded".
+SYSTEMD_PACKAGES = ("systemd", "systemd-sysv", "dbus", "python3")
+SYSTEMD_MASKS = (
+    "systemd-udevd.service",
+    "systemd-udev-trigger.service",
+    "getty.target",
+    "console-getty.service",
+    "systemd-logind.service",
+)
+# Shared libraries a host interpreter bind-mounted from outside (pyenv builds link these) and
+# vLLM on CPU (libnuma) load; the minbase image lacks most of them.
+SERVE_LIBS = (
+    "libnuma1",
+    "libgomp1",
+    "libstdc++6",
+    "libssl3",
+    "libffi8",
+    "libsqlite3-0",
+    "libbz2-1.0",
+    "liblzma5",
+    "zlib1g",
+    "libreadline8",
+    "libncursesw6",
+    "libuuid1",
+    "libexpat1",
+)
+
+
+def is_root() -> bool:
+    """Whether we may install packages and start daemons."""
+    return os.geteuid() == 0
+
+
+def missing_tools(tools: Sequence[str] = tuple(APT_PACKAGES)) -> list[str]:
+    """The tools in tools that are not on PATH."""
+    return [tool for tool in tools if shutil.which(tool) is None]
+
+
+def ensure_tools(tools: Sequence[str] = tuple(APT_PACKAGES)) -> list[str]:
+    """Install missing docker/dockerd/debootstrap with apt; return the packages installed."""
+    missing = missing_tools(tools)
+    if not missing:
+        return []
+    packages = sorted({APT_PACKAGES.get(tool, tool) for tool in missing})
+    if not is_root():
+        raise RuntimeFailure(
+            f"missing {', '.join(missing)}; install them first: "
+            f"sudo apt-get install -y {' '.join(packages)}"
+        )
+    env = _env(DEBIAN_FRONTEND="noninteractive")
+    proc.run(["apt-get", "update", "-qq"], timeout=APT_TIMEOUT_S, env=env)
+    proc.run(
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages],
+        timeout=APT_TIMEOUT_S,
+        env=env,
+    )
+    return packages
+
+
+def engine_ready() -> bool:
+    """Whether `docker info` reaches a daemon right now."""
+    return proc.run(["docker", "info"], timeout=30, check=False).returncode == 0
+
+
+def ensure_engine(log_path: Path | None = None, timeout_s: float = DAEMON_TIMEOUT_S) -> bool:
+    """Make `docker info` work, starting dockerd in the background if needed; True if started."""
+    if engine_ready():
+        return False
+    if not is_root() or shutil.which("dockerd") is None:
+        raise RuntimeFailure(
+            "no Docker engine answers `docker info`; start one (as root: `dockerd &`) "
+            "or set DOCKER_HOST"
+        )
+    log = log_path if log_path is not None else state.home() / "logs" / "dockerd.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    # A detached daemon outlives this process; the shell only redirects and backgrounds it, and
+    # its own session keeps the operator's Ctrl-C away from it. The log path is an argument, not
+    # spliced into the script.
+    proc.run(
+        ["sh", "-c", 'setsid dockerd >>"$1" 2>&1 </dev/null &', "sh", str(log)],
+        timeout=30,
+    )
+    deadline = time.monotonic() + timeout_s
+    while not engine_ready():
+        if time.monotonic() >= deadline:
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else "(no log)"
+            raise RuntimeFailure(
+                f"dockerd did not answer `docker info` within {timeout_s:g} s; "
+                f"its log {log}:\n{tail}"
+            )
+        time.sleep(0.5)
+    return True
+
+
+def image_exists(ref: str) -> bool:
+    """Whether the engine holds an image of this reference."""
+    return proc.run(["docker", "image", "inspect", ref], timeout=60, check=False).returncode == 0
+
+
+def ensure_base_image(ref: str = BASE_IMAGE, suite: str = SUITE) -> bool:
+    """Build the Debian base image (debootstrap + `docker import`) unless present; True if built."""
+    if image_exists(ref):
+        return False
+    if shutil.which("debootstrap") is None:
+        raise RuntimeFailure(f"{ref} is missing and debootstrap is not installed; apt-get it")
+    with tempfile.TemporaryDirectory(prefix="paroctl-rootfs-") as scratch:
+        rootfs = Path(scratch) / "rootfs"
+        tarball = Path(scratch) / "rootfs.tar"
+        proc.run(["debootstrap", "--variant=minbase", suite, rootfs], timeout=DEBOOTSTRAP_TIMEOUT_S)
+        proc.run(["tar", "-C", rootfs, "-cf", tarball, "."], timeout=600)
+        # Free the rootfs before importing: both copies at once double the disk footprint.
+        shutil.rmtree(rootfs)
+        proc.run(["docker", "import", tarball, ref], timeout=600)
+    return True
+
+
+def systemd_containerfile(base: str = BASE_IMAGE, extra: Sequence[str] = SERVE_LIBS) -> str:
+    """The Containerfile of an image whose PID 1 is systemd (ENVIRONMENT.md's recipe)."""
+    packages = " ".join((*SYSTEMD_PACKAGES, *extra))
+    masks = " ".join(SYSTEMD_MASKS)
+    return (
+        f"FROM {base}\n"
+        "RUN apt-get update \\\n"
+        f" && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends {packages}"
+        " \\\n"
+        " && rm -rf /var/lib/apt/lists/* \\\n"
+        f" && systemctl mask {masks}\n"
+        # systemd's own "halt" signal: `docker stop` then shuts the units down cleanly.
+        "STOPSIGNAL SIGRTMIN+3\n"
+        'CMD ["/lib/systemd/systemd"]\n'
+    )
+
+
+def build_image(ref: str, containerfile: str, timeout_s: float = BUILD_TIMEOUT_S) -> None:
+    """Build ref from a Containerfile text with an empty context (legacy builder)."""
+    with tempfile.TemporaryDirectory(prefix="paroctl-build-") as context:
+        (Path(context) / "Containerfile").write_text(containerfile)
+        # No buildx on these machines: ask for the legacy builder instead of failing on it.
+        proc.run(
+            ["docker", "build", "-t", ref, "-f", Path(context) / "Containerfile", context],
+            timeout=timeout_s,
+            env=_env(DOCKER_BUILDKIT="0"),
+        )
+
+
+def ensure_systemd_image(
+    ref: str = SYSTEMD_IMAGE, base: str = BASE_IMAGE, extra: Sequence[str] = SERVE_LIBS
+) -> bool:
+    """Build the systemd image (and its base) unless present; True if anything was built."""
+    built = ensure_base_image(base)
+    if image_exists(ref):
+        return built
+    build_image(ref, systemd_containerfile(base, extra))
+    return True
+
+
+def ensure_docker(log_path: Path | None = None) -> None:
+    """Tools installed, daemon answering: the whole precondition of every docker call."""
+    ensure_tools()
+    ensure_engine(log_path)
+
+
+def _env(**overrides: str) -> dict[str, str]:
+    child = dict(state.environ())
+    child.update(overrides)
+    return child
