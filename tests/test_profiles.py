@@ -41,6 +41,7 @@ def test_all_shipped_profiles_validate() -> None:
         "bf16-ref",
         "cpu-demo",
         "cpu-demo-alt",
+        "cpu-demo-paro",
     }
     int5 = loaded["paro-int5"]
     assert int5.body.serve.max_model_len == 262144

