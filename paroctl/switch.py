@@ -265,8 +265,7 @@ def boot(profile: Profile, deps: Deps, *, timeout_s: float | None) -> BootRecord
         since=datetime.now(UTC).isoformat(timespec="seconds"),
     )
     state.write_live(record.as_dict())
-    if deps.record_boot:
-        deps.record_boot(record.as_dict())
+    _record(deps, record.as_dict())
     deps.events(Event("step", f"{profile.name} is live", record.boot_s))
     return record
 
@@ -536,19 +535,29 @@ def _keep_failed_log(profile: Profile, deps: Deps, cause: str) -> Path:
     except ParoctlError:
         lines = []
     state.atomic_write(path, f"# switch to {profile.name} failed: {cause}\n" + "\n".join(lines))
-    if deps.record_boot:
-        deps.record_boot(
-            {
-                "boot_id": uuid.uuid4().hex[:12],
-                "profile": profile.name,
-                "hash": profile.hash,
-                "ok": False,
-                "cause": cause,
-                "log": str(path),
-                "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            }
-        )
+    _record(
+        deps,
+        {
+            "boot_id": uuid.uuid4().hex[:12],
+            "profile": profile.name,
+            "hash": profile.hash,
+            "ok": False,
+            "cause": cause,
+            "log": str(path),
+            "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        },
+    )
     return path
+
+
+def _record(deps: Deps, boot_record: Mapping[str, Any]) -> None:
+    """Store a boot; a store failure is reported, never a reason to roll a good serve back."""
+    if deps.record_boot is None:
+        return
+    try:
+        deps.record_boot(boot_record)
+    except ParoctlError as exc:
+        deps.events(Event("warn", f"boot not recorded in the results store: {exc.message}"))
 
 
 def _stop_quietly(profile: Profile, deps: Deps) -> None:
