@@ -1,10 +1,11 @@
 """Benchmark (not a test): the time paroctl adds to a switch beyond the servers' own work.
 
 Runs N switches alternating cpu-demo / cpu-demo-alt on the local runtime. A watcher thread polls
-the port every 5 ms and timestamps the real events: the old server's port closing and the new
-server's first /health 200. paroctl's overhead per switch = wall time - (old server's shutdown,
-SIGTERM to port closed) - (new server's boot, process start to first /health 200), and the
-detection delays = when paroctl noticed each event - when the watcher saw it.
+every 5 ms and timestamps the real events: the old server's port closing, the last process of its
+group exiting, and the new server's first /health 200. paroctl's overhead per switch = wall time -
+(old server's shutdown: SIGTERM to port closed and every process gone) - (new server's boot:
+process start to first /health 200); the detection delays = when paroctl noticed each event -
+when the watcher saw it.
 
     PAROCTL_HOME=$(mktemp -d) python tests/bench/bench_switch.py [--switches 5]
 """
@@ -20,6 +21,7 @@ import requests
 
 from paroctl import profiles
 from paroctl import switch as switch_mod
+from paroctl.runtime.local import LocalRuntime, group_members
 
 
 class Watcher(threading.Thread):
@@ -30,6 +32,8 @@ class Watcher(threading.Thread):
         self.url = f"http://127.0.0.1:{port}/health"
         self.transitions: list[tuple[float, bool]] = []
         self.stop_flag = False
+        self.pgid: int | None = None
+        self.group_gone_at: float | None = None
 
     def run(self) -> None:
         last = None
@@ -42,6 +46,12 @@ class Watcher(threading.Thread):
             if up != last:
                 self.transitions.append((time.monotonic(), up))
                 last = up
+            if (
+                self.pgid is not None
+                and self.group_gone_at is None
+                and not group_members(self.pgid)
+            ):
+                self.group_gone_at = time.monotonic()
             time.sleep(0.005)
 
     def first(self, up: bool, after: float) -> float | None:
@@ -75,13 +85,16 @@ def main() -> None:
     for i in range(args.switches):
         target = profiles.load(names[i % 2])
         marks.clear()
+        watcher.group_gone_at = None
+        watcher.pgid = LocalRuntime().main_pid(names[(i + 1) % 2])
         t0 = time.monotonic()
         record = switch_mod.switch(target, deps, load_profile=profiles.load)
         wall = time.monotonic() - t0
         closed = watcher.first(False, marks["stop_sent"])
         healthy = watcher.first(True, marks["start_sent"])
-        assert closed is not None and healthy is not None
-        shutdown = closed - marks["stop_sent"]
+        gone = watcher.group_gone_at
+        assert closed is not None and healthy is not None and gone is not None
+        shutdown = max(closed, gone) - marks["stop_sent"]
         server_boot = healthy - marks["start_sent"]
         rows.append(
             {
@@ -90,7 +103,7 @@ def main() -> None:
                 "shutdown": shutdown,
                 "boot": server_boot,
                 "overhead": wall - shutdown - server_boot,
-                "close_detect": marks["stop_seen"] - closed,
+                "close_detect": marks["stop_seen"] - max(closed, gone),
                 "health_detect": marks["start_sent"] + record.health_s - healthy,
             }
         )
