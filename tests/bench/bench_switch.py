@@ -110,7 +110,7 @@ def main() -> None:
         print(
             f"{record.profile:14} wall {wall:6.2f} s  server shutdown {shutdown:5.2f} s  "
             f"server boot {server_boot:6.2f} s  paroctl {rows[-1]['overhead']:5.2f} s  "
-            f"port-close noticed +{rows[-1]['close_detect'] * 1000:.0f} ms  "
+            f"stop noticed +{rows[-1]['close_detect'] * 1000:.0f} ms  "
             f"health noticed +{rows[-1]['health_detect'] * 1000:.0f} ms"
         )
     watcher.stop_flag = True
@@ -120,7 +120,7 @@ def main() -> None:
         f"median {statistics.median(r['overhead'] for r in rows):.2f} s per switch"
     )
     print(
-        f"port-close noticed after the port closed: max "
+        f"stop (port closed, processes gone) noticed: max "
         f"{max(r['close_detect'] for r in rows) * 1000:.0f} ms; health noticed after the first "
         f"200: max {max(r['health_detect'] for r in rows) * 1000:.0f} ms"
     )
