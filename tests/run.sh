@@ -29,7 +29,7 @@ log "pip install paroctl[dev] + paro-kernels"
 "$VENV/bin/pip" install -q --upgrade pip >/dev/null
 # torch==2.13.0 is the CPU build this machine kind keeps on disk; elsewhere point pip at the
 # PyTorch CPU index (PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu).
-"$VENV/bin/pip" install -q "torch==2.13.0" -e '.[dev]' -e ./kernels
+"$VENV/bin/pip" install -q "torch==2.13.0" "triton==3.9.*" -e '.[dev]' -e ./kernels
 
 export PAROCTL_CACHE=${PAROCTL_CACHE:-$HOME/.cache/paroctl}
 if [ -z "${PAROCTL_SKIP_E2E_SETUP:-}" ]; then

@@ -21,7 +21,7 @@ import torch
 from torch.nn import Parameter
 
 from . import _vllm_compat as compat
-from . import reference_backend
+from . import reference_backend, triton_backend
 from .knobs import read_env
 
 METHOD = "paroquant"
@@ -79,15 +79,27 @@ def _maybe_emit_marker() -> None:
 # --------------------------------------------------------------------------- backend
 
 
+def _triton_importable() -> bool:
+    try:
+        import paro_kernels.triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def resolve_backend(requested: str) -> str:
-    """The backend PARO_BACKEND names, resolved: auto -> reference until the Triton path lands."""
+    """The backend PARO_BACKEND names, resolved: auto -> triton on a GPU, reference on CPU."""
     if requested == "triton":
-        raise ValueError(
-            "paro-vllm: PARO_BACKEND=triton: the Triton ParoQuant kernels are not in this build; "
-            "use PARO_BACKEND=reference (or auto)"
-        )
+        if compat.is_cpu() or not _triton_importable():
+            raise ValueError(
+                "paro-vllm: PARO_BACKEND=triton needs a GPU and the `triton` package; "
+                "use PARO_BACKEND=reference (or auto)"
+            )
+        return "triton"
     if requested == "auto" and not compat.is_cpu():
-        log.warning("paro-vllm: no Triton ParoQuant kernels yet; PARO_BACKEND=auto -> reference")
+        if _triton_importable():
+            return "triton"
+        log.warning("paro-vllm: triton is not importable; PARO_BACKEND=auto -> reference")
     return "reference"
 
 
@@ -361,6 +373,20 @@ class ParoQuantLinearMethod(compat.LinearMethodBase):
             except ValueError as e:
                 raise ValueError(f"paro-vllm: {prefix} partition {p}: {e}") from e
         runs = rotation_runs(layer.pairs.data, layer.theta.data, layer.channel_scales.data, sizes)
+        layer.paro_triton = None
+        if cfg.backend == "triton":
+            why = triton_backend.supported(cfg.bits, sizes, len(runs))
+            if why is not None:
+                raise ValueError(f"paro-vllm: {prefix}: PARO_BACKEND=triton: {why}")
+            layer.paro_triton = triton_backend.prepare(
+                layer.qweight.data, layer.qzeros.data, layer.scales.data, runs, cfg.group_size,
+                layer.scales.dtype if getattr(layer, "params_dtype", None) is None
+                else layer.params_dtype,
+            )  # fmt: skip
+            layer.paro_n = sum(sizes)
+            STATE.processed += 1
+            _maybe_emit_marker()
+            return
         layer.paro_runs = reference_backend.prepare(
             layer.qweight.data,
             layer.qzeros.data,
@@ -380,5 +406,9 @@ class ParoQuantLinearMethod(compat.LinearMethodBase):
     ) -> torch.Tensor:
         """y = ((x * cs) R^T) dequant(Q)^T (+ bias): flatten to 2-D, backend, restore the shape."""
         shape = x.shape
-        y = reference_backend.apply(layer.paro_runs, x.reshape(-1, shape[-1]), bias)
+        x2 = x.reshape(-1, shape[-1])
+        if getattr(layer, "paro_triton", None) is not None:
+            y = triton_backend.apply(layer.paro_triton, x2.contiguous(), bias)
+        else:
+            y = reference_backend.apply(layer.paro_runs, x2, bias)
         return y.reshape(*shape[:-1], layer.paro_n)

@@ -1,0 +1,8 @@
+"""Triton kernels of the ParoQuant linear (CUDA and ROCm) and their torch.library custom ops.
+
+Importing this package imports triton; `paro_kernels` itself never does.
+"""
+
+from .host import Config, Prepared, linear, pick_config, prepare, w4a16_linear
+
+__all__ = ["Config", "Prepared", "linear", "pick_config", "prepare", "w4a16_linear"]

@@ -1,0 +1,97 @@
+"""Ahead-of-time builds of the kernels for a named GPU, without that GPU: ISA facts for CI/bench.
+
+`triton.compile` with a `GPUTarget` runs the whole backend on the CPU (ENVIRONMENT.md, last
+section): gfx1201 gives amdgcn text with `.vgpr_count` / `.vgpr_spill_count` /
+`.private_segment_fixed_size`; sm_90 gives PTX, whose `.local` declarations are the spills.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+import triton
+from triton.backends.compiler import GPUTarget
+
+from . import kernels
+from .host import Config, pick_config, prologue_block_m
+
+TARGETS = {
+    "gfx1201": (GPUTarget("hip", "gfx1201", 32), 64 * 1024),
+    "sm90": (GPUTarget("cuda", 90, 32), 227 * 1024),
+}
+# A dot must become the target's matrix instruction, not a scalar loop.
+MMA_PATTERNS = {"gfx1201": r"v_wmma_f32_16x16x16_(f16|bf16)", "sm90": r"(wgmma|mma\.sync)"}
+
+
+@dataclass(frozen=True)
+class Report:
+    """What the ISA of one compiled kernel says."""
+
+    name: str
+    target: str
+    config: str
+    mma: bool
+    vgprs: int
+    spills: int
+    scratch: int
+    lds: int
+    lds_limit: int
+
+
+def _meta(asm: str, key: str) -> int:
+    m = re.search(rf"\.{key}:\s*(\d+)", asm)
+    return int(m.group(1)) if m else 0
+
+
+def _report(name: str, target: str, cfg: str, compiled: object) -> Report:
+    asm_key = "amdgcn" if target == "gfx1201" else "ptx"
+    asm = compiled.asm[asm_key]  # type: ignore[attr-defined]
+    lds = int(compiled.metadata.shared)  # type: ignore[attr-defined]
+    mma = re.search(MMA_PATTERNS[target], asm) is not None
+    if target == "gfx1201":
+        vgprs, spills = _meta(asm, "vgpr_count"), _meta(asm, "vgpr_spill_count")
+        scratch = _meta(asm, "private_segment_fixed_size")
+    else:
+        vgprs, spills, scratch = 0, len(re.findall(r"\.local\s", asm)), 0
+    return Report(name, target, cfg, mma, vgprs, spills, scratch, lds, TARGETS[target][1])
+
+
+def _compile(fn: object, signature: dict[str, str], constexprs: dict[str, object], target: str,
+             num_warps: int, num_stages: int) -> object:  # fmt: skip
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    sig = {**signature, **dict.fromkeys(constexprs, "constexpr")}
+    src = triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=constexprs)
+    return triton.compile(
+        src, target=TARGETS[target][0], options={"num_warps": num_warps, "num_stages": num_stages}
+    )
+
+
+def compile_gemm(target: str, m: int, n: int, k: int, g: int, zp_rowsum: bool = False) -> Report:
+    """Build the W4A16 GEMM at the config the launcher picks for [M, K] x [K, N] on `target`."""
+    hip = target == "gfx1201"
+    cfg: Config = pick_config(m, n, k, g, (), sms=64 if hip else 132, hip=hip)
+    sig = {
+        "a_ptr": "*fp16", "rs_ptr": "*fp32", "qw_ptr": "*i32", "sc_ptr": "*fp16", "zp_ptr": "*u8",
+        "bias_ptr": "*bf16", "out_ptr": "*fp32" if cfg.split_k > 1 else "*bf16",
+        "M": "i32", "N": "i32", "K": "i32", "b1": "i32", "b2": "i32",
+    }  # fmt: skip
+    const = {
+        "HAS_BIAS": False, "G": g, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n,
+        "SPLIT_K": cfg.split_k, "GROUP_M": cfg.group_m, "ZP_ROWSUM": zp_rowsum,
+    }  # fmt: skip
+    c = _compile(kernels.w4a16_gemm_kernel, sig, const, target, cfg.num_warps, cfg.num_stages)
+    name = "w4a16_gemm_zp_rowsum" if zp_rowsum else "w4a16_gemm"
+    return _report(name, target, str(cfg), c)
+
+
+def compile_prologue(target: str, m: int, g: int) -> Report:
+    """Build the rotate + scale prologue at the block the launcher picks for M rows."""
+    block_m = prologue_block_m(m)
+    sig = {
+        "x_ptr": "*bf16", "rot_hi_ptr": "*bf16", "rot_lo_ptr": "*bf16", "xr_ptr": "*fp16",
+        "rs_ptr": "*fp32", "M": "i32", "K": "i32", "stride_xm": "i32",
+    }  # fmt: skip
+    c = _compile(kernels.rotate_scale_kernel, sig, {"G": g, "BLOCK_M": block_m}, target, 4, 1)
+    return _report("rotate_scale", target, f"BLOCK_M={block_m}", c)

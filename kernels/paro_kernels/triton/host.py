@@ -1,0 +1,307 @@
+"""Host side of the Triton ParoQuant linear: load-time repack, launch configs, checked wrappers.
+
+Shape contract of the W4A16 linear (asserted in `w4a16_linear`):
+
+    x        [M, K]           bf16 or fp16, unit stride along K      (M >= 1)
+    rot_hi   [P, K/G, G, G]   x.dtype   hi part of diag(cs_g) R_g^T per rotation run (P in 1..3)
+    rot_lo   [P, K/G, G, G]   x.dtype   rot - hi
+    qweight  [K/8, N]         int32     codes packed along K (nibble s of word r = row 8r + s)
+    scales   [K/G, N]         fp16
+    zeros    [K/G, N]         uint8     zero codes 0..15
+    bounds   P - 1 ints       first output column of runs 1.. (strictly increasing, < N)
+    bias     [N] or None      any float dtype
+    -> y     [M, N]           x.dtype
+    G in (64, 128); K % G == 0; N % 8 == 0; all tensors on one device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import gcd
+
+import torch
+
+from .. import reference as ref
+from .._contract import check_multiple, check_tensor, require
+from ..formats import unpack_awq
+
+DECODE_MAX_M = 16
+GROUP_SIZES = (64, 128)
+ACT_DTYPES = (torch.bfloat16, torch.float16)
+
+
+@dataclass(frozen=True)
+class Config:
+    """One launch configuration of the W4A16 GEMM."""
+
+    block_m: int
+    block_n: int
+    split_k: int
+    num_warps: int
+    num_stages: int
+    group_m: int = 8
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A layer repacked once at load for the Triton kernels (the contract's tensors)."""
+
+    rot_hi: torch.Tensor
+    rot_lo: torch.Tensor
+    qweight: torch.Tensor
+    scales: torch.Tensor
+    zeros: torch.Tensor
+    bounds: tuple[int, ...]
+    group_size: int
+
+
+# --------------------------------------------------------------------------- load-time repack
+
+
+def pack_k(codes: torch.Tensor) -> torch.Tensor:
+    """Codes [K, N] 0..15 -> [K/8, N] int32 packed along K (nibble s of word r = row 8r + s)."""
+    check_tensor(codes, "codes", ndim=2)
+    check_multiple(codes.shape[0], 8, "codes.shape[0] (K)")
+    k, n = codes.shape
+    c = codes.to(torch.int64).view(k // 8, 8, n)
+    shifts = (torch.arange(8, dtype=torch.int64, device=codes.device) * 4).view(1, 8, 1)
+    words = (c << shifts).sum(1)
+    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+
+
+def repack_awq(
+    qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, group_size: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """AWQ qweight [K, N/8] / qzeros [K/G, N/8] / scales [K/G, N] -> the kernel's three tensors."""
+    codes = unpack_awq(qweight, "qweight")
+    k, n = codes.shape
+    check_multiple(k, group_size, f"K for group_size={group_size}")
+    check_tensor(qzeros, "qzeros", dtype=torch.int32, shape=[k // group_size, n // 8])
+    check_tensor(scales, "scales", shape=[k // group_size, n])
+    zeros = unpack_awq(qzeros, "qzeros").to(torch.uint8).contiguous()
+    return pack_k(codes).contiguous(), scales.to(torch.float16).contiguous(), zeros
+
+
+def rotation_blocks(
+    pairs: torch.Tensor, theta: torch.Tensor, channel_scales: torch.Tensor, group_size: int
+) -> torch.Tensor:
+    """diag(cs_g) R_g^T per group, [K/G, G, G] fp64 (rows of the identity, rotated).
+
+    Contract: pairs [krot, K] int16, theta [krot, K/2], channel_scales [1, K]; K % G == 0.
+    """
+    k, g = pairs.shape[1], group_size
+    # Rotation is group-local: rotating e_i placed in every group yields row i of every R_g^T.
+    eye = torch.eye(g, dtype=torch.float64).repeat(1, k // g)
+    rt = ref.rotate(eye, pairs.cpu(), theta.cpu(), g).view(g, k // g, g).permute(1, 0, 2)
+    return rt * channel_scales.cpu().to(torch.float64).view(k // g, g, 1)
+
+
+def split_hi_lo(rot: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """rot (fp64) = hi + lo in `dtype`, each exact: two dots reproduce rot to ~16 bits."""
+    hi = rot.to(dtype)
+    return hi.contiguous(), (rot - hi.to(torch.float64)).to(dtype).contiguous()
+
+
+def prepare(
+    qweight: torch.Tensor,
+    qzeros: torch.Tensor,
+    scales: torch.Tensor,
+    runs: list[tuple[int, int, torch.Tensor, torch.Tensor, torch.Tensor]],
+    group_size: int,
+    dtype: torch.dtype = torch.bfloat16,
+    device: torch.device | str | None = None,
+) -> Prepared:
+    """Repack a checkpoint layer once; runs = (n0, n1, pairs, theta, cs) per rotation run."""
+    require(group_size in GROUP_SIZES, "group_size", GROUP_SIZES, group_size)
+    require(dtype in ACT_DTYPES, "dtype", ACT_DTYPES, dtype)
+    require(1 <= len(runs) <= 3, "rotation runs", "1..3 distinct rotations", len(runs))
+    dev = qweight.device if device is None else torch.device(device)
+    qw, sc, zp = repack_awq(qweight.cpu(), qzeros.cpu(), scales.cpu(), group_size)
+    rots = torch.stack([rotation_blocks(p, t, cs, group_size) for _, _, p, t, cs in runs])
+    hi, lo = split_hi_lo(rots, dtype)
+    return Prepared(
+        hi.to(dev),
+        lo.to(dev),
+        qw.to(dev),
+        sc.to(dev),
+        zp.to(dev),
+        tuple(n0 for n0, _, _, _, _ in runs[1:]),
+        group_size,
+    )
+
+
+# --------------------------------------------------------------------------- configs
+
+
+def _sm_count(device: torch.device) -> int:
+    if device.type == "cuda" and torch.cuda.is_available():
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 132
+
+
+def pick_config(
+    m: int, n: int, k: int, g: int, bounds: tuple[int, ...], sms: int = 132, hip: bool = False
+) -> Config:
+    """Launch configuration for an [M, K] x [K, N] GEMM with partition boundaries `bounds`.
+
+    Decode (M <= 16): one 16-row tile, split-K until about two waves of programs are in flight,
+    because the weights alone are the traffic. Above: square-ish tiles; gfx1201's 64 KB LDS
+    caps the tile and the stages.
+    """
+    align = 0
+    for b in bounds:
+        align = gcd(align, b)
+    bn_max = 64 if m <= DECODE_MAX_M else 128
+    block_n = next(
+        (b for b in (bn_max, 64, 32, 16) if b <= bn_max and (align == 0 or align % b == 0)), 0
+    )
+    require(block_n > 0, "partition boundaries", "multiples of 16", bounds)
+    if m <= DECODE_MAX_M:
+        tiles = -(-n // block_n)
+        split = max(1, min(k // g, -(-2 * sms // tiles)))
+        return Config(16, block_n, split, 4, 2 if hip else 4)
+    if hip:
+        # gfx1201 (AOT report): a 64x128 fp32 tile spills at G=128 even with 8 waves.
+        return Config(64, min(block_n, 64), 1, 8, 2)
+    if m <= 64:
+        tiles = -(-m // 64) * -(-n // block_n)
+        split = max(1, min(k // g // 4, -(-sms // tiles)))
+        return Config(64, block_n, split, 4, 3)
+    return Config(128, block_n, 1, 8, 3)
+
+
+# --------------------------------------------------------------------------- launches
+
+
+def prologue_block_m(m: int) -> int:
+    """Rows per prologue program: 32 above decode, because 64 spills on gfx1201 (AOT report)."""
+    return 16 if m <= DECODE_MAX_M else 32
+
+
+def rotate_scale(
+    x: torch.Tensor, rot_hi: torch.Tensor, rot_lo: torch.Tensor, group_size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fused rotate + channel-scale prologue: x [M, K] -> (xr [P, M, K] fp16, rs [P, M, K/G])."""
+    from .kernels import rotate_scale_kernel
+
+    m, k = x.shape
+    p, g = rot_hi.shape[0], group_size
+    xr = torch.empty(p, m, k, dtype=torch.float16, device=x.device)
+    rs = torch.empty(p, m, k // g, dtype=torch.float32, device=x.device)
+    block_m = prologue_block_m(m)
+    grid = (triton_cdiv(m, block_m), k // g, p)
+    rotate_scale_kernel[grid](
+        x, rot_hi, rot_lo, xr, rs, m, k, x.stride(0), G=g, BLOCK_M=block_m, num_warps=4
+    )
+    return xr, rs
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    """Ceiling division for grid sizes."""
+    return -(-a // b)
+
+
+def w4a16_gemm(
+    xr: torch.Tensor,
+    rs: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor,
+    bounds: tuple[int, ...],
+    group_size: int,
+    out_dtype: torch.dtype,
+    bias: torch.Tensor | None = None,
+    config: Config | None = None,
+    zp_rowsum: bool = False,
+) -> torch.Tensor:
+    """The group GEMM on prologue outputs: xr [P, M, K] fp16, rs [P, M, K/G] -> y [M, N]."""
+    from .kernels import w4a16_gemm_kernel
+
+    _, m, k = xr.shape
+    n = qweight.shape[1]
+    cfg = config or pick_config(m, n, k, group_size, bounds, _sm_count(xr.device))
+    b = (*bounds, n, n)[:2]
+    if cfg.split_k > 1:
+        out = torch.zeros(m, n, dtype=torch.float32, device=xr.device)
+    else:
+        out = torch.empty(m, n, dtype=out_dtype, device=xr.device)
+    grid = (triton_cdiv(m, cfg.block_m) * triton_cdiv(n, cfg.block_n), cfg.split_k)
+    w4a16_gemm_kernel[grid](
+        xr, rs, qweight, scales, zeros, bias if bias is not None else scales, out,
+        m, n, k, b[0], b[1],
+        HAS_BIAS=bias is not None and cfg.split_k == 1, G=group_size,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SPLIT_K=cfg.split_k, GROUP_M=cfg.group_m,
+        ZP_ROWSUM=zp_rowsum, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )  # fmt: skip
+    if cfg.split_k > 1:
+        if bias is not None:
+            out += bias.to(torch.float32)
+        return out.to(out_dtype)
+    return out
+
+
+def check_linear(
+    x: torch.Tensor,
+    rot_hi: torch.Tensor,
+    rot_lo: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor,
+    bounds: tuple[int, ...],
+    group_size: int,
+    bias: torch.Tensor | None,
+) -> None:
+    """Assert the module docstring's shape/dtype contract."""
+    g = group_size
+    require(g in GROUP_SIZES, "group_size", GROUP_SIZES, g)
+    check_tensor(x, "x", dtype=ACT_DTYPES, ndim=2)
+    m, k = x.shape
+    require(m >= 1 and x.stride(1) == 1, "x", "M >= 1 rows, unit stride along K", x.stride())
+    check_multiple(k, g, f"K (x.shape[1]) for group_size={g}")
+    check_tensor(rot_hi, "rot_hi", dtype=x.dtype, shape=[None, k // g, g, g])
+    p = rot_hi.shape[0]
+    require(1 <= p <= 3, "rot_hi.shape[0] (rotation runs)", "1..3", p)
+    check_tensor(rot_lo, "rot_lo", dtype=x.dtype, shape=list(rot_hi.shape))
+    check_tensor(qweight, "qweight", dtype=torch.int32, shape=[k // 8, None])
+    n = qweight.shape[1]
+    check_multiple(n, 8, "N (qweight.shape[1])")
+    check_tensor(scales, "scales", dtype=torch.float16, shape=[k // g, n])
+    check_tensor(zeros, "zeros", dtype=torch.uint8, shape=[k // g, n])
+    require(len(bounds) == p - 1, "bounds", f"{p - 1} partition boundaries", list(bounds))
+    require(
+        all(a < b for a, b in zip((0, *bounds), (*bounds, n), strict=True)),
+        "bounds",
+        f"strictly increasing inside 0..{n}",
+        list(bounds),
+    )
+    if bias is not None:
+        check_tensor(bias, "bias", shape=[n])
+    devs = {t.device for t in (x, rot_hi, rot_lo, qweight, scales, zeros)}
+    require(len(devs) == 1, "devices", "one device for every tensor", devs)
+    for t, name in ((rot_hi, "rot_hi"), (qweight, "qweight"), (scales, "scales")):
+        require(t.is_contiguous(), f"{name}", "contiguous", "strided")
+
+
+def w4a16_linear(
+    x: torch.Tensor,
+    rot_hi: torch.Tensor,
+    rot_lo: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor,
+    bounds: tuple[int, ...],
+    group_size: int,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """y = ((x * cs_p) R_p^T) dequant(Q)^T (+ bias) per column run p; contract in module doc."""
+    check_linear(x, rot_hi, rot_lo, qweight, scales, zeros, bounds, group_size, bias)
+    xr, rs = rotate_scale(x, rot_hi, rot_lo, group_size)
+    return w4a16_gemm(xr, rs, qweight, scales, zeros, bounds, group_size, x.dtype, bias)
+
+
+def linear(prep: Prepared, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """`w4a16_linear` on a `Prepared` layer."""
+    return w4a16_linear(
+        x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales, prep.zeros, prep.bounds,
+        prep.group_size, bias,
+    )  # fmt: skip

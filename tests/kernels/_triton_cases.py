@@ -1,0 +1,47 @@
+"""Merged (multi-partition) random ParoQuant layers and their fp64 reference, for the Triton tests."""
+
+from __future__ import annotations
+
+import torch
+from _paro_fixtures import Layer, random_layer
+from paro_kernels import reference as ref
+
+
+def merged_layer(k: int, sizes: list[int], g: int, seed: int, bias: bool) -> list[Layer]:
+    """One random layer per output partition (each with its own rotation)."""
+    return [random_layer(k, n, g, seed=seed + 7 * i, bias=bias) for i, n in enumerate(sizes)]
+
+
+def runs(parts: list[Layer]) -> list[tuple[int, int, torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """(n0, n1, pairs, theta, cs) per partition, as the plugin's rotation_runs yields them."""
+    out, n0 = [], 0
+    for layer in parts:
+        n1 = n0 + layer.scales.shape[1]
+        out.append((n0, n1, layer.pairs, layer.theta, layer.channel_scales))
+        n0 = n1
+    return out
+
+
+def packed(parts: list[Layer]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The merged checkpoint tensors: AWQ words concatenate along N/8 because n_p % 8 == 0."""
+    cat = [torch.cat([getattr(layer, a) for layer in parts], 1) for a in ("qweight", "qzeros")]
+    return cat[0], cat[1], torch.cat([layer.scales for layer in parts], 1)
+
+
+def bias(parts: list[Layer]) -> torch.Tensor | None:
+    """The merged bias (or None)."""
+    if parts[0].bias is None:
+        return None
+    return torch.cat([layer.bias for layer in parts if layer.bias is not None])
+
+
+def reference(x: torch.Tensor, parts: list[Layer], g: int) -> torch.Tensor:
+    """fp64 reference of the merged linear: each partition with its own rotation."""
+    outs = [ref.paro_linear_ref(x.cpu(), *p.args(), 4, g, p.bias) for p in parts]
+    return torch.cat(outs, dim=-1)
+
+
+def rel(y: torch.Tensor, r: torch.Tensor) -> float:
+    """Frobenius relative error against the reference; NaN never passes."""
+    e = ((y.cpu().double() - r).norm() / r.norm()).item()
+    return e if e == e else float("inf")

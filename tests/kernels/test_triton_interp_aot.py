@@ -1,0 +1,83 @@
+"""CPU checks of the Triton kernels: the interpreter at small shapes, and ahead-of-time builds.
+
+The AOT builds compile every kernel at the configurations the launcher picks for the real shapes,
+for the serving box (gfx1201) and the development GPU (sm_90), and read the ISA: matrix
+instructions in the GEMM loops, no spills, no scratch, LDS within the target's limit. These need
+`triton` (3.9 from PyPI runs beside the CPU torch); without it they fail, on purpose.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import triton  # fails the module in CI when triton is missing: that is the point
+from paro_kernels.triton import aot
+
+# (K, partition sizes, G, M): tile-boundary and odd shapes, 1-3 partitions.
+INTERP_CASES = [
+    (256, [96], 128, 3),
+    (256, [48, 32], 64, 17),
+    (384, [64, 32, 32], 128, 70),
+]
+# TRITON_INTERPRET is read when a kernel is decorated, so the interpreter runs in a child process.
+_CHILD = """
+import sys, torch
+from _triton_cases import bias, merged_layer, packed, reference, rel, runs
+from paro_kernels.triton import host
+k, sizes, g, m = eval(sys.argv[1])
+parts = merged_layer(k, sizes, g, seed=k + m, bias=m == 17)
+prep = host.prepare(*packed(parts), runs(parts), g, dtype=torch.float16, device="cpu")
+x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.float16)
+y = host.linear(prep, x, bias(parts))
+assert y.shape == (m, sum(sizes)) and y.dtype == torch.float16
+print(rel(y, reference(x, parts, g)))
+"""
+
+
+@pytest.mark.parametrize(("k", "sizes", "g", "m"), INTERP_CASES)
+def test_interpreter_matches_fp64_reference(k: int, sizes: list[int], g: int, m: int) -> None:
+    # fp16 activations: the interpreter runs dots in numpy, which has no bf16.
+    here = Path(__file__).parent
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    env["PYTHONPATH"] = os.pathsep.join([str(here), str(here.parents[1] / "kernels")])
+    arg = repr((k, sizes, g, m))
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, arg], env=env, capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert float(out.stdout.strip().splitlines()[-1]) <= 1e-3  # fp16 output floor ~6e-4
+
+
+# The real per-rank shapes (TP=2) the launcher sees; configs are read from `pick_config`.
+AOT_SHAPES = [(1, 7168, 5120), (8, 17408, 5120), (64, 5120, 8704), (2048, 17408, 5120)]
+
+
+@pytest.mark.parametrize("zp_rowsum", [False, True])
+@pytest.mark.parametrize("target", ["gfx1201", "sm90"])
+@pytest.mark.parametrize(("m", "n", "k"), AOT_SHAPES)
+def test_aot_gemm_isa(target: str, m: int, n: int, k: int, zp_rowsum: bool) -> None:
+    if zp_rowsum and target == "gfx1201" and m > 16:
+        # Known: the row-sum variant's 64x64 tile spills on gfx1201; it is not the W4A16 default
+        # and gets its own tile when the W4A8 GEMM (which needs it) lands.
+        pytest.xfail("zp-rowsum GEMM spills on gfx1201 above the decode band")
+    rep = aot.compile_gemm(target, m, n, k, 128, zp_rowsum)
+    _check_report(rep, target)
+
+
+@pytest.mark.parametrize("target", ["gfx1201", "sm90"])
+@pytest.mark.parametrize("m", [1, 2048])
+def test_aot_prologue_isa(target: str, m: int) -> None:
+    _check_report(aot.compile_prologue(target, m, 128), target)
+
+
+def _check_report(rep: aot.Report, target: str) -> None:
+    assert rep.mma, f"no matrix instruction in {rep.name} for {target}"
+    assert rep.spills == 0 and rep.scratch == 0, rep
+    assert rep.lds <= rep.lds_limit, rep
+    if target == "gfx1201":
+        assert rep.vgprs <= 256, rep
+    assert triton.__version__  # the AOT build ran on this version
