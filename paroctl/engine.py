@@ -98,7 +98,9 @@ def serve_argv(profile: Profile) -> list[str]:
         "--served-model-name",
         *body.model.served_names,
         "--host",
-        serve.host,
+        # In a container the serve listens on the container's own interfaces; which host address
+        # reaches it is decided by --publish (publish_spec), not by this flag.
+        "0.0.0.0" if profile.uses_engine else serve.host,
         "--port",
         str(serve.port),
         "--max-model-len",
@@ -183,14 +185,9 @@ def run_argv(profile: Profile) -> list[str]:
     for group in container.group_add:
         argv += ["--group-add", group]
     argv += ["--ipc", container.ipc, "--shm-size", container.shm_size]
-    publish = (
-        f"{body.serve.port}:{body.serve.port}"
-        if body.serve.host == "0.0.0.0"
-        else f"{body.serve.host}:{body.serve.port}:{body.serve.port}"
-    )
     argv += [
         "--publish",
-        publish,
+        publish_spec(profile),
         "--volume",
         f"{where.models_dir}:{MODELS_MOUNT}:ro",
         "--volume",
@@ -198,6 +195,14 @@ def run_argv(profile: Profile) -> list[str]:
         body.image.ref,
     ]
     return argv + serve_argv(profile)
+
+
+def publish_spec(profile: Profile) -> str:
+    """`--publish` value: the serve's port on serve.host (every interface for 0.0.0.0)."""
+    serve = profile.body.serve
+    if serve.host == "0.0.0.0":
+        return f"{serve.port}:{serve.port}"
+    return f"{serve.host}:{serve.port}:{serve.port}"
 
 
 def stop_argv(profile: Profile) -> list[str]:

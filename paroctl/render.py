@@ -127,11 +127,7 @@ def unit_context(profile: Profile) -> UnitContext:
     podman_args += ["--ipc", container.ipc, "--shm-size", container.shm_size]
     if container.privileged:
         podman_args.append("--privileged")
-    publish = (
-        f"{body.serve.port}:{body.serve.port}"
-        if body.serve.host == "0.0.0.0"
-        else f"{body.serve.host}:{body.serve.port}:{body.serve.port}"
-    )
+    publish = engine.publish_spec(profile)
     return UnitContext(
         name=profile.name,
         hash=profile.hash,

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from paroctl import engine, gpu, net, render, state
+from paroctl import engine, gpu, images, net, render, state
 from paroctl.client import Client, metric_value
 from paroctl.errors import ParoctlError, RuntimeFailure
 from paroctl.profiles import Profile
@@ -217,6 +217,7 @@ def boot(profile: Profile, deps: Deps, *, timeout_s: float | None) -> BootRecord
             f"{host}:{port} is already in use by something paroctl does not run; free the port "
             "before switching (it could answer in the new serve's place)"
         )
+    images.check_profile_image(profile)
     _prepare(profile, runtime)
     cache = Path(where.cache_dir)
     first_boot = not (cache.is_dir() and any(cache.iterdir()))
@@ -234,6 +235,7 @@ def boot(profile: Profile, deps: Deps, *, timeout_s: float | None) -> BootRecord
         _check_identity(profile, client)
         watcher.wait_for("ready", timeout_s=5.0)
         _check_markers(profile, watcher)
+        images.check_boot_provenance(profile, watcher.snapshot())
         _sanity(profile, client)
     finally:
         client.close()

@@ -42,6 +42,7 @@ def test_all_shipped_profiles_validate() -> None:
         "cpu-demo",
         "cpu-demo-alt",
         "cpu-demo-paro",
+        "cpu-demo-docker",
     }
     int5 = loaded["paro-int5"]
     assert int5.body.serve.max_model_len == 262144

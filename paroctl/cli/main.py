@@ -22,6 +22,7 @@ SUBCOMMANDS = {
     "gate": "paroctl.cli.gate:gate",
     "results": "paroctl.cli.results:results",
     "report": "paroctl.cli.report:report",
+    "image": "paroctl.cli.image:image",
 }
 
 

