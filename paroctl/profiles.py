@@ -183,7 +183,7 @@ class KldBand(_Strict):
     min_top1: Fraction
 
 
-GateName = Literal["sanity", "greedy", "gsm8k", "decode", "prefill", "concurrency"]
+GateName = Literal["sanity", "greedy", "gsm8k", "decode", "prefill", "concurrency", "kld"]
 
 
 class Gates(_Strict):

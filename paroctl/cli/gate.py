@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
     from paroctl.gates import GateResult
 
-GATE_NAMES = ("sanity", "gsm8k", "decode", "prefill", "concurrency", "greedy", "suite")
+GATE_NAMES = ("sanity", "gsm8k", "decode", "prefill", "concurrency", "greedy", "kld", "suite")
 
 
 def _ints(value: str | None) -> list[int] | None:
@@ -91,7 +91,8 @@ def _line(result: GateResult) -> str:
 @click.option(
     "--corpus",
     type=click.Path(path_type=Path),
-    help="WikiText-2 wiki.test.raw (or its directory) for the timing gates' prompts.",
+    help="WikiText-2 wiki.test.raw (or its directory) for the timing gates' prompts; "
+    "kld: wikitext2 (default) or a text FILE.",
 )
 @click.option("--mode", type=click.Choice(["chat", "completions"]), help="gsm8k: prompt mode.")
 @click.option(
@@ -107,6 +108,10 @@ def _line(result: GateResult) -> str:
 @click.option("--gen", type=int, help="decode/concurrency/greedy: tokens to generate.")
 @click.option("--temperature", type=float, help="decode: sampling temperature (default greedy).")
 @click.option("--against", help="greedy: a run id of another build to compare hashes with.")
+@click.option("--reference", help="kld: the reference profile (default: gates.kld.reference).")
+@click.option("--chunks", type=int, help="kld: corpus chunks to score (default 96).")
+@click.option("--chunk-tokens", type=int, help="kld: tokens per chunk (default 128).")
+@click.option("--top-k", type=int, help="kld: prompt logprobs per position (default: the band's).")
 @click.option("--resume", "resume", metavar="RUN_ID", help="Finish a run that crashed.")
 def gate(name: str, resume: str | None, **raw: Any) -> None:
     """Run a gate (or the suite) against the live serve and record the result."""

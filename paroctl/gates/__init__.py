@@ -30,6 +30,7 @@ GATES = {
     "prefill": "paroctl.gates.prefill",
     "concurrency": "paroctl.gates.concurrency",
     "greedy": "paroctl.gates.greedy",
+    "kld": "paroctl.gates.kld",
 }
 # The suite runs cheap, mechanical gates first: a broken serve fails in seconds, not after GSM8K.
 SUITE = ("sanity", "greedy", "gsm8k", "decode", "prefill", "concurrency")

@@ -1,0 +1,417 @@
+"""KLD: the live serve's top-K prompt logprobs against a same-stack reference profile.
+
+The corpus is tokenized once through the live serve's /tokenize and cut into identical token-id
+chunks, so both sides score exactly the same positions. The reference is collected by switching
+to its profile through the switch protocol (unless a stored collection matches every key), then
+the candidate -- the profile that was live when the gate started -- is switched back in and
+collected, and the box is left as it was found. Why same-stack: in the seed log every "served" KL
+carried ~0.018 nats of another image's numerics until the reference ran on the candidate's stack.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from paroctl import state
+from paroctl.errors import StateError
+from paroctl.gates import data
+from paroctl.gates.base import GateContext, Outcome, Requester, base_url_of
+from paroctl.gates.kl import KlStats, TokenRow, kl_stats
+from paroctl.profiles import Profile
+
+CACHE_FORMAT = 1
+DEFAULT_CHUNKS = 96
+DEFAULT_CHUNK_TOKENS = 128
+DEFAULT_TOP_K = 20
+# prompt_logprobs materializes whole-chunk full-vocab fp32 logits; seed 09-09: ~1,000-token
+# chunks OOM'd a prod-sized serve. Refuse chunks past this rather than crash the reference.
+MAX_CHUNK_TOKENS = 1024
+# vLLM's --max-logprobs default when a profile does not set serve.max_logprobs.
+VLLM_MAX_LOGPROBS = 20
+CHARS_PER_TOKEN = 8  # generous: WikiText-2 runs ~4.5 characters per BPE token
+
+Chunks = list[list[int]]
+Rows = list[list[TokenRow]]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one KLD run measures: who against whom, on which chunks, at which K."""
+
+    reference: Profile
+    candidate: Profile
+    corpus: str  # "wikitext2" or a file path
+    chunks: int
+    chunk_tokens: int
+    top_k: int
+
+
+# --- the reference store -------------------------------------------------------------------------
+
+
+def cache_key(
+    plan: Plan, corpus_sha: str, tokens_sha: str, server_version: str | None
+) -> dict[str, Any]:
+    """Every setting a stored reference depends on; it is reused only when all of them match."""
+    image = plan.reference.body.image
+    return {
+        "format": CACHE_FORMAT,
+        "reference": plan.reference.name,
+        "profile_hash": plan.reference.hash,
+        "image": image.ref if image else None,
+        # The stack the reference ran on must be the candidate's (the seed's cross-image offset).
+        "server_version": server_version,
+        "corpus": plan.corpus,
+        "corpus_sha": corpus_sha,
+        "tokens_sha": tokens_sha,
+        "chunks": plan.chunks,
+        "chunk_tokens": plan.chunk_tokens,
+        "top_k": plan.top_k,
+    }
+
+
+def cache_dir() -> Path:
+    """Where stored reference collections live (under PAROCTL_HOME)."""
+    return state.home() / "kld"
+
+
+def _stem(key: Mapping[str, Any]) -> str:
+    return f"{key['reference']}-{_sha(json.dumps(key, sort_keys=True))}"
+
+
+def load_reference(key: Mapping[str, Any], directory: Path) -> tuple[Rows | None, str]:
+    """The stored rows whose key matches exactly, or None and why nothing stored could be reused."""
+    stem = _stem(key)
+    meta, rows_file = directory / f"{stem}.key.json", directory / f"{stem}.rows.json.gz"
+    if meta.is_file() and rows_file.is_file() and json.loads(meta.read_text()) == dict(key):
+        with gzip.open(rows_file, "rt", encoding="utf-8") as handle:
+            return _rows_from_json(json.load(handle)), "reused the stored reference"
+    return None, "collected: " + mismatch(key, directory)
+
+
+def mismatch(key: Mapping[str, Any], directory: Path) -> str:
+    """Why no stored reference fits: the differing keys of the newest one for the same profile."""
+    stored = sorted(
+        directory.glob(f"{key['reference']}-*.key.json"), key=lambda p: p.stat().st_mtime
+    )
+    if not stored:
+        return f"no stored reference for {key['reference']}"
+    old = json.loads(stored[-1].read_text())
+    diffs = [
+        f"{name} {old.get(name)!r} -> {value!r}"
+        for name, value in key.items()
+        if old.get(name) != value
+    ]
+    return "the stored reference differs in " + ", ".join(diffs) if diffs else "stored rows missing"
+
+
+def save_reference(key: Mapping[str, Any], rows: Rows, directory: Path) -> Path:
+    """Store a collection: rows first, then the key file that makes it findable."""
+    stem = _stem(key)
+    body = json.dumps(_rows_to_json(rows), separators=(",", ":")).encode()
+    state.atomic_write(directory / f"{stem}.rows.json.gz", gzip.compress(body, mtime=0))
+    state.atomic_write(directory / f"{stem}.key.json", json.dumps(dict(key), indent=1) + "\n")
+    return directory / f"{stem}.rows.json.gz"
+
+
+def _rows_to_json(rows: Rows) -> list[list[list[Any]]]:
+    return [
+        [[row.token, row.token_logprob, [[t, lp] for t, lp in row.top.items()]] for row in chunk]
+        for chunk in rows
+    ]
+
+
+def _rows_from_json(raw: Sequence[Sequence[Sequence[Any]]]) -> Rows:
+    return [
+        [
+            TokenRow({int(t): float(lp) for t, lp in top}, int(tok), float(lp0))
+            for tok, lp0, top in chunk
+        ]
+        for chunk in raw
+    ]
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# --- chunks and collection -----------------------------------------------------------------------
+
+
+def cut_chunks(ids: Sequence[int], chunks: int, chunk_tokens: int) -> Chunks:
+    """Consecutive, non-overlapping chunks of exactly chunk_tokens ids from the start."""
+    need = chunks * chunk_tokens
+    if len(ids) < need:
+        raise StateError(
+            f"the corpus gives {len(ids)} tokens, fewer than {chunks} x {chunk_tokens}; "
+            "ask for fewer or shorter chunks"
+        )
+    return [list(ids[i * chunk_tokens : (i + 1) * chunk_tokens]) for i in range(chunks)]
+
+
+def parse_prompt_logprobs(
+    reply: Mapping[str, Any], chunk: Sequence[int], top_k: int
+) -> list[TokenRow]:
+    """Rows for positions 1..T-1 of a chunk from a /v1/completions reply with prompt_logprobs."""
+    raw = reply.get("choices", [{}])[0].get("prompt_logprobs") or reply.get("prompt_logprobs")
+    if not raw or len(raw) != len(chunk):
+        got = len(raw) if raw else 0
+        raise StateError(f"expected {len(chunk)} prompt-logprob rows, got {got}")
+    rows: list[TokenRow] = []
+    # Position 0 has no logprobs: nothing precedes it.
+    for position, entry in enumerate(raw[1:], start=1):
+        token = chunk[position]
+        listed = {int(t): v for t, v in entry.items()}
+        if token not in listed:
+            raise StateError(f"position {position}: the prompt token {token} is not in the reply")
+        top = {t: float(v["logprob"]) for t, v in listed.items() if int(v["rank"]) <= top_k}
+        rows.append(TokenRow(top, token, float(listed[token]["logprob"])))
+    return rows
+
+
+def collect(
+    requester: Requester, model: str, chunks: Chunks, top_k: int, step: Callable[[], None]
+) -> Rows:
+    """Top-K prompt logprobs of every chunk, one request at a time (the same schedule each side)."""
+    rows: Rows = []
+    for chunk in chunks:
+        payload = {
+            "model": model,
+            "prompt": chunk,
+            "max_tokens": 1,
+            "temperature": 0.0,
+            "prompt_logprobs": top_k,
+        }
+        rows.append(
+            parse_prompt_logprobs(requester.post("/v1/completions", payload).data, chunk, top_k)
+        )
+        step()
+    return rows
+
+
+# --- the gate ------------------------------------------------------------------------------------
+
+
+def _plan(ctx: GateContext) -> Plan:
+    from paroctl import profiles
+
+    candidate = ctx.profile
+    if candidate is None:
+        raise StateError(
+            f"the live profile {ctx.target.profile} cannot be loaded; it cannot be switched back"
+        )
+    band = candidate.body.gates.kld
+    reference = ctx.opt("reference", band.reference if band else None)
+    if not reference:
+        raise StateError(f"{candidate.name} has no gates.kld.reference; pass --reference PROFILE")
+    plan = Plan(
+        reference=profiles.load(str(reference)),
+        candidate=candidate,
+        corpus=str(ctx.opt("corpus", "wikitext2")),
+        chunks=int(ctx.opt("chunks", DEFAULT_CHUNKS)),
+        chunk_tokens=int(ctx.opt("chunk_tokens", DEFAULT_CHUNK_TOKENS)),
+        top_k=int(ctx.opt("top_k", band.top_k if band else DEFAULT_TOP_K)),
+    )
+    _check_plan(plan)
+    return plan
+
+
+def _check_plan(plan: Plan) -> None:
+    problems: list[str] = []
+    if plan.chunks < 1 or plan.top_k < 1:
+        problems.append("--chunks and --top-k must be at least 1")
+    if not 2 <= plan.chunk_tokens <= MAX_CHUNK_TOKENS:
+        problems.append(
+            f"--chunk-tokens {plan.chunk_tokens} outside 2..{MAX_CHUNK_TOKENS} (prompt logprobs "
+            "allocate whole-chunk full-vocab logits: long chunks OOM the serve)"
+        )
+    for profile in (plan.reference, plan.candidate):
+        serve = profile.body.serve
+        limit = serve.max_logprobs or VLLM_MAX_LOGPROBS
+        if plan.top_k > limit:
+            problems.append(
+                f"{profile.path}: serve.max_logprobs is {limit}, below top-K {plan.top_k}; raise "
+                "it in the profile (vLLM refuses larger requests)"
+            )
+        if plan.chunk_tokens >= serve.max_model_len:
+            problems.append(
+                f"{profile.path}: serve.max_model_len {serve.max_model_len} leaves no room for "
+                f"{plan.chunk_tokens}-token chunks"
+            )
+    if problems:
+        raise StateError("kld cannot run:\n" + "\n".join(problems))
+
+
+def _corpus_text(corpus: str) -> str:
+    if corpus == "wikitext2":
+        return data.load_corpus(None)
+    path = Path(corpus).expanduser()
+    if path.is_dir() or path.name == "wiki.test.raw":
+        return data.load_corpus(path)
+    if not path.is_file():
+        raise StateError(f"--corpus {corpus}: neither wikitext2 nor a readable file")
+    return path.read_text(encoding="utf-8")
+
+
+def _tokenize(requester: Requester, model: str, text: str) -> list[int]:
+    payload = {"model": model, "prompt": text, "add_special_tokens": False}
+    return [int(t) for t in requester.post("/tokenize", payload).data["tokens"]]
+
+
+def _token_chunks(ctx: GateContext, plan: Plan, text: str) -> Chunks:
+    # Tokenize only the prefix the chunks need (the whole WikiText-2 test set is ~1.3 MB).
+    span = plan.chunks * plan.chunk_tokens * CHARS_PER_TOKEN
+    ids = _tokenize(ctx.requester, ctx.target.model, text[:span])
+    if len(ids) < plan.chunks * plan.chunk_tokens and span < len(text):
+        ids = _tokenize(ctx.requester, ctx.target.model, text)
+    return cut_chunks(ids, plan.chunks, plan.chunk_tokens)
+
+
+class _Box:
+    """Switches through the protocol and remembers what it did, for the summary."""
+
+    def __init__(self, ctx: GateContext) -> None:
+        self.ctx = ctx
+        self.switches: list[str] = []
+        self.base_url = ctx.target.base_url
+        self.boot_id = ctx.target.live.get("boot_id")
+
+    def switch(self, profile: Profile) -> None:
+        """Make profile live (the switch protocol, with its rollback) and aim requests at it."""
+        from paroctl import profiles
+        from paroctl.switch import default_deps, switch
+
+        self.ctx.progress.start(f"switch to {profile.name}", 1)
+        record = switch(profile, default_deps(), load_profile=profiles.load)
+        self.ctx.progress.advance()
+        self.switches.append(profile.name)
+        self.base_url = base_url_of({"host": record.host, "port": record.port})
+        self.boot_id = record.boot_id
+
+    def requester(self) -> Requester:
+        """Requests to whatever this gate made live, with the run's retry settings."""
+        old = self.ctx.requester
+        return Requester(
+            self.base_url, retries=old.retries, backoff_s=old.backoff_s, timeout_s=old.timeout[1]
+        )
+
+
+def _collect_side(
+    ctx: GateContext, box: _Box, profile: Profile, chunks: Chunks, top_k: int
+) -> Rows:
+    ctx.progress.start(f"{profile.name}: top-{top_k} prompt logprobs", len(chunks))
+    return collect(
+        box.requester(), profile.body.model.served_names[0], chunks, top_k, ctx.progress.advance
+    )
+
+
+def _server_version(base_url: str) -> str | None:
+    from paroctl.client import Client
+
+    with Client(base_url, retries=1, timeout_s=10) as client:
+        try:
+            reply = client.session.get(client.url("/version"), timeout=client.timeout)
+            return str(reply.json().get("version")) if reply.ok else None
+        except Exception:
+            # No /version: the stack is unknown, stored as None, which never matches a known one.
+            return None
+
+
+def _probe(text: str) -> str:
+    return text[: 64 * CHARS_PER_TOKEN]
+
+
+def _check_tokenizer(box: _Box, reference: Profile, text: str, mine: list[int]) -> None:
+    # Token ids are only comparable when both serves split text the same way.
+    theirs = _tokenize(box.requester(), reference.body.model.served_names[0], _probe(text))
+    if mine != theirs:
+        raise StateError(
+            f"{reference.name} tokenizes differently from the candidate: the KL is undefined"
+        )
+
+
+def run(ctx: GateContext) -> Outcome:
+    """Collect (or reuse) the reference, collect the live candidate, and judge the KL."""
+    plan = _plan(ctx)
+    text = _corpus_text(plan.corpus)
+    chunks = _token_chunks(ctx, plan, text)
+    stack = ctx.target.server_version
+    key = cache_key(plan, _sha(text), _sha(json.dumps(chunks)), stack)
+    ref_rows, cache = load_reference(key, cache_dir())
+    box = _Box(ctx)
+    if ref_rows is None:
+        # The candidate's view of the probe, taken while it is still the one answering.
+        probe_ids = _tokenize(ctx.requester, ctx.target.model, _probe(text))
+        same = plan.reference.name == plan.candidate.name
+        if not same and plan.candidate.hash != ctx.target.live.get("hash"):
+            raise StateError(
+                f"{plan.candidate.name} changed since it booted (hash "
+                f"{ctx.target.live.get('hash')} -> {plan.candidate.hash}); switch to it first so "
+                "the gate can switch back to the same build"
+            )
+        if not same:
+            box.switch(plan.reference)
+        try:
+            _check_tokenizer(box, plan.reference, text, probe_ids)
+            ref_version = _server_version(box.base_url)
+            ref_rows = _collect_side(ctx, box, plan.reference, chunks, plan.top_k)
+            # Stored under the stack it really ran on: a cross-stack collection never matches later.
+            save_reference({**key, "server_version": ref_version}, ref_rows, cache_dir())
+        finally:
+            if not same:
+                box.switch(plan.candidate)  # back to what was live when the gate started
+    cand_rows = _collect_side(ctx, box, plan.candidate, chunks, plan.top_k)
+    for index, (ref, cand) in enumerate(zip(ref_rows, cand_rows, strict=True)):
+        chunk = kl_stats(ref, cand)
+        ctx.record(
+            f"chunk-{index:03d}",
+            "ok",
+            {"positions": chunk.n, "mean_kl": chunk.kl.mean, "same_top": chunk.same_top.mean},
+        )
+    stats = kl_stats([r for c in ref_rows for r in c], [r for c in cand_rows for r in c])
+    return _verdict(ctx, plan, stats, cache, box, key)
+
+
+def _verdict(
+    ctx: GateContext, plan: Plan, stats: KlStats, cache: str, box: _Box, key: Mapping[str, Any]
+) -> Outcome:
+    band = plan.candidate.body.gates.kld
+    setup = (
+        f"top-{plan.top_k}, {plan.chunks} chunks x {plan.chunk_tokens} tokens of {plan.corpus}, "
+        f"{stats.n} positions, reference {plan.reference.name}"
+    )
+    numbers = (
+        f"mean KL {stats.kl.mean:.4f} ± {stats.kl.stderr:.4f} nats (median {stats.kl_median:.4f}, "
+        f"p99 {stats.kl_p99:.4f}, max {stats.kl_max:.4f}), same top {stats.same_top.mean:.1%}, "
+        f"RMS Δp {stats.delta_p_rms.mean:.1%} ({setup}; {cache})"
+    )
+    summary: dict[str, Any] = {
+        **stats.as_dict(),
+        "reference": plan.reference.name,
+        "reference_hash": plan.reference.hash,
+        "corpus": plan.corpus,
+        "chunks": plan.chunks,
+        "chunk_tokens": plan.chunk_tokens,
+        "top_k": plan.top_k,
+        "cache": cache,
+        "cache_key": dict(key),
+        "switches": box.switches,
+        "candidate_boot_id": box.boot_id,
+    }
+    status = "unjudged"
+    if band is None:
+        text = f"{numbers}; no gates.kld band: not judged"
+    elif band.reference != plan.reference.name or band.top_k != plan.top_k:
+        text = f"{numbers}; the band is for {band.reference} at top-{band.top_k}: not judged"
+    else:
+        ok = stats.kl.mean <= band.max_mean_kl and stats.same_top.mean >= band.min_top1
+        status = "pass" if ok else "fail"
+        text = f"{numbers}; band: KL <= {band.max_mean_kl}, same top >= {band.min_top1:.1%}"
+        summary["band"] = band.model_dump()
+    return Outcome(status, "mean KL", stats.kl.mean, summary, text)
