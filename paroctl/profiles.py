@@ -383,7 +383,7 @@ def _validate(name: str, path: Path, merged: dict[str, Any], origins: Origins) -
         resolved_knobs, knob_errors = knobs_mod.resolve_knobs(registry, raw_knobs)
         problems.extend(_split(e) for e in knob_errors)
     if isinstance(raw_env, dict):
-        vllm_names = knobs_mod.vllm_env_names()
+        vllm_names = knobs_mod.vllm_env_names() or _serve_vllm_env_names(merged)
         problems.extend(_split(e) for e in knobs_mod.check_env(raw_env, vllm_names))
     if body is not None:
         problems.extend(_cross_checks(body, resolved_knobs))
@@ -401,6 +401,23 @@ def _validate(name: str, path: Path, merged: dict[str, Any], origins: Origins) -
         hash=digest,
         registry_digest=registry.digest,
     )
+
+
+def _serve_vllm_env_names(merged: dict[str, Any]) -> frozenset[str] | None:
+    """VLLM_* names from the vLLM a local profile's own interpreter would run, when it exists."""
+    entry = (
+        (merged.get("serve") or {}).get("entrypoint")
+        if isinstance(merged.get("serve"), dict)
+        else None
+    )
+    runtime = merged.get("runtime") if isinstance(merged.get("runtime"), dict) else {}
+    if not isinstance(entry, list) or not entry or not isinstance(entry[0], str):
+        return None
+    if not isinstance(runtime, dict) or runtime.get("engine") != "none":
+        return None
+    venv = Path(expand(entry[0])).parent.parent
+    found = sorted(venv.glob("lib/python3*/site-packages/vllm/envs.py"))
+    return knobs_mod.vllm_env_names(found[0]) if found else None
 
 
 def _cross_checks(body: ProfileBody, knobs: Mapping[str, str]) -> list[tuple[tuple[str, ...], str]]:
