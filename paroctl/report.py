@@ -14,7 +14,7 @@ from typing import Any
 from paroctl import state
 from paroctl.results import Store, headline_numbers
 
-GATE_ORDER = ("sanity", "greedy", "gsm8k", "decode", "prefill", "concurrency")
+GATE_ORDER = ("sanity", "greedy", "gsm8k", "decode", "prefill", "concurrency", "kld")
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,19 @@ def gsm8k_bars(latest: Mapping[str, Mapping[str, Any]]) -> list[Curve]:
     return out
 
 
+def kld_bars(latest: Mapping[str, Mapping[str, Any]]) -> list[Curve]:
+    """Each profile's mean KL against its reference, with ± one standard error."""
+    out = []
+    for profile, runs in sorted(latest.items()):
+        summary = (runs.get("kld") or {}).get("summary") or {}
+        if "kl" in summary:
+            kl, err = float(summary["kl"]), float(summary.get("kl_stderr", 0.0))
+            reference, top_k = summary.get("reference", "?"), summary.get("top_k", "?")
+            label = f"{profile}\nvs {reference}, top-{top_k}"
+            out.append(Curve(label, (0.0,), (kl,), (kl - err,), (kl + err,)))
+    return out
+
+
 def markdown(latest: Mapping[str, Mapping[str, Any]], images: Sequence[str]) -> str:
     """The report text: a verdict table, every profile's numbers, provenance, and the plots."""
     profiles = sorted(latest)
@@ -126,7 +139,9 @@ def _plot(path: Path, title: str, xlabel: str, ylabel: str, data: Sequence[Curve
     plt.close(fig)
 
 
-def _plot_gsm8k(path: Path, bars: Sequence[Curve]) -> None:
+def _plot_bars(
+    path: Path, bars: Sequence[Curve], title: str, ylabel: str, scale: float = 1.0
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -134,13 +149,14 @@ def _plot_gsm8k(path: Path, bars: Sequence[Curve]) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     names = [bar.profile for bar in bars]
-    accs = [bar.ys[0] * 100 for bar in bars]
+    values = [bar.ys[0] * scale for bar in bars]
     errs = [
-        [(bar.ys[0] - bar.lows[0]) * 100 for bar in bars],
-        [(bar.highs[0] - bar.ys[0]) * 100 for bar in bars],
+        [(bar.ys[0] - bar.lows[0]) * scale for bar in bars],
+        [(bar.highs[0] - bar.ys[0]) * scale for bar in bars],
     ]
-    ax.bar(names, accs, yerr=errs, capsize=6)
-    ax.set(title="GSM8K accuracy (Wilson 95% interval)", ylabel="accuracy %", ylim=(0, 100))
+    ax.bar(names, values, yerr=errs, capsize=6)
+    ax.set(title=title, ylabel=ylabel)
+    ax.set_ylim(bottom=0)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -165,8 +181,13 @@ def write_report(store: Store, out_dir: Path, profiles: Sequence[str] | None = N
             _plot(out_dir / name, title, xlabel, ylabel, data)
             images.append(name)
     if bars := gsm8k_bars(latest):
-        _plot_gsm8k(out_dir / "gsm8k.png", bars)
+        _plot_bars(
+            out_dir / "gsm8k.png", bars, "GSM8K accuracy (Wilson 95% interval)", "accuracy %", 100
+        )
         images.append("gsm8k.png")
+    if bars := kld_bars(latest):
+        _plot_bars(out_dir / "kld.png", bars, "KL divergence from the reference (± 1 s.e.)", "nats")
+        images.append("kld.png")
     path = out_dir / "report.md"
     state.atomic_write(path, markdown(latest, images))
     return path

@@ -444,6 +444,10 @@ def headline_numbers(run: Mapping[str, Any]) -> dict[str, float]:
         for point, values in (summary.get("points") or {}).items():
             if "aggregate_tok_s" in values:
                 out[f"tok/s @{point} streams"] = values["aggregate_tok_s"]
+    elif gate == "kld":
+        for key in ("kl", "kl_median", "kl_p99", "same_top"):
+            if key in summary:
+                out[key] = summary[key]
     elif gate in ("greedy", "sanity"):
         for key in ("self_consistent", "prompts", "passed", "required"):
             if key in summary:
