@@ -109,3 +109,48 @@ def test_unaligned_partition_boundary_is_refused() -> None:
     _, prep = _prep(256, [200, 136], 128, torch.bfloat16, b=False)
     with pytest.raises(ValueError, match="multiples of 16"):
         host.linear(prep, torch.randn(2, 256, device="cuda", dtype=torch.bfloat16))
+
+
+@pytest.mark.parametrize("m", [1, 16])
+def test_decode_block_prologue_still_matches(m: int) -> None:
+    from paro_kernels.triton import host
+
+    parts, prep = _prep(1536, [208, 136], 64, torch.bfloat16, b=False)
+    x = torch.randn(m, 1536, generator=torch.Generator().manual_seed(m)).to(torch.bfloat16)
+    y = host.w4a16_linear(
+        x.cuda(), prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales, prep.zeros, prep.bounds, 64
+    )  # no Givens tables: the folded blocks serve decode too
+    assert rel(y, reference(x, parts, 64)) <= 2e-3
+
+
+@pytest.mark.parametrize("m", [1, 7, 16])
+def test_givens_prologue_equals_block_prologue_and_zeroes_workspace(m: int) -> None:
+    from paro_kernels.triton import host
+
+    _, prep = _prep(1024, [512, 128, 128], 128, torch.bfloat16, b=False)
+    x = torch.randn(m, 1024, device="cuda", dtype=torch.bfloat16)
+    ws = torch.full((m, 5000), float("nan"), device="cuda")  # poisoned: every element must clear
+    xr, rs = host.rotate_scale(x, prep.rot_hi, prep.rot_lo, 128, prep.gv_idx, prep.gv_coef, ws)
+    xb, rb = host.rotate_scale(x, prep.rot_hi, prep.rot_lo, 128)
+    assert (ws == 0).all()
+    # Both round the same fp32-exact product to fp16; the blocks carry ~16 bits of the matrix.
+    assert rel(xr.float(), xb.double().cpu()) <= 1e-3
+    assert rel(rs, rb.double().cpu()) <= 1e-3
+
+
+@pytest.mark.parametrize("m", [1, 16])
+def test_decode_configs_of_the_sweep_match(m: int) -> None:
+    from paro_kernels.triton import host
+
+    parts, prep = _prep(2304, [2048, 256], 128, torch.bfloat16, b=False)
+    x = torch.randn(m, 2304, generator=torch.Generator().manual_seed(m)).to(torch.bfloat16)
+    xr, rs = host.rotate_scale(x.cuda(), prep.rot_hi, prep.rot_lo, 128)
+    r = reference(x, parts, 128)
+    for bn in (64, 128, 256):
+        for rowsum, planes in ((False, False), (True, False), (False, True), (True, True)):
+            cfg = host.Config(16, bn, 8, 8 if bn == 256 else 4, 4, rowsum=rowsum, planes=planes)
+            y = host.w4a16_gemm(
+                xr, rs, prep.qweight, prep.scales, prep.zeros, prep.bounds, 128, torch.bfloat16,
+                config=cfg,
+            )  # fmt: skip
+            assert rel(y, r) <= 2e-3, cfg

@@ -74,6 +74,35 @@ def test_aot_prologue_isa(target: str, m: int) -> None:
     _check_report(aot.compile_prologue(target, m, 128), target)
 
 
+@pytest.mark.parametrize("target", ["gfx1201", "sm90"])
+def test_aot_givens_prologue_isa(target: str) -> None:
+    rep = aot.compile_givens(target, 16, 128)
+    assert rep.spills == 0 and rep.scratch == 0 and rep.lds <= rep.lds_limit, rep
+    if target == "gfx1201":
+        assert rep.vgprs <= 256, rep
+
+
+def test_givens_tables_reproduce_the_folded_blocks() -> None:
+    import torch
+    from _triton_cases import merged_layer, runs
+    from paro_kernels.triton import host
+
+    g, k = 64, 256
+    rr = runs(merged_layer(k, [64, 32], g, seed=3, bias=False))
+    idx, coef = host.givens_tables(rr, g)  # type: ignore[misc]
+    x = torch.randn(5, k, dtype=torch.float64)
+    base = (torch.arange(k) // g * g).view(1, k)
+    for p, (_, _, pairs, theta, cs) in enumerate(rr):
+        blocks = host.rotation_blocks(pairs, theta, cs, g)  # [K/G, G, G]
+        want = torch.einsum("mgi,gij->mgj", x.view(5, k // g, g), blocks).reshape(5, k)
+        y = x * coef[p, 0].double()
+        krot = idx.shape[1]
+        for r in range(krot):
+            partner = y[:, (idx[p, r].long() + base)[0]]
+            y = y * coef[p, 1 + r].double() + partner * coef[p, 1 + krot + r].double()
+        assert (y - want).abs().max() <= 1e-5 * want.abs().max()
+
+
 def _check_report(rep: aot.Report, target: str) -> None:
     assert rep.mma, f"no matrix instruction in {rep.name} for {target}"
     assert rep.spills == 0 and rep.scratch == 0, rep

@@ -79,10 +79,11 @@ def compile_gemm(target: str, m: int, n: int, k: int, g: int, zp_rowsum: bool = 
     }  # fmt: skip
     const = {
         "HAS_BIAS": False, "G": g, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n,
-        "SPLIT_K": cfg.split_k, "GROUP_M": cfg.group_m, "ZP_ROWSUM": zp_rowsum,
+        "SPLIT_K": cfg.split_k, "GROUP_M": cfg.group_m, "ZP_ROWSUM": zp_rowsum or cfg.rowsum,
+        "PLANES": cfg.planes and g == 128,
     }  # fmt: skip
     c = _compile(kernels.w4a16_gemm_kernel, sig, const, target, cfg.num_warps, cfg.num_stages)
-    name = "w4a16_gemm_zp_rowsum" if zp_rowsum else "w4a16_gemm"
+    name = "w4a16_gemm_zp_rowsum" if zp_rowsum or cfg.rowsum else "w4a16_gemm"
     return _report(name, target, str(cfg), c)
 
 
@@ -95,3 +96,16 @@ def compile_prologue(target: str, m: int, g: int) -> Report:
     }  # fmt: skip
     c = _compile(kernels.rotate_scale_kernel, sig, {"G": g, "BLOCK_M": block_m}, target, 4, 1)
     return _report("rotate_scale", target, f"BLOCK_M={block_m}", c)
+
+
+def compile_givens(target: str, m: int, g: int, krot: int = 8) -> Report:
+    """Build the decode Givens prologue (no matrix instruction: `mma` reports False)."""
+    block_m = prologue_block_m(m)
+    sig = {
+        "x_ptr": "*bf16", "gi_ptr": "*i32", "gc_ptr": "*fp32", "xr_ptr": "*fp16",
+        "rs_ptr": "*fp32", "ws_ptr": "*fp32", "M": "i32", "K": "i32", "stride_xm": "i32",
+        "ws_numel": "i32",
+    }  # fmt: skip
+    const = {"KROT": krot, "G": g, "BLOCK_M": block_m, "ZERO_BLOCK": 4096}
+    c = _compile(kernels.givens_rotate_kernel, sig, const, target, 4, 1)
+    return _report("givens_rotate", target, f"BLOCK_M={block_m}", c)

@@ -10,7 +10,10 @@ Shape contract of the W4A16 linear (asserted in `w4a16_linear`):
     zeros    [K/G, N]         uint8     zero codes 0..15
     bounds   P - 1 ints       first output column of runs 1.. (strictly increasing, < N)
     bias     [N] or None      any float dtype
+    gv_idx   [P, krot, K]     int32     optional: each channel's group-local partner per layer
+    gv_coef  [P, 2krot+1, K]  fp32      optional: channel scales, cos per layer, signed sin
     -> y     [M, N]           x.dtype
+With gv_idx/gv_coef given, M <= GIVENS_MAX_M rotates by the Givens layers instead of the blocks.
     G in (64, 128); K % G == 0; N % 8 == 0; all tensors on one device.
 """
 
@@ -26,6 +29,13 @@ from .._contract import check_multiple, check_tensor, require
 from ..formats import unpack_awq
 
 DECODE_MAX_M = 16
+# Decode GEMM picks (H200 sweep, kernels/BENCH.md). The Givens prologue serves M <= GIVENS_MAX_M:
+# 0, because on the H200 (2026-11-29) it took 5.2-5.7 us against the blocks' 3.4-4.9 us at decode
+# (8 dependent in-register gathers: latency, not bytes), which its saved memset does not repay.
+DECODE_BLOCK_N = 128
+DECODE_PROGRAMS_PER_SM = 8
+DECODE_ROWSUM = True
+GIVENS_MAX_M = 0
 GROUP_SIZES = (64, 128)
 ACT_DTYPES = (torch.bfloat16, torch.float16)
 
@@ -40,6 +50,8 @@ class Config:
     num_warps: int
     num_stages: int
     group_m: int = 8
+    rowsum: bool = False  # the zero point as the row-sum correction (fewer ALU ops per weight)
+    planes: bool = False  # G = 128 only: 8 K=16 dots per group on the packed words, no reshape
 
 
 @dataclass(frozen=True)
@@ -53,6 +65,8 @@ class Prepared:
     zeros: torch.Tensor
     bounds: tuple[int, ...]
     group_size: int
+    gv_idx: torch.Tensor | None = None
+    gv_coef: torch.Tensor | None = None
 
 
 # --------------------------------------------------------------------------- load-time repack
@@ -102,6 +116,35 @@ def split_hi_lo(rot: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, to
     return hi.contiguous(), (rot - hi.to(torch.float64)).to(dtype).contiguous()
 
 
+def givens_tables(
+    runs: list[tuple[int, int, torch.Tensor, torch.Tensor, torch.Tensor]], group_size: int
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(gv_idx [P, krot, K] int32, gv_coef [P, 2krot+1, K] fp32) for the Givens prologue.
+
+    None when the runs differ in krot (they cannot stack); the blocks then serve every M.
+    """
+    if len({int(r[2].shape[0]) for r in runs}) != 1:
+        return None
+    idxs, coefs = [], []
+    for _, _, pairs, theta, cs in runs:
+        krot, k = pairs.shape
+        ref.check_rotation(pairs.cpu(), theta.cpu(), k, group_size)
+        a, b = ref.pair_indices(pairs.cpu(), group_size)
+        t = theta.cpu().to(torch.float64)
+        idx = torch.empty(krot, k, dtype=torch.int64)
+        idx.scatter_(1, a, b % group_size)
+        idx.scatter_(1, b, a % group_size)
+        cos = torch.empty(krot, k, dtype=torch.float64)
+        sin = torch.empty_like(cos)
+        cos.scatter_(1, a, torch.cos(t))
+        cos.scatter_(1, b, torch.cos(t))
+        sin.scatter_(1, a, torch.sin(t))
+        sin.scatter_(1, b, -torch.sin(t))
+        idxs.append(idx.to(torch.int32))
+        coefs.append(torch.cat([cs.cpu().to(torch.float64).view(1, k), cos, sin]).float())
+    return torch.stack(idxs).contiguous(), torch.stack(coefs).contiguous()
+
+
 def prepare(
     qweight: torch.Tensor,
     qzeros: torch.Tensor,
@@ -119,6 +162,7 @@ def prepare(
     qw, sc, zp = repack_awq(qweight.cpu(), qzeros.cpu(), scales.cpu(), group_size)
     rots = torch.stack([rotation_blocks(p, t, cs, group_size) for _, _, p, t, cs in runs])
     hi, lo = split_hi_lo(rots, dtype)
+    gv = givens_tables(runs, group_size)
     return Prepared(
         hi.to(dev),
         lo.to(dev),
@@ -127,6 +171,8 @@ def prepare(
         zp.to(dev),
         tuple(n0 for n0, _, _, _, _ in runs[1:]),
         group_size,
+        None if gv is None else gv[0].to(dev),
+        None if gv is None else gv[1].to(dev),
     )
 
 
@@ -144,22 +190,20 @@ def pick_config(
 ) -> Config:
     """Launch configuration for an [M, K] x [K, N] GEMM with partition boundaries `bounds`.
 
-    Decode (M <= 16): one 16-row tile, split-K until about two waves of programs are in flight,
-    because the weights alone are the traffic. Above: square-ish tiles; gfx1201's 64 KB LDS
-    caps the tile and the stages.
+    Decode (M <= 16): one 16-row tile and split-K (`_decode_config`), because the weights alone
+    are the traffic. Above: square-ish tiles; gfx1201's 64 KB LDS caps the tile and the stages.
     """
     align = 0
     for b in bounds:
         align = gcd(align, b)
+    if m <= DECODE_MAX_M and not hip:
+        return _decode_config(n, k, g, align, sms)
     bn_max = 64 if m <= DECODE_MAX_M else 128
-    block_n = next(
-        (b for b in (bn_max, 64, 32, 16) if b <= bn_max and (align == 0 or align % b == 0)), 0
-    )
-    require(block_n > 0, "partition boundaries", "multiples of 16", bounds)
+    block_n = _block_n(bn_max, align)
     if m <= DECODE_MAX_M:
         tiles = -(-n // block_n)
         split = max(1, min(k // g, -(-2 * sms // tiles)))
-        return Config(16, block_n, split, 4, 2 if hip else 4)
+        return Config(16, block_n, split, 4, 2)
     if hip:
         # gfx1201 (AOT report): a 64x128 fp32 tile spills at G=128 even with 8 waves.
         return Config(64, min(block_n, 64), 1, 8, 2)
@@ -168,6 +212,28 @@ def pick_config(
         split = max(1, min(k // g // 4, -(-sms // tiles)))
         return Config(64, block_n, split, 4, 3)
     return Config(128, block_n, 1, 8, 3)
+
+
+def _block_n(bn_max: int, align: int) -> int:
+    """Widest tile <= bn_max dividing every partition boundary (blocks never straddle one)."""
+    block_n = next((b for b in (256, 128, 64, 32, 16) if b <= bn_max and align % b == 0), 0)
+    require(block_n > 0, "partition boundaries", "multiples of 16", align)
+    return block_n
+
+
+def _decode_config(n: int, k: int, g: int, align: int, sms: int) -> Config:
+    """Decode (M <= 16) on NVIDIA: the weights are the traffic and the unpack the ALU work.
+
+    H200 sweep (kernels/BENCH.md): 128-wide tiles, the zero point as the row-sum correction and
+    split-K until about 8 programs per SM are in flight (enough loads in flight to cover DRAM
+    latency); splits of fewer than 2 groups lose to the atomics.
+    """
+    block_n = _block_n(DECODE_BLOCK_N, align or DECODE_BLOCK_N)
+    tiles = -(-n // block_n)
+    ngroups = k // g
+    split = max(1, min(ngroups // 2, -(-DECODE_PROGRAMS_PER_SM * sms // tiles)))
+    per = -(-ngroups // split)
+    return Config(16, block_n, -(-ngroups // per), 4, 4, rowsum=DECODE_ROWSUM, planes=g == 128)
 
 
 # --------------------------------------------------------------------------- launches
@@ -179,10 +245,20 @@ def prologue_block_m(m: int) -> int:
 
 
 def rotate_scale(
-    x: torch.Tensor, rot_hi: torch.Tensor, rot_lo: torch.Tensor, group_size: int
+    x: torch.Tensor,
+    rot_hi: torch.Tensor,
+    rot_lo: torch.Tensor,
+    group_size: int,
+    gv_idx: torch.Tensor | None = None,
+    gv_coef: torch.Tensor | None = None,
+    workspace: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fused rotate + channel-scale prologue: x [M, K] -> (xr [P, M, K] fp16, rs [P, M, K/G])."""
-    from .kernels import rotate_scale_kernel
+    """Fused rotate + channel-scale prologue: x [M, K] -> (xr [P, M, K] fp16, rs [P, M, K/G]).
+
+    With the Givens tables it applies the pair rotations (and zeroes `workspace` on the way);
+    otherwise the folded blocks (and `workspace` must be None).
+    """
+    from .kernels import givens_rotate_kernel, rotate_scale_kernel
 
     m, k = x.shape
     p, g = rot_hi.shape[0], group_size
@@ -190,6 +266,17 @@ def rotate_scale(
     rs = torch.empty(p, m, k // g, dtype=torch.float32, device=x.device)
     block_m = prologue_block_m(m)
     grid = (triton_cdiv(m, block_m), k // g, p)
+    if gv_idx is not None and gv_coef is not None:
+        nprog = grid[0] * grid[1] * grid[2]
+        numel = 0 if workspace is None else workspace.numel()
+        zb = 0 if numel == 0 else max(16, 1 << (triton_cdiv(numel, nprog) - 1).bit_length())
+        givens_rotate_kernel[grid](
+            x, gv_idx, gv_coef, xr, rs, workspace if workspace is not None else rs,
+            m, k, x.stride(0), numel,
+            KROT=gv_idx.shape[1], G=g, BLOCK_M=block_m, ZERO_BLOCK=zb, num_warps=4,
+        )  # fmt: skip
+        return xr, rs
+    require(workspace is None, "workspace", "None without the Givens tables", "a tensor")
     rotate_scale_kernel[grid](
         x, rot_hi, rot_lo, xr, rs, m, k, x.stride(0), G=g, BLOCK_M=block_m, num_warps=4
     )
@@ -213,8 +300,12 @@ def w4a16_gemm(
     bias: torch.Tensor | None = None,
     config: Config | None = None,
     zp_rowsum: bool = False,
+    workspace: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The group GEMM on prologue outputs: xr [P, M, K] fp16, rs [P, M, K/G] -> y [M, N]."""
+    """The group GEMM on prologue outputs: xr [P, M, K] fp16, rs [P, M, K/G] -> y [M, N].
+
+    `workspace`: an [M, N] fp32 buffer already zeroed (by the Givens prologue) for split-K.
+    """
     from .kernels import w4a16_gemm_kernel
 
     _, m, k = xr.shape
@@ -222,7 +313,9 @@ def w4a16_gemm(
     cfg = config or pick_config(m, n, k, group_size, bounds, _sm_count(xr.device))
     b = (*bounds, n, n)[:2]
     if cfg.split_k > 1:
-        out = torch.zeros(m, n, dtype=torch.float32, device=xr.device)
+        out = workspace
+        if out is None:
+            out = torch.zeros(m, n, dtype=torch.float32, device=xr.device)
     else:
         out = torch.empty(m, n, dtype=out_dtype, device=xr.device)
     grid = (triton_cdiv(m, cfg.block_m) * triton_cdiv(n, cfg.block_n), cfg.split_k)
@@ -231,7 +324,8 @@ def w4a16_gemm(
         m, n, k, b[0], b[1],
         HAS_BIAS=bias is not None and cfg.split_k == 1, G=group_size,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SPLIT_K=cfg.split_k, GROUP_M=cfg.group_m,
-        ZP_ROWSUM=zp_rowsum, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        ZP_ROWSUM=zp_rowsum or cfg.rowsum, PLANES=cfg.planes and group_size == 128,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     if cfg.split_k > 1:
         if bias is not None:
@@ -250,6 +344,8 @@ def check_linear(
     bounds: tuple[int, ...],
     group_size: int,
     bias: torch.Tensor | None,
+    gv_idx: torch.Tensor | None = None,
+    gv_coef: torch.Tensor | None = None,
 ) -> None:
     """Assert the module docstring's shape/dtype contract."""
     g = group_size
@@ -280,6 +376,15 @@ def check_linear(
     require(len(devs) == 1, "devices", "one device for every tensor", devs)
     for t, name in ((rot_hi, "rot_hi"), (qweight, "qweight"), (scales, "scales")):
         require(t.is_contiguous(), f"{name}", "contiguous", "strided")
+    require((gv_idx is None) == (gv_coef is None), "gv_idx/gv_coef", "both or neither", "one")
+    if gv_idx is not None and gv_coef is not None:
+        check_tensor(gv_idx, "gv_idx", dtype=torch.int32, shape=[p, None, k])
+        krot = gv_idx.shape[1]
+        check_tensor(gv_coef, "gv_coef", dtype=torch.float32, shape=[p, 2 * krot + 1, k])
+        require(gv_idx.device == x.device and gv_coef.device == x.device, "gv devices",
+                "x's device", (gv_idx.device, gv_coef.device))  # fmt: skip
+        for t, name in ((gv_idx, "gv_idx"), (gv_coef, "gv_coef")):
+            require(t.is_contiguous(), f"{name}", "contiguous", "strided")
 
 
 def w4a16_linear(
@@ -292,16 +397,31 @@ def w4a16_linear(
     bounds: tuple[int, ...],
     group_size: int,
     bias: torch.Tensor | None = None,
+    gv_idx: torch.Tensor | None = None,
+    gv_coef: torch.Tensor | None = None,
+    givens_max_m: int = GIVENS_MAX_M,
 ) -> torch.Tensor:
     """y = ((x * cs_p) R_p^T) dequant(Q)^T (+ bias) per column run p; contract in module doc."""
-    check_linear(x, rot_hi, rot_lo, qweight, scales, zeros, bounds, group_size, bias)
-    xr, rs = rotate_scale(x, rot_hi, rot_lo, group_size)
-    return w4a16_gemm(xr, rs, qweight, scales, zeros, bounds, group_size, x.dtype, bias)
+    check_linear(
+        x, rot_hi, rot_lo, qweight, scales, zeros, bounds, group_size, bias, gv_idx, gv_coef
+    )
+    m, k = x.shape
+    n = qweight.shape[1]
+    cfg = pick_config(m, n, k, group_size, bounds, _sm_count(x.device))
+    if m > givens_max_m:
+        gv_idx = gv_coef = None
+    ws = None
+    if gv_idx is not None and cfg.split_k > 1:
+        ws = torch.empty(m, n, dtype=torch.float32, device=x.device)  # zeroed by the prologue
+    xr, rs = rotate_scale(x, rot_hi, rot_lo, group_size, gv_idx, gv_coef, ws)
+    return w4a16_gemm(
+        xr, rs, qweight, scales, zeros, bounds, group_size, x.dtype, bias, cfg, workspace=ws
+    )
 
 
 def linear(prep: Prepared, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """`w4a16_linear` on a `Prepared` layer."""
     return w4a16_linear(
         x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales, prep.zeros, prep.bounds,
-        prep.group_size, bias,
+        prep.group_size, bias, prep.gv_idx, prep.gv_coef,
     )  # fmt: skip

@@ -14,6 +14,16 @@ in fp16, the MMA runs on raw codes, and per group acc += s * (A @ C) - (s * z) *
 rowsum(A) computed by the prologue over exactly the fp16 values the GEMM reads. Dequantization
 never rounds a weight.
 
+Why a second, Givens prologue at decode (M <= 16): the folded hi + lo blocks are 2 * 2 * G * K
+bytes per rotation run (7.8 MB for qkv, 40% of its int4 weights), all of it read to rotate one
+token. Applying the krot layers of pair rotations directly reads (3 * krot + 1) * 4 * K bytes per
+run (~0.5 MB) and computes in fp32 (exact to ~1e-7); each layer is one in-register gather.
+
+Why the nibbles become fp16 by bit pattern: 0x6400 | c is the fp16 value 1024 + c, exact, and
+(1024 + c) - (1024 + z) = c - z is exact too. That replaces two conversions per weight (int -> fp32,
+fp32 -> fp16), quarter-rate on NVIDIA GPUs and the decode GEMM's bottleneck, by integer logic and
+one fp16 subtract; the product by s rounds once to fp16, as the fp32 path did.
+
 Why fp16 rotated activations: with bf16 operands the rounding of the rotated activations alone
 adds ~1.6e-3 relative error (2.35e-3 total, measured against the fp64 reference), fp16 keeps the
 result at the bf16 output-rounding floor (1.7e-3). The prologue saturates at the fp16 range.
@@ -63,6 +73,55 @@ def rotate_scale_kernel(
 
 
 @triton.jit
+def givens_rotate_kernel(
+    x_ptr,  # [M, K] bf16/fp16, rows stride_xm, unit stride along K
+    gi_ptr,  # [P, KROT, K] int32: group-local index of each channel's partner in layer r
+    gc_ptr,  # [P, 2 * KROT + 1, K] fp32: channel scales, then cos per layer, then signed sin
+    xr_ptr,  # [P, M, K] fp16 out: (x * cs_p) R_p^T
+    rs_ptr,  # [P, M, K/G] fp32 out: per-group row sums of the fp16 xr values
+    ws_ptr,  # [ws_numel] fp32 split-K workspace zeroed here (saves a memset launch), or a dummy
+    M,
+    K,
+    stride_xm,
+    ws_numel,
+    KROT: tl.constexpr,
+    G: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    ZERO_BLOCK: tl.constexpr,
+):
+    """One program per (row block, group, partition): scale, then krot layers of pair rotations."""
+    pid_m = tl.program_id(0)
+    g = tl.program_id(1)
+    p = tl.program_id(2)
+    ngroups = K // G
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_g = tl.arange(0, G)
+    m_mask = offs_m < M
+    ch = g * G + offs_g
+    x = tl.load(
+        x_ptr + offs_m[:, None] * stride_xm + ch[None, :], mask=m_mask[:, None], other=0.0
+    ).to(tl.float32)
+    coef = gc_ptr + p * (2 * KROT + 1) * K + ch
+    x = x * tl.load(coef)[None, :]
+    for r in tl.static_range(KROT):
+        # Channel j of a pair (a, b): x_a' = c x_a + s x_b, x_b' = c x_b - s x_a; the host stored
+        # the sign with s, so every channel is c * x_j + s_j * x_partner(j).
+        idx = tl.load(gi_ptr + (p * KROT + r) * K + ch)
+        c = tl.load(coef + (1 + r) * K)
+        s = tl.load(coef + (1 + KROT + r) * K)
+        xp = tl.gather(x, tl.broadcast_to(idx[None, :], (BLOCK_M, G)), 1)
+        x = x * c[None, :] + xp * s[None, :]
+    xr = tl.clamp(x, -FP16_MAX, FP16_MAX).to(tl.float16)
+    row = p * M + offs_m
+    tl.store(xr_ptr + row[:, None] * K + ch[None, :], xr, mask=m_mask[:, None])
+    tl.store(rs_ptr + row * ngroups + g, tl.sum(xr.to(tl.float32), axis=1), mask=m_mask)
+    if ZERO_BLOCK > 0:
+        lin = (p * ngroups + g) * tl.num_programs(0) + pid_m
+        offs_z = lin * ZERO_BLOCK + tl.arange(0, ZERO_BLOCK)
+        tl.store(ws_ptr + offs_z, tl.zeros((ZERO_BLOCK,), tl.float32), mask=offs_z < ws_numel)
+
+
+@triton.jit
 def w4a16_gemm_kernel(
     a_ptr,  # [P, M, K] fp16: rotated activations, one plane per rotation run
     rs_ptr,  # [P, M, K/G] fp32: row sums of `a` per group
@@ -83,6 +142,7 @@ def w4a16_gemm_kernel(
     SPLIT_K: tl.constexpr,
     GROUP_M: tl.constexpr,
     ZP_ROWSUM: tl.constexpr = False,
+    PLANES: tl.constexpr = False,
 ):
     """out[:, n-block] = A_p @ dequant(Q)[:, n-block]; partition p from the boundaries."""
     pid = tl.program_id(0)
@@ -113,27 +173,49 @@ def w4a16_gemm_kernel(
     shifts = (tl.arange(0, 8) * 4)[None, :, None]
     a_rows = (part * M + offs_m).to(tl.int64)
     a_base = a_ptr + a_rows[:, None] * K + offs_k[None, :]
+    a_base16 = a_ptr + a_rows[:, None] * K + (offs_w * 8)[None, :]  # columns 8r (+ j) of a group
     rs_base = rs_ptr + a_rows * ngroups
     q_base = qw_ptr + offs_w[:, None] * N + offs_n[None, :]
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for g in range(g0, g1):
-        a = tl.load(a_base + g * G, mask=m_mask[:, None], other=0.0)
         q = tl.load(q_base + g * (G // 8) * N, mask=n_mask[None, :], other=0)
-        codes = (q[:, None, :] >> shifts) & 0xF
-        codes = tl.reshape(codes, (G, BLOCK_N))
-        s = tl.load(sc_ptr + g * N + offs_n, mask=n_mask, other=0.0).to(tl.float32)
-        z = tl.load(zp_ptr + g * N + offs_n, mask=n_mask, other=0).to(tl.float32)
-        if ZP_ROWSUM:
-            rs = tl.load(rs_base + g, mask=m_mask, other=0.0)
-            d = tl.dot(a, codes.to(tl.float16))
-            acc += d * s[None, :] - rs[:, None] * (s * z)[None, :]
+        s = tl.load(sc_ptr + g * N + offs_n, mask=n_mask, other=0.0)
+        z = tl.load(zp_ptr + g * N + offs_n, mask=n_mask, other=0)
+        if PLANES:
+            # Decode, G = 128: nibble j of the [16, BLOCK_N] words holds rows 8r + j, so the group
+            # is 8 K=16 dots on strided activation columns. Unpacking stays elementwise on the
+            # loaded tile: no [16, 8, N] -> [128, N] reshape (a layout shuffle per weight).
+            d = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            z1024 = z.to(tl.float16) + 1024.0
+            for j in tl.static_range(8):
+                a = tl.load(a_base16 + g * G + j, mask=m_mask[:, None], other=0.0)
+                bits = ((q >> (4 * j)) & 0xF) | 0x6400
+                c1024 = bits.to(tl.int16).to(tl.float16, bitcast=True)
+                if ZP_ROWSUM:
+                    d = tl.dot(a, c1024 - 1024.0, d)
+                else:
+                    acc = tl.dot(a, (c1024 - z1024[None, :]) * s[None, :], acc)
+            if ZP_ROWSUM:
+                rs = tl.load(rs_base + g, mask=m_mask, other=0.0)
+                sf = s.to(tl.float32)
+                acc += d * sf[None, :] - rs[:, None] * (sf * z.to(tl.float32))[None, :]
         else:
-            # fp16 (c - z) * s rounds each weight by <= 2^-11 (far under the bf16 output floor)
-            # and lets the dots chain in the accumulator, which the per-group epilogue above
-            # serializes (measured 0.27x cuBLAS at M=2048 on the H200).
-            w = ((codes.to(tl.float32) - z[None, :]) * s[None, :]).to(tl.float16)
-            acc = tl.dot(a, w, acc)
+            a = tl.load(a_base + g * G, mask=m_mask[:, None], other=0.0)
+            # 0x6400 | c is the fp16 1024 + c (module doc): no int -> float conversion per weight.
+            bits = ((q[:, None, :] >> shifts) & 0xF) | 0x6400
+            c1024 = tl.reshape(bits.to(tl.int16).to(tl.float16, bitcast=True), (G, BLOCK_N))
+            if ZP_ROWSUM:
+                rs = tl.load(rs_base + g, mask=m_mask, other=0.0)
+                d = tl.dot(a, c1024 - 1024.0)  # exact codes
+                sf = s.to(tl.float32)
+                acc += d * sf[None, :] - rs[:, None] * (sf * z.to(tl.float32))[None, :]
+            else:
+                # fp16 (c - z) * s rounds each weight by <= 2^-11 (far under the bf16 output
+                # floor) and lets the dots chain in the accumulator, which the per-group epilogue
+                # above serializes (measured 0.27x cuBLAS at M=2048 on the H200).
+                z1024 = z.to(tl.float16) + 1024.0
+                acc = tl.dot(a, (c1024 - z1024[None, :]) * s[None, :], acc)
 
     out_offs = offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
     mask = m_mask[:, None] & n_mask[None, :]

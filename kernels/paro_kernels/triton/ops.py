@@ -22,11 +22,14 @@ def w4a16_linear(
     bounds: list[int],
     group_size: int,
     bias: torch.Tensor | None = None,
+    gv_idx: torch.Tensor | None = None,
+    gv_coef: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The W4A16 ParoQuant linear (contract: `paro_kernels.triton.host`)."""
     return host.w4a16_linear(
-        x, rot_hi, rot_lo, qweight, scales, zeros, tuple(bounds), group_size, bias
-    )
+        x, rot_hi, rot_lo, qweight, scales, zeros, tuple(bounds), group_size, bias, gv_idx,
+        gv_coef,
+    )  # fmt: skip
 
 
 @w4a16_linear.register_fake
@@ -40,6 +43,8 @@ def _w4a16_linear_fake(
     bounds: list[int],
     group_size: int,
     bias: torch.Tensor | None = None,
+    gv_idx: torch.Tensor | None = None,
+    gv_coef: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Output [M, N] in x.dtype."""
     torch._check(x.dim() == 2 and qweight.dim() == 2)
@@ -50,5 +55,5 @@ def linear(prep: host.Prepared, x: torch.Tensor, bias: torch.Tensor | None = Non
     """The custom op on a `Prepared` layer."""
     return w4a16_linear(
         x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales, prep.zeros,
-        list(prep.bounds), prep.group_size, bias,
+        list(prep.bounds), prep.group_size, bias, prep.gv_idx, prep.gv_coef,
     )  # fmt: skip
