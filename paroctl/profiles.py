@@ -125,20 +125,30 @@ class Boot(_Strict):
 
     expect: tuple[NonEmpty, ...] = ()
     forbid: tuple[NonEmpty, ...] = ()
-    # The one greedy completion a switch sends before it calls a boot good.
+    # The one greedy completion a switch sends before it calls a boot good; sanity_expect is a
+    # case-insensitive substring of the answer, or a regex after `re:`.
     sanity_prompt: NonEmpty = "The capital of France is"
     sanity_expect: NonEmpty = "Paris"
 
     @field_validator("expect", "forbid")
     @classmethod
     def _regexes_compile(cls, lines: tuple[str, ...]) -> tuple[str, ...]:
-        for line in lines:
-            if line.startswith("re:"):
-                try:
-                    re.compile(line[3:])
-                except re.error as exc:
-                    raise ValueError(f"bad regex {line[3:]!r}: {exc}") from exc
-        return lines
+        return tuple(_check_regex(line) for line in lines)
+
+    @field_validator("sanity_expect")
+    @classmethod
+    def _sanity_regex_compiles(cls, line: str) -> str:
+        return _check_regex(line)
+
+
+def _check_regex(line: str) -> str:
+    """A `re:` marker must compile; anything else is a plain substring."""
+    if line.startswith("re:"):
+        try:
+            re.compile(line[3:])
+        except re.error as exc:
+            raise ValueError(f"bad regex {line[3:]!r}: {exc}") from exc
+    return line
 
 
 class Gsm8kBand(_Strict):

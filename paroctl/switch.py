@@ -454,7 +454,11 @@ def _sanity(profile: Profile, client: Client) -> None:
         temperature=0.0,
     )
     text = reply["choices"][0]["text"]
-    if boot_cfg.sanity_expect.lower() not in text.lower():
+    expect = boot_cfg.sanity_expect
+    found = (
+        re.search(expect[3:], text) if expect.startswith("re:") else expect.lower() in text.lower()
+    )
+    if not found:
         raise RuntimeFailure(
             f"sanity completion: {boot_cfg.sanity_prompt!r} -> {text!r}, expected "
             f"{boot_cfg.sanity_expect!r} in it"

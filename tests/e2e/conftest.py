@@ -7,8 +7,9 @@ stopped it.
 
 from __future__ import annotations
 
+import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -94,3 +95,27 @@ def live_cpu_serve(cpu_serve: CpuServe) -> CpuServe:
     """The session's CPU serve, (re)booted if needed."""
     cpu_serve.ensure_up()
     return cpu_serve
+
+
+def corrupt_nibble_order(src: Path, dst: Path) -> None:
+    """Copy src with every qzeros repacked in plain nibble order (qweight stays AWQ order)."""
+    import torch
+    from paro_kernels.formats import AWQ_REVERSE_ORDER, pack_awq, unpack_awq
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(src, dst)
+    for f in dst.glob("*.safetensors"):
+        tensors = load_file(str(f))
+        for key in [k for k in tensors if k.endswith(".qzeros")]:
+            codes = unpack_awq(tensors[key])
+            rows, n = codes.shape
+            # pack_awq puts column ORDER[i] in slot i; pre-permuting by its inverse = plain order
+            plain = codes.view(rows, n // 8, 8)[:, :, list(AWQ_REVERSE_ORDER)].reshape(rows, n)
+            tensors[key] = pack_awq(plain).to(torch.int32)
+        save_file(tensors, str(f), metadata={"format": "pt"})
+
+
+@pytest.fixture(scope="session")
+def nibble_corrupter() -> Callable[[Path, Path], None]:
+    """A checkpoint corrupter for the tests that must see a broken ParoQuant model fail."""
+    return corrupt_nibble_order

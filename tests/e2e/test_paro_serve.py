@@ -10,11 +10,10 @@ Measured numbers are printed (run with -s) and attached to the test report.
 from __future__ import annotations
 
 import math
-import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -254,24 +253,6 @@ def test_kl_vs_bf16_is_small(
 # --------------------------------------------------------------------------- corrupted checkpoint
 
 
-def corrupt_nibble_order(src: Path, dst: Path) -> None:
-    """Copy src with every qzeros repacked in plain nibble order (qweight stays AWQ order)."""
-    import torch
-    from paro_kernels.formats import AWQ_REVERSE_ORDER, pack_awq, unpack_awq
-    from safetensors.torch import load_file, save_file
-
-    shutil.copytree(src, dst)
-    for f in dst.glob("*.safetensors"):
-        tensors = load_file(str(f))
-        for key in [k for k in tensors if k.endswith(".qzeros")]:
-            codes = unpack_awq(tensors[key])
-            rows, n = codes.shape
-            # pack_awq puts column ORDER[i] in slot i; pre-permuting by its inverse = plain order
-            plain = codes.view(rows, n // 8, 8)[:, :, list(AWQ_REVERSE_ORDER)].reshape(rows, n)
-            tensors[key] = pack_awq(plain).to(torch.int32)
-        save_file(tensors, str(f), metadata={"format": "pt"})
-
-
 @pytest.mark.e2e
 def test_wrong_nibble_order_is_rejected_and_much_worse(
     paro_model: Path,
@@ -280,11 +261,12 @@ def test_wrong_nibble_order_is_rejected_and_much_worse(
     demo_parts: DemoParts,
     tmp_path: Path,
     measured: Measured,
+    nibble_corrupter: Callable[[Path, Path], None],
 ) -> None:
     good_kl, _ = mean_kl(bf16_rows, collect(paro_serve.client, paro_serve.served_name))
     stop(paro_serve)  # CPU and memory for the corrupted serve
     bad = tmp_path / "paro-bad-nibbles"
-    corrupt_nibble_order(paro_model, bad)
+    nibble_corrupter(paro_model, bad)
     inspect = subprocess.run(
         [str(demo_parts.python), "-m", "paro_kernels.cli", "inspect", str(bad)],
         capture_output=True,

@@ -33,7 +33,9 @@ def test_switch_between_two_units_and_roll_back(
 
     def go(name: str) -> switch_mod.BootRecord:
         return switch_mod.switch(
-            sd_profiles.load(name), deps, load_profile=profiles.load,
+            sd_profiles.load(name),
+            deps,
+            load_profile=profiles.load,
             timeout_s=sd_env.boot_timeout_s,
         )
 

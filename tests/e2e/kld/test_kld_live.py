@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[3]
 SHARED_DATA = REPO.parent / "shared" / "data"
 ARGS = ("--reference", "cpu-demo", "--chunks", "8", "--chunk-tokens", "128", "--top-k", "20")
-NAMES = ("cpu-demo", "cpu-demo-paro", "cpu-demo-paro-tight")
+NAMES = ("cpu-demo", "cpu-demo-paro", "cpu-demo-paro-corrupt")
 # Run 2 scores the same token ids on the same boot against the stored reference: vLLM CPU prefill
 # is deterministic there, so anything past float dust would mean the reuse is wrong.
 STABLE_NATS = 1e-4
@@ -36,8 +36,12 @@ MEASURED: dict[str, Any] = {}
 
 
 @pytest.fixture(scope="module")
-def box(tmp_path_factory: pytest.TempPathFactory, demo_parts: Any) -> Iterator[dict[str, str]]:
-    """PAROCTL_HOME and a profiles dir for the module: the CPU pair and a tight-band copy."""
+def box(
+    tmp_path_factory: pytest.TempPathFactory,
+    demo_parts: Any,
+    nibble_corrupter: Callable[[Path, Path], None],
+) -> Iterator[dict[str, str]]:
+    """PAROCTL_HOME and a profiles dir for the module: the CPU pair and a corrupted candidate."""
     demo.ensure_plugin(demo_parts.python)
     demo.ensure_smollm2_paro(demo.default_models_dir(), demo_parts.python)
     if not (SHARED_DATA / "wikitext2" / "wiki.test.raw").is_file():
@@ -50,10 +54,16 @@ def box(tmp_path_factory: pytest.TempPathFactory, demo_parts: Any) -> Iterator[d
     (prof_dir / "_cpu.yaml").write_text(base)
     for name in NAMES[:2]:
         (prof_dir / f"{name}.yaml").write_text((REPO / "profiles" / f"{name}.yaml").read_text())
-    tight = yaml.safe_load((REPO / "profiles" / "cpu-demo-paro.yaml").read_text())
-    tight["description"] = "cpu-demo-paro with a KL band no int4 copy can meet"
-    tight["gates"]["kld"]["max_mean_kl"] = 0.01
-    (prof_dir / "cpu-demo-paro-tight.yaml").write_text(yaml.safe_dump(tight))
+    # The int4 checkpoint with its zero points packed in the wrong nibble order (what `paro-quant
+    # inspect` rejects), forced through under the real cpu-demo-paro band.
+    bad_model = root / "models" / "SmolLM2-135M-Instruct-paro-corrupt"
+    nibble_corrupter(demo.paro_model_dir(demo.default_models_dir()), bad_model)
+    corrupt = yaml.safe_load((REPO / "profiles" / "cpu-demo-paro.yaml").read_text())
+    corrupt["description"] = "cpu-demo-paro with a deliberately corrupted checkpoint"
+    corrupt["model"]["path"] = str(bad_model)
+    corrupt["model"]["served_names"] = ["smollm2-paro-corrupt"]
+    corrupt["boot"]["sanity_expect"] = "re:(?s)."  # any text: the KL gate is the judge here
+    (prof_dir / "cpu-demo-paro-corrupt.yaml").write_text(yaml.safe_dump(corrupt))
     env = {
         "PAROCTL_HOME": str(root / "home"),
         "PAROCTL_PROFILES_DIR": str(prof_dir),
@@ -129,11 +139,15 @@ def test_second_run_reuses_the_reference_and_agrees() -> None:
     assert state.read_live()["profile"] == "cpu-demo-paro"  # type: ignore[index]
 
 
-def test_candidate_outside_its_band_exits_1() -> None:
-    _switch("cpu-demo-paro-tight")
+def test_corrupted_checkpoint_gives_a_large_kl_and_fails_the_band() -> None:
+    good = _last_run()["headline"]
+    _switch("cpu-demo-paro-corrupt")
     result = _kld()
-    MEASURED["tight"] = result.output.strip()
+    bad = _last_run()
+    MEASURED["corrupt"] = result.output.strip()
     # The reference's profile, image, stack, corpus and chunking are unchanged: no re-collection.
     assert "reused the stored reference" in result.output
     assert result.exit_code == 1, result.output
-    assert "kld: FAIL" in result.output and "band: KL <= 0.01" in result.output
+    assert "kld: FAIL" in result.output and "band: KL <= 0.4" in result.output
+    assert bad["headline"] > 3 * good, (bad["headline"], good)
+    assert bad["summary"]["same_top"] < 0.2
