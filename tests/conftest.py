@@ -10,6 +10,9 @@ import pytest
 from paroctl import knobs
 
 REPO = Path(__file__).resolve().parents[1]
+# GSM8K and WikiText-2, copied into the repository (tests/data/README.md): no test depends on a
+# directory beside the checkout or on the internet.
+TEST_DATA = REPO / "tests" / "data"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -30,6 +33,7 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[P
     """Every test gets its own PAROCTL_HOME; nothing leaks into the user's real one."""
     home = tmp_path / "home"
     monkeypatch.setenv("PAROCTL_HOME", str(home))
+    monkeypatch.setenv("PAROCTL_DATA_DIR", str(TEST_DATA))
     for name in (
         "PAROCTL_PROFILES_DIR",
         "PAROCTL_KNOB_REGISTRY",

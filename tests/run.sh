@@ -38,4 +38,6 @@ if [ -z "${PAROCTL_SKIP_E2E_SETUP:-}" ]; then
 fi
 
 log "pytest"
+# The venv's tools (hadolint, paroctl) on PATH, as in an activated venv.
+export PATH="$PWD/$VENV/bin:$PATH"
 exec "$VENV/bin/python" -m pytest -m "not gpu" "$@"

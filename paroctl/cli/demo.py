@@ -67,8 +67,8 @@ def demo_setup(venv_dir: Path | None, models_dir: Path | None, dry_run: bool) ->
     "--data-dir",
     type=click.Path(path_type=Path, file_okay=False),
     default=None,
-    help="A directory holding gsm8k/ and wikitext2/ [default: ../shared/data beside the "
-    "repository when present, else $PAROCTL_DATA_DIR or a one-time download].",
+    help="A directory holding gsm8k/ and wikitext2/ [default: $PAROCTL_DATA_DIR, else the "
+    "source checkout's copy (../shared/data or tests/data), else a one-time download].",
 )
 @click.pass_context
 def demo_run(ctx: click.Context, name: str, gates: bool, data_dir: Path | None) -> None:
@@ -86,9 +86,16 @@ def demo_run(ctx: click.Context, name: str, gates: bool, data_dir: Path | None) 
 
 
 def _beside_repo_data() -> Path | None:
-    """The workplace's data copy (../shared/data next to a source checkout), if there is one."""
-    candidate = Path(__file__).resolve().parents[3] / "shared" / "data"
-    return candidate if (candidate / "wikitext2" / "wiki.test.raw").exists() else None
+    """A source checkout's data copy (the workplace's ../shared/data, or tests/data), if any."""
+    from paroctl import state
+
+    if state.env("PAROCTL_DATA_DIR"):
+        return None  # the gates read it themselves
+    repo = Path(__file__).resolve().parents[2]
+    for candidate in (repo.parent / "shared" / "data", repo / "tests" / "data"):
+        if (candidate / "wikitext2" / "wiki.test.raw").exists():
+            return candidate
+    return None
 
 
 def _print_plan(venv_dir: Path, models_dir: Path) -> None:

@@ -21,14 +21,12 @@ if TYPE_CHECKING:
     from ..conftest import CpuServe
 
 REPO = Path(__file__).resolve().parents[3]
-SHARED_DATA = REPO.parent / "shared" / "data"
+SHARED_DATA = REPO / "tests" / "data"  # the repository's copy (tests/data/README.md)
 
 
 @pytest.fixture
 def gate_data(monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The GSM8K and WikiText-2 copies beside the repository, selected via PAROCTL_DATA_DIR."""
-    if not (SHARED_DATA / "gsm8k" / "test.jsonl").is_file():
-        pytest.skip(f"no gate data at {SHARED_DATA}")
+    """The repository's GSM8K and WikiText-2 copies, selected via PAROCTL_DATA_DIR."""
     monkeypatch.setenv("PAROCTL_DATA_DIR", str(SHARED_DATA))
     return SHARED_DATA
 

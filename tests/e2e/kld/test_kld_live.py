@@ -26,7 +26,7 @@ from paroctl.runtime.local import LocalRuntime
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[3]
-SHARED_DATA = REPO.parent / "shared" / "data"
+SHARED_DATA = REPO / "tests" / "data"  # the repository's copy (tests/data/README.md)
 ARGS = ("--reference", "cpu-demo", "--chunks", "8", "--chunk-tokens", "128", "--top-k", "20")
 NAMES = ("cpu-demo", "cpu-demo-paro", "cpu-demo-paro-corrupt")
 # Run 2 scores the same token ids on the same boot against the stored reference: vLLM CPU prefill
@@ -44,8 +44,6 @@ def box(
     """PAROCTL_HOME and a profiles dir for the module: the CPU pair and a corrupted candidate."""
     demo.ensure_plugin(demo_parts.python)
     demo.ensure_smollm2_paro(demo.default_models_dir(), demo_parts.python)
-    if not (SHARED_DATA / "wikitext2" / "wiki.test.raw").is_file():
-        pytest.skip(f"no WikiText-2 at {SHARED_DATA}")
     root = tmp_path_factory.mktemp("kld-box")
     prof_dir = root / "profiles"
     prof_dir.mkdir()
