@@ -48,6 +48,10 @@ def register() -> None:
     from .paroquant import METHOD, ParoQuantConfig
 
     compat.register_config(METHOD, ParoQuantConfig)
+    from . import nvfp4_mxfp4, paroquant_mxfp4
+
+    compat.register_config(paroquant_mxfp4.METHOD, paroquant_mxfp4.ParoMxfp4Config)
+    compat.register_config(nvfp4_mxfp4.METHOD, nvfp4_mxfp4.NvFp4MxFp4Config)
     _registered = True
     logging.getLogger("paro_vllm").debug(
         "paro-vllm %s registered %r on vLLM %s", __version__, METHOD, compat.vllm_version()

@@ -43,13 +43,22 @@ from vllm.model_executor.layers.quantization.base_config import (
     QuantizationConfig,
     QuantizeMethodBase,
 )
-from vllm.model_executor.parameter import GroupQuantScaleParameter, PackedvLLMParameter
+from vllm.model_executor.parameter import (
+    ChannelQuantScaleParameter,
+    GroupQuantScaleParameter,
+    ModelWeightParameter,
+    PackedvLLMParameter,
+    PerTensorScaleParameter,
+)
 
 __all__ = [
+    "ChannelQuantScaleParameter",
     "GroupQuantScaleParameter",
     "LinearBase",
     "LinearMethodBase",
+    "ModelWeightParameter",
     "PackedvLLMParameter",
+    "PerTensorScaleParameter",
     "QuantizationConfig",
     "QuantizeMethodBase",
     "UnquantizedLinearMethod",
@@ -58,6 +67,7 @@ __all__ = [
     "quantized_prefixes",
     "register_config",
     "set_weight_attrs",
+    "tensor_prefixes",
     "vllm_version",
     "weight_loader_v2",
 ]
@@ -123,3 +133,16 @@ def quantized_prefixes(model: str, revision: str | None = None) -> frozenset[str
     if not meta:
         return None
     return frozenset(name[: -len(".qweight")] for name in meta if name.endswith(".qweight"))
+
+
+def tensor_prefixes(model: str, revision: str | None, suffix: str) -> frozenset[str] | None:
+    """Checkpoint prefixes that carry a `<prefix><suffix>` tensor; None when unreadable (L2)."""
+    from vllm.transformers_utils.config import get_safetensors_params_metadata
+
+    try:
+        meta: dict[str, Any] = get_safetensors_params_metadata(model, revision=revision)
+    except Exception:  # any reader failure means "unknown", never a crash at config time
+        return None
+    if not meta:
+        return None
+    return frozenset(name[: -len(suffix)] for name in meta if name.endswith(suffix))
