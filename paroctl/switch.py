@@ -155,6 +155,8 @@ def switch(
             return boot(target, deps, timeout_s=timeout_s)
         except ParoctlError as exc:
             cause = exc.message
+        except (Exception, KeyboardInterrupt) as exc:  # a bug or Ctrl-C still must not strand
+            cause = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         log = _keep_failed_log(target, deps, cause)
         _stop_quietly(target, deps)
         where = f"the failed boot's log: {log}"
@@ -515,7 +517,7 @@ def _previous_profile(
     if not live:
         return None
     try:
-        return load_profile(live["profile"])
+        previous = load_profile(live["profile"])
     except ParoctlError as exc:
         deps.events(
             Event(
@@ -525,6 +527,15 @@ def _previous_profile(
             )
         )
         return None
+    if previous.hash != live.get("hash"):
+        deps.events(
+            Event(
+                "warn",
+                f"{previous.name} changed since it booted; a rollback boots "
+                "the profile as it is now",
+            )
+        )
+    return previous
 
 
 def _record_from_live(live: Mapping[str, Any]) -> BootRecord:
