@@ -3,7 +3,10 @@
 Format (seed log, first section): per projection AWQ-packed `qweight [K, N/8]` / `qzeros [K/G, N/8]`
 int32, `scales [K/G, N]` f16, `pairs [krot, K]` i16 (group-local), `theta [krot, K/2]` f16,
 `channel_scales [1, K]` f16 (pre-inverted); bits=5 adds `qweight_hi [K, N/32]` /
-`qzeros_hi [K/G, N/32]`. Identity: y = ((x * channel_scales) R^T) dequant(Q)^T.
+`qzeros_hi [K/G, N/32]`. Identity: y = act_quant((x * channel_scales) R^T) dequant(Q)^T, with
+act_quant per PARO_ACT_FORMAT / PARO_ACT_SCALE / PARO_DECODE_MAX_M and the zero point per
+PARO_ZP_EPILOGUE on the reference backend (`activations.py` defines them; bf16 = W4A16). The
+Triton backend is W4A16 only; its marker says so.
 
 A merged linear (QKV, gate_up, in_proj_qkvz) holds one rotation per vLLM partition
 ([P, ...] leading axis); identical adjacent rotations are merged into one run at
@@ -13,7 +16,7 @@ process_weights_after_loading, so any P is accepted at create_weights (seed "Tra
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +24,7 @@ import torch
 from torch.nn import Parameter
 
 from . import _vllm_compat as compat
-from . import reference_backend, triton_backend
+from . import activations, reference_backend, triton_backend
 from .knobs import read_env
 
 METHOD = "paroquant"
@@ -29,6 +32,15 @@ BITS = (4, 5)
 GROUP_SIZES = (64, 128)
 CONFIG_KEYS = ("quant_method", "bits", "group_size", "krot")
 QKV_SHARDS = {"q": 0, "k": 1, "v": 2}
+ACT_KNOBS = ("PARO_ACT_FORMAT", "PARO_ACT_SCALE", "PARO_ZP_EPILOGUE", "PARO_DECODE_MAX_M")
+# A config built without knobs (tests, direct use) is the plain W4A16 linear; from_config passes
+# the environment's knobs, whose registry default is fp8.
+W4A16_KNOBS: Mapping[str, str] = {
+    "PARO_ACT_FORMAT": "bf16",
+    "PARO_ACT_SCALE": "token",
+    "PARO_ZP_EPILOGUE": "0",
+    "PARO_DECODE_MAX_M": "64",
+}
 
 log = logging.getLogger("paro_vllm")
 
@@ -46,6 +58,7 @@ class _LoadState:
     unquantized: int = 0  # linear partitions left unquantized
     bits: int = 0
     backend: str = ""
+    act: str = ""  # the activation mode actually served, e.g. "act=int8/group zpe=1"
     emitted: bool = False
     lines: list[str] = field(default_factory=list)
 
@@ -53,14 +66,30 @@ class _LoadState:
 STATE = _LoadState()
 
 
-def marker_line(backend: str, bits: int, quantized: int, total: int) -> str:
-    """The boot marker profiles expect (`paro-vllm: method=paroquant ...`)."""
+def marker_line(backend: str, bits: int, quantized: int, total: int, act: str = "") -> str:
+    """The boot marker profiles expect (`paro-vllm: method=paroquant ...`), act mode last.
+
+    The act fields come after `version=` so existing expect lines keep matching.
+    """
     from . import __version__
 
-    return (
+    line = (
         f"paro-vllm: method={METHOD} backend={backend} bits={bits} "
         f"layers={quantized}/{total} version={__version__}"
     )
+    return f"{line} {act}" if act else line
+
+
+def act_label(knobs: Mapping[str, str], backend: str) -> str:
+    """The served activation mode for the marker: `act=<format>[/<scale>] zpe=<0|1>`.
+
+    The scale is PARO_ACT_SCALE, the granularity above the decode band (the band is always
+    per-group). The Triton backend is W4A16 whatever the knobs say.
+    """
+    fmt = "bf16" if backend == "triton" else knobs["PARO_ACT_FORMAT"]
+    zpe = "0" if backend == "triton" else knobs["PARO_ZP_EPILOGUE"]
+    scale = "" if fmt == "bf16" else f"/{knobs['PARO_ACT_SCALE']}"
+    return f"act={fmt}{scale} zpe={zpe}"
 
 
 def _maybe_emit_marker() -> None:
@@ -69,7 +98,11 @@ def _maybe_emit_marker() -> None:
     if STATE.emitted or STATE.processed < STATE.created:
         return
     line = marker_line(
-        STATE.backend, STATE.bits, STATE.projections, STATE.projections + STATE.unquantized
+        STATE.backend,
+        STATE.bits,
+        STATE.projections,
+        STATE.projections + STATE.unquantized,
+        STATE.act,
     )
     STATE.emitted = True
     STATE.lines.append(line)
@@ -133,17 +166,20 @@ class ParoQuantConfig(compat.QuantizationConfig):
         krot: int,
         backend: str = "reference",
         quantized: frozenset[str] | None = None,
+        knobs: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__()
         self.bits, self.group_size, self.krot = bits, group_size, krot
         self.backend = backend
+        # The activation knobs (ACT_KNOBS); read per call by apply(), as in paroquant_mxfp4.
+        self.knobs = dict(W4A16_KNOBS if knobs is None else knobs)
         # Checkpoint prefixes with a `.qweight`; None = unknown (then every linear is quantized).
         self.quantized = quantized
 
     def __repr__(self) -> str:
         return (
             f"ParoQuantConfig(bits={self.bits}, group_size={self.group_size}, "
-            f"krot={self.krot}, backend={self.backend})"
+            f"krot={self.krot}, backend={self.backend}, {act_label(self.knobs, self.backend)})"
         )
 
     @classmethod
@@ -174,7 +210,16 @@ class ParoQuantConfig(compat.QuantizationConfig):
         if extra:
             log.warning("paro-vllm: ignoring quantization_config keys %s", extra)
         knobs = read_env()
-        return cls(bits, gs, krot, backend=resolve_backend(knobs["PARO_BACKEND"]))
+        backend = resolve_backend(knobs["PARO_BACKEND"])
+        if backend == "triton" and knobs["PARO_ACT_FORMAT"] != "bf16":
+            log.warning(
+                "paro-vllm: PARO_BACKEND=triton serves bf16 activations (W4A16); "
+                "PARO_ACT_FORMAT=%s / PARO_ACT_SCALE / PARO_ZP_EPILOGUE apply to the reference "
+                "backend only",
+                knobs["PARO_ACT_FORMAT"],
+            )
+        act = {k: knobs[k] for k in ACT_KNOBS}
+        return cls(bits, gs, krot, backend=backend, knobs=act)
 
     def maybe_update_config(self, model_name: str, hf_config: Any = None, revision: Any = None):
         """Learn which linears the checkpoint quantizes (tensor names are the truth)."""
@@ -355,6 +400,7 @@ class ParoQuantLinearMethod(compat.LinearMethodBase):
         STATE.created += 1
         STATE.bits = cfg.bits
         STATE.backend = cfg.backend
+        STATE.act = act_label(cfg.knobs, cfg.backend)
 
     def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
         """Check the loaded rotations, merge identical runs, repack once for the backend."""
@@ -396,6 +442,7 @@ class ParoQuantLinearMethod(compat.LinearMethodBase):
             cfg.group_size,
             _data(layer, "qweight_hi"),
             _data(layer, "qzeros_hi"),
+            zp_epilogue=cfg.knobs["PARO_ZP_EPILOGUE"] == "1",
         )
         layer.paro_n = sum(sizes)
         STATE.processed += 1
@@ -404,11 +451,14 @@ class ParoQuantLinearMethod(compat.LinearMethodBase):
     def apply(
         self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """y = ((x * cs) R^T) dequant(Q)^T (+ bias): flatten to 2-D, backend, restore the shape."""
+        """y = act_quant((x * cs) R^T) dequant(Q)^T (+ bias): 2-D, backend, restore the shape."""
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
         if getattr(layer, "paro_triton", None) is not None:
             y = triton_backend.apply(layer.paro_triton, x2.contiguous(), bias)
         else:
-            y = reference_backend.apply(layer.paro_runs, x2, bias)
+            cfg = self.quant_config
+            # Per call: the token count picks the decode band (per-group) or PARO_ACT_SCALE.
+            act = activations.act_config(cfg.knobs, x2.shape[0], cfg.group_size)
+            y = reference_backend.apply(layer.paro_runs, x2, bias, act)
         return y.reshape(*shape[:-1], layer.paro_n)

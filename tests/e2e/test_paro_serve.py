@@ -38,7 +38,7 @@ PROFILE = "cpu-demo-paro"
 CHUNKS, CHUNK_CHARS, TOP_K = 8, 600, 20
 DECODE_TOKENS = 64
 BOOT_TIMEOUT_S = 300.0
-SHARED_DATA = Path(__file__).resolve().parents[2] / "data"  # tests/data: the repository's copy
+SHARED_DATA = Path(__file__).resolve().parents[1] / "data"  # tests/data: the repository's copy
 MARKER = "paro-vllm: method=paroquant backend=reference bits=4 layers=210/210 version="
 
 LogprobRow = Mapping[int, float]
