@@ -58,13 +58,14 @@ def test_stale_live_pointer_is_refused(
     assert "the live pointer is stale" in result.output
 
 
-def test_gsm8k_records_every_question_and_judges_the_band(live: CpuServe) -> None:
+def test_gsm8k_records_every_question_unjudged_without_a_band(live: CpuServe) -> None:
     result = _gate("gsm8k", "--limit", "8", "--concurrency", "8")
     run = _only_run("gsm8k")
     s = run["summary"]
-    # The shipped band (lower bound >= 0.0001) needs one right answer of 8; 135M rarely has one.
-    assert result.exit_code == (0 if run["status"] == "pass" else 1), result.output
-    assert run["status"] in ("pass", "fail")
+    # cpu-demo has no GSM8K floor (a 135M model scores ~0-3%): the run is scored, recorded and
+    # reported as unjudged, exit 0.
+    assert result.exit_code == 0, result.output
+    assert run["status"] == "unjudged"
     assert len(run["items"]) == 8 and s["answered"] == 8 and s["errors"] == 0
     assert sorted(i["index"] for i in run["items"]) == list(range(8))
     assert {i["outcome"] for i in run["items"]} <= {"correct", "wrong", "invalid", "truncated"}
@@ -94,7 +95,7 @@ def test_gsm8k_completions_mode_and_resume_after_a_crash(live: CpuServe) -> None
     result = run_gate("gsm8k", {"limit": 99}, progress=progress, resume=crashed["run_id"][:20])
     assert progress.started == [(4, 2)]  # the stored options win; only the missing 2 are asked
     done = _only_run("gsm8k")
-    assert result.run_id == crashed["run_id"] and done["status"] in ("pass", "fail")
+    assert result.run_id == crashed["run_id"] and done["status"] == "unjudged"
     assert sorted(i["index"] for i in done["items"]) == [0, 1, 2, 3]
     assert done["summary"]["mode"] == "completions"
 
@@ -169,7 +170,7 @@ def test_faults_through_a_real_proxy_lose_no_item(
     result = run_gate("gsm8k", opts)
     run = _only_run("gsm8k")
     assert sorted(i["index"] for i in run["items"]) == list(range(6))  # no item lost
-    assert run["summary"]["errors"] == 0 and result.status in ("pass", "fail")
+    assert run["summary"]["errors"] == 0 and result.status == "unjudged"
     assert proxy.injected == Counter({"drop": 1, "reset": 1, "503": 2, "slow": 1, "stall": 1})
     recorded = Counter(f.split(":")[0].split(" ")[0] for i in run["items"] for f in i["faults"])
     # Every injected fault is accounted for (slow is not a fault: it answered, late).
