@@ -23,7 +23,7 @@ import torch
 from . import _vllm_compat as compat
 from . import activations
 from .knobs import read_env
-from .paroquant import resolve_backend
+from .paroquant import TorchConfigBase, resolve_backend
 
 METHOD = "nvfp4_mxfp4"
 CT_METHOD = "compressed-tensors"
@@ -95,7 +95,7 @@ def _has_input_scales(cfg: dict[str, Any]) -> bool:
     return any((g or {}).get("input_activations") for g in groups)
 
 
-class NvFp4MxFp4Config(compat.QuantizationConfig):
+class NvFp4MxFp4Config(TorchConfigBase):
     """Loads compressed-tensors NVFP4 (+ FP8 per-channel, bf16) linears and serves them as MXFP4."""
 
     def __init__(
@@ -119,21 +119,6 @@ class NvFp4MxFp4Config(compat.QuantizationConfig):
     def get_name(cls) -> str:
         """The method name (--quantization, or claimed from compressed-tensors by the knob)."""
         return METHOD
-
-    @classmethod
-    def get_supported_act_dtypes(cls) -> list[torch.dtype]:
-        """Activation dtypes the linear accepts."""
-        return [torch.bfloat16, torch.float16, torch.float32]
-
-    @classmethod
-    def get_min_capability(cls) -> int:
-        """No GPU capability floor: the reference backend is plain torch."""
-        return 0
-
-    @staticmethod
-    def get_config_filenames() -> list[str]:
-        """The config lives inside config.json (quantization_config)."""
-        return []
 
     @classmethod
     def override_quantization_method(

@@ -156,7 +156,27 @@ def parse_config(config: dict[str, Any]) -> tuple[int, int, int]:
     return int(bits), int(gs), int(krot)  # type: ignore[arg-type]
 
 
-class ParoQuantConfig(compat.QuantizationConfig):
+class TorchConfigBase(compat.QuantizationConfig):
+    """What every paro-vllm method answers the same: torch activations, no GPU capability floor,
+    the config inside config.json. The methods subclass this instead of repeating it."""
+
+    @classmethod
+    def get_supported_act_dtypes(cls) -> list[torch.dtype]:
+        """Activation dtypes the linear accepts."""
+        return [torch.bfloat16, torch.float16, torch.float32]
+
+    @classmethod
+    def get_min_capability(cls) -> int:
+        """No GPU capability floor: the reference backend is plain torch."""
+        return 0
+
+    @staticmethod
+    def get_config_filenames() -> list[str]:
+        """The config lives inside config.json (quantization_config)."""
+        return []
+
+
+class ParoQuantConfig(TorchConfigBase):
     """z-lab ParoQuant: int4/int5 asymmetric group weights + grouped Givens rotations."""
 
     def __init__(
@@ -186,21 +206,6 @@ class ParoQuantConfig(compat.QuantizationConfig):
     def get_name(cls) -> str:
         """The method name in checkpoints and --quantization."""
         return METHOD
-
-    @classmethod
-    def get_supported_act_dtypes(cls) -> list[torch.dtype]:
-        """Activation dtypes the linear accepts."""
-        return [torch.bfloat16, torch.float16, torch.float32]
-
-    @classmethod
-    def get_min_capability(cls) -> int:
-        """No GPU capability floor: the reference backend is plain torch."""
-        return 0
-
-    @staticmethod
-    def get_config_filenames() -> list[str]:
-        """z-lab keeps the config inside config.json (quantization_config)."""
-        return []
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> ParoQuantConfig:

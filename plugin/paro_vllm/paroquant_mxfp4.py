@@ -19,7 +19,7 @@ import torch
 from . import _vllm_compat as compat
 from . import activations, reference_backend
 from .knobs import read_env
-from .paroquant import resolve_backend, rotation_loader, rotation_runs
+from .paroquant import TorchConfigBase, resolve_backend, rotation_loader, rotation_runs
 
 METHOD = "paroquant_mxfp4"
 GROUP_SIZES = (32, 64, 128)
@@ -84,7 +84,7 @@ def parse_config(config: dict[str, Any]) -> tuple[int, int]:
     return int(gs), int(krot)  # type: ignore[arg-type]
 
 
-class ParoMxfp4Config(compat.QuantizationConfig):
+class ParoMxfp4Config(TorchConfigBase):
     """MXFP4 weights (e2m1 + e8m0/32) behind z-lab grouped Givens rotations."""
 
     def __init__(
@@ -108,21 +108,6 @@ class ParoMxfp4Config(compat.QuantizationConfig):
     def get_name(cls) -> str:
         """The method name in checkpoints and --quantization."""
         return METHOD
-
-    @classmethod
-    def get_supported_act_dtypes(cls) -> list[torch.dtype]:
-        """Activation dtypes the linear accepts."""
-        return [torch.bfloat16, torch.float16, torch.float32]
-
-    @classmethod
-    def get_min_capability(cls) -> int:
-        """No GPU capability floor: the reference backend is plain torch."""
-        return 0
-
-    @staticmethod
-    def get_config_filenames() -> list[str]:
-        """The config lives inside config.json (quantization_config)."""
-        return []
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> ParoMxfp4Config:
