@@ -7,6 +7,7 @@ import shutil
 import sys
 import zipfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from paroctl import proc, state
@@ -287,25 +288,43 @@ def paro_model_dir(models_dir: Path) -> Path:
 
 def rtn_command(python: Path, src: Path, dst: Path) -> tuple[str, ...]:
     """The `paro-quant rtn` command (run in the venv) that makes the ParoQuant demo model."""
-    return (str(python), "-m", "paro_kernels.cli", "rtn", str(src), str(dst), *PARO_RTN_ARGS)
+    return quant_command(python, "rtn", src, dst, PARO_RTN_ARGS)
 
 
-def ensure_smollm2_paro(models_dir: Path, python: Path, progress: Progress | None = None) -> Path:
-    """RTN-quantize the bf16 demo model to ParoQuant int4 g64 once (needs ensure_plugin first)."""
-    out = paro_model_dir(models_dir)
+def quant_command(
+    python: Path, verb: str, src: Path, dst: Path, args: tuple[str, ...]
+) -> tuple[str, ...]:
+    """A `paro-quant <verb> SRC DST ARGS...` command run with the venv's interpreter."""
+    return (str(python), "-m", "paro_kernels.cli", verb, str(src), str(dst), *args)
+
+
+def _ensure_quantized(
+    models_dir: Path,
+    python: Path,
+    name: str,
+    verb: str,
+    args: tuple[str, ...],
+    progress: Progress | None,
+) -> Path:
+    """Build models_dir/name from the bf16 demo model with `paro-quant verb` once (atomic swap)."""
+    out = models_dir / name
     if _ready(out):
         _report(progress, f"model ready: {out}")
         return out
     src = model_dir(models_dir)
     if not _ready(src):
         raise RuntimeFailure(f"{src}: the bf16 demo model is not ready (run ensure_smollm2 first)")
-    staged = models_dir / f".{PARO_MODEL_NAME}.partial"
+    staged = models_dir / f".{name}.partial"
     shutil.rmtree(staged, ignore_errors=True)
     try:
-        _report(progress, f"paro-quant rtn {src.name} -> {out.name}")
-        proc.run(rtn_command(python, src, staged), timeout=RTN_TIMEOUT_S, env=_child_env())
-        (staged / MARKER).unlink(missing_ok=True)  # rtn copies the source's marker along
-        _mark_ready(staged, {"source": src.name, "rtn": " ".join(PARO_RTN_ARGS)})
+        _report(progress, f"paro-quant {verb} {src.name} -> {out.name}")
+        proc.run(
+            quant_command(python, verb, src, staged, args),
+            timeout=RTN_TIMEOUT_S,
+            env=_child_env(),
+        )
+        (staged / MARKER).unlink(missing_ok=True)  # the builders copy the source's marker along
+        _mark_ready(staged, {"source": src.name, verb: " ".join(args)})
         shutil.rmtree(out, ignore_errors=True)
         staged.replace(out)
     finally:
@@ -313,6 +332,82 @@ def ensure_smollm2_paro(models_dir: Path, python: Path, progress: Progress | Non
     return out
 
 
+def ensure_smollm2_paro(models_dir: Path, python: Path, progress: Progress | None = None) -> Path:
+    """RTN-quantize the bf16 demo model to ParoQuant int4 g64 once (needs ensure_plugin first)."""
+    return _ensure_quantized(models_dir, python, PARO_MODEL_NAME, "rtn", PARO_RTN_ARGS, progress)
+
+
 def paro_model_ready(models_dir: Path) -> bool:
     """Whether ensure_smollm2_paro already finished under models_dir."""
     return _ready(paro_model_dir(models_dir))
+
+
+# --------------------------------------------------------------------------- the other formats
+
+
+@dataclass(frozen=True)
+class FormatCopy:
+    """One more quantized copy of the demo model: its directory name and paro-quant recipe."""
+
+    key: str
+    name: str
+    verb: str
+    args: tuple[str, ...]
+
+
+# The seed's unsloth NVFP4 checkpoint is mixed (FP8 attention and late MLPs, bf16 in_proj_a/b):
+# SmolLM2's copy mirrors it (attention + MLPs 26-29 FP8, layer 0's down_proj bf16 and ignored)
+# so every routing branch of the load-time requant runs. Build times measured 2026-11-29 on the
+# 2-core dev box (shared): int5 22 s, MXFP4-PARO 39 s, NVFP4 14 s.
+FORMAT_COPIES = (
+    FormatCopy(
+        "int5",
+        f"{MODEL_NAME}-paro-int5-g64",
+        "rtn",
+        ("--bits", "5", "--group-size", "64", "--krot", "8", "--rotation", "random"),
+    ),
+    FormatCopy(
+        "mxfp4",
+        f"{MODEL_NAME}-paro-mxfp4-g64",
+        "mxfp4",
+        ("--group-size", "64", "--krot", "8", "--exp", "mse"),
+    ),
+    FormatCopy(
+        "nvfp4",
+        f"{MODEL_NAME}-nvfp4",
+        "nvfp4",
+        ("--fp8", r"self_attn\.|layers\.2[6-9]\.mlp\.", "--bf16", r"layers\.0\.mlp\.down_proj"),
+    ),
+)
+
+
+def format_copy(key: str) -> FormatCopy:
+    """The FORMAT_COPIES entry for key (int5 | mxfp4 | nvfp4)."""
+    for copy in FORMAT_COPIES:
+        if copy.key == key:
+            return copy
+    raise RuntimeFailure(f"no demo format {key!r}; known: {[c.key for c in FORMAT_COPIES]}")
+
+
+def format_model_dir(models_dir: Path, key: str) -> Path:
+    """Where ensure_format_copy puts the copy named by key."""
+    return models_dir / format_copy(key).name
+
+
+def format_model_ready(models_dir: Path, key: str) -> bool:
+    """Whether ensure_format_copy already finished for key under models_dir."""
+    return _ready(format_model_dir(models_dir, key))
+
+
+def format_command(python: Path, models_dir: Path, key: str) -> tuple[str, ...]:
+    """The paro-quant command that builds the copy named by key (for running and --dry-run)."""
+    c = format_copy(key)
+    return quant_command(python, c.verb, model_dir(models_dir), models_dir / c.name, c.args)
+
+
+def ensure_format_copy(
+    models_dir: Path, python: Path, key: str, progress: Progress | None = None
+) -> Path:
+    """Build the int5 / MXFP4-PARO / NVFP4 copy of the demo model once (needs ensure_plugin)."""
+    c = format_copy(key)
+    return _ensure_quantized(models_dir, python, c.name, c.verb, c.args, progress)

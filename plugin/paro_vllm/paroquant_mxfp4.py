@@ -3,9 +3,11 @@
 Format (seed log 2026-09-08): per projection `weight [N, K/2]` u8 (two e2m1 codes per byte, low
 nibble = even column), `weight_scale [N, K/32]` u8 e8m0, and the z-lab rotation tensors
 `pairs [krot, K]` i16, `theta [krot, K/2]` f16, `channel_scales [1, K]` f16.
-Identity: y = act_quant((x * channel_scales) R^T) dequant(W)^T; activations per PARO_ACT_FORMAT /
-PARO_ACT_SCALE (the served MXFP4-PARO default is fp8 e4m3 per token). MXFP4 is symmetric, so
-PARO_ZP_EPILOGUE has nothing to act on here.
+Identity: y = act_quant((x * channel_scales) R^T) dequant(W)^T; activations per PARO_ACT_FORMAT,
+always with per-token scales (the seed's MXFP4 producer is rotate + token-quant at every M;
+PARO_ACT_SCALE and the decode band are the int4/int5 kernels' knobs). MXFP4 is symmetric, so
+PARO_ZP_EPILOGUE has nothing to act on here. Backends: the fp32 reference (CPU), or with
+PARO_BACKEND=triton the `paro::mx_linear` kernels (mx_triton_backend; fp8 or bf16 activations).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 import torch
 
 from . import _vllm_compat as compat
-from . import activations, reference_backend
+from . import activations, mx_triton_backend, reference_backend
 from .knobs import read_env
 from .paroquant import TorchConfigBase, resolve_backend, rotation_loader, rotation_runs
 
@@ -47,12 +49,16 @@ MARKERS: list[str] = []
 
 
 def marker_line(backend: str, act: str, quantized: int, total: int) -> str:
-    """The boot marker profiles expect (`paro-vllm: method=paroquant_mxfp4 ...`)."""
+    """The boot marker profiles expect (`paro-vllm: method=paroquant_mxfp4 ...`), with the layers
+    by kind: MXFP4 (`from=`), left bf16 on vLLM's unquantized path (`kept=`), and the lm_head,
+    which this method never claims (not a linear) and so is always bf16."""
     from . import __version__
 
+    kept = f"bf16:{total - quantized}" if total > quantized else "none"
     return (
         f"paro-vllm: method={METHOD} backend={backend} act={act} "
-        f"layers={quantized}/{total} version={__version__}"
+        f"layers={quantized}/{total} from=mxfp4:{quantized} kept={kept} lm_head=bf16 "
+        f"version={__version__}"
     )
 
 
@@ -230,19 +236,27 @@ class ParoMxfp4LinearMethod(compat.LinearMethodBase):
                 check_rotation(layer.pairs.data[p], layer.theta.data[p], k, cfg.group_size)
             except ValueError as e:
                 raise ValueError(f"paro-vllm: {prefix} partition {p}: {e}") from e
-        # fp32 W^T: e2m1 * 2**e is exact in fp32 (only the scale range could be exceeded).
-        wt = mxfp4_dequantize(layer.weight.data, layer.weight_scale.data).float().t()
         runs = rotation_runs(layer.pairs.data, layer.theta.data, layer.channel_scales.data, sizes)
-        layer.paro_runs = tuple(
-            reference_backend.Run(
-                n0,
-                n1,
-                reference_backend.rotation_blocks(p, t, cs, cfg.group_size),
-                wt[:, n0:n1].contiguous(),
-            )
-            for n0, n1, p, t, cs in runs
-        )
         layer.paro_n = sum(sizes)
+        layer.paro_mx = None
+        if cfg.backend == "triton":
+            why = mx_triton_backend.supported(cfg.knobs["PARO_ACT_FORMAT"], sizes, len(runs))
+            if why is not None:
+                raise ValueError(f"paro-vllm: {prefix}: PARO_BACKEND=triton: {why}")
+            dtype = getattr(layer, "params_dtype", None) or torch.bfloat16
+            layer.paro_mx = mx_triton_backend.prepare(
+                layer.weight.data, layer.weight_scale.data, runs, cfg.group_size, dtype
+            )
+        else:
+            # fp32 W^T: e2m1 * 2**e is exact in fp32 (only the scale range could be exceeded).
+            wt = mxfp4_dequantize(layer.weight.data, layer.weight_scale.data).float().t()
+            layer.paro_runs = tuple(
+                reference_backend.Run(
+                    n0, n1, reference_backend.rotation_blocks(p, t, cs, cfg.group_size),
+                    wt[:, n0:n1].contiguous(),
+                )
+                for n0, n1, p, t, cs in runs
+            )  # fmt: skip
         STATE.processed += 1
         STATE.partitions += len(sizes)
         _maybe_emit_marker()
@@ -250,13 +264,17 @@ class ParoMxfp4LinearMethod(compat.LinearMethodBase):
     def apply(
         self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """y = act_quant((x * cs) R^T) W^T (+ bias): flatten to 2-D, reference, restore shape."""
+        """y = act_quant((x * cs) R^T) W^T (+ bias): flatten to 2-D, backend, restore shape."""
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
-        cfg = activations.act_config(
-            self.quant_config.knobs, x2.shape[0], self.quant_config.group_size
-        )
-        y = apply_runs(layer.paro_runs, x2, bias, cfg)
+        knobs = self.quant_config.knobs
+        if getattr(layer, "paro_mx", None) is not None:
+            y = mx_triton_backend.apply(
+                layer.paro_mx, x2.contiguous(), bias, knobs["PARO_ACT_FORMAT"]
+            )
+        else:
+            cfg = activations.token_act_config(knobs, self.quant_config.group_size)
+            y = apply_runs(layer.paro_runs, x2, bias, cfg)
         return y.reshape(*shape[:-1], layer.paro_n)
 
 

@@ -45,3 +45,48 @@ def rel(y: torch.Tensor, r: torch.Tensor) -> float:
     """Frobenius relative error against the reference; NaN never passes."""
     e = ((y.cpu().double() - r).norm() / r.norm()).item()
     return e if e == e else float("inf")
+
+
+# --------------------------------------------------------------------------- W4A8 / W5A8
+
+
+def merged_layer_bits(k: int, sizes: list[int], g: int, bits: int, seed: int) -> list[Layer]:
+    """One random int4/int5 layer per output partition (each with its own rotation)."""
+    from _paro_fixtures import random_layer as rl
+
+    return [rl(k, n, g, bits=bits, seed=seed + 7 * i, bias=True) for i, n in enumerate(sizes)]
+
+
+def hi_planes(parts: list[Layer]) -> dict[str, torch.Tensor]:
+    """The merged fifth-bit planes (keyword arguments of `host.prepare`), {} for int4."""
+    if parts[0].qweight_hi is None:
+        return {}
+    return {
+        a: torch.cat([getattr(layer, a) for layer in parts], 1) for a in ("qweight_hi", "qzeros_hi")
+    }
+
+
+def reference_a8(
+    x: torch.Tensor, parts: list[Layer], g: int, bits: int, fmt: str, scale: str
+) -> torch.Tensor:
+    """fp64 W4A8/W5A8 reference of the merged linear (acts quantized by the plugin's rules)."""
+    outs = [
+        ref.paro_linear_a8_ref(x.cpu(), *p.args(), fmt, scale, bits, g, p.bias, **p.hi())
+        for p in parts
+    ]
+    return torch.cat(outs, dim=-1)
+
+
+def exact_gemm(
+    q: torch.Tensor, asc: torch.Tensor, parts: list[Layer], g: int, bits: int
+) -> torch.Tensor:
+    """fp64 GEMM of the kernel's own codes and scales with the exact weights (+ bias)."""
+    outs = []
+    for i, p in enumerate(parts):
+        qi, ai = q[i].cpu().double(), asc[i].cpu().double()
+        m, k = qi.shape
+        xq = (qi.view(m, k // g, g) * ai.unsqueeze(-1)).view(m, k)
+        w = ref.dequantize(p.qweight, p.qzeros, p.scales, bits, g, **p.hi())
+        y = xq @ w.t()
+        outs.append(y if p.bias is None else y + p.bias.double())
+    return torch.cat(outs, dim=-1)

@@ -224,7 +224,7 @@ def test_marker_shows_the_served_activation_mode(built: dict[Any, Any]) -> None:
         (_knobs(), "reference", "act=fp8/token zpe=0"),  # the registry defaults
         (_knobs("int8", "group", "1"), "reference", "act=int8/group zpe=1"),
         (_knobs("bf16", "token", "1"), "reference", "act=bf16 zpe=1"),
-        (_knobs("int8", "group", "1"), "triton", "act=bf16 zpe=0"),  # W4A16 kernels only
+        (_knobs("int8", "group", "1"), "triton", "act=int8/group zpe=1"),  # W4A8 kernels
     ],
 )
 def test_act_label(knobs: dict, backend: str, label: str) -> None:

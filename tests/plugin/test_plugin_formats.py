@@ -272,9 +272,12 @@ def test_mxfp4_boot_marker_counts_every_partition(mx_layers: dict[str, Any]) -> 
     from paro_vllm.paroquant_mxfp4 import marker_line
 
     assert mx_layers["markers"] == [
-        "paro-vllm: method=paroquant_mxfp4 backend=reference act=fp8 layers=7/7 version=0.1.0"
+        "paro-vllm: method=paroquant_mxfp4 backend=reference act=fp8 layers=7/7 from=mxfp4:7 "
+        "kept=none lm_head=bf16 version=0.1.0"
     ]
-    assert marker_line("reference", "int8", 210, 211).endswith("layers=210/211 version=0.1.0")
+    assert marker_line("reference", "int8", 210, 211).endswith(
+        "layers=210/211 from=mxfp4:210 kept=bf16:1 lm_head=bf16 version=0.1.0"
+    )
 
 
 @pytest.mark.parametrize("name", ["qkv", "o", "gate_up", "down"])
@@ -290,7 +293,7 @@ def test_mxfp4_served_output_matches_fp64_reference(
     x = (torch.randn(m, layer.input_size, generator=gen) * 2).to(torch.bfloat16)
     y = layer(x)[0]
     assert y.dtype == torch.bfloat16 and y.shape == (m, layer.paro_n)
-    cfg = act.act_config(knobs, m, G)
+    cfg = act.token_act_config(knobs, G)  # per token at every M (the MX methods)
     ref = torch.cat([_mx_ref(x, mx_layers["q"][p], cfg) for p in projs], dim=-1)
     # fp32 vs fp64 rotation can flip a rare activation rounding: a few bf16 ulps on top
     assert _rel(y, ref) <= (BF16_FLOOR if fmt == "bf16" else 4e-3)
@@ -389,7 +392,10 @@ def test_nvfp4_requant_reports_every_layer_and_the_marker(nv_layers: dict[str, A
     assert len(st.errors) == 4 and all(0.03 < e < 0.2 for e in st.errors.values())
     (line,) = nv_layers["markers"]
     assert line.startswith("paro-vllm: method=nvfp4_mxfp4 backend=reference exp=mse layers=7/7 ")
-    assert " from=fp8:1,nvfp4:6 relrms_max=0." in line and line.endswith(" version=0.1.0")
+    assert " from=fp8:1,nvfp4:6 kept=none lm_head=bf16 relrms_mean=0." in line
+    mean = sum(st.errors.values()) / 4
+    assert f"relrms_mean={mean:.4f} relrms_max={max(st.errors.values()):.4f} " in line
+    assert line.endswith(" version=0.1.0")
 
 
 def test_nvfp4_requant_weights_are_the_mxfp4_of_the_checkpoint(nv_layers: dict[str, Any]) -> None:
@@ -402,6 +408,95 @@ def test_nvfp4_requant_weights_are_the_mxfp4_of_the_checkpoint(nv_layers: dict[s
         x = (torch.randn(5, layer.input_size) * 2).to(torch.bfloat16)
         ref = x.to(F64) @ mxfp4_dequantize(wq, sq).t()
         assert _rel(layer(x)[0], ref) <= BF16_FLOOR
+
+
+def _routing_cfg(which: str = "in_proj_ba") -> Any:
+    from paro_vllm.nvfp4_mxfp4 import NvFp4MxFp4Config
+
+    knobs = {**DEFAULT_KNOBS, "PARO_NVFP4_EXP": "mse", "PARO_NVFP4_LMHEAD": "bf16"}
+    knobs |= {"PARO_NVFP4_FP8_LAYERS": "mxfp4", "PARO_NVFP4_BF16_LAYERS": which}
+    cfg = NvFp4MxFp4Config(("lm_head", "model.layers.0.mlp.down_proj"), False, knobs)
+    cfg.packed_modules_mapping = {
+        "qkv_proj": ["q_proj", "k_proj", "v_proj"],
+        "gate_up_proj": ["gate_proj", "up_proj"],
+    }
+    pre = "model.layers.1"
+    cfg.nvfp4 = frozenset({f"{pre}.mlp.gate_proj", f"{pre}.mlp.up_proj", f"{pre}.mlp.down_proj"})
+    cfg.fp8 = frozenset(f"{pre}.self_attn.{p}_proj" for p in "qkvo")
+    return cfg
+
+
+@pytest.mark.parametrize(
+    ("which", "prefix", "want"),
+    [
+        ("in_proj_ba", "model.layers.1.mlp.gate_up_proj", ("nvfp4", True)),
+        ("in_proj_ba", "model.layers.1.self_attn.qkv_proj", ("fp8", True)),
+        ("in_proj_ba", "model.layers.1.self_attn.o_proj", ("fp8", True)),
+        # bf16 in the checkpoint: only the seed's GDN in_proj_a/b are requantized
+        ("in_proj_ba", "model.layers.0.mlp.down_proj", ("bf16", False)),
+        ("in_proj_ba", "model.layers.1.linear_attn.in_proj_a", ("bf16", True)),
+        ("in_proj_ba", "model.layers.1.linear_attn.in_proj_b", ("bf16", True)),
+        ("none", "model.layers.1.linear_attn.in_proj_b", ("bf16", False)),
+        ("none", "model.layers.1.self_attn.o_proj", ("fp8", True)),
+    ],
+)
+def test_nvfp4_routes_each_source_kind_by_the_knobs(
+    which: str, prefix: str, want: tuple[str, bool]
+) -> None:
+    pytest.importorskip("vllm")
+    cfg = _routing_cfg(which)
+    assert cfg.route(prefix) == want
+    assert cfg.kind(prefix) == (want[0] if want[1] else "none")
+
+
+def test_nvfp4_route_refuses_a_merge_of_mixed_kinds() -> None:
+    pytest.importorskip("vllm")
+    cfg = _routing_cfg()
+    cfg.fp8 = cfg.fp8 | {"model.layers.2.mlp.gate_proj"}
+    cfg.nvfp4 = cfg.nvfp4 | {"model.layers.2.mlp.up_proj"}  # type: ignore[operator]
+    with pytest.raises(ValueError, match=r"gate_up_proj merges .* of mixed kinds"):
+        cfg.route("model.layers.2.mlp.gate_up_proj")
+
+
+def test_nvfp4_unknown_tensor_names_make_every_non_ignored_linear_nvfp4() -> None:
+    pytest.importorskip("vllm")
+    cfg = _routing_cfg()
+    cfg.nvfp4 = None  # the safetensors metadata was unreadable
+    assert cfg.route("model.layers.7.mlp.down_proj") == ("nvfp4", True)
+    assert cfg.route("model.layers.0.mlp.down_proj") == ("bf16", False)  # in the ignore list
+
+
+def test_nvfp4_kept_bf16_layer_is_counted_by_kind_in_the_marker(
+    vllm_ctx: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from paro_vllm import nvfp4_mxfp4 as nm
+    from vllm.model_executor.layers.linear import RowParallelLinear, UnquantizedLinearMethod
+
+    monkeypatch.setattr(nm, "STATE", nm._LoadState())
+    cfg = _routing_cfg()
+    kw = {"bias": False, "quant_config": cfg, "params_dtype": torch.bfloat16}
+    kept = RowParallelLinear(1536, 576, prefix="model.layers.0.mlp.down_proj", **kw)
+    claimed = RowParallelLinear(576, 576, prefix="model.layers.1.self_attn.o_proj", **kw)
+    assert isinstance(kept.quant_method, UnquantizedLinearMethod)
+    assert isinstance(claimed.quant_method, nm.NvFp4MxFp4LinearMethod)
+    assert claimed.quant_method.kind == "fp8"
+    assert nm.STATE.kept == {"bf16": 1} and nm.STATE.unquantized == 1
+    nm.STATE.kinds, nm.STATE.partitions = {"fp8": 1}, 1
+    nm.STATE.errors = {"a": 0.1, "b": 0.3}
+    assert (
+        " layers=1/2 from=fp8:1 kept=bf16:1 lm_head=bf16 relrms_mean=0.2000 relrms_max=0.3000 "
+        in (nm.marker_line(nm.STATE))
+    )
+    assert nm.relrms_summary(nm.STATE.errors) == (pytest.approx(0.2), 0.3, "b")
+    assert nm.relrms_summary({}) == (0.0, 0.0, "-")
+
+
+def test_nvfp4_refuses_an_fp8_lm_head() -> None:
+    pytest.importorskip("vllm")
+    cfg = _routing_cfg()
+    cfg.fp8 = cfg.fp8 | {"lm_head"}
+    with pytest.raises(ValueError, match="lm_head is FP8 in the checkpoint"):
+        cfg.check_lm_head()
 
 
 def test_nvfp4_from_config_refuses_keeping_fp8_layers(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -281,3 +281,78 @@ def test_column_parallel_shards_n_and_keeps_every_rotation(vllm_ctx: None) -> No
     assert torch.equal(layer.scales.data, q["scales"][:, 64:128])
     assert torch.equal(layer.pairs.data[0], q["pairs"])
     STATE.created -= 1  # a bare module, never processed
+
+
+# --------------------------------------------------------------------------- Triton backend wiring
+# The kernels need a GPU (tests/kernels/test_triton_*_gpu.py); here the CPU side: which layers the
+# backend takes, what the marker says, and that every call hands it the per-call activation mode.
+
+
+def _act_knobs(fmt: str, scale: str, zpe: str, band: int = 16) -> dict[str, str]:
+    return {
+        "PARO_ACT_FORMAT": fmt,
+        "PARO_ACT_SCALE": scale,
+        "PARO_ZP_EPILOGUE": zpe,
+        "PARO_DECODE_MAX_M": str(band),
+    }
+
+
+@pytest.mark.parametrize(
+    ("bits", "sizes", "fmt", "k", "why"),
+    [
+        (4, [576, 64, 64], "bf16", 576, None),
+        (4, [576, 64, 64], "fp8", 576, None),
+        (5, [576, 64, 64], "int8", 576, None),
+        (5, [576, 64, 64], "bf16", 576, "bits=5 with PARO_ACT_FORMAT=bf16"),
+        (5, [576, 48], "int8", 576, "N and K multiples of 32"),
+        (4, [200, 136], "fp8", 576, "not multiples of 16"),
+        (6, [64], "int8", 576, "bits=6"),
+    ],
+)
+def test_triton_backend_takes_int4_and_int5_by_mode(
+    bits: int, sizes: list[int], fmt: str, k: int, why: str | None
+) -> None:
+    from paro_vllm import triton_backend
+
+    got = triton_backend.supported(bits, sizes, 3 if len(sizes) == 3 else 1, fmt, k)
+    assert got is None if why is None else why in str(got)
+
+
+@pytest.mark.parametrize(
+    ("knobs", "label"),
+    [
+        (_act_knobs("int8", "group", "1"), "act=int8/group zpe=1"),
+        (_act_knobs("fp8", "token", "0"), "act=fp8/token zpe=0"),
+        (_act_knobs("bf16", "token", "1"), "act=bf16 zpe=0"),  # W4A16 has no epilogue form
+    ],
+)
+def test_triton_marker_names_the_served_mode(knobs: dict[str, str], label: str) -> None:
+    from paro_vllm import paroquant as pq
+
+    assert pq.act_label(knobs, "triton") == label
+    assert pq.marker_line("triton", 5, 7, 7, label).endswith(f" {label}")
+
+
+@pytest.mark.parametrize(
+    ("m", "scale"), [(1, "group"), (16, "group"), (17, "token"), (300, "token")]
+)
+def test_triton_apply_gets_the_per_call_mode(
+    monkeypatch: pytest.MonkeyPatch, m: int, scale: str
+) -> None:
+    from paro_vllm import paroquant as pq
+    from paro_vllm import triton_backend
+
+    seen = []
+
+    def fake_apply(prep: object, x: torch.Tensor, bias: object, act: object) -> torch.Tensor:
+        seen.append(act)
+        return torch.zeros(x.shape[0], 8, dtype=x.dtype)
+
+    monkeypatch.setattr(triton_backend, "apply", fake_apply)
+    cfg = pq.ParoQuantConfig(5, G, KROT, knobs=_act_knobs("fp8", "token", "1"))
+    layer = torch.nn.Module()
+    layer.paro_triton, layer.paro_n = object(), 8
+    y = pq.ParoQuantLinearMethod(cfg).apply(layer, torch.randn(1, m, G))  # M = m tokens
+    assert y.shape == (1, m, 8)
+    (act,) = seen  # the decode band (M <= 16 here) is per-group whatever PARO_ACT_SCALE says
+    assert (act.format, act.scale, act.zp_epilogue, act.group_size) == ("fp8", scale, True, G)

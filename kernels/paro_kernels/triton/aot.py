@@ -3,19 +3,23 @@
 `triton.compile` with a `GPUTarget` runs the whole backend on the CPU (ENVIRONMENT.md, last
 section): gfx1201 gives amdgcn text with `.vgpr_count` / `.vgpr_spill_count` /
 `.private_segment_fixed_size`; sm_90 gives PTX, whose `.local` declarations are the spills.
+The W4A8 GEMMs are checked for the 8-bit matrix instruction of their activation format
+(`MMA_A8`): `v_wmma_f32_16x16x16_fp8_fp8` and `v_wmma_i32_16x16x16_iu8` on gfx1201.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+import torch
 import triton
 from triton.backends.compiler import GPUTarget
 
 from . import kernels
-from .host import Config, pick_config, prologue_block_m
+from .host import Config, a16, pick_config, pick_config_a8, prologue_block_m, prologue_warps
 
 TARGETS = {
     "gfx1201": (GPUTarget("hip", "gfx1201", 32), 64 * 1024),
@@ -23,6 +27,14 @@ TARGETS = {
 }
 # A dot must become the target's matrix instruction, not a scalar loop.
 MMA_PATTERNS = {"gfx1201": r"v_wmma_f32_16x16x16_(f16|bf16)", "sm90": r"(wgmma|mma\.sync)"}
+# The W4A8 GEMM loops must run on the 8-bit matrix instructions of their activation format.
+MMA_A8 = {
+    ("gfx1201", "fp8"): r"v_wmma_f32_16x16x16_fp8_fp8",
+    ("gfx1201", "int8"): r"v_wmma_i32_16x16x16_iu8",
+    # sm90 below 64-row tiles: fp16 mma on the upcast codes (kernel doc, A16)
+    ("sm90", "fp8"): r"(wgmma\S*e4m3|mma\.sync\S*(e4m3|f16))",
+    ("sm90", "int8"): r"(wgmma\S*s8|mma\.sync\S*s8)",
+}
 
 
 @dataclass(frozen=True)
@@ -45,11 +57,13 @@ def _meta(asm: str, key: str) -> int:
     return int(m.group(1)) if m else 0
 
 
-def _report(name: str, target: str, cfg: str, compiled: object) -> Report:
+def _report(
+    name: str, target: str, cfg: str, compiled: object, pattern: str | None = None
+) -> Report:
     asm_key = "amdgcn" if target == "gfx1201" else "ptx"
     asm = compiled.asm[asm_key]  # type: ignore[attr-defined]
     lds = int(compiled.metadata.shared)  # type: ignore[attr-defined]
-    mma = re.search(MMA_PATTERNS[target], asm) is not None
+    mma = re.search(pattern or MMA_PATTERNS[target], asm) is not None
     if target == "gfx1201":
         vgprs, spills = _meta(asm, "vgpr_count"), _meta(asm, "vgpr_spill_count")
         scratch = _meta(asm, "private_segment_fixed_size")
@@ -58,7 +72,7 @@ def _report(name: str, target: str, cfg: str, compiled: object) -> Report:
     return Report(name, target, cfg, mma, vgprs, spills, scratch, lds, TARGETS[target][1])
 
 
-def _compile(fn: object, signature: dict[str, str], constexprs: dict[str, object], target: str,
+def _compile(fn: object, signature: dict[str, str], constexprs: Mapping[str, object], target: str,
              num_warps: int, num_stages: int) -> object:  # fmt: skip
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     sig = {**signature, **dict.fromkeys(constexprs, "constexpr")}
@@ -89,18 +103,19 @@ def compile_gemm(target: str, m: int, n: int, k: int, g: int, zp_rowsum: bool = 
 
 def compile_prologue(target: str, m: int, g: int) -> Report:
     """Build the rotate + scale prologue at the block the launcher picks for M rows."""
-    block_m = prologue_block_m(m)
+    block_m = prologue_block_m(m, hip=target == "gfx1201")
     sig = {
         "x_ptr": "*bf16", "rot_hi_ptr": "*bf16", "rot_lo_ptr": "*bf16", "xr_ptr": "*fp16",
         "rs_ptr": "*fp32", "M": "i32", "K": "i32", "stride_xm": "i32",
     }  # fmt: skip
-    c = _compile(kernels.rotate_scale_kernel, sig, {"G": g, "BLOCK_M": block_m}, target, 4, 1)
+    c = _compile(kernels.rotate_scale_kernel, sig, {"G": g, "BLOCK_M": block_m}, target,
+                 prologue_warps(block_m), 1)  # fmt: skip
     return _report("rotate_scale", target, f"BLOCK_M={block_m}", c)
 
 
 def compile_givens(target: str, m: int, g: int, krot: int = 8) -> Report:
     """Build the decode Givens prologue (no matrix instruction: `mma` reports False)."""
-    block_m = prologue_block_m(m)
+    block_m = prologue_block_m(m, hip=target == "gfx1201")
     sig = {
         "x_ptr": "*bf16", "gi_ptr": "*i32", "gc_ptr": "*fp32", "xr_ptr": "*fp16",
         "rs_ptr": "*fp32", "ws_ptr": "*fp32", "M": "i32", "K": "i32", "stride_xm": "i32",
@@ -109,3 +124,41 @@ def compile_givens(target: str, m: int, g: int, krot: int = 8) -> Report:
     const = {"KROT": krot, "G": g, "BLOCK_M": block_m, "ZERO_BLOCK": 4096}
     c = _compile(kernels.givens_rotate_kernel, sig, const, target, 4, 1)
     return _report("givens_rotate", target, f"BLOCK_M={block_m}", c)
+
+
+def compile_w4a8_gemm(
+    target: str, m: int, n: int, k: int, g: int, fmt: str, bits: int = 4,
+    token: bool = False, zpe: bool = False, bounds: tuple[int, ...] = (),
+) -> Report:  # fmt: skip
+    """Build the W4A8 / W5A8 GEMM at the config the launcher picks; `mma` = the 8-bit MMA."""
+    hip = target == "gfx1201"
+    cfg: Config = pick_config_a8(m, n, k, g, bounds, sms=64 if hip else 132, hip=hip, bits=bits)
+    sig = {
+        "a_ptr": "*fp8e4nv" if fmt == "fp8" else "*i8", "as_ptr": "*fp32", "rs_ptr": "*fp32",
+        "qw_ptr": "*i32", "qh_ptr": "*i32", "sc_ptr": "*fp16", "zp_ptr": "*u8",
+        "bias_ptr": "*bf16", "out_ptr": "*fp32" if cfg.split_k > 1 else "*bf16",
+        "M": "i32", "N": "i32", "K": "i32", "b1": "i32", "b2": "i32",
+    }  # fmt: skip
+    const = {
+        "HAS_BIAS": False, "G": g, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n,
+        "SPLIT_K": cfg.split_k, "GROUP_M": cfg.group_m, "INT8": fmt == "int8", "BITS": bits,
+        "TOKEN": token, "ZPE": zpe, "BLOCK_G": 16,
+        "A16": a16(torch.float8_e4m3fn if fmt == "fp8" else torch.int8, cfg, hip),
+    }  # fmt: skip
+    c = _compile(kernels.w4a8_gemm_kernel, sig, const, target, cfg.num_warps, cfg.num_stages)
+    name = f"w{bits}a8_gemm_{fmt}_{'token' if token else 'group'}{'_zpe' if zpe else ''}"
+    return _report(name, target, str(cfg), c, MMA_A8[(target, fmt)])
+
+
+def compile_rotate_quant(target: str, m: int, g: int, fmt: str, token: bool) -> Report:
+    """Build the fused rotate + scale + quantize prologue at the block the launcher picks."""
+    block_m = prologue_block_m(m, token, hip=target == "gfx1201")
+    sig = {
+        "x_ptr": "*bf16", "rot_hi_ptr": "*bf16", "rot_lo_ptr": "*bf16",
+        "q_ptr": "*fp8e4nv" if fmt == "fp8" else "*i8", "as_ptr": "*fp32", "rs_ptr": "*fp32",
+        "M": "i32", "K": "i32", "stride_xm": "i32",
+    }  # fmt: skip
+    const = {"G": g, "BLOCK_M": block_m, "INT8": fmt == "int8", "TOKEN": token}
+    c = _compile(kernels.rotate_quant_kernel, sig, const, target, prologue_warps(block_m), 1)
+    name = f"rotate_quant_{fmt}_{'token' if token else 'group'}"
+    return _report(name, target, f"BLOCK_M={block_m}", c)

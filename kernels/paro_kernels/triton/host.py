@@ -15,6 +15,17 @@ Shape contract of the W4A16 linear (asserted in `w4a16_linear`):
     -> y     [M, N]           x.dtype
 With gv_idx/gv_coef given, M <= GIVENS_MAX_M rotates by the Givens layers instead of the blocks.
     G in (64, 128); K % G == 0; N % 8 == 0; all tensors on one device.
+
+Shape contract of the W4A8 / W5A8 linear (asserted in `w4a8_linear`), the above plus:
+
+    qweight_hi [K/32, N]      int32     bits=5 only: fifth bits packed along K (bit s of word r =
+                                        row 32r + s); zeros then hold 0..31
+    act_format "fp8" | "int8" activations as e4m3 (amax/448) or int8 (amax/127, RNE, +-127)
+    act_scale  "group" | "token"       one scale per (row, group) or per row (over all of K)
+    zp_epilogue bool                   zero point after the loop (one fp32 dot) instead of in it
+    -> y     [M, N]           x.dtype
+The prologue (`rotate_quant`) gives q [P, M, K] (torch.float8_e4m3fn or int8), scales [P, M, K/G]
+fp32 (per token: the row's scale in every group) and code sums [P, M, K/G] fp32 (exact for int8).
 """
 
 from __future__ import annotations
@@ -26,9 +37,10 @@ import torch
 
 from .. import reference as ref
 from .._contract import check_multiple, check_tensor, require
-from ..formats import unpack_awq
+from ..formats import unpack_awq, unpack_bitplane
 
 DECODE_MAX_M = 16
+MID_MAX_M = 256  # up to here 64-row tiles with split-K fill the SMs (above: 128-row tiles)
 # Decode GEMM picks (H200 sweep, kernels/BENCH.md). The Givens prologue serves M <= GIVENS_MAX_M:
 # 0, because on the H200 (2026-11-29) it took 5.2-5.7 us against the blocks' 3.4-4.9 us at decode
 # (8 dependent in-register gathers: latency, not bytes), which its saved memset does not repay.
@@ -38,6 +50,10 @@ DECODE_ROWSUM = True
 GIVENS_MAX_M = 0
 GROUP_SIZES = (64, 128)
 ACT_DTYPES = (torch.bfloat16, torch.float16)
+ACT_FORMATS = ("fp8", "int8")
+ACT_SCALES = ("group", "token")
+BITS = (4, 5)
+CODE_DTYPES = {"fp8": torch.float8_e4m3fn, "int8": torch.int8}
 
 
 @dataclass(frozen=True)
@@ -67,6 +83,8 @@ class Prepared:
     group_size: int
     gv_idx: torch.Tensor | None = None
     gv_coef: torch.Tensor | None = None
+    bits: int = 4
+    qweight_hi: torch.Tensor | None = None  # bits=5: [K/32, N] int32 fifth-bit planes
 
 
 # --------------------------------------------------------------------------- load-time repack
@@ -81,6 +99,30 @@ def pack_k(codes: torch.Tensor) -> torch.Tensor:
     shifts = (torch.arange(8, dtype=torch.int64, device=codes.device) * 4).view(1, 8, 1)
     words = (c << shifts).sum(1)
     return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+
+
+def pack_k_bits(bits: torch.Tensor) -> torch.Tensor:
+    """Fifth bits [K, N] 0/1 -> [K/32, N] int32 packed along K (bit s of word r = row 32r + s)."""
+    check_tensor(bits, "bits", ndim=2)
+    check_multiple(bits.shape[0], 32, "bits.shape[0] (K)")
+    k, n = bits.shape
+    b = bits.to(torch.int64).view(k // 32, 32, n)
+    shifts = torch.arange(32, dtype=torch.int64, device=bits.device).view(1, 32, 1)
+    words = (b << shifts).sum(1)
+    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+
+
+def repack_int5_hi(
+    qweight_hi: torch.Tensor, qzeros_hi: torch.Tensor, k: int, n: int, group_size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Checkpoint planes qweight_hi [K, N/32] / qzeros_hi [K/G, N/32] -> (K-packed [K/32, N]
+    planes, zero fifth bits [K/G, N] as uint8 << 4): the GEMM reads 32 rows' bits per word."""
+    check_multiple(n, 32, "N (output features) for bits=5")
+    check_tensor(qweight_hi, "qweight_hi", dtype=torch.int32, shape=[k, n // 32])
+    check_tensor(qzeros_hi, "qzeros_hi", dtype=torch.int32, shape=[k // group_size, n // 32])
+    wb = unpack_bitplane(qweight_hi, "qweight_hi")
+    zb = unpack_bitplane(qzeros_hi, "qzeros_hi")
+    return pack_k_bits(wb).contiguous(), (zb << 4).to(torch.uint8)
 
 
 def repack_awq(
@@ -153,13 +195,32 @@ def prepare(
     group_size: int,
     dtype: torch.dtype = torch.bfloat16,
     device: torch.device | str | None = None,
+    bits: int = 4,
+    qweight_hi: torch.Tensor | None = None,
+    qzeros_hi: torch.Tensor | None = None,
 ) -> Prepared:
-    """Repack a checkpoint layer once; runs = (n0, n1, pairs, theta, cs) per rotation run."""
+    """Repack a checkpoint layer once; runs = (n0, n1, pairs, theta, cs) per rotation run.
+
+    bits=5 takes the checkpoint's fifth-bit planes (qweight_hi [K, N/32], qzeros_hi [K/G, N/32])
+    and keeps 5 bits per weight: the low nibbles in the int4 layout plus a K-packed bit plane.
+    """
     require(group_size in GROUP_SIZES, "group_size", GROUP_SIZES, group_size)
     require(dtype in ACT_DTYPES, "dtype", ACT_DTYPES, dtype)
+    require(bits in BITS, "bits", BITS, bits)
     require(1 <= len(runs) <= 3, "rotation runs", "1..3 distinct rotations", len(runs))
     dev = qweight.device if device is None else torch.device(device)
     qw, sc, zp = repack_awq(qweight.cpu(), qzeros.cpu(), scales.cpu(), group_size)
+    qh = None
+    if bits == 5:
+        require(qweight_hi is not None and qzeros_hi is not None, "qweight_hi/qzeros_hi",
+                "both set for bits=5", "missing")  # fmt: skip
+        assert qweight_hi is not None and qzeros_hi is not None
+        k, n = qw.shape[0] * 8, qw.shape[1]
+        qh, zhi = repack_int5_hi(qweight_hi.cpu(), qzeros_hi.cpu(), k, n, group_size)
+        zp = zp | zhi
+    else:
+        require(qweight_hi is None and qzeros_hi is None, "qweight_hi/qzeros_hi",
+                "None for bits=4", "set")  # fmt: skip
     rots = torch.stack([rotation_blocks(p, t, cs, group_size) for _, _, p, t, cs in runs])
     hi, lo = split_hi_lo(rots, dtype)
     gv = givens_tables(runs, group_size)
@@ -173,6 +234,8 @@ def prepare(
         group_size,
         None if gv is None else gv[0].to(dev),
         None if gv is None else gv[1].to(dev),
+        bits,
+        None if qh is None else qh.to(dev),
     )
 
 
@@ -207,7 +270,7 @@ def pick_config(
     if hip:
         # gfx1201 (AOT report): a 64x128 fp32 tile spills at G=128 even with 8 waves.
         return Config(64, min(block_n, 64), 1, 8, 2)
-    if m <= 64:
+    if m <= MID_MAX_M:
         tiles = -(-m // 64) * -(-n // block_n)
         split = max(1, min(k // g // 4, -(-sms // tiles)))
         return Config(64, block_n, split, 4, 3)
@@ -239,9 +302,33 @@ def _decode_config(n: int, k: int, g: int, align: int, sms: int) -> Config:
 # --------------------------------------------------------------------------- launches
 
 
-def prologue_block_m(m: int) -> int:
-    """Rows per prologue program: 32 above decode, because 64 spills on gfx1201 (AOT report)."""
-    return 16 if m <= DECODE_MAX_M else 32
+PROLOGUE_WIDE_M = 256
+
+
+def prologue_block_m(m: int, token: bool = False, hip: bool | None = None) -> int:
+    """Rows per prologue program (see `prologue_warps`).
+
+    Every program reads its groups' G x G blocks (hi + lo: 64 KB at G = 128) from L2, so the
+    rows per program set the block traffic: at 32 rows, M = 2048 on qkv read ~0.5 GB of blocks
+    (H200 2026-11-29: 124-162 us, 9-17% of HBM). On NVIDIA, 128 rows from M >= 256 (8 warps, no
+    spills in the sm_90 build). gfx1201: 32, because 64 spills there (AOT report); per token 16,
+    whose two passes over the groups spill at 32.
+    """
+    hip = _is_hip() if hip is None else hip
+    if m <= DECODE_MAX_M:
+        return 16
+    if token:
+        return 16 if hip or m < 2048 else 32
+    return 128 if not hip and m >= PROLOGUE_WIDE_M else 32
+
+
+def prologue_warps(block_m: int) -> int:
+    """8 warps for the 128-row tile (its fp32 accumulator), else 4."""
+    return 8 if block_m >= 128 else 4
+
+
+def _is_hip() -> bool:
+    return torch.version.hip is not None
 
 
 def rotate_scale(
@@ -278,8 +365,9 @@ def rotate_scale(
         return xr, rs
     require(workspace is None, "workspace", "None without the Givens tables", "a tensor")
     rotate_scale_kernel[grid](
-        x, rot_hi, rot_lo, xr, rs, m, k, x.stride(0), G=g, BLOCK_M=block_m, num_warps=4
-    )
+        x, rot_hi, rot_lo, xr, rs, m, k, x.stride(0), G=g, BLOCK_M=block_m,
+        num_warps=prologue_warps(block_m),
+    )  # fmt: skip
     return xr, rs
 
 
@@ -420,8 +508,183 @@ def w4a16_linear(
 
 
 def linear(prep: Prepared, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """`w4a16_linear` on a `Prepared` layer."""
+    """`w4a16_linear` on a `Prepared` layer (int4 only: W5A16 has no kernel)."""
+    require(prep.bits == 4, "prep.bits", "4 for bf16/fp16 activations (W4A16)", prep.bits)
     return w4a16_linear(
         x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales, prep.zeros, prep.bounds,
         prep.group_size, bias, prep.gv_idx, prep.gv_coef,
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- W4A8 / W5A8
+
+
+def pick_config_a8(
+    m: int, n: int, k: int, g: int, bounds: tuple[int, ...], sms: int = 132, hip: bool = False,
+    bits: int = 4,
+) -> Config:  # fmt: skip
+    """Launch configuration of the W4A8 GEMM (1-byte activations: twice the K per byte of A).
+
+    Decode (M <= 16): the W4A16 decode rule (128-wide tiles, split-K to ~8 programs per SM).
+    gfx1201: 64 x 64 tiles, 8 waves (its 64 KB LDS and 256 VGPRs; see the AOT report); int5's
+    bit-plane unpack spills there at 64 columns, so 32.
+    """
+    align = 0
+    for b in bounds:
+        align = gcd(align, b)
+    if hip:
+        block_n = _block_n(32 if bits == 5 else 64, align)
+        if m <= DECODE_MAX_M:
+            tiles = -(-n // block_n)
+            split = max(1, min(k // g // 2, -(-2 * sms // tiles)))
+            per = -(-(k // g) // split)
+            return Config(16, block_n, -(-(k // g) // per), 4, 2)
+        return Config(64, block_n, 1, 8, 2)
+    if m <= DECODE_MAX_M:
+        c = _decode_config(n, k, g, align, sms)
+        return Config(16, c.block_n, c.split_k, 4, 4)
+    block_n = _block_n(128, align)
+    if m <= MID_MAX_M:
+        # 64-row tiles and split-K until the tiles cover the SMs: at M = 128 the 128-row tile
+        # gave 40 programs on down_proj (H200 2026-11-29: 213 us, 0.14x cuBLAS).
+        tiles = -(-m // 64) * -(-n // block_n)
+        split = max(1, min(k // g // 4, -(-sms // tiles)))
+        per = -(-(k // g) // split)
+        return Config(64, block_n, -(-(k // g) // per), 4, 3)
+    # Prefill: 64 x 128, 4 warps, 4 stages was the fastest of six tiles in the H200 sweep
+    # (2026-11-29, qkv M = 2048, GEMM alone: fp8 576 us vs 821 at 128 x 128 / 8 warps, int8 662
+    # vs 793; 128 x 256 and 256 x 128 were slower still): the per-group fold serializes each
+    # group's product, so more tiles in flight beat bigger tiles.
+    return Config(64, block_n, 1, 4, 4)
+
+
+def rotate_quant(
+    x: torch.Tensor,
+    rot_hi: torch.Tensor,
+    rot_lo: torch.Tensor,
+    group_size: int,
+    act_format: str,
+    act_scale: str,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Fused rotate + channel-scale + quantize, one launch: x [M, K] -> (q, scales, code sums).
+
+    q [P, M, K] e4m3/int8, scales and code sums [P, M, K/G] fp32 (contract in the module doc).
+    """
+    from .kernels import rotate_quant_kernel
+
+    require(act_format in ACT_FORMATS, "act_format", ACT_FORMATS, act_format)
+    require(act_scale in ACT_SCALES, "act_scale", ACT_SCALES, act_scale)
+    m, k = x.shape
+    p, g = rot_hi.shape[0], group_size
+    q = torch.empty(p, m, k, dtype=CODE_DTYPES[act_format], device=x.device)
+    asc = torch.empty(p, m, k // g, dtype=torch.float32, device=x.device)
+    rs = torch.empty_like(asc)
+    token = act_scale == "token"
+    block_m = prologue_block_m(m, token)
+    grid = (triton_cdiv(m, block_m), 1 if token else k // g, p)
+    rotate_quant_kernel[grid](
+        x, rot_hi, rot_lo, q, asc, rs, m, k, x.stride(0),
+        G=g, BLOCK_M=block_m, INT8=act_format == "int8", TOKEN=token,
+        num_warps=prologue_warps(block_m),
+    )  # fmt: skip
+    return q, asc, rs
+
+
+def a16(code_dtype: torch.dtype, cfg: Config, hip: bool) -> bool:
+    """fp8 activations upcast to fp16 for the dot: NVIDIA below 64-row tiles (kernel doc)."""
+    return code_dtype == torch.float8_e4m3fn and not hip and cfg.block_m < 64
+
+
+def w4a8_gemm(
+    q: torch.Tensor,
+    asc: torch.Tensor,
+    rs: torch.Tensor,
+    qweight: torch.Tensor,
+    qweight_hi: torch.Tensor | None,
+    scales: torch.Tensor,
+    zeros: torch.Tensor,
+    bounds: tuple[int, ...],
+    group_size: int,
+    out_dtype: torch.dtype,
+    bias: torch.Tensor | None = None,
+    config: Config | None = None,
+    token: bool = False,
+    zp_epilogue: bool = False,
+) -> torch.Tensor:
+    """The W4A8 (W5A8 with qweight_hi) group GEMM on `rotate_quant` outputs -> y [M, N]."""
+    from .kernels import w4a8_gemm_kernel
+
+    _, m, k = q.shape
+    n = qweight.shape[1]
+    bits = 5 if qweight_hi is not None else 4
+    hip = torch.version.hip is not None
+    cfg = config or pick_config_a8(m, n, k, group_size, bounds, _sm_count(q.device), hip, bits)
+    b = (*bounds, n, n)[:2]
+    if cfg.split_k > 1:
+        out = torch.zeros(m, n, dtype=torch.float32, device=q.device)
+    else:
+        out = torch.empty(m, n, dtype=out_dtype, device=q.device)
+    grid = (triton_cdiv(m, cfg.block_m) * triton_cdiv(n, cfg.block_n), cfg.split_k)
+    w4a8_gemm_kernel[grid](
+        q, asc, rs, qweight, qweight_hi if qweight_hi is not None else qweight, scales, zeros,
+        bias if bias is not None else scales, out, m, n, k, b[0], b[1],
+        HAS_BIAS=bias is not None and cfg.split_k == 1, G=group_size,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SPLIT_K=cfg.split_k, GROUP_M=cfg.group_m,
+        INT8=q.dtype == torch.int8, BITS=bits, TOKEN=token, ZPE=zp_epilogue,
+        A16=a16(q.dtype, cfg, hip), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )  # fmt: skip
+    if cfg.split_k > 1:
+        if bias is not None:
+            out += bias.to(torch.float32)
+        return out.to(out_dtype)
+    return out
+
+
+def w4a8_linear(
+    x: torch.Tensor,
+    rot_hi: torch.Tensor,
+    rot_lo: torch.Tensor,
+    qweight: torch.Tensor,
+    qweight_hi: torch.Tensor | None,
+    scales: torch.Tensor,
+    zeros: torch.Tensor,
+    bounds: tuple[int, ...],
+    group_size: int,
+    act_format: str,
+    act_scale: str,
+    zp_epilogue: bool,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """y = act_quant((x * cs_p) R_p^T) dequant(Q)^T (+ bias) per run; contract in module doc.
+
+    Two launches (+ a memset and cast under split-K): the fused prologue and the group GEMM.
+    """
+    check_linear(x, rot_hi, rot_lo, qweight, scales, zeros, bounds, group_size, bias)
+    require(act_format in ACT_FORMATS, "act_format", ACT_FORMATS, act_format)
+    require(act_scale in ACT_SCALES, "act_scale", ACT_SCALES, act_scale)
+    k, n = x.shape[1], qweight.shape[1]
+    if qweight_hi is not None:
+        check_multiple(k, 32, "K (x.shape[1]) for bits=5")
+        check_tensor(qweight_hi, "qweight_hi", dtype=torch.int32, shape=[k // 32, n])
+        require(qweight_hi.device == x.device and qweight_hi.is_contiguous(), "qweight_hi",
+                "contiguous on x's device", qweight_hi.device)  # fmt: skip
+    q, asc, rs = rotate_quant(x, rot_hi, rot_lo, group_size, act_format, act_scale)
+    return w4a8_gemm(
+        q, asc, rs, qweight, qweight_hi, scales, zeros, bounds, group_size, x.dtype, bias,
+        token=act_scale == "token", zp_epilogue=zp_epilogue,
+    )  # fmt: skip
+
+
+def linear_a8(
+    prep: Prepared,
+    x: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    act_format: str = "fp8",
+    act_scale: str = "group",
+    zp_epilogue: bool = False,
+) -> torch.Tensor:
+    """`w4a8_linear` on a `Prepared` layer (int4 or int5)."""
+    return w4a8_linear(
+        x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.qweight_hi, prep.scales, prep.zeros,
+        prep.bounds, prep.group_size, act_format, act_scale, zp_epilogue, bias,
     )  # fmt: skip

@@ -1,4 +1,5 @@
-"""Triton kernels of the ParoQuant linear: the fused rotate + scale prologue and the W4A16 GEMM.
+"""Triton kernels of the ParoQuant linear: fused rotate + scale (+ quantize) prologues and the
+W4A16 and W4A8 / W5A8 group GEMMs.
 
 Portable Triton (CUDA and ROCm): only `tl.dot`, integer shifts and fp32 arithmetic, so the same
 source compiles to wgmma on the H200 and to WMMA on gfx1201.
@@ -23,6 +24,12 @@ Why the nibbles become fp16 by bit pattern: 0x6400 | c is the fp16 value 1024 + 
 (1024 + c) - (1024 + z) = c - z is exact too. That replaces two conversions per weight (int -> fp32,
 fp32 -> fp16), quarter-rate on NVIDIA GPUs and the decode GEMM's bottleneck, by integer logic and
 one fp16 subtract; the product by s rounds once to fp16, as the fp32 path did.
+
+Why W4A8 keeps every product exact (issue 6 / 8): the prologue quantizes the rotated activations
+(e4m3 or int8, per group or per token) and writes the code sums per group; the GEMM feeds the
+matrix unit the signed weight codes c - 8 (int4) or c - 16 (int5, low nibbles + a K-packed fifth-bit
+plane), all exact in e4m3 and int8, and applies scales and the zero point outside the product:
+in the loop (acc += asg * (s * D - s * (z - off) * rs)) or, with ZPE, as one fp32 dot after it.
 
 Why fp16 rotated activations: with bf16 operands the rounding of the rotated activations alone
 adds ~1.6e-3 relative error (2.35e-3 total, measured against the fp64 reference), fp16 keeps the
@@ -216,6 +223,255 @@ def w4a16_gemm_kernel(
                 # above serializes (measured 0.27x cuBLAS at M=2048 on the H200).
                 z1024 = z.to(tl.float16) + 1024.0
                 acc = tl.dot(a, (c1024 - z1024[None, :]) * s[None, :], acc)
+
+    out_offs = offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
+    mask = m_mask[:, None] & n_mask[None, :]
+    if SPLIT_K == 1:
+        if HAS_BIAS:
+            acc += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+        tl.store(out_ptr + out_offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+    else:
+        tl.atomic_add(out_ptr + out_offs, acc, mask=mask, sem="relaxed")
+
+
+# --------------------------------------------------------------------------- W4A8 (issue 6, 8)
+#
+# Activation quantization (what `plugin/paro_vllm/activations.py` defines, in fp32 here): scale =
+# amax / top (top 448 for e4m3, 127 for int8; a zero amax gives 1), codes = RNE(x / scale) on the
+# e4m3 grid (saturating) or RNE to an integer clamped to +-127. The division is `div_rn` (the
+# plain `/` is an approximate division on NVIDIA, which would move codes across rounding ties).
+# Row sums are sums of the decoded codes, not of x: the zero-point correction must subtract
+# exactly what the matrix unit multiplied (integers, so exact, for int8).
+
+E4M3_MAX = tl.constexpr(448.0)
+INT8_MAX = tl.constexpr(127.0)
+RNE_MAGIC = tl.constexpr(12582912.0)  # 1.5 * 2^23: (v + C) - C rounds |v| < 2^22 half to even
+
+
+@triton.jit
+def _rotate_group(x_ptr, rot_hi_ptr, rot_lo_ptr, offs_m, m_mask, g, p, ngroups, stride_xm,
+                  G: tl.constexpr):  # fmt: skip
+    """fp32 [BLOCK_M, G]: group g of the rows, times diag(cs_g) R_g^T of run p (hi + lo dots)."""
+    offs_g = tl.arange(0, G)
+    x = tl.load(
+        x_ptr + offs_m[:, None] * stride_xm + g * G + offs_g[None, :],
+        mask=m_mask[:, None],
+        other=0.0,
+    )
+    rot_off = ((p * ngroups + g) * G + offs_g[:, None]) * G + offs_g[None, :]
+    acc = tl.dot(x, tl.load(rot_hi_ptr + rot_off))
+    return tl.dot(x, tl.load(rot_lo_ptr + rot_off), acc)
+
+
+@triton.jit
+def _e4m3_round(v):
+    """fp32 v (|v| <= 448) rounded half-to-even onto the e4m3 grid, in fp32 (then cast exactly).
+
+    The grid step of v's binade is 2^(max(e, -6) - 3); v * 2^-step and back are exact, and the
+    magic-number add rounds to even. Done in software so every backend gives the same codes: the
+    hardware converts do RNE too, but Triton's interpreter carries a mantissa round-up into the
+    wrong binade (15.9 -> 8), and the CPU tests run there.
+    """
+    e = ((v.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
+    e = tl.maximum(e, -6) - 3
+    step = ((e + 127) << 23).to(tl.float32, bitcast=True)
+    inv = ((127 - e) << 23).to(tl.float32, bitcast=True)
+    return ((v * inv + RNE_MAGIC) - RNE_MAGIC) * step
+
+
+@triton.jit
+def _quant_store(v, scale, q_ptr, as_ptr, rs_ptr, row, m_mask, g, K, ngroups,
+                 G: tl.constexpr, INT8: tl.constexpr):  # fmt: skip
+    """Quantize v [BLOCK_M, G] with per-row `scale`; store codes, the scale and the code sums."""
+    offs_g = tl.arange(0, G)
+    xs = tl.math.div_rn(v, scale[:, None])
+    if INT8:
+        xs = tl.clamp(xs, -INT8_MAX, INT8_MAX)
+        qf = (xs + RNE_MAGIC) - RNE_MAGIC
+        code = qf.to(tl.int8)
+    else:
+        qf = _e4m3_round(tl.clamp(xs, -E4M3_MAX, E4M3_MAX))
+        code = qf.to(tl.float8e4nv)
+    tl.store(q_ptr + row[:, None] * K + g * G + offs_g[None, :], code, mask=m_mask[:, None])
+    tl.store(as_ptr + row * ngroups + g, scale, mask=m_mask)
+    tl.store(rs_ptr + row * ngroups + g, tl.sum(qf, axis=1), mask=m_mask)
+
+
+@triton.jit
+def rotate_quant_kernel(
+    x_ptr,  # [M, K] bf16/fp16, rows stride_xm, unit stride along K
+    rot_hi_ptr,  # [P, K/G, G, G] x.dtype: hi part of diag(cs_g) R_g^T
+    rot_lo_ptr,  # [P, K/G, G, G] x.dtype: lo part (rot - hi)
+    q_ptr,  # [P, M, K] fp8e4nv or int8 out: the codes
+    as_ptr,  # [P, M, K/G] fp32 out: activation scale per (row, group); per token: repeated
+    rs_ptr,  # [P, M, K/G] fp32 out: per-group sums of the codes
+    M,
+    K,
+    stride_xm,
+    G: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    INT8: tl.constexpr,
+    TOKEN: tl.constexpr,
+):
+    """Fused rotate + channel-scale + quantize; one launch for either scale granularity.
+
+    Per group (TOKEN false): one program per (row block, group, partition), a single pass.
+    Per token (TOKEN true): the scale needs the row's amax over all of K after the rotation, and
+    a cross-program reduction would need a second launch or a grid-wide sync. So one program
+    owns a row block of one partition and loops over the groups twice: pass 1 rotates and keeps
+    only the running amax, pass 2 rotates again and quantizes. The rotation is a pair of tensor-
+    core dots (cheap); the second read of x and the blocks comes from L2, and a rotated row is
+    never parked (BLOCK_M x K fp32 fits neither registers nor LDS at K = 5120).
+    """
+    pid_m = tl.program_id(0)
+    p = tl.program_id(2)
+    ngroups = K // G
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    m_mask = offs_m < M
+    row = p * M + offs_m
+    top = INT8_MAX if INT8 else E4M3_MAX
+    if TOKEN:
+        amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        for g in range(0, ngroups):
+            v = _rotate_group(x_ptr, rot_hi_ptr, rot_lo_ptr, offs_m, m_mask, g, p, ngroups,
+                              stride_xm, G)  # fmt: skip
+            amax = tl.maximum(amax, tl.max(tl.abs(v), axis=1))
+        scale = tl.math.div_rn(amax, tl.full((BLOCK_M,), top, tl.float32))
+        scale = tl.where(scale > 0, scale, 1.0)
+        for g in range(0, ngroups):
+            v = _rotate_group(x_ptr, rot_hi_ptr, rot_lo_ptr, offs_m, m_mask, g, p, ngroups,
+                              stride_xm, G)  # fmt: skip
+            _quant_store(v, scale, q_ptr, as_ptr, rs_ptr, row, m_mask, g, K, ngroups, G, INT8)
+    else:
+        g = tl.program_id(1)
+        v = _rotate_group(x_ptr, rot_hi_ptr, rot_lo_ptr, offs_m, m_mask, g, p, ngroups,
+                          stride_xm, G)  # fmt: skip
+        scale = tl.math.div_rn(tl.max(tl.abs(v), axis=1), tl.full((BLOCK_M,), top, tl.float32))
+        scale = tl.where(scale > 0, scale, 1.0)
+        _quant_store(v, scale, q_ptr, as_ptr, rs_ptr, row, m_mask, g, K, ngroups, G, INT8)
+
+
+@triton.jit
+def w4a8_gemm_kernel(
+    a_ptr,  # [P, M, K] fp8e4nv or int8: quantized rotated activations, one plane per run
+    as_ptr,  # [P, M, K/G] fp32 activation scales (per token: the same value in every group)
+    rs_ptr,  # [P, M, K/G] fp32 per-group code sums of `a`
+    qw_ptr,  # [K/8, N] int32: low nibbles packed along K (nibble s of word r = row 8r + s)
+    qh_ptr,  # [K/32, N] int32 fifth-bit planes (bit s of word r = row 32r + s), or a dummy
+    sc_ptr,  # [K/G, N] fp16 scales
+    zp_ptr,  # [K/G, N] uint8 zero codes (0..2^BITS - 1)
+    bias_ptr,  # [N] or a dummy when HAS_BIAS is false
+    out_ptr,  # [M, N] out dtype (SPLIT_K == 1) or fp32 zero-filled workspace (SPLIT_K > 1)
+    M,
+    N,
+    K,
+    b1,  # first column of partition 1 (N if there is none)
+    b2,  # first column of partition 2 (N if there is none)
+    HAS_BIAS: tl.constexpr,
+    G: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    INT8: tl.constexpr,
+    BITS: tl.constexpr,
+    TOKEN: tl.constexpr,
+    ZPE: tl.constexpr,
+    BLOCK_G: tl.constexpr = 16,
+    A16: tl.constexpr = False,
+):
+    """out = sum_g a_scale * (s * (A_q @ (C - off)) - s * (z - off) * rowsum) per column run.
+
+    The matrix unit sees signed codes c - off (off = 8 / 16: -8..7 and -16..15, exact in e4m3 and
+    int8), so the zero point never enters the product. In-loop form (ZPE false), per group:
+    acc += asg[m] * (s[n] * D - (s * (z - off))[n] * rs[m]). Epilogue form (ZPE true): the loop
+    keeps only the scale fold and the rank-(K/G) term (asg * rs) @ (s * (z - off)) is one fp32 dot
+    per BLOCK_G groups after it. TOKEN: one scale per row, applied once after the loop.
+    A16 (fp8, NVIDIA below 64 rows): Triton has no fp8 mma.sync and would upcast both operands
+    to fp16 anyway; upcasting only the activations and keeping the weights' exact fp16 codes
+    saves the weights' fp16 -> e4m3 -> fp16 round trip. Same products, same fp32 sums.
+    """
+    pid = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    num_m = tl.cdiv(M, BLOCK_M)
+    num_n = tl.cdiv(N, BLOCK_N)
+    width = GROUP_M * num_n
+    first_m = (pid // width) * GROUP_M
+    size_m = min(num_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % width) % size_m
+    pid_n = (pid % width) // size_m
+
+    n0 = pid_n * BLOCK_N
+    part = (n0 >= b1).to(tl.int32) + (n0 >= b2).to(tl.int32)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    m_mask = offs_m < M
+    n_mask = offs_n < N
+    ngroups = K // G
+    per_split = tl.cdiv(ngroups, SPLIT_K)
+    g0 = pid_k * per_split
+    g1 = tl.minimum(g0 + per_split, ngroups)
+    off: tl.constexpr = 1 << (BITS - 1)
+
+    offs_k = tl.arange(0, G)
+    offs_w = tl.arange(0, G // 8)
+    shifts = (tl.arange(0, 8) * 4)[None, :, None]
+    a_rows = (part * M + offs_m).to(tl.int64)
+    a_base = a_ptr + a_rows[:, None] * K + offs_k[None, :]
+    s_base = a_rows * ngroups  # row offset into as/rs
+    q_base = qw_ptr + offs_w[:, None] * N + offs_n[None, :]
+    if BITS == 5:
+        offs_h = tl.arange(0, G // 32)
+        h_base = qh_ptr + offs_h[:, None] * N + offs_n[None, :]
+        hshifts = tl.arange(0, 32)[None, :, None]
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for g in range(g0, g1):
+        # No `other`: rows past M only feed output rows that are never stored.
+        a = tl.load(a_base + g * G, mask=m_mask[:, None])
+        q = tl.load(q_base + g * (G // 8) * N, mask=n_mask[None, :], other=0)
+        c = tl.reshape((q[:, None, :] >> shifts) & 0xF, (G, BLOCK_N))
+        if BITS == 5:
+            h = tl.load(h_base + g * (G // 32) * N, mask=n_mask[None, :], other=0)
+            c = c | (tl.reshape((h[:, None, :] >> hshifts) & 1, (G, BLOCK_N)) << 4)
+        if INT8:
+            d = tl.dot(a, (c - off).to(tl.int8), out_dtype=tl.int32).to(tl.float32)
+        else:
+            # 0x6400 | c is the fp16 1024 + c; minus (1024 + off) it is c - off, exact, and
+            # exact again in e4m3: no int -> float conversion per weight.
+            c16 = (c | 0x6400).to(tl.int16).to(tl.float16, bitcast=True) - (1024.0 + off)
+            if A16:  # noqa: SIM108  (a Triton constexpr branch, kept explicit)
+                d = tl.dot(a.to(tl.float16), c16)
+            else:
+                d = tl.dot(a, c16.to(tl.float8e4nv))
+        s = tl.load(sc_ptr + g * N + offs_n, mask=n_mask, other=0.0).to(tl.float32)
+        if ZPE:
+            t = d * s[None, :]
+        else:
+            z = tl.load(zp_ptr + g * N + offs_n, mask=n_mask, other=0).to(tl.float32)
+            rs = tl.load(rs_ptr + s_base + g, mask=m_mask, other=0.0)
+            t = d * s[None, :] - rs[:, None] * (s * (z - off))[None, :]
+        if TOKEN:
+            acc += t
+        else:
+            acc += tl.load(as_ptr + s_base + g, mask=m_mask, other=0.0)[:, None] * t
+    if ZPE:
+        for gc in range(g0, g1, BLOCK_G):
+            offs_gc = gc + tl.arange(0, BLOCK_G)
+            gm = offs_gc < g1
+            ms = m_mask[:, None] & gm[None, :]
+            rsa = tl.load(rs_ptr + s_base[:, None] + offs_gc[None, :], mask=ms, other=0.0)
+            if not TOKEN:
+                rsa *= tl.load(as_ptr + s_base[:, None] + offs_gc[None, :], mask=ms, other=0.0)
+            ws = gm[:, None] & n_mask[None, :]
+            w_off = offs_gc[:, None] * N + offs_n[None, :]
+            s = tl.load(sc_ptr + w_off, mask=ws, other=0.0).to(tl.float32)
+            z = tl.load(zp_ptr + w_off, mask=ws, other=0).to(tl.float32)
+            # fp32 operands at full precision: tf32 would round the zero-point term (it can be
+            # larger than the result) by 2^-11, far above the bf16 floor.
+            acc = tl.dot(-rsa, s * (z - off), acc, input_precision="ieee")
+    if TOKEN:
+        acc *= tl.load(as_ptr + s_base, mask=m_mask, other=0.0)[:, None]
 
     out_offs = offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
     mask = m_mask[:, None] & n_mask[None, :]

@@ -1,0 +1,652 @@
+"""Host side of the Triton MXFP4 linear: load-time repack, launch configs, checked wrappers.
+
+Shape contract of the MXFP4 GEMM (asserted in `check_gemm`):
+
+    a        [P, M, K]       fp8 e4m3 (W4A8) or bf16 / fp16 (W4A16); rows stride_am, unit along K
+    a_scale  [P, M]          fp32 per-token scales (W4A8 only)
+    qw       [N, Kp/2]       u8    nibble planes = whole MX blocks (mx_kernels doc), Kp = ceil64(K)
+    sc       [Kp/32, N]      u8    e8m0 (zero-padded past K/32)
+    cmax     [N]             int32 largest e8m0 code of each column's nonzero blocks
+    bounds   P - 1 ints      first output column of planes 1.. (multiples of 16, < N)
+    bias     [N] or None     any float dtype
+    -> y     [M, N]          out dtype
+    K % 32 == 0; N >= 1; all tensors on one device.
+
+The checkpoint form (Quark MXFP4 / the NVFP4 requant): weight [N, K/2] u8 (low nibble = even
+column), weight_scale [N, K/32] u8 e8m0; `prepare` repacks it once.
+
+Exactness (mx_kernels doc): the folded GEMM is exact when every nonzero block of a column lies
+within 11 (fp8) / 13 (fp16) / 125 (bf16) binades of the column's largest; `prepare` measures the
+layer's widest column span and the launcher falls back to the per-block GEMM (exact everywhere
+except e8m0 code 0 = 2^-127, flushed) when the fold would flush anything. bf16 covers every
+checkpoint in practice; the fp16 limit matters only for fp16 W4A16 (the PARO prologue's output).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from math import gcd
+from typing import Literal
+
+import torch
+
+from .._contract import check_multiple, check_tensor, require
+from ..formats import E8M0_NAN, unpack_fp4
+
+MX_BLOCK = 32
+DECODE_MAX_M = 16
+DECODE_PROGRAMS_PER_SM = 8
+ActMode = Literal["fp8", "a16"]
+ACT_MODES: tuple[str, ...] = ("fp8", "a16")
+A16_DTYPES = (torch.bfloat16, torch.float16)
+# The operand kinds of `mx_gemm_kernel` (OPK) and the widest block span each folds exactly.
+OPK = {torch.float8_e4m3fn: 0, torch.float16: 1, torch.bfloat16: 2}
+FOLD_SPAN = {0: 11, 1: 13, 2: 125}
+FOLD_CMAX_MIN = {0: 7, 1: 1, 2: 1}  # the column scale 2^(cmax - 127 - off) stays a normal fp32
+QUANT_BLOCK_K = 1024
+# MXFP4-PARO W4A8 prologue: the two-launch rotate_scale + fp8_quant measured faster than the
+# fused host.rotate_quant on the H200 (2026-11-29, with the GEMM: qkv M=1 53 vs 230 us, M=16 54
+# vs 157, M=2048 1039 vs 1246): the fused one's per-token pass is latency-bound at decode.
+PARO_FUSED_PROLOGUE = False
+# fp8 dots promote their accumulator into fp32 every 32 products (one MX block): exact fp32
+# accumulation like gfx1201's WMMA (the wgmma default accumulates fp8 at reduced precision).
+FP8_PROMOTE = 32
+L2_BYTES = 60 * 2**20  # H200 L2 (50 MB) with margin: weight copies exceed it 3x in the benches
+
+
+@dataclass(frozen=True)
+class Config:
+    """One launch configuration of the MXFP4 GEMM."""
+
+    block_m: int
+    block_n: int
+    split_k: int
+    num_warps: int
+    num_stages: int
+    group_m: int = 8
+
+
+@dataclass(frozen=True)
+class MxWeight:
+    """An MXFP4 weight repacked once for the kernel (the contract's qw / sc / cmax)."""
+
+    qw: torch.Tensor
+    sc: torch.Tensor
+    cmax: torch.Tensor
+    k: int
+    span: int  # widest (cmax - e) over nonzero blocks of any column
+    cmax_min: int  # smallest cmax over columns with a nonzero block (255 when none)
+
+    @property
+    def n(self) -> int:
+        """Output features."""
+        return int(self.qw.shape[0])
+
+    def fold_ok(self, opk: int) -> bool:
+        """Whether the folded GEMM is exact for operand kind `opk` on this weight."""
+        return self.span <= FOLD_SPAN[opk] and self.cmax_min >= FOLD_CMAX_MIN[opk]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """An MXFP4 layer for the Triton path: weight + (MXFP4-PARO) the rotation prologue's blocks."""
+
+    weight: MxWeight
+    bounds: tuple[int, ...]  # plane boundaries: empty without rotations
+    rot_hi: torch.Tensor | None = None  # [P, K/G, G, G] fp16: diag(cs_g) R_g^T, hi part
+    rot_lo: torch.Tensor | None = None
+    group_size: int = 0
+
+
+# --------------------------------------------------------------------------- load-time repack
+
+
+def repack(weight: torch.Tensor, weight_scale: torch.Tensor) -> MxWeight:
+    """Checkpoint weight [N, K/2] u8 + weight_scale [N, K/32] u8 -> the kernel's MxWeight."""
+    check_tensor(weight, "weight", dtype=torch.uint8, ndim=2)
+    n, k = weight.shape[0], 2 * weight.shape[1]
+    check_multiple(k, MX_BLOCK, "K (2 * weight.shape[1])")
+    check_tensor(weight_scale, "weight_scale", dtype=torch.uint8, shape=[n, k // MX_BLOCK])
+    nan = int((weight_scale == E8M0_NAN).sum())
+    require(nan == 0, "weight_scale", "no e8m0 NaN code (255)", f"{nan} NaN scales")
+    kp = -(-k // 64) * 64
+    codes = torch.zeros(n, kp, dtype=torch.uint8, device=weight.device)
+    codes[:, :k] = unpack_fp4(weight)
+    pairs = codes.view(n, kp // 64, 2, MX_BLOCK)
+    qw = (pairs[:, :, 0] | (pairs[:, :, 1] << 4)).reshape(n, kp // 2)
+    sc = torch.zeros(kp // MX_BLOCK, n, dtype=torch.uint8, device=weight.device)
+    sc[: k // MX_BLOCK] = weight_scale.t()
+    nonzero = ((codes[:, :k] & 7) != 0).view(n, k // MX_BLOCK, MX_BLOCK).any(-1)
+    e = weight_scale.to(torch.int32)
+    cmax = torch.where(nonzero, e, -1).amax(1).clamp(min=0)
+    lo = torch.where(nonzero, e, 255).amin(1)
+    has = nonzero.any(1)
+    span = int((cmax - lo)[has].max()) if bool(has.any()) else 0
+    cmin = int(cmax[has].min()) if bool(has.any()) else 255
+    return MxWeight(qw.contiguous(), sc.contiguous(), cmax.to(torch.int32), k, span, cmin)
+
+
+def prepare(
+    weight: torch.Tensor,
+    weight_scale: torch.Tensor,
+    runs: list[tuple[int, int, torch.Tensor, torch.Tensor, torch.Tensor]] | None = None,
+    group_size: int = 0,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.bfloat16,
+) -> Prepared:
+    """Repack once at load; runs = (n0, n1, pairs, theta, cs) per MXFP4-PARO rotation run.
+
+    Without runs (NVFP4 -> MXFP4) the merged partitions share one activation plane, so the
+    whole merged layer is one GEMM launch with no boundary constraint. `dtype` is the model's
+    activation dtype: the rotation blocks are split hi + lo in it (the prologues' contract).
+    """
+    require(dtype in A16_DTYPES, "dtype", A16_DTYPES, dtype)
+    dev = weight.device if device is None else torch.device(device)
+    w = repack(weight.to(dev), weight_scale.to(dev))  # plain torch: on the GPU at load
+    if not runs:
+        return Prepared(w, ())
+    from . import host
+
+    require(1 <= len(runs) <= 3, "rotation runs", "1..3 distinct rotations", len(runs))
+    check_multiple(w.k, group_size, f"K for group_size={group_size}")
+    rots = torch.stack([host.rotation_blocks(p, t, cs, group_size) for _, _, p, t, cs in runs])
+    hi, lo = host.split_hi_lo(rots, dtype)
+    bounds = tuple(n0 for n0, _, _, _, _ in runs[1:])
+    _block_n(128, _align(bounds))  # refuse unaligned boundaries at load, not at the first call
+    return Prepared(w, bounds, hi.to(dev), lo.to(dev), group_size)
+
+
+# --------------------------------------------------------------------------- configs
+
+
+def _sm_count(device: torch.device) -> int:
+    if device.type == "cuda" and torch.cuda.is_available():
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 132
+
+
+def _align(bounds: tuple[int, ...]) -> int:
+    a = 0
+    for b in bounds:
+        a = gcd(a, b)
+    return a
+
+
+def _block_n(bn_max: int, align: int) -> int:
+    """Widest tile <= bn_max dividing every plane boundary (blocks never straddle one)."""
+    if align == 0:
+        return bn_max
+    block_n = next((b for b in (256, 128, 64, 32, 16) if b <= bn_max and align % b == 0), 0)
+    require(block_n > 0, "partition boundaries", "multiples of 16", align)
+    return block_n
+
+
+def pick_config(
+    m: int, n: int, k: int, bounds: tuple[int, ...], opk: int, sms: int = 132, hip: bool = False
+) -> Config:
+    """Launch configuration for [M, K] x [K, N] (operand kind opk) with plane boundaries.
+
+    Decode (M <= 16): a 16-row tile and split-K until ~8 programs per SM are in flight (the
+    weights are the traffic, as in the int4 decode GEMM; the H200 sweep found 64- and 256-wide
+    tiles no better). Above: 128-row tiles on NVIDIA;
+    gfx1201's 64 KB LDS and 256 VGPRs cap the tile at 64 x 64 (AOT report).
+    """
+    align = _align(bounds)
+    if m <= DECODE_MAX_M:
+        block_n = _block_n(64 if hip else 128, align)
+        tiles = -(-n // block_n)
+        pairs = -(-k // 64)
+        split = max(1, min(pairs // 2, -(-DECODE_PROGRAMS_PER_SM * sms // tiles)))
+        per = -(-pairs // split)
+        return Config(16, block_n, -(-pairs // per), 4, 2 if hip else 4)
+    if hip:
+        # gfx1201 (AOT report): 64 x 64 with 4 waves uses 238-256 VGPRs and the per-block
+        # form spills; 8 waves hold 145-185.
+        return Config(64, _block_n(64, align), 1, 8, 2)
+    if m <= 64:
+        block_n = _block_n(128, align)
+        tiles = -(-m // 64) * -(-n // block_n)
+        pairs = -(-k // 64)
+        split = max(1, min(pairs // 4, -(-sms // tiles)))
+        return Config(64, block_n, split, 4, 4)
+    # H200 sweep (2026-11-29, W4A8 M=2048): 128 x 128 with 4 warps and 4 stages beat 8 warps /
+    # 3 stages by 15-21% (qkv 784 vs 923 us, gate_up 1830 vs 2212, down 977 vs 1124).
+    return Config(128, _block_n(128, align), 1, 4, 4)
+
+
+# --------------------------------------------------------------------------- launches
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    """Ceiling division for grid sizes."""
+    return -(-a // b)
+
+
+def fp8_quant(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token e4m3: x [R, K] (unit stride along K) -> (q [R, K] fp8, s [R] fp32 = amax/448)."""
+    from .mx_kernels import fp8_token_quant_kernel
+
+    check_tensor(x, "x", dtype=(torch.bfloat16, torch.float16, torch.float32), ndim=2)
+    require(x.stride(1) == 1, "x", "unit stride along K", x.stride())
+    r, k = x.shape
+    q = torch.empty(r, k, dtype=torch.float8_e4m3fn, device=x.device)
+    s = torch.empty(r, dtype=torch.float32, device=x.device)
+    if r:
+        bk = min(QUANT_BLOCK_K, max(128, 1 << (k - 1).bit_length()))
+        fp8_token_quant_kernel[(r,)](x, q, s, k, x.stride(0), BLOCK_K=bk, num_warps=4)
+    return q, s
+
+
+def check_gemm(
+    a: torch.Tensor, a_scale: torch.Tensor | None, w: MxWeight, bounds: tuple[int, ...],
+    bias: torch.Tensor | None,
+) -> None:  # fmt: skip
+    """Assert the module docstring's shape/dtype contract."""
+    check_tensor(a, "a", dtype=tuple(OPK), ndim=3)
+    p, m, k = a.shape
+    require(m >= 1 and a.stride(2) == 1, "a", "M >= 1 rows, unit stride along K", a.stride())
+    require(a.stride(0) == m * a.stride(1), "a", "planes stacked along dim 0", a.stride())
+    require(k == w.k, "a.shape[2] (K)", f"the weight's K = {w.k}", k)
+    require(p == len(bounds) + 1, "a.shape[0] (planes)", f"{len(bounds) + 1}", p)
+    fp8 = a.dtype == torch.float8_e4m3fn
+    require((a_scale is not None) == fp8, "a_scale", "given exactly for fp8 activations",
+            "present" if a_scale is not None else "missing")  # fmt: skip
+    if a_scale is not None:
+        check_tensor(a_scale, "a_scale", dtype=torch.float32, shape=[p, m])
+        require(a_scale.is_contiguous(), "a_scale", "contiguous", a_scale.stride())
+    n = w.n
+    require(
+        all(x < y for x, y in zip((0, *bounds), (*bounds, n), strict=True)),
+        "bounds", f"strictly increasing inside 0..{n}", list(bounds),
+    )  # fmt: skip
+    if bias is not None:
+        check_tensor(bias, "bias", shape=[n])
+    devs = {t.device for t in (a, w.qw, w.sc, w.cmax)}
+    require(len(devs) == 1, "devices", "one device for every tensor", devs)
+
+
+def mx_gemm(
+    a: torch.Tensor,
+    a_scale: torch.Tensor | None,
+    w: MxWeight,
+    bounds: tuple[int, ...],
+    out_dtype: torch.dtype,
+    bias: torch.Tensor | None = None,
+    config: Config | None = None,
+    fold: bool | None = None,
+) -> torch.Tensor:
+    """y [M, N] = A_p W^T (* a_scale) (+ bias) per plane p; contract in the module doc.
+
+    fold=None takes the folded GEMM exactly when it is exact on this weight (`MxWeight.fold_ok`).
+    """
+    from .mx_kernels import mx_gemm_kernel
+
+    check_gemm(a, a_scale, w, bounds, bias)
+    _, m, k = a.shape
+    n = w.n
+    opk = OPK[a.dtype]
+    fold = w.fold_ok(opk) if fold is None else fold
+    hip = torch.version.hip is not None and a.device.type == "cuda"
+    cfg = config or pick_config(m, n, k, bounds, opk, _sm_count(a.device), hip)
+    b = (*bounds, n, n)[:2]
+    if cfg.split_k > 1:
+        out = torch.zeros(m, n, dtype=torch.float32, device=a.device)
+    else:
+        out = torch.empty(m, n, dtype=out_dtype, device=a.device)
+    grid = (triton_cdiv(m, cfg.block_m) * triton_cdiv(n, cfg.block_n), cfg.split_k)
+    mx_gemm_kernel[grid](
+        a, a_scale if a_scale is not None else w.cmax, w.qw, w.sc, w.cmax,
+        bias if bias is not None else w.cmax, out,
+        m, n, k, a.stride(1), b[0], b[1], cfg.split_k,
+        OPK=opk, A_SCALED=a_scale is not None, FOLD=fold, HAS_BIAS=bias is not None,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, ATOMIC=cfg.split_k > 1, GROUP_M=cfg.group_m,
+        IMPRECISE=FP8_PROMOTE if opk == 0 else None,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )  # fmt: skip
+    return out.to(out_dtype) if cfg.split_k > 1 else out
+
+
+def activations(
+    prep: Prepared, x: torch.Tensor, act: ActMode, fused: bool | None = None
+) -> tuple[torch.Tensor, ...]:
+    """The GEMM's A operand(s) for x [M, K]: (a [P, M, K],) or (a fp8, a_scale [P, M]).
+
+    MXFP4-PARO, fp8: fused=True is the int4 kernels' one-launch rotate + scale + per-token e4m3
+    prologue (`host.rotate_quant`); fused=False composes `host.rotate_scale` (fp16 out) and
+    `fp8_quant` (two launches). None = PARO_FUSED_PROLOGUE. a16: `host.rotate_scale`, fp16 out.
+    NVFP4 -> MXFP4: x itself (a16) or its per-token e4m3 (fp8), one plane.
+    """
+    require(act in ACT_MODES, "act", " or ".join(ACT_MODES), act)
+    check_tensor(x, "x", dtype=A16_DTYPES, ndim=2)
+    m, k = x.shape
+    require(x.stride(1) == 1, "x", "unit stride along K", x.stride())
+    if prep.rot_hi is not None and prep.rot_lo is not None:
+        from . import host
+
+        xc = x.to(prep.rot_hi.dtype)  # the prologues take x in the blocks' dtype
+        g = prep.group_size
+        if act == "fp8" and (PARO_FUSED_PROLOGUE if fused is None else fused):
+            q, asc, _ = host.rotate_quant(xc, prep.rot_hi, prep.rot_lo, g, "fp8", "token")
+            return q, asc[:, :, 0].contiguous()  # per token: the scale repeats over groups
+        xr, _ = host.rotate_scale(xc, prep.rot_hi, prep.rot_lo, g)
+        if act == "a16":
+            return (xr,)
+        q, s = fp8_quant(xr.view(-1, k))
+        return q.view(xr.shape), s.view(xr.shape[0], m)
+    if act == "a16":
+        return (x.unsqueeze(0),)
+    q, s = fp8_quant(x)
+    return q.unsqueeze(0), s.unsqueeze(0)
+
+
+def mx_linear(
+    prep: Prepared, x: torch.Tensor, bias: torch.Tensor | None = None, act: ActMode = "fp8"
+) -> torch.Tensor:
+    """y [M, N] in x.dtype = act_quant(rot(x)) W^T (+ bias) for x [M, K] bf16/fp16."""
+    ops = activations(prep, x, act)
+    a, a_scale = ops[0], (ops[1] if len(ops) > 1 else None)
+    return mx_gemm(a, a_scale, prep.weight, prep.bounds, x.dtype, bias)
+
+
+# --------------------------------------------------------------------------- bench registry
+
+
+def random_checkpoint(
+    n: int, k: int, seed: int = 0, device: torch.device | str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random MXFP4 (weight [N, K/2] u8, weight_scale [N, K/32] u8) spanning a checkpoint's
+    exponent range (2^-14 .. 2^-3 per block), for benchmarks and tests."""
+    g = torch.Generator().manual_seed(seed)
+    weight = torch.randint(0, 256, (n, k // 2), generator=g, dtype=torch.uint8)
+    scale = torch.randint(127 - 14, 127 - 3, (n, k // MX_BLOCK), generator=g, dtype=torch.uint8)
+    return weight.to(device), scale.to(device)
+
+
+def _variant_bytes(act_bytes: int, rot: bool) -> Callable[[int, int, tuple[int, ...], int], int]:
+    def fewest(n: int, k: int, parts: tuple[int, ...], m: int) -> int:
+        planes = len(parts) if rot else 1
+        # weights + e8m0 scales + activations read once per plane + bf16 output
+        return n * k // 2 + n * k // MX_BLOCK + planes * m * k * act_bytes + 2 * m * n
+
+    return fewest
+
+
+def _build(act: ActMode, rot: bool) -> Callable[..., Callable[[], object]]:
+    def build(
+        n: int, k: int, parts: tuple[int, ...], m: int, device: torch.device
+    ) -> Callable[[], object]:
+        # Enough weight copies to exceed the L2 three times; each call reads the next one.
+        copies = max(2, -(-3 * L2_BYTES // (n * k // 2)))
+        preps = [prepare(*random_checkpoint(n, k, seed=i), None, 0, device) for i in range(copies)]
+        if rot:
+            r0 = prepare(*random_checkpoint(n, k), random_runs(k, parts), 128, device)
+            preps = [dataclasses.replace(r0, weight=p.weight) for p in preps]
+        x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
+        step = iter(range(1 << 62))
+        return lambda: mx_linear(preps[next(step) % copies], x, None, act)
+
+    return build
+
+
+def random_runs(
+    k: int, parts: tuple[int, ...], g: int = 128, krot: int = 8, seed: int = 0
+) -> list[tuple[int, int, torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Random z-lab rotations (pairs [krot, K] i16, theta, channel scales) per partition."""
+    gen = torch.Generator().manual_seed(seed)
+    out, n0 = [], 0
+    for size in parts:
+        perms = [torch.randperm(g, generator=gen) for _ in range(krot * (k // g))]
+        pairs = torch.stack(perms).view(krot, k).to(torch.int16)
+        theta = ((torch.rand(krot, k // 2, generator=gen) * 2 - 1) * 3.14159).to(torch.float16)
+        cs = (torch.rand(1, k, generator=gen) * 1.5 + 0.5).to(torch.float16)
+        out.append((n0, n0 + size, pairs, theta, cs))
+        n0 += size
+    return out
+
+
+def bench_variants() -> list[object]:
+    """The MXFP4 entries of the shared bench registry (`paro_kernels.bench.Variant`)."""
+    from .. import bench
+
+    variant = bench.Variant
+    return [
+        variant("mxfp4_w4a8", _build("fp8", False), _variant_bytes(1, False), "fp8", _aot("fp8")),
+        variant("mxfp4_w4a16", _build("a16", False), _variant_bytes(2, False), "bf16", _aot("a16")),
+        variant("mxfp4_paro_w4a8", _build("fp8", True), _variant_bytes(1, True), "fp8", None),
+    ]
+
+
+def _aot(act: ActMode) -> Callable[[int, int, tuple[int, ...], int], list[object]]:
+    def reports(n: int, k: int, parts: tuple[int, ...], m: int) -> list[object]:
+        return [compile_mx_gemm("gfx1201", m, n, k, act)]
+
+    return reports
+
+
+# --------------------------------------------------------------------------- ahead-of-time builds
+
+# The matrix instruction each mode must become (fp8 mode: fp8 WMMA, never a bf16 decomposition).
+MX_MMA_PATTERNS = {
+    ("gfx1201", "fp8"): r"v_wmma_f32_16x16x16_fp8_fp8",
+    ("gfx1201", "a16"): r"v_wmma_f32_16x16x16_(f16|bf16)",
+    ("sm90", "fp8"): r"(wgmma\.mma_async\S*e4m3\.e4m3|mma\.sync\S*e4m3\.e4m3)",
+    ("sm90", "a16"): r"(wgmma\.mma_async\S*(f16|bf16)|mma\.sync\S*(f16|bf16))",
+}
+
+
+def _aot_build(
+    fn: object,
+    sig: dict[str, str],
+    const: Mapping[str, object],
+    target: str,
+    warps: int,
+    stages: int,
+) -> object:
+    import os
+
+    import triton
+
+    from . import aot
+
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    src = triton.compiler.ASTSource(
+        fn=fn, signature={**sig, **dict.fromkeys(const, "constexpr")}, constexprs=const
+    )
+    opts = {"num_warps": warps, "num_stages": stages}
+    return triton.compile(src, target=aot.TARGETS[target][0], options=opts)
+
+
+def _aot_report(name: str, target: str, cfg: str, compiled: object, mma: str) -> object:
+    import re
+
+    from . import aot
+
+    asm = compiled.asm["amdgcn" if target == "gfx1201" else "ptx"]  # type: ignore[attr-defined]
+    lds = int(compiled.metadata.shared)  # type: ignore[attr-defined]
+    found = re.search(mma, asm) is not None
+
+    def meta(key: str) -> int:
+        hit = re.search(rf"\.{key}:\s*(\d+)", asm)
+        return int(hit.group(1)) if hit else 0
+
+    if target == "gfx1201":
+        vgprs, spills = meta("vgpr_count"), meta("vgpr_spill_count")
+        scratch = meta("private_segment_fixed_size")
+    else:  # PTX: `.local` declarations are the spills
+        vgprs, spills, scratch = 0, len(re.findall(r"\.local\s", asm)), 0
+    return aot.Report(name, target, cfg, found, vgprs, spills, scratch, lds, aot.TARGETS[target][1])
+
+
+def compile_mx_gemm(
+    target: str,
+    m: int,
+    n: int,
+    k: int,
+    act: ActMode,
+    fold: bool = True,
+    bounds: tuple[int, ...] = (),
+) -> object:
+    """Build the MXFP4 GEMM at the config the launcher picks on `target`; an `aot.Report`."""
+    from .mx_kernels import mx_gemm_kernel
+
+    hip = target == "gfx1201"
+    opk = 0 if act == "fp8" else 2
+    cfg = pick_config(m, n, k, bounds, opk, sms=64 if hip else 132, hip=hip)
+    a_ty = "*fp8e4nv" if act == "fp8" else "*bf16"
+    sig = {
+        "a_ptr": a_ty, "asc_ptr": "*fp32", "qw_ptr": "*u8", "sc_ptr": "*u8", "cmax_ptr": "*i32",
+        "bias_ptr": "*bf16", "out_ptr": "*fp32" if cfg.split_k > 1 else "*bf16",
+        "M": "i32", "N": "i32", "K": "i32", "stride_am": "i32", "b1": "i32", "b2": "i32",
+        "split_k": "i32",
+    }  # fmt: skip
+    const = {
+        "OPK": opk, "A_SCALED": act == "fp8", "FOLD": fold, "HAS_BIAS": False,
+        "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "ATOMIC": cfg.split_k > 1,
+        "GROUP_M": cfg.group_m, "IMPRECISE": FP8_PROMOTE if opk == 0 else None,
+    }  # fmt: skip
+    c = _aot_build(mx_gemm_kernel, sig, const, target, cfg.num_warps, cfg.num_stages)
+    name = f"mx_gemm_{act}" + ("" if fold else "_perblock")
+    # Triton 3.9 lowers an fp8 dot below 64 rows on sm_90 to f16 mma.sync (exact e4m3 -> f16
+    # converts): the decode GEMM is bandwidth-bound, so that is the instruction expected there.
+    mode = "a16" if target == "sm90" and cfg.block_m < 64 else act
+    return _aot_report(name, target, str(cfg), c, MX_MMA_PATTERNS[(target, mode)])
+
+
+def compile_fp8_quant(target: str, k: int) -> object:
+    """Build the per-token e4m3 quantizer (no matrix instruction: `mma` reports False)."""
+    from .mx_kernels import fp8_token_quant_kernel
+
+    bk = min(QUANT_BLOCK_K, max(128, 1 << (k - 1).bit_length()))
+    sig = {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32", "K": "i32", "stride_xr": "i32"}
+    c = _aot_build(fp8_token_quant_kernel, sig, {"BLOCK_K": bk}, target, 4, 1)
+    return _aot_report("fp8_token_quant", target, f"BLOCK_K={bk}", c, r"(?!)")
+
+
+# --------------------------------------------------------------------------- quick timing
+
+# (name, N, K, partitions): the Qwen3.8-27B TP=2 shapes of the lead's brief.
+QUICK_SHAPES = [("qkv", 7168, 5120, (6144, 512, 512)), ("gate_up", 17408, 5120, (8704, 8704)),
+                ("down", 5120, 8704, (5120,))]  # fmt: skip
+
+
+def _graph_time(fns: list[Callable[[], object]], reps: int = 30) -> float:
+    """Median microseconds per call over `reps` CUDA-graph replays of >= 16 calls cycling `fns`."""
+    for fn in fns:
+        fn()  # compile outside the capture
+    calls = len(fns) * -(-16 // len(fns))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(calls):
+            fns[i % len(fns)]()
+    for _ in range(3):
+        graph.replay()
+    times = []
+    for _ in range(reps):
+        t0 = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        t1 = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        t0.record()
+        graph.replay()
+        t1.record()
+        t1.synchronize()
+        times.append(t0.elapsed_time(t1) * 1000 / calls)
+    return float(sorted(times)[len(times) // 2])
+
+
+def quick_bench(ms: tuple[int, ...] = (1, 16, 2048), sweep: bool = True) -> list[dict[str, object]]:
+    """Time the MXFP4 paths against cuBLAS bf16 on QUICK_SHAPES (weights DRAM-fed: every call
+    reads another copy; the copies together exceed the L2 three times). Prints each row."""
+    dev = torch.device("cuda")
+    rows: list[dict[str, object]] = []
+    for name, n, k, parts in QUICK_SHAPES:
+        copies_mx = max(2, -(-3 * L2_BYTES // (n * k // 2)))
+        copies_bf = max(2, -(-3 * L2_BYTES // (n * k * 2)))
+        ckpt = [random_checkpoint(n, k, seed=i) for i in range(copies_mx)]
+        preps = [prepare(w, s, None, 0, dev) for w, s in ckpt]
+        r0 = prepare(*ckpt[0], random_runs(k, parts), 128, dev)
+        rot = [dataclasses.replace(r0, weight=p.weight) for p in preps]
+        dense = [torch.randn(k, n, device=dev, dtype=torch.bfloat16) for _ in range(copies_bf)]
+        for m in ms:
+            row = _time_cell(m, preps, rot, dense, sweep)
+            torch.cuda.synchronize()
+            rows.append({"shape": name, "n": n, "k": k, "m": m, **row})
+            print(rows[-1], flush=True)
+    return rows
+
+
+def _time_cell(
+    m: int, preps: list[Prepared], rot: list[Prepared], dense: list[torch.Tensor], sweep: bool
+) -> dict[str, object]:
+    """One (shape, M) cell of `quick_bench`: microseconds per call of each path.
+
+    sweep=False: every path; sweep=True: the picked GEMM config, cuBLAS and `_sweep_configs`.
+    """
+    k, n = dense[0].shape
+    x = torch.randn(m, k, device=dense[0].device, dtype=torch.bfloat16)
+    q, s = fp8_quant(x)
+    a8, s8, a16 = q.unsqueeze(0), s.unsqueeze(0), x.unsqueeze(0)
+    bf = torch.bfloat16
+
+    def each(fn: Callable[[Prepared], object], ps: list[Prepared]) -> list[Callable[[], object]]:
+        return [functools.partial(fn, p) for p in ps]
+
+    def gemm8(p: Prepared, cfg: Config | None = None, fold: bool | None = None) -> object:
+        return mx_gemm(a8, s8, p.weight, (), bf, None, cfg, fold)
+
+    def paro8_fused(p: Prepared) -> object:
+        a, sc = activations(p, x, "fp8", True)
+        return mx_gemm(a, sc, p.weight, p.bounds, bf)
+
+    t: dict[str, list[Callable[[], object]]] = {
+        "cublas_bf16": [functools.partial(torch.matmul, x, d) for d in dense],
+        "w4a8_gemm": each(gemm8, preps),
+    }
+    if not sweep:
+        t["w4a8_op"] = each(functools.partial(mx_linear, x=x, act="fp8"), preps)
+        t["w4a8_gemm_perblock"] = each(functools.partial(gemm8, fold=False), preps)
+        t["w4a16_gemm"] = each(lambda p: mx_gemm(a16, None, p.weight, (), bf), preps)
+        t["fp8_quant"] = [functools.partial(fp8_quant, x)]
+        t["paro_w4a8_op"] = each(functools.partial(mx_linear, x=x, act="fp8"), rot)
+        t["paro_w4a8_op_fused_prologue"] = each(paro8_fused, rot)
+        t["paro_w4a16_op"] = each(functools.partial(mx_linear, x=x, act="a16"), rot)
+    else:
+        for cfg in _sweep_configs(m):
+            t[f"w4a8_gemm {_short(cfg)}"] = each(functools.partial(gemm8, cfg=cfg), preps)
+    row: dict[str, object] = {key: round(_graph_time(fns), 2) for key, fns in t.items()}
+    row["config"] = _short(pick_config(m, n, k, (), 0, _sm_count(x.device)))
+    us_gemm, us_cublas = float(row["w4a8_gemm"]), float(row["cublas_bf16"])  # type: ignore[arg-type]
+    row["w4a8_gemm_GBs"] = round((n * k // 2 + n * k // MX_BLOCK) / (us_gemm * 1e3), 1)
+    row["w4a8_gemm_vs_cublas"] = round(us_cublas / us_gemm, 2)
+    if not sweep:
+        row["w4a8_op_vs_cublas"] = round(us_cublas / float(row["w4a8_op"]), 2)  # type: ignore[arg-type]
+    return row
+
+
+def _short(cfg: Config) -> str:
+    return f"{cfg.block_m}x{cfg.block_n}s{cfg.split_k}w{cfg.num_warps}st{cfg.num_stages}"
+
+
+def _sweep_configs(m: int) -> list[Config]:
+    """A few alternatives to the picked config, to learn from the one GPU run we get."""
+    if m <= DECODE_MAX_M:
+        return [Config(16, 64, 16, 4, 4), Config(16, 128, 8, 4, 4), Config(16, 256, 8, 8, 3)]
+    return [Config(128, 256, 1, 8, 3), Config(128, 128, 1, 4, 4), Config(64, 128, 1, 4, 4),
+            Config(128, 128, 1, 8, 4)]  # fmt: skip
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    # python -m paro_kernels.triton.mx_host OUT.json: the main table, then the config sweep.
+    dump = sys.argv[1] if len(sys.argv) > 1 else None
+    out = {"main": quick_bench(sweep=False)}
+    if dump:
+        with open(dump, "w") as f:
+            json.dump(out, f, indent=1)
+    out["sweep"] = quick_bench(sweep=True)
+    if dump:
+        with open(dump, "w") as f:
+            json.dump(out, f, indent=1)

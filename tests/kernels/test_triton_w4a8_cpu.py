@@ -1,0 +1,100 @@
+"""CPU checks of the W4A8 / W5A8 kernels: the interpreter at small shapes, AOT ISA for gfx1201.
+
+The interpreter runs fp8 and int8 `tl.dot` on the CPU (checked: exact against torch), but its
+fp32 -> e4m3 cast carries a mantissa round-up into the wrong binade; the prologue rounds onto the
+e4m3 grid itself, so the interpreter sees the same codes as the GPUs. fp16 activations: numpy has
+no bf16.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from paro_kernels import reference as ref
+from paro_kernels.triton import aot
+
+# (K, partition sizes, G, M, format, scale, zp epilogue, bits): every mode at least once.
+INTERP_CASES = [
+    (256, [96], 128, 3, "fp8", "group", False, 4),
+    (256, [64, 32], 64, 17, "int8", "group", True, 5),
+    (384, [64, 32, 32], 128, 70, "fp8", "token", True, 4),
+    (256, [128], 64, 33, "int8", "token", False, 5),
+]
+_CHILD = """
+import sys, torch
+from _triton_cases import bias, exact_gemm, hi_planes, merged_layer_bits, packed, rel, runs
+from _triton_cases import reference_a8
+from paro_kernels.triton import host
+k, sizes, g, m, fmt, scale, zpe, bits = eval(sys.argv[1])
+parts = merged_layer_bits(k, sizes, g, bits, seed=k + m)
+prep = host.prepare(*packed(parts), runs(parts), g, dtype=torch.float16, device="cpu", bits=bits,
+                    **hi_planes(parts))
+x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.float16)
+q, asc, rs = host.rotate_quant(x, prep.rot_hi, prep.rot_lo, g, fmt, scale)
+y = host.w4a8_gemm(q, asc, rs, prep.qweight, prep.qweight_hi, prep.scales, prep.zeros,
+                   prep.bounds, g, torch.float16, bias(parts), token=scale == "token",
+                   zp_epilogue=zpe)
+y2 = host.linear_a8(prep, x, bias(parts), fmt, scale, zpe)
+assert y.shape == (m, sum(sizes)) and y.dtype == torch.float16
+print(rel(y, exact_gemm(q, asc, parts, g, bits)), rel(y2, reference_a8(x, parts, g, bits, fmt, scale)))
+"""
+
+
+@pytest.mark.parametrize("case", INTERP_CASES, ids=lambda c: "-".join(map(str, c[3:])))
+def test_interpreter_w4a8_matches_fp64(case: tuple) -> None:  # type: ignore[type-arg]
+    here = Path(__file__).parent
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    env["PYTHONPATH"] = os.pathsep.join([str(here), str(here.parents[1] / "kernels")])
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, repr(case)], env=env, capture_output=True, text=True,
+        check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    gemm, e2e = map(float, out.stdout.strip().splitlines()[-1].split())
+    assert gemm <= 1e-3  # exact arithmetic on the kernel's codes: the fp16 output floor
+    assert e2e <= 5e-3  # vs the independent reference: + rare code flips at rounding ties
+
+
+def test_quantize_acts_reference_rules() -> None:
+    x = torch.tensor([[0.0] * 64 + [1.0, -2.5, 127.0 / 50, 3.0] + [0.0] * 60], dtype=torch.float64)
+    q, s = ref.quantize_acts(x, "int8", "group", 64)
+    assert s[0, 0] == 1.0 and float(s[0, 1]) == float(torch.tensor(3.0 / 127, dtype=torch.float32))
+    assert q.abs().max() == 127 and q[0, 64] == round(1.0 / float(s[0, 1]))
+    q8, s8 = ref.quantize_acts(x, "fp8", "token", 64)
+    assert (s8 == s8[0, 0]).all() and q8.abs().max() == 448
+
+
+# The real per-rank shapes (TP=2): decode, the split-K band and prefill; configs from the picker.
+AOT_SHAPES = [(1, 7168, 5120), (64, 5120, 8704), (2048, 17408, 5120)]
+MODES = [("fp8", 4, False, False), ("fp8", 4, True, True), ("int8", 4, False, False),
+         ("int8", 5, False, True), ("fp8", 5, True, False)]  # fmt: skip
+
+
+@pytest.mark.parametrize("target", ["gfx1201", "sm90"])
+@pytest.mark.parametrize(("fmt", "bits", "token", "zpe"), MODES)
+@pytest.mark.parametrize(("m", "n", "k"), AOT_SHAPES)
+def test_aot_w4a8_gemm_isa(
+    target: str, m: int, n: int, k: int, fmt: str, bits: int, token: bool, zpe: bool
+) -> None:
+    rep = aot.compile_w4a8_gemm(target, m, n, k, 128, fmt, bits, token and m > 16, zpe)
+    assert rep.mma, f"no {aot.MMA_A8[(target, fmt)]} in {rep.name} for {target}"
+    assert rep.spills == 0 and rep.scratch == 0 and rep.lds <= rep.lds_limit, rep
+    assert target != "gfx1201" or rep.vgprs <= 256, rep
+
+
+@pytest.mark.parametrize("target", ["gfx1201", "sm90"])
+@pytest.mark.parametrize("fmt", ["fp8", "int8"])
+@pytest.mark.parametrize(("m", "token"), [(1, False), (2048, False), (2048, True)])
+def test_aot_rotate_quant_isa(target: str, fmt: str, m: int, token: bool) -> None:
+    if token and target == "gfx1201":
+        # Measured: the per-token prologue (two passes over the groups) spills 2 VGPRs (12 B
+        # scratch) at BLOCK_M 16 on gfx1201; 8 waves or 32 rows spill more. Open: issue 6.
+        pytest.xfail("per-token quant prologue spills 2 VGPRs on gfx1201")
+    rep = aot.compile_rotate_quant(target, m, 128, fmt, token)
+    assert rep.mma and rep.spills == 0 and rep.scratch == 0 and rep.lds <= rep.lds_limit, rep
+    assert target != "gfx1201" or rep.vgprs <= 256, rep

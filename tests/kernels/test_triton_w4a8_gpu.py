@@ -1,0 +1,144 @@
+"""The W4A8 / W5A8 Triton linear on the GPU against fp64 references (marked gpu: never in CI).
+
+Three checks per case, because act quantization turns tiny differences into code flips:
+- prologue: codes equal the fp64 rules applied to the fp64 rotation, except at rounding ties
+  (the kernel rotates in fp32 from hi + lo blocks: <= 0.2% of codes, each one grid step away);
+- GEMM: the output equals exact arithmetic on the kernel's own codes and scales at the bf16
+  output floor (fp32 accumulation, bf16 rounding: 2e-3);
+- end to end vs the fully independent fp64 reference: well under the quantization noise itself.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from _triton_cases import (
+    bias,
+    exact_gemm,
+    hi_planes,
+    merged_layer_bits,
+    packed,
+    reference,
+    reference_a8,
+    rel,
+    runs,
+)
+from paro_kernels import reference as ref
+
+pytestmark = pytest.mark.gpu
+
+# (K, partition sizes, G): tile-boundary and odd N, 1-3 partitions; int5 needs N % 32 == 0.
+CASES = [
+    (128, [288], 128),
+    (640, [992], 64),
+    (1536, [224, 128], 64),
+    (1024, [512, 128, 128], 128),
+    (2304, [2048, 256], 128),
+]
+MODES = [  # (format, scale, zp epilogue)
+    ("fp8", "group", False),
+    ("fp8", "token", False),
+    ("int8", "group", False),
+    ("int8", "group", True),
+    ("fp8", "token", True),
+    ("int8", "token", False),
+]
+# Every (mode, bits) pair over the cases, at decode (1, 5, 16), the decode edge (17), the split-K
+# band (64, 65) and prefill tiles (129, 300): a full product would cost minutes of device time.
+_MS = [1, 16, 65, 300, 5, 17, 129, 64]
+COMBOS = [
+    (*CASES[i % len(CASES)], _MS[i % len(_MS)], *MODES[i % len(MODES)], 4 + (i // 6) % 2)
+    for i in range(40)
+]
+
+
+@functools.cache
+def _prep_cached(k: int, sizes: tuple[int, ...], g: int, bits: int):  # type: ignore[no-untyped-def]
+    from paro_kernels.triton import host
+
+    parts = merged_layer_bits(k, list(sizes), g, bits, seed=k + len(sizes) + bits)
+    prep = host.prepare(
+        *packed(parts), runs(parts), g, dtype=torch.bfloat16, device="cuda", bits=bits,
+        **hi_planes(parts),
+    )  # fmt: skip
+    return parts, prep
+
+
+def _prep(k: int, sizes: list[int], g: int, bits: int):  # type: ignore[no-untyped-def]
+    return _prep_cached(k, tuple(sizes), g, bits)
+
+
+@pytest.mark.parametrize(("k", "sizes", "g", "m", "fmt", "scale", "zpe", "bits"), COMBOS)
+def test_w4a8_linear_matches_fp64(
+    k: int, sizes: list[int], g: int, m: int, fmt: str, scale: str, zpe: bool, bits: int
+) -> None:
+    from paro_kernels.triton import host, ops
+
+    parts, prep = _prep(k, sizes, g, bits)
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m + k)).to(torch.bfloat16)
+    xc, bb = x.cuda(), bias(parts).cuda()  # type: ignore[union-attr]
+    q, asc, rs = host.rotate_quant(xc, prep.rot_hi, prep.rot_lo, g, fmt, scale)
+    # prologue: codes vs the fp64 rules on the fp64 rotation, row sums of its own codes
+    for i, p in enumerate(parts):
+        xr = ref.rotate(x.double() * p.channel_scales.double()[0], p.pairs, p.theta, g)
+        qr, ar = ref.quantize_acts(xr, fmt, scale, g)
+        qi = q[i].cpu().double()
+        assert (qi != qr).double().mean().item() <= 2e-3
+        assert torch.allclose(asc[i].cpu().double(), ar, rtol=1e-4, atol=0)
+        assert torch.equal(rs[i].cpu().double(), qi.view(m, k // g, g).sum(-1)) or fmt == "fp8"
+        assert rel(rs[i], qi.view(m, k // g, g).sum(-1)) <= 1e-6
+    # GEMM: exact arithmetic on the kernel's own codes, at the bf16 output floor
+    y = host.w4a8_gemm(
+        q, asc, rs, prep.qweight, prep.qweight_hi, prep.scales, prep.zeros, prep.bounds, g,
+        torch.bfloat16, bb, token=scale == "token", zp_epilogue=zpe,
+    )  # fmt: skip
+    assert y.shape == (m, sum(sizes)) and y.dtype == torch.bfloat16
+    assert rel(y, exact_gemm(q, asc, parts, g, bits)) <= 2e-3
+    # end to end through the custom op vs the independent fp64 reference
+    y2 = ops.linear_a8(prep, xc, bb, fmt, scale, zpe)
+    r = reference_a8(x, parts, g, bits, fmt, scale)
+    noise = rel(r, reference(x, parts, g) if bits == 4 else r)  # act-quant noise (int4 only)
+    assert rel(y2, r) <= 5e-3 and (bits == 5 or rel(y2, r) <= 0.3 * noise)
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "int8"])
+def test_zero_point_forms_agree(fmt: str) -> None:
+    from paro_kernels.triton import host
+
+    _, prep = _prep(2304, [2048, 256], 128, 5)
+    x = torch.randn(300, 2304, device="cuda", dtype=torch.bfloat16)
+    a = host.linear_a8(prep, x, None, fmt, "group", False)
+    b = host.linear_a8(prep, x, None, fmt, "group", True)
+    assert rel(a, b.double().cpu()) <= 2e-3
+
+
+def test_custom_op_compiles_and_graphs() -> None:
+    from paro_kernels.triton import ops
+
+    _, prep = _prep(256, [128, 64], 128, 4)
+    x = torch.randn(4, 256, device="cuda", dtype=torch.bfloat16)
+    for fmt, scale, zpe in (MODES[0], MODES[3]):  # each torch.compile costs ~20 s
+        eager = ops.linear_a8(prep, x, None, fmt, scale, zpe)
+        fn = torch.compile(lambda t, f=fmt, s=scale, z=zpe: ops.linear_a8(prep, t, None, f, s, z),
+                           fullgraph=True)  # fmt: skip
+        torch.testing.assert_close(fn(x), eager)
+    graph, static_x = torch.cuda.CUDAGraph(), x.clone()
+    ops.linear_a8(prep, static_x, None, "int8", "group", True)
+    with torch.cuda.graph(graph):
+        static_y = ops.linear_a8(prep, static_x, None, "int8", "group", True)
+    static_x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.testing.assert_close(static_y, ops.linear_a8(prep, static_x, None, "int8", "group", True))
+
+
+def test_contract_is_checked() -> None:
+    from paro_kernels.triton import host
+
+    _, prep = _prep(256, [128], 128, 5)
+    x = torch.randn(2, 256, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="act_format"):
+        host.linear_a8(prep, x, None, "fp4", "group", False)
+    with pytest.raises(ValueError, match=r"prep\.bits"):
+        host.linear(prep, x)  # int5 has no W5A16 kernel
