@@ -7,15 +7,17 @@ stopped it.
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from paroctl import demo, net
+from paroctl import demo, net, state
+from paroctl import switch as switch_mod
 from paroctl.client import Client
 from paroctl.errors import RuntimeFailure
 from paroctl.runtime import ServeSpec
@@ -119,3 +121,26 @@ def corrupt_nibble_order(src: Path, dst: Path) -> None:
 def nibble_corrupter() -> Callable[[Path, Path], None]:
     """A checkpoint corrupter for the tests that must see a broken ParoQuant model fail."""
     return corrupt_nibble_order
+
+
+def _stop_box(env: dict[str, str], names: Iterable[str]) -> None:
+    """Stop a test box's live serve (through the switch's own stop) and every named profile's
+    process, with the box's PAROCTL_* environment in effect; the caller's environment is restored.
+    """
+    old = dict(os.environ)
+    os.environ.update(env)
+    try:
+        live = state.read_live()
+        if live:
+            switch_mod.stop_live(live, switch_mod.default_deps())
+        for name in names:
+            LocalRuntime().stop(name, grace_s=5)
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+
+
+@pytest.fixture(scope="session")
+def stop_box() -> Callable[[dict[str, str], Iterable[str]], None]:
+    """Teardown of the module-scoped switch boxes (kld, formats): see _stop_box."""
+    return _stop_box

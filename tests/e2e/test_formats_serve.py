@@ -12,10 +12,9 @@ twice around the reference collection). Measured numbers are printed at the end 
 from __future__ import annotations
 
 import math
-import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +55,11 @@ MEASURED: dict[str, Any] = {}
 
 
 @pytest.fixture(scope="module")
-def box(tmp_path_factory: pytest.TempPathFactory, demo_parts: Any) -> Iterator[dict[str, str]]:
+def box(
+    tmp_path_factory: pytest.TempPathFactory,
+    demo_parts: Any,
+    stop_box: Callable[[dict[str, str], Any], None],
+) -> Iterator[dict[str, str]]:
     """PAROCTL_HOME and a profiles dir for the module: the real profiles, each on a free port."""
     start = time.monotonic()
     demo.ensure_plugin(demo_parts.python)
@@ -82,17 +85,9 @@ def box(tmp_path_factory: pytest.TempPathFactory, demo_parts: Any) -> Iterator[d
     start = time.monotonic()
     yield env
     MEASURED["tests_s"] = round(time.monotonic() - start, 1)
-    old = dict(os.environ)
-    os.environ.update(env)
     try:
-        live = state.read_live()
-        if live:
-            switch_mod.stop_live(live, switch_mod.default_deps())
-        for name in NAMES:
-            LocalRuntime().stop(name, grace_s=5)
+        stop_box(env, NAMES)
     finally:
-        os.environ.clear()
-        os.environ.update(old)
         print("\nformats e2e measurements:", MEASURED)
 
 

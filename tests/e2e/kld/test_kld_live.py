@@ -8,7 +8,6 @@ whose band is too tight. Four CPU boots in all (~40-90 s each on two cores).
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,6 @@ from paroctl import demo, net, profiles, state
 from paroctl import switch as switch_mod
 from paroctl.cli.main import cli
 from paroctl.results import open_store
-from paroctl.runtime.local import LocalRuntime
 
 pytestmark = pytest.mark.e2e
 
@@ -40,6 +38,7 @@ def box(
     tmp_path_factory: pytest.TempPathFactory,
     demo_parts: Any,
     nibble_corrupter: Callable[[Path, Path], None],
+    stop_box: Callable[[dict[str, str], Any], None],
 ) -> Iterator[dict[str, str]]:
     """PAROCTL_HOME and a profiles dir for the module: the CPU pair and a corrupted candidate."""
     demo.ensure_plugin(demo_parts.python)
@@ -68,17 +67,9 @@ def box(
         "PAROCTL_DATA_DIR": str(SHARED_DATA),
     }
     yield env
-    old = dict(os.environ)
-    os.environ.update(env)
     try:
-        live = state.read_live()
-        if live:
-            switch_mod.stop_live(live, switch_mod.default_deps())
-        for name in NAMES:
-            LocalRuntime().stop(name, grace_s=5)
+        stop_box(env, NAMES)
     finally:
-        os.environ.clear()
-        os.environ.update(old)
         print("\nkld e2e measurements:", MEASURED)
 
 
