@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import gcd
+from typing import Any
 
 import torch
 
@@ -242,7 +243,8 @@ def prepare(
 # --------------------------------------------------------------------------- configs
 
 
-def _sm_count(device: torch.device) -> int:
+def sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors (CUs) of device; the H200's 132 where there is no GPU (AOT)."""
     if device.type == "cuda" and torch.cuda.is_available():
         return torch.cuda.get_device_properties(device).multi_processor_count
     return 132
@@ -376,6 +378,29 @@ def triton_cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def gemm_out_grid(
+    m: int,
+    n: int,
+    cfg: Any,
+    out_dtype: torch.dtype,
+    device: torch.device,
+    workspace: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, tuple[int, int]]:
+    """The GEMMs' output and grid (cfg: any launch config with block_m, block_n, split_k).
+
+    With split-K the splits add fp32 atomically into a zeroed workspace (cast afterwards; the
+    caller's, e.g. zeroed by the Givens prologue, or a fresh one), else each tile stores out_dtype
+    once; one program per tile per split (the kernels' `gemm_tile` maps it).
+    """
+    if cfg.split_k > 1:
+        out = workspace
+        if out is None:
+            out = torch.zeros(m, n, dtype=torch.float32, device=device)
+    else:
+        out = torch.empty(m, n, dtype=out_dtype, device=device)
+    return out, (triton_cdiv(m, cfg.block_m) * triton_cdiv(n, cfg.block_n), cfg.split_k)
+
+
 def w4a16_gemm(
     xr: torch.Tensor,
     rs: torch.Tensor,
@@ -398,15 +423,9 @@ def w4a16_gemm(
 
     _, m, k = xr.shape
     n = qweight.shape[1]
-    cfg = config or pick_config(m, n, k, group_size, bounds, _sm_count(xr.device))
+    cfg = config or pick_config(m, n, k, group_size, bounds, sm_count(xr.device))
     b = (*bounds, n, n)[:2]
-    if cfg.split_k > 1:
-        out = workspace
-        if out is None:
-            out = torch.zeros(m, n, dtype=torch.float32, device=xr.device)
-    else:
-        out = torch.empty(m, n, dtype=out_dtype, device=xr.device)
-    grid = (triton_cdiv(m, cfg.block_m) * triton_cdiv(n, cfg.block_n), cfg.split_k)
+    out, grid = gemm_out_grid(m, n, cfg, out_dtype, xr.device, workspace)
     w4a16_gemm_kernel[grid](
         xr, rs, qweight, scales, zeros, bias if bias is not None else scales, out,
         m, n, k, b[0], b[1],
@@ -495,7 +514,7 @@ def w4a16_linear(
     )
     m, k = x.shape
     n = qweight.shape[1]
-    cfg = pick_config(m, n, k, group_size, bounds, _sm_count(x.device))
+    cfg = pick_config(m, n, k, group_size, bounds, sm_count(x.device))
     if m > givens_max_m:
         gv_idx = gv_coef = None
     ws = None
@@ -618,13 +637,9 @@ def w4a8_gemm(
     n = qweight.shape[1]
     bits = 5 if qweight_hi is not None else 4
     hip = torch.version.hip is not None
-    cfg = config or pick_config_a8(m, n, k, group_size, bounds, _sm_count(q.device), hip, bits)
+    cfg = config or pick_config_a8(m, n, k, group_size, bounds, sm_count(q.device), hip, bits)
     b = (*bounds, n, n)[:2]
-    if cfg.split_k > 1:
-        out = torch.zeros(m, n, dtype=torch.float32, device=q.device)
-    else:
-        out = torch.empty(m, n, dtype=out_dtype, device=q.device)
-    grid = (triton_cdiv(m, cfg.block_m) * triton_cdiv(n, cfg.block_n), cfg.split_k)
+    out, grid = gemm_out_grid(m, n, cfg, out_dtype, q.device)
     w4a8_gemm_kernel[grid](
         q, asc, rs, qweight, qweight_hi if qweight_hi is not None else qweight, scales, zeros,
         bias if bias is not None else scales, out, m, n, k, b[0], b[1],

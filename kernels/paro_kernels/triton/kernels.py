@@ -129,6 +129,29 @@ def givens_rotate_kernel(
 
 
 @triton.jit
+def gemm_tile(pid, M, N, b1, b2, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+              GROUP_M: tl.constexpr):  # fmt: skip
+    """The GEMMs' output tile of program `pid`: (partition, row offsets, column offsets, masks).
+
+    Grouped launch order: GROUP_M row blocks share each weight column block while it is in L2.
+    The host picks BLOCK_N dividing every partition boundary (b1, b2; N where there is none), so
+    one block never straddles partitions and the block's first column names its partition.
+    """
+    num_m = tl.cdiv(M, BLOCK_M)
+    num_n = tl.cdiv(N, BLOCK_N)
+    width = GROUP_M * num_n
+    first_m = (pid // width) * GROUP_M
+    size_m = min(num_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % width) % size_m
+    pid_n = (pid % width) // size_m
+    n0 = pid_n * BLOCK_N
+    part = (n0 >= b1).to(tl.int32) + (n0 >= b2).to(tl.int32)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    return part, offs_m, offs_n, offs_m < M, offs_n < N
+
+
+@triton.jit
 def w4a16_gemm_kernel(
     a_ptr,  # [P, M, K] fp16: rotated activations, one plane per rotation run
     rs_ptr,  # [P, M, K/G] fp32: row sums of `a` per group
@@ -154,22 +177,7 @@ def w4a16_gemm_kernel(
     """out[:, n-block] = A_p @ dequant(Q)[:, n-block]; partition p from the boundaries."""
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
-    num_m = tl.cdiv(M, BLOCK_M)
-    num_n = tl.cdiv(N, BLOCK_N)
-    # Grouped launch order: GROUP_M row blocks share each weight column block while it is in L2.
-    width = GROUP_M * num_n
-    first_m = (pid // width) * GROUP_M
-    size_m = min(num_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % width) % size_m
-    pid_n = (pid % width) // size_m
-
-    n0 = pid_n * BLOCK_N
-    # The host picks BLOCK_N dividing every boundary, so one block never straddles partitions.
-    part = (n0 >= b1).to(tl.int32) + (n0 >= b2).to(tl.int32)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = n0 + tl.arange(0, BLOCK_N)
-    m_mask = offs_m < M
-    n_mask = offs_n < N
+    part, offs_m, offs_n, m_mask, n_mask = gemm_tile(pid, M, N, b1, b2, BLOCK_M, BLOCK_N, GROUP_M)
     ngroups = K // G
     per_split = tl.cdiv(ngroups, SPLIT_K)
     g0 = pid_k * per_split
@@ -393,20 +401,7 @@ def w4a8_gemm_kernel(
     """
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
-    num_m = tl.cdiv(M, BLOCK_M)
-    num_n = tl.cdiv(N, BLOCK_N)
-    width = GROUP_M * num_n
-    first_m = (pid // width) * GROUP_M
-    size_m = min(num_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % width) % size_m
-    pid_n = (pid % width) // size_m
-
-    n0 = pid_n * BLOCK_N
-    part = (n0 >= b1).to(tl.int32) + (n0 >= b2).to(tl.int32)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = n0 + tl.arange(0, BLOCK_N)
-    m_mask = offs_m < M
-    n_mask = offs_n < N
+    part, offs_m, offs_n, m_mask, n_mask = gemm_tile(pid, M, N, b1, b2, BLOCK_M, BLOCK_N, GROUP_M)
     ngroups = K // G
     per_split = tl.cdiv(ngroups, SPLIT_K)
     g0 = pid_k * per_split

@@ -35,6 +35,8 @@ import torch
 
 from .._contract import check_multiple, check_tensor, require
 from ..formats import E8M0_NAN, unpack_fp4
+from . import host
+from .host import gemm_out_grid, sm_count
 
 MX_BLOCK = 32
 DECODE_MAX_M = 16
@@ -148,8 +150,6 @@ def prepare(
     w = repack(weight.to(dev), weight_scale.to(dev))  # plain torch: on the GPU at load
     if not runs:
         return Prepared(w, ())
-    from . import host
-
     require(1 <= len(runs) <= 3, "rotation runs", "1..3 distinct rotations", len(runs))
     check_multiple(w.k, group_size, f"K for group_size={group_size}")
     rots = torch.stack([host.rotation_blocks(p, t, cs, group_size) for _, _, p, t, cs in runs])
@@ -160,12 +160,6 @@ def prepare(
 
 
 # --------------------------------------------------------------------------- configs
-
-
-def _sm_count(device: torch.device) -> int:
-    if device.type == "cuda" and torch.cuda.is_available():
-        return torch.cuda.get_device_properties(device).multi_processor_count
-    return 132
 
 
 def _align(bounds: tuple[int, ...]) -> int:
@@ -218,11 +212,6 @@ def pick_config(
 
 
 # --------------------------------------------------------------------------- launches
-
-
-def triton_cdiv(a: int, b: int) -> int:
-    """Ceiling division for grid sizes."""
-    return -(-a // b)
 
 
 def fp8_quant(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -290,13 +279,9 @@ def mx_gemm(
     opk = OPK[a.dtype]
     fold = w.fold_ok(opk) if fold is None else fold
     hip = torch.version.hip is not None and a.device.type == "cuda"
-    cfg = config or pick_config(m, n, k, bounds, opk, _sm_count(a.device), hip)
+    cfg = config or pick_config(m, n, k, bounds, opk, sm_count(a.device), hip)
     b = (*bounds, n, n)[:2]
-    if cfg.split_k > 1:
-        out = torch.zeros(m, n, dtype=torch.float32, device=a.device)
-    else:
-        out = torch.empty(m, n, dtype=out_dtype, device=a.device)
-    grid = (triton_cdiv(m, cfg.block_m) * triton_cdiv(n, cfg.block_n), cfg.split_k)
+    out, grid = gemm_out_grid(m, n, cfg, out_dtype, a.device)
     mx_gemm_kernel[grid](
         a, a_scale if a_scale is not None else w.cmax, w.qw, w.sc, w.cmax,
         bias if bias is not None else w.cmax, out,
@@ -324,8 +309,6 @@ def activations(
     m, k = x.shape
     require(x.stride(1) == 1, "x", "unit stride along K", x.stride())
     if prep.rot_hi is not None and prep.rot_lo is not None:
-        from . import host
-
         xc = x.to(prep.rot_hi.dtype)  # the prologues take x in the blocks' dtype
         g = prep.group_size
         if act == "fp8" and (PARO_FUSED_PROLOGUE if fused is None else fused):
@@ -615,7 +598,7 @@ def _time_cell(
         for cfg in _sweep_configs(m):
             t[f"w4a8_gemm {_short(cfg)}"] = each(functools.partial(gemm8, cfg=cfg), preps)
     row: dict[str, object] = {key: round(_graph_time(fns), 2) for key, fns in t.items()}
-    row["config"] = _short(pick_config(m, n, k, (), 0, _sm_count(x.device)))
+    row["config"] = _short(pick_config(m, n, k, (), 0, sm_count(x.device)))
     us_gemm, us_cublas = float(row["w4a8_gemm"]), float(row["cublas_bf16"])  # type: ignore[arg-type]
     row["w4a8_gemm_GBs"] = round((n * k // 2 + n * k // MX_BLOCK) / (us_gemm * 1e3), 1)
     row["w4a8_gemm_vs_cublas"] = round(us_cublas / us_gemm, 2)

@@ -38,6 +38,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .kernels import gemm_tile
+
 E4M3_MAX = tl.constexpr(448.0)
 
 
@@ -103,22 +105,7 @@ def mx_gemm_kernel(
     """out[:, n-block] = (A_p @ W^T)[:, n-block] * asc; partition p from the boundaries."""
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
-    num_m = tl.cdiv(M, BLOCK_M)
-    num_n = tl.cdiv(N, BLOCK_N)
-    # Grouped launch order: GROUP_M row blocks share each weight column block while it is in L2.
-    width = GROUP_M * num_n
-    first_m = (pid // width) * GROUP_M
-    size_m = min(num_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % width) % size_m
-    pid_n = (pid % width) // size_m
-
-    n0 = pid_n * BLOCK_N
-    # The host picks BLOCK_N dividing every boundary, so one block never straddles partitions.
-    part = (n0 >= b1).to(tl.int32) + (n0 >= b2).to(tl.int32)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = n0 + tl.arange(0, BLOCK_N)
-    m_mask = offs_m < M
-    n_mask = offs_n < N
+    part, offs_m, offs_n, m_mask, n_mask = gemm_tile(pid, M, N, b1, b2, BLOCK_M, BLOCK_N, GROUP_M)
     npairs = tl.cdiv(K, 64)
     per_split = tl.cdiv(npairs, split_k)
     j0 = pid_k * per_split
