@@ -12,6 +12,8 @@ the reference backend for that layer.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 ACT_FORMATS = {"fp8": "fp8", "bf16": "a16"}
@@ -57,3 +59,20 @@ def apply(
     from paro_kernels.triton import mx_ops
 
     return mx_ops.linear(prep, x, bias, ACT_FORMATS[act_format])  # type: ignore[arg-type]
+
+
+def apply_layer(
+    layer: torch.nn.Module,
+    x: torch.Tensor,
+    bias: torch.Tensor | None,
+    act_format: str,
+    reference: Callable[[torch.Tensor], torch.Tensor],
+) -> torch.Tensor:
+    """Both MXFP4 methods' apply: x [..., K] as 2-D through the kernels when the layer was
+    prepared for them at load (`layer.paro_mx`), else `reference(x2)` (bias included); the
+    leading shape restored around the layer's `paro_n` outputs."""
+    shape = x.shape
+    x2 = x.reshape(-1, shape[-1])
+    prep = getattr(layer, "paro_mx", None)
+    y = apply(prep, x2.contiguous(), bias, act_format) if prep is not None else reference(x2)
+    return y.reshape(*shape[:-1], layer.paro_n)

@@ -384,17 +384,12 @@ class NvFp4MxFp4LinearMethod(compat.LinearMethodBase):
     def apply(
         self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """y = act_quant(x) W_mx^T (+ bias): flatten to 2-D, backend, restore the shape."""
-        shape = x.shape
-        x2 = x.reshape(-1, shape[-1])
+        """y = act_quant(x) W_mx^T (+ bias) on the layer's backend."""
         knobs = self.quant_config.knobs
-        if getattr(layer, "paro_mx", None) is not None:
-            y = mx_triton_backend.apply(
-                layer.paro_mx, x2.contiguous(), bias, knobs["PARO_ACT_FORMAT"]
-            )
-            return y.reshape(*shape[:-1], layer.paro_n)
         cfg = activations.token_act_config(knobs, ACT_GROUP)
-        y = activations.fake_quant_acts(x2, cfg).float() @ layer.paro_wt
-        if bias is not None:
-            y = y + bias.float()
-        return y.to(x.dtype).reshape(*shape[:-1], layer.paro_n)
+
+        def reference(x2: torch.Tensor) -> torch.Tensor:
+            y = activations.fake_quant_acts(x2, cfg).float() @ layer.paro_wt
+            return (y if bias is None else y + bias.float()).to(x.dtype)
+
+        return mx_triton_backend.apply_layer(layer, x, bias, knobs["PARO_ACT_FORMAT"], reference)

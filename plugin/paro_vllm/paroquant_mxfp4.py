@@ -264,18 +264,13 @@ class ParoMxfp4LinearMethod(compat.LinearMethodBase):
     def apply(
         self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """y = act_quant((x * cs) R^T) W^T (+ bias): flatten to 2-D, backend, restore shape."""
-        shape = x.shape
-        x2 = x.reshape(-1, shape[-1])
+        """y = act_quant((x * cs) R^T) W^T (+ bias) on the layer's backend."""
         knobs = self.quant_config.knobs
-        if getattr(layer, "paro_mx", None) is not None:
-            y = mx_triton_backend.apply(
-                layer.paro_mx, x2.contiguous(), bias, knobs["PARO_ACT_FORMAT"]
-            )
-        else:
-            cfg = activations.token_act_config(knobs, self.quant_config.group_size)
-            y = apply_runs(layer.paro_runs, x2, bias, cfg)
-        return y.reshape(*shape[:-1], layer.paro_n)
+        cfg = activations.token_act_config(knobs, self.quant_config.group_size)
+        return mx_triton_backend.apply_layer(
+            layer, x, bias, knobs["PARO_ACT_FORMAT"],
+            lambda x2: apply_runs(layer.paro_runs, x2, bias, cfg),
+        )  # fmt: skip
 
 
 def _rotate(x: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
