@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from paroctl import proc, state
+from paroctl import cpu, proc, state
 from paroctl.errors import RuntimeFailure
 from paroctl.runtime.base import ServeSpec
 
@@ -190,7 +190,7 @@ def ensure_smollm2(models_dir: Path, python: Path, progress: Progress | None = N
 
 DEMO_SERVED_NAME = "smollm2-demo"
 # 2 GiB of KV cache: enough for a handful of 2048-token sequences, small enough for CI boxes.
-DEMO_SERVE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "2", "HF_HUB_OFFLINE": "1"}
+DEMO_SERVE_ENV = {"HF_HUB_OFFLINE": "1"}
 
 
 def serve_spec(
@@ -200,17 +200,21 @@ def serve_spec(
     host: str = "127.0.0.1",
     name: str = "cpu-demo",
     served_name: str = DEMO_SERVED_NAME,
+    plan: cpu.CpuPlan | None = None,
 ) -> ServeSpec:
-    """The CPU demo serve: vLLM's OpenAI server on the demo model, eager (boots ~3x faster)."""
+    """The CPU demo serve: vLLM's OpenAI server on the demo model, eager (boots ~3x faster),
+    in the dtype, cores and KV space the CPU decision picks for this machine (or `plan`)."""
+    plan = plan or cpu.decide(cpu.detect())
     # `python -m ...api_server`, not the `vllm` CLI: that one looks up package metadata under the
     # name "vllm", and the distribution here is "vllm-cpu".
     argv = (
         str(python), "-m", "vllm.entrypoints.openai.api_server",
         "--model", str(model), "--served-model-name", served_name,
         "--host", host, "--port", str(port),
-        "--max-model-len", "2048", "--enforce-eager",
+        "--max-model-len", "2048", "--enforce-eager", "--dtype", plan.dtype,
     )  # fmt: skip
-    return ServeSpec(name=name, argv=argv, env=DEMO_SERVE_ENV, port=port, host=host)
+    env = {**DEMO_SERVE_ENV, **cpu.serve_env(plan)}
+    return ServeSpec(name=name, argv=argv, env=env, port=port, host=host)
 
 
 # --------------------------------------------------------------------------- ParoQuant demo

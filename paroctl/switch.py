@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from paroctl import engine, gpu, images, net, render, state
+from paroctl import cpu, engine, gpu, images, net, render, state
 from paroctl.client import Client, metric_value
 from paroctl.errors import ParoctlError, RuntimeFailure
 from paroctl.profiles import Profile
@@ -88,6 +88,7 @@ class BootRecord:
     ok: bool = True
     cause: str = ""
     since: str = field(default="")
+    cpu: dict[str, Any] | None = None  # a CPU box: the dtype/cores/KV decision it booted with
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict (JSON-able)."""
@@ -210,6 +211,10 @@ def stop_live(live: Mapping[str, Any], deps: Deps) -> None:
 
 def boot(profile: Profile, deps: Deps, *, timeout_s: float | None) -> BootRecord:
     """Start a profile and prove it serves; on success it becomes the live pointer."""
+    cpu_plan = cpu.plan_for(profile)
+    if cpu_plan is not None:
+        profile = cpu.apply(profile, cpu_plan)
+        deps.events(Event("step", cpu_plan.summary()))
     body = profile.body
     runtime = deps.runtime_for(body.runtime.kind, body.runtime.scope)
     where = engine.layout(profile)
@@ -267,6 +272,7 @@ def boot(profile: Profile, deps: Deps, *, timeout_s: float | None) -> BootRecord
         grace_s=body.container.stop_grace_s,
         log=str(runtime.log_path(profile.name)),
         since=datetime.now(UTC).isoformat(timespec="seconds"),
+        cpu=cpu_plan.as_dict() if cpu_plan else None,
     )
     state.write_live(record.as_dict())
     _record(deps, record.as_dict())
@@ -276,6 +282,8 @@ def boot(profile: Profile, deps: Deps, *, timeout_s: float | None) -> BootRecord
 
 def plan(target: Profile, live: Mapping[str, Any] | None) -> list[str]:
     """The exact actions a switch would take, for --dry-run."""
+    cpu_plan = cpu.plan_for(target)
+    target = cpu.apply(target, cpu_plan)
     body = target.body
     where = engine.layout(target)
     host, port = _connect_host(body.serve.host), body.serve.port
@@ -289,6 +297,8 @@ def plan(target: Profile, live: Mapping[str, Any] | None) -> list[str]:
         ]
     else:
         lines.append("live: nothing")
+    if cpu_plan is not None:
+        lines.append(cpu_plan.summary())
     if body.runtime.kind == "systemd":
         lines.append(f"install {target.unit_name}.service and daemon-reload")
     spec = _spec(target)

@@ -71,6 +71,12 @@ def status_cmd() -> None:
     click.echo(f"serves:  {', '.join(names) or '-'}{match}")
     flag = " (first boot: not trusted)" if live.get("first_boot") else ""
     click.echo(f"kv:      {kv:,} tokens{flag}" if kv else "kv:      unknown")
+    if plan := live.get("cpu"):
+        engine_cores = plan["cores"] - plan["reserved"]
+        click.echo(
+            f"cpu:     {plan['dtype']} ({plan['dtype_why']}), engine on {engine_cores} of "
+            f"{plan['cores']} cores, KV {plan['kv_gib']} GiB"
+        )
     for line in _gate_lines(live["profile"]):
         click.echo(line)
 

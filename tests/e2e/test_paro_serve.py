@@ -25,7 +25,7 @@ try:
 except ImportError:  # a plain checkout: the kernels distribution is not installed here
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "kernels"))
 
-from paroctl import demo, engine, net, profiles
+from paroctl import cpu, demo, engine, net, profiles
 from paroctl.client import Client
 from paroctl.gates import data
 from paroctl.runtime import ServeSpec
@@ -147,7 +147,7 @@ class ParoServe:
 
 
 def _profile_spec(model: Path, port: int) -> tuple[ServeSpec, str]:
-    profile = profiles.load(PROFILE)
+    profile = cpu.resolved(profiles.load(PROFILE))  # this machine's dtype, cores and KV
     argv = engine.serve_argv(profile)
     argv[argv.index("--model") + 1] = str(model)
     argv[argv.index("--port") + 1] = str(port)
