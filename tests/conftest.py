@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -71,3 +72,27 @@ def profile_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (directory / base.name).write_text(base.read_text())
     monkeypatch.setenv("PAROCTL_PROFILES_DIR", str(directory))
     return directory
+
+
+# --- per-module wall times (CI prints them: tests/run.sh, issue 19) --------------------------------
+
+_MODULE_S: dict[str, float] = {}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Time each test with its setup and teardown (module fixtures included) under its module."""
+    start = time.monotonic()
+    yield
+    module = item.nodeid.split("::", 1)[0]
+    _MODULE_S[module] = _MODULE_S.get(module, 0.0) + time.monotonic() - start
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Per-module wall times, slowest first, and their total."""
+    if not _MODULE_S:
+        return
+    terminalreporter.section("wall time per module")
+    for module, seconds in sorted(_MODULE_S.items(), key=lambda kv: -kv[1]):
+        terminalreporter.write_line(f"{seconds:8.1f} s  {module}")
+    terminalreporter.write_line(f"{sum(_MODULE_S.values()):8.1f} s  total")

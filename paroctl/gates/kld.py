@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from paroctl import state
+from paroctl import cpu, state
 from paroctl.errors import StateError
 from paroctl.gates import data
 from paroctl.gates.base import GateContext, Outcome, Requester, base_url_of
@@ -65,6 +65,8 @@ def cache_key(
         "reference": plan.reference.name,
         "profile_hash": plan.reference.hash,
         "image": image.ref if image else None,
+        # On a CPU box the dtype is this machine's decision (paroctl/cpu.py), not the file's.
+        "dtype": cpu.resolved(plan.reference).body.serve.dtype,
         # The stack the reference ran on must be the candidate's (the seed's cross-image offset).
         "server_version": server_version,
         "corpus": plan.corpus,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from paroctl import net
+from paroctl import cpu, net
 from paroctl.client import metric_value
 from paroctl.errors import RuntimeFailure
 from paroctl.runtime.local import group_members
@@ -37,6 +37,22 @@ def test_demo_parts_are_cached_and_idempotent(demo_parts: DemoParts) -> None:
 def test_models_lists_exactly_the_served_name(live_cpu_serve: CpuServe) -> None:
     assert live_cpu_serve.client.models() == ["smollm2-demo"]
     print(f"\nserve boot {live_cpu_serve.boot_s[-1]:.1f} s")
+
+
+def test_serve_log_shows_the_cpu_decision(live_cpu_serve: CpuServe) -> None:
+    """vLLM itself reports the dtype and the core binding paroctl decided for this machine."""
+    plan = cpu.decide(cpu.detect())
+    spec = live_cpu_serve.spec
+    assert spec.argv[spec.argv.index("--dtype") + 1] == plan.dtype
+    assert spec.env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == str(plan.reserved)
+    lines = list(live_cpu_serve.runtime.logs(spec.name))
+    assert cpu.log_problems(plan, lines) == []
+    # Every core the engine was given is in its OpenMP binding (vllm 0.32's report line).
+    bound = [line for line in lines if "core ids=" in line]
+    assert len(bound) == 1, bound
+    ids = bound[0].split("core ids=")[1].strip().strip("[]").split(",")
+    assert len(ids) == plan.cores - plan.reserved, bound[0]
+    print(f"\n{plan.summary()}")
 
 
 def test_greedy_completion_is_text_and_deterministic(live_cpu_serve: CpuServe) -> None:
