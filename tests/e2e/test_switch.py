@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from paroctl import net, profiles, state
+from paroctl import cpu, net, profiles, state
 from paroctl import switch as switch_mod
 from paroctl.client import Client
 from paroctl.errors import StateError
@@ -87,11 +87,18 @@ def test_a_then_b_then_a(box: dict[str, str]) -> None:
     first = do_switch("cpu-demo", events)
     assert answering(box["port"]) == ["smollm2-demo"]
     assert first.kv_tokens and first.kv_tokens > 0
+    # The CPU decision the boot was started and verified with is in the record and live.json.
+    decided = cpu.decide(cpu.detect())
+    assert first.cpu is not None and first.cpu["dtype"] == decided.dtype
+    assert first.cpu["reserved"] == decided.reserved
+    shown = f"cpu: dtype {decided.dtype} ({decided.dtype_why}); engine on "
+    assert any(e.message.startswith(shown) for e in events if e.kind == "step")
     assert {"starting", "loading weights", "kv cache sized", "ready"} <= set(first.phases)
     assert next(e.message for e in events if e.kind == "phase") == "starting"
     second = do_switch("cpu-demo-alt")
     assert answering(box["port"]) == ["smollm2-alt"]
     assert state.read_live()["profile"] == "cpu-demo-alt"  # type: ignore[index]
+    assert state.read_live()["cpu"]["dtype"] == decided.dtype  # type: ignore[index]
     third = do_switch("cpu-demo")
     assert answering(box["port"]) == ["smollm2-demo"]
     assert not third.first_boot  # the compile cache of cpu-demo is warm now
