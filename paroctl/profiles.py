@@ -4,28 +4,102 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from paroctl import checks, state
 from paroctl import knobs as knobs_mod
-from paroctl import state
 from paroctl.errors import ProfileError
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 PLACEHOLDERS = ("{home}", "{cache}")
-PosInt = Annotated[int, Field(gt=0)]
-PosFloat = Annotated[float, Field(gt=0)]
+# Upper bounds: generous for any real box, but finite, so a typo cannot ask systemd for a 10^30 s
+# timeout or vLLM for 64-way TP.
+MAX_TOKENS = 2**24
+MAX_TIMEOUT_S = 86400
+PosInt = Annotated[int, Field(gt=0, strict=True)]
+PosFloat = Annotated[float, Field(gt=0, le=1e9)]
 Fraction = Annotated[float, Field(gt=0, le=1)]
-NonEmpty = Annotated[str, Field(min_length=1)]
+NonEmpty = Annotated[str, Field(min_length=1, max_length=4096)]
+# strict: YAML `true` is not the count 1.
+Small = Annotated[int, Field(gt=0, le=64, strict=True)]
+Tokens = Annotated[int, Field(gt=0, le=MAX_TOKENS, strict=True)]
+Seconds = Annotated[int, Field(gt=0, le=MAX_TIMEOUT_S, strict=True)]
+
+
+def _abs_path(value: str) -> str:
+    if not value.startswith(("/", *PLACEHOLDERS)):
+        raise ValueError("expected an absolute path (or one under {home} / {cache})")
+    return value
+
+
+def _mount_path(value: str) -> str:
+    # `src:dst:ro` is how the engine reads a volume: a ':' or ',' here would add a mount or options.
+    if ":" in value or "," in value:
+        raise ValueError("a mounted directory may not contain ':' or ','")
+    return _abs_path(value)
+
+
+def _word(value: str) -> str:
+    # These land in argv after a flag: a leading '-' would make them a flag of their own.
+    if not _WORD.match(value):
+        raise ValueError("expected letters, digits and ._:/@+- (not starting with '-' or a space)")
+    return value
+
+
+def _image_ref(value: str) -> str:
+    if not _IMAGE_REF.match(value):
+        raise ValueError("expected an image reference such as localhost/name:tag (no leading '-')")
+    return value
+
+
+def _device(value: str) -> str:
+    if not _DEVICE.match(value):
+        raise ValueError(
+            "expected an accelerator device under /dev (/dev/kfd, /dev/dri[/cardN|renderDN], "
+            "/dev/nvidia*, /dev/infiniband/*, /dev/accel/*)"
+        )
+    return value
+
+
+def _no_trailing_backslash(value: str) -> str:
+    if value.endswith("\\"):
+        raise ValueError("ends in a backslash (systemd would join the next line to it)")
+    return value
+
+
+_WORD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]*$")
+_IMAGE_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,511}$")
+_DEVICE = re.compile(
+    r"^/dev/(kfd|dri(/(card|renderD)[0-9]{1,3})?|nvidia([0-9]{1,3}|ctl|-uvm|-uvm-tools|-modeset)"
+    r"|nvidia-caps(/nvidia-cap[0-9]{1,3})?|infiniband(/[a-z0-9_]{1,32})?|accel(/accel[0-9]{1,3})?)$"
+)
+AbsPath = Annotated[NonEmpty, AfterValidator(_abs_path)]
+MountPath = Annotated[NonEmpty, AfterValidator(_mount_path)]
+Word = Annotated[NonEmpty, AfterValidator(_word)]
+# Strings a profile may hold a tab in (free text and log markers, never a unit key or an argv word).
+TAB_OK: frozenset[tuple[str, ...]] = frozenset(
+    {("description",), ("boot", "expect"), ("boot", "forbid"), ("boot", "sanity_prompt")}
+)
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+    # allow_inf_nan=False: an `.inf` band can never fail and a NaN is invalid JSON in argv.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False, allow_inf_nan=False)
 
 
 class Box(_Strict):
@@ -33,10 +107,10 @@ class Box(_Strict):
 
     name: NonEmpty
     accelerator: Literal["rocm", "cuda", "cpu"]
-    gpus: tuple[Annotated[int, Field(ge=0)], ...] = ()
-    models_dir: NonEmpty
-    cache_root: NonEmpty
-    etc_dir: NonEmpty = "/etc/paroctl"
+    gpus: tuple[Annotated[int, Field(ge=0, le=255, strict=True)], ...] = Field((), max_length=64)
+    models_dir: MountPath
+    cache_root: MountPath
+    etc_dir: AbsPath = "/etc/paroctl"
 
 
 class Runtime(_Strict):
@@ -44,28 +118,30 @@ class Runtime(_Strict):
 
     kind: Literal["systemd", "local"]
     engine: Literal["podman", "docker", "none"] = "podman"
-    engine_path: NonEmpty | None = None
+    engine_path: AbsPath | None = None
     scope: Literal["system", "user"] = "system"
 
 
 class Image(_Strict):
     """The container image the serve runs in."""
 
-    ref: NonEmpty
+    ref: Annotated[NonEmpty, AfterValidator(_image_ref)]
     kind: Literal["rocm", "cuda", "cpu"]
 
 
 class Container(_Strict):
     """Container flags; least privilege unless the profile asks otherwise."""
 
-    devices: tuple[NonEmpty, ...] = ()
-    group_add: tuple[NonEmpty, ...] = ()
+    devices: tuple[Annotated[NonEmpty, AfterValidator(_device)], ...] = Field((), max_length=64)
+    group_add: tuple[Word, ...] = Field((), max_length=32)
     ipc: Literal["host", "private", "shareable"] = "private"
-    shm_size: Annotated[str, Field(pattern=r"^\d+[kmg]?$")] = "8g"
+    shm_size: Annotated[str, Field(pattern=r"^[0-9]{1,6}[kmg]?$")] = "8g"
     privileged: bool = False
-    secrets_env_file: NonEmpty | None = None
-    secret_names: tuple[Annotated[str, Field(pattern=r"^[A-Z_][A-Z0-9_]*$")], ...] = ()
-    stop_grace_s: PosInt = 30
+    secrets_env_file: AbsPath | None = None
+    secret_names: tuple[Annotated[str, Field(pattern=r"^[A-Z_][A-Z0-9_]{0,127}$")], ...] = Field(
+        (), max_length=64
+    )
+    stop_grace_s: Seconds = 30
 
     @model_validator(mode="after")
     def _secrets_need_file(self) -> Container:
@@ -78,8 +154,8 @@ class Model(_Strict):
     """What is served and under which names."""
 
     path: NonEmpty
-    served_names: tuple[NonEmpty, ...] = Field(min_length=1)
-    quantization: NonEmpty | None = None
+    served_names: tuple[Word, ...] = Field(min_length=1, max_length=16)
+    quantization: Word | None = None
 
     @field_validator("served_names")
     @classmethod
@@ -92,32 +168,47 @@ class Model(_Strict):
 class Speculative(_Strict):
     """Speculative decoding: the drafter and its draft length."""
 
-    method: NonEmpty
+    method: Word
     model: NonEmpty
-    num_speculative_tokens: PosInt
+    num_speculative_tokens: Small
 
 
 class Serve(_Strict):
     """vLLM serve settings."""
 
-    entrypoint: tuple[NonEmpty, ...] = ("python3", "-m", "vllm.entrypoints.openai.api_server")
-    host: NonEmpty = "0.0.0.0"
-    port: Annotated[int, Field(ge=1, le=65535)] = 8080
+    entrypoint: tuple[NonEmpty, ...] = Field(
+        ("python3", "-m", "vllm.entrypoints.openai.api_server"), min_length=1, max_length=32
+    )
+    host: Word = "0.0.0.0"
+    port: Annotated[int, Field(ge=1, le=65535, strict=True)] = 8080
     mode: Literal["prod", "eval"]
-    tensor_parallel_size: PosInt = 1
-    max_model_len: PosInt
+    tensor_parallel_size: Small = 1
+    max_model_len: Tokens
     gpu_memory_utilization: Fraction | None = None
     kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16"] = "auto"
-    kv_cache_memory: Annotated[str, Field(pattern=r"^\d+(\.\d+)?[KMG]$")] | None = None
-    max_num_batched_tokens: PosInt | None = None
-    max_num_seqs: PosInt | None = None
+    kv_cache_memory: Annotated[str, Field(pattern=r"^[0-9]{1,6}(\.[0-9]{1,3})?[KMG]$")] | None = (
+        None
+    )
+    max_num_batched_tokens: Tokens | None = None
+    max_num_seqs: Annotated[int, Field(gt=0, le=65536, strict=True)] | None = None
     enable_prefix_caching: bool = True
-    max_logprobs: PosInt | None = None
+    max_logprobs: Tokens | None = None
     dtype: Literal["auto", "bfloat16", "float16", "float32"] | None = None
     speculative: Speculative | None = None
-    generation_override: dict[NonEmpty, float | int] | None = None
-    extra_args: tuple[NonEmpty, ...] = ()
-    boot_timeout_s: PosInt = 1800
+    generation_override: dict[Word, float | int] | None = Field(None, max_length=32)
+    extra_args: tuple[NonEmpty, ...] = Field((), max_length=128)
+    boot_timeout_s: Seconds = 1800
+
+    @field_validator("generation_override", mode="before")
+    @classmethod
+    def _finite_numbers(cls, values: Any) -> Any:
+        # Before the type check: the float | int union would report inf once per member, under
+        # keys like `temperature.int` that name nothing in the file.
+        for key, value in values.items() if isinstance(values, dict) else ():
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            if not number or not math.isfinite(value) or abs(value) > 1e9:
+                raise ValueError(f"{checks.short(key)}: expected a finite number within +-1e9")
+        return values
 
 
 class Boot(_Strict):
@@ -214,7 +305,9 @@ class Gates(_Strict):
 class ProfileBody(_Strict):
     """The validated content of a profile file after `extends:` is resolved."""
 
-    description: NonEmpty
+    description: Annotated[
+        str, Field(min_length=1, max_length=1000), AfterValidator(_no_trailing_backslash)
+    ]
     box: Box
     runtime: Runtime
     image: Image | None = None
@@ -380,14 +473,16 @@ def _record_origins(
 
 def _validate(name: str, path: Path, merged: dict[str, Any], origins: Origins) -> Profile:
     registry = knobs_mod.load_registry()
-    problems: list[tuple[tuple[str, ...], str]] = []
+    # One pass over every string first: control characters are refused whatever the field's type,
+    # so no later check (or template) ever sees a newline that could add a unit directive.
+    problems = checks.text_problems(merged, TAB_OK, frozenset({("env",), ("knobs",)}))
     body: ProfileBody | None = None
     try:
         body = ProfileBody.model_validate(merged)
     except ValidationError as exc:
         problems.extend(_pydantic_problems(exc))
-    raw_knobs = merged.get("knobs") or {}
-    raw_env = merged.get("env") or {}
+    raw_knobs = _string_keys(merged.get("knobs") or {})
+    raw_env = _string_keys(merged.get("env") or {})
     resolved_knobs: dict[str, str] = {}
     if isinstance(raw_knobs, dict):
         resolved_knobs, knob_errors = knobs_mod.resolve_knobs(registry, raw_knobs)
@@ -411,6 +506,13 @@ def _validate(name: str, path: Path, merged: dict[str, Any], origins: Origins) -
         hash=digest,
         registry_digest=registry.digest,
     )
+
+
+def _string_keys(section: Any) -> Any:
+    """A mapping without its non-string keys (text_problems reports those); other values as is."""
+    if not isinstance(section, dict):
+        return section
+    return {k: v for k, v in section.items() if isinstance(k, str)}
 
 
 def _serve_vllm_env_names(merged: dict[str, Any]) -> frozenset[str] | None:
@@ -517,8 +619,7 @@ def _pydantic_problems(exc: ValidationError) -> Iterable[tuple[tuple[str, ...], 
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return checks.short(value)
 
 
 def _split(error: str) -> tuple[tuple[str, ...], str]:
@@ -535,7 +636,7 @@ def _locate(loc: tuple[str, ...], msg: str, path: Path, origins: Origins) -> str
             break
     dotted = ".".join(loc) if loc else "(top level)"
     via = f" (inherited by {path.name})" if source != path else ""
-    return f"{source}: {dotted}: {msg}{via}"
+    return checks.clip(f"{source}: {dotted}: {msg}{via}", 600)
 
 
 def _profile_hash(
