@@ -31,7 +31,6 @@ PLACEHOLDERS = ("{home}", "{cache}")
 # timeout or vLLM for 64-way TP.
 MAX_TOKENS = 2**24
 MAX_TIMEOUT_S = 86400
-PosInt = Annotated[int, Field(gt=0, strict=True)]
 PosFloat = Annotated[float, Field(gt=0, le=1e9)]
 Fraction = Annotated[float, Field(gt=0, le=1)]
 NonEmpty = Annotated[str, Field(min_length=1, max_length=4096)]
@@ -39,6 +38,8 @@ NonEmpty = Annotated[str, Field(min_length=1, max_length=4096)]
 Small = Annotated[int, Field(gt=0, le=64, strict=True)]
 Tokens = Annotated[int, Field(gt=0, le=MAX_TOKENS, strict=True)]
 Seconds = Annotated[int, Field(gt=0, le=MAX_TIMEOUT_S, strict=True)]
+# The concurrency gate caps its stream counts here too (gates/concurrency.py).
+Streams = Annotated[int, Field(gt=0, le=1024, strict=True)]
 
 
 def _abs_path(value: str) -> str:
@@ -233,12 +234,16 @@ class Boot(_Strict):
 
 
 def _check_regex(line: str) -> str:
-    """A `re:` marker must compile; anything else is a plain substring."""
+    """A `re:` marker must compile and must not match everything; else it is a plain substring."""
     if line.startswith("re:"):
         try:
-            re.compile(line[3:])
+            pattern = re.compile(line[3:])
         except re.error as exc:
-            raise ValueError(f"bad regex {line[3:]!r}: {exc}") from exc
+            raise ValueError(f"bad regex {checks.short(line[3:])}: {exc}") from exc
+        # A pattern that matches the empty string is found in every text: an expect or
+        # sanity_expect that always passes, a forbid that always fails.
+        if pattern.search("") is not None:
+            raise ValueError(f"regex {checks.short(line[3:])} matches any text (even an empty one)")
     return line
 
 
@@ -247,39 +252,39 @@ class Gsm8kBand(_Strict):
 
     min_lower_bound: Fraction | None = None  # None: run and record, do not judge
     metric: Literal["strict-match", "flexible-extract"] = "flexible-extract"
-    limit: PosInt = 500
-    concurrency: PosInt = 8
+    limit: Annotated[int, Field(gt=0, le=100_000, strict=True)] = 500
+    concurrency: Streams = 8
 
 
 class DecodeBand(_Strict):
     """Decode: the largest acceptable ms per step at each context length (tokens)."""
 
-    max_ms_per_step: dict[PosInt, PosFloat] = Field(min_length=1)
+    max_ms_per_step: dict[Tokens, PosFloat] = Field(min_length=1, max_length=64)
 
 
 class PrefillBand(_Strict):
     """Prefill: the smallest acceptable prompt tokens/s at each prompt length."""
 
-    min_tok_s: dict[PosInt, PosFloat] = Field(min_length=1)
+    min_tok_s: dict[Tokens, PosFloat] = Field(min_length=1, max_length=64)
 
 
 class ConcurrencyBand(_Strict):
     """Concurrency: the smallest acceptable aggregate decode tokens/s at each stream count."""
 
-    min_aggregate_tok_s: dict[PosInt, PosFloat] = Field(min_length=1)
+    min_aggregate_tok_s: dict[Streams, PosFloat] = Field(min_length=1, max_length=64)
 
 
 class KvBand(_Strict):
     """KV cache: the smallest acceptable token count (never judged on a first boot)."""
 
-    min_tokens: PosInt
+    min_tokens: Annotated[int, Field(gt=0, le=2**40, strict=True)]
 
 
 class KldBand(_Strict):
     """KL divergence against a same-stack reference profile."""
 
     reference: NonEmpty
-    top_k: PosInt = 256
+    top_k: Tokens = 256
     max_mean_kl: PosFloat
     min_top1: Fraction
 
@@ -292,7 +297,9 @@ class Gates(_Strict):
 
     # `paroctl gate suite` runs these in order: cheap mechanical gates first, so a broken serve
     # fails in seconds rather than after GSM8K.
-    suite: tuple[GateName, ...] = ("sanity", "greedy", "gsm8k", "decode", "prefill", "concurrency")
+    suite: tuple[GateName, ...] = Field(
+        ("sanity", "greedy", "gsm8k", "decode", "prefill", "concurrency"), min_length=1
+    )
 
     gsm8k: Gsm8kBand | None = None
     decode: DecodeBand | None = None
