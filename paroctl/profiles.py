@@ -21,11 +21,14 @@ from pydantic import (
     model_validator,
 )
 
-from paroctl import checks, state
+from paroctl import checks, state, yamlsafe
 from paroctl import knobs as knobs_mod
 from paroctl.errors import ProfileError
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+MAX_NAME = 64
+MAX_EXTENDS_DEPTH = 8
+MAX_PARENTS = 16
 PLACEHOLDERS = ("{home}", "{cache}")
 # Upper bounds: generous for any real box, but finite, so a typo cannot ask systemd for a 10^30 s
 # timeout or vLLM for 64-way TP.
@@ -365,8 +368,13 @@ def list_names(directory: Path | None = None) -> list[str]:
 def load(name: str, directory: Path | None = None) -> Profile:
     """Load, merge and validate one profile; raise ProfileError listing every problem."""
     directory = directory or profiles_dir()
-    if not NAME_RE.match(name):
-        raise ProfileError([f"{name!r}: profile names are lowercase letters, digits and '-'"])
+    if len(name) > MAX_NAME or not NAME_RE.match(name):
+        raise ProfileError(
+            [
+                f"{checks.short(name)}: profile names are lowercase letters, digits and '-' "
+                f"(at most {MAX_NAME})"
+            ]
+        )
     path = directory / f"{name}.yaml"
     if not path.exists():
         known = ", ".join(list_names(directory)) or "none"
@@ -401,13 +409,14 @@ Origins = dict[tuple[str, ...], Path]
 
 def _read(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text()
+        text = yamlsafe.read_text(path)
+        data = yamlsafe.load(text)
     except OSError as exc:
         raise ProfileError([f"{path}: cannot read: {exc.strerror}"]) from exc
     except UnicodeDecodeError as exc:
         raise ProfileError([f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})"]) from exc
-    try:
-        data = yaml.safe_load(text)
+    except yamlsafe.LoadError as exc:
+        raise ProfileError([f"{path}: {exc.message}"]) from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -419,37 +428,59 @@ def _read(path: Path) -> dict[str, Any]:
         raise ProfileError([f"{path}: expected a mapping of keys, got {type(data).__name__}"])
     bad = [k for k in data if not isinstance(k, str)]
     if bad:
-        raise ProfileError([f"{path}: keys must be strings, got {bad[0]!r}"])
+        raise ProfileError([f"{path}: keys must be strings, got {checks.short(bad[0])}"])
     return data
 
 
+Resolved = dict[Path, tuple[dict[str, Any], Origins]]
+
+
 def _resolve(
-    path: Path, directory: Path, chain: tuple[Path, ...]
+    path: Path, directory: Path, chain: tuple[Path, ...], memo: Resolved | None = None
 ) -> tuple[dict[str, Any], Origins]:
+    """Read a file and merge its bases, each resolved once per load (a diamond stays linear)."""
+    memo = {} if memo is None else memo
     if path in chain:
         cycle = " -> ".join(p.stem for p in (*chain, path))
         raise ProfileError([f"{chain[0]}: extends: cycle {cycle}"])
+    if len(chain) >= MAX_EXTENDS_DEPTH:
+        raise ProfileError([f"{chain[0]}: extends: deeper than {MAX_EXTENDS_DEPTH} levels"])
+    if path in memo:
+        return memo[path]
     data = _read(path)
-    parents = data.pop("extends", [])
-    if isinstance(parents, str):
-        parents = [parents]
-    if not isinstance(parents, list) or not all(isinstance(p, str) for p in parents):
-        raise ProfileError(
-            [f"{path}: extends: expected a base name or a list of names, got {parents!r}"]
-        )
     merged: dict[str, Any] = {}
     origins: Origins = {}
-    for parent in parents:
-        base = directory / f"{parent}.yaml"
-        if not NAME_RE.match(parent.lstrip("_")) or not base.exists():
-            raise ProfileError(
-                [f"{path}: extends: no such base profile {parent!r} (looked for {base})"]
-            )
-        base_data, base_origins = _resolve(base, directory, (*chain, path))
+    for base in _parents(path, data.pop("extends", []), directory):
+        base_data, base_origins = _resolve(base, directory, (*chain, path), memo)
         merged = _merge(merged, base_data)
         origins.update(base_origins)
     _record_origins(data, path, (), origins)
-    return _merge(merged, data), origins
+    memo[path] = (_merge(merged, data), origins)
+    return memo[path]
+
+
+def _parents(path: Path, parents: Any, directory: Path) -> list[Path]:
+    """The base files an `extends:` value names, each checked to exist."""
+    if isinstance(parents, str):
+        parents = [parents]
+    if not isinstance(parents, list) or not all(isinstance(p, str) for p in parents):
+        got = checks.short(parents)
+        raise ProfileError([f"{path}: extends: expected a base name or a list of names, got {got}"])
+    if len(parents) > MAX_PARENTS:
+        raise ProfileError([f"{path}: extends: {len(parents)} bases (at most {MAX_PARENTS})"])
+    bases = []
+    for parent in parents:
+        base = directory / f"{parent}.yaml"
+        # The length check first: an over-long name makes exists() raise, not return False.
+        if len(parent) > MAX_NAME or not NAME_RE.match(parent.lstrip("_")) or not base.exists():
+            raise ProfileError(
+                [
+                    f"{path}: extends: no such base profile {checks.short(parent)} "
+                    f"(looked for {checks.clip(str(base), 200)})"
+                ]
+            )
+        bases.append(base)
+    return bases
 
 
 def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
