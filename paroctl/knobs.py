@@ -219,7 +219,9 @@ def vllm_env_names(envs_py: Path | None = None) -> frozenset[str] | None:
             envs_py = Path(next(iter(spec.submodule_search_locations))) / "envs.py"
     try:
         tree = ast.parse(envs_py.read_text())
-    except (OSError, SyntaxError):
+    except (OSError, SyntaxError, ValueError):
+        # ValueError covers a non-UTF-8 file (UnicodeDecodeError) and NUL bytes: unreadable here
+        # means the names are not checked, not that every profile is broken.
         return None
     names: set[str] = set()
     for node in ast.walk(tree):

@@ -151,3 +151,13 @@ def test_one_bad_file_never_stops_list_or_validate_all(profile_dir: Path) -> Non
     assert "ok  good  " in validated.output and "ok  zz-good  " in validated.output
     assert "bomb.yaml: expands to more than" in validated.output
     assert "fifo.yaml: not a regular file (a FIFO)" in validated.output
+
+
+def test_an_unreadable_vllm_envs_py_does_not_break_loading(
+    profile_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    envs = tmp_path / "envs.py"
+    envs.write_bytes(b"environment_variables = {'VLLM_X': 1}\n# \xff\xfe not UTF-8\n")
+    monkeypatch.setenv("PAROCTL_VLLM_ENVS", str(envs))
+    _write(profile_dir, "good", GOOD_BODY)
+    assert profiles.load("good", profile_dir).name == "good"
