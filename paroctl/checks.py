@@ -1,13 +1,15 @@
-"""Text checks shared by the profile boundary and the renderer: control characters, short reprs."""
+"""Text checks for the profile boundary and the renderer: control characters, field shapes."""
 
 from __future__ import annotations
 
+import re
 import reprlib
 import unicodedata
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 Loc = tuple[str, ...]
+PLACEHOLDERS = ("{home}", "{cache}")
 
 # C0, DEL and C1, plus the Unicode line and paragraph separators: any of them in a unit, an env
 # file or an argv word either ends a line where systemd reads one or hides what the operator sees.
@@ -78,3 +80,61 @@ def _strings(node: Any, loc: Loc) -> Iterator[tuple[Loc, Any, bool]]:
     elif isinstance(node, list | tuple):
         for index, value in enumerate(node):
             yield from _strings(value, (*loc, str(index)))
+
+
+# --- field checks, raising ValueError for pydantic's AfterValidator ---------------------------
+
+
+def absolute_path(value: str) -> str:
+    """An absolute path, or one under a {home} / {cache} placeholder (systemd needs absolute)."""
+    if not value.startswith(("/", *PLACEHOLDERS)):
+        raise ValueError("expected an absolute path (or one under {home} / {cache})")
+    return value
+
+
+def mount_path(value: str) -> str:
+    """An absolute host directory that can be mounted as is."""
+    # `src:dst:ro` is how the engine reads a volume: a ':' or ',' here would add a mount or options.
+    if ":" in value or "," in value:
+        raise ValueError("a mounted directory may not contain ':' or ','")
+    return absolute_path(value)
+
+
+def argv_word(value: str) -> str:
+    """A value that follows a flag in argv (a served name, a quantization, a group)."""
+    # These land in argv after a flag: a leading '-' would make them a flag of their own.
+    if not _WORD.match(value):
+        raise ValueError("expected letters, digits and ._:/@+- (not starting with '-' or a space)")
+    return value
+
+
+def image_ref(value: str) -> str:
+    """A container image reference that cannot be read as an engine flag."""
+    if not _IMAGE_REF.match(value):
+        raise ValueError("expected an image reference such as localhost/name:tag (no leading '-')")
+    return value
+
+
+def device(value: str) -> str:
+    """An accelerator device node from the allow-list (never /dev/mem, never /)."""
+    if not _DEVICE.match(value):
+        raise ValueError(
+            "expected an accelerator device under /dev (/dev/kfd, /dev/dri[/cardN|renderDN], "
+            "/dev/nvidia*, /dev/infiniband/*, /dev/accel/*)"
+        )
+    return value
+
+
+def no_trailing_backslash(value: str) -> str:
+    """Free text for a unit line, which must not end in a continuation backslash."""
+    if value.endswith("\\"):
+        raise ValueError("ends in a backslash (systemd would join the next line to it)")
+    return value
+
+
+_WORD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]*$")
+_IMAGE_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,511}$")
+_DEVICE = re.compile(
+    r"^/dev/(kfd|dri(/(card|renderD)[0-9]{1,3})?|nvidia([0-9]{1,3}|ctl|-uvm|-uvm-tools|-modeset)"
+    r"|nvidia-caps(/nvidia-cap[0-9]{1,3})?|infiniband(/[a-z0-9_]{1,32})?|accel(/accel[0-9]{1,3})?)$"
+)

@@ -29,7 +29,7 @@ NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 MAX_NAME = 64
 MAX_EXTENDS_DEPTH = 8
 MAX_PARENTS = 16
-PLACEHOLDERS = ("{home}", "{cache}")
+PLACEHOLDERS = checks.PLACEHOLDERS
 # Upper bounds: generous for any real box, but finite, so a typo cannot ask systemd for a 10^30 s
 # timeout or vLLM for 64-way TP.
 MAX_TOKENS = 2**24
@@ -45,56 +45,9 @@ Seconds = Annotated[int, Field(gt=0, le=MAX_TIMEOUT_S, strict=True)]
 Streams = Annotated[int, Field(gt=0, le=1024, strict=True)]
 
 
-def _abs_path(value: str) -> str:
-    if not value.startswith(("/", *PLACEHOLDERS)):
-        raise ValueError("expected an absolute path (or one under {home} / {cache})")
-    return value
-
-
-def _mount_path(value: str) -> str:
-    # `src:dst:ro` is how the engine reads a volume: a ':' or ',' here would add a mount or options.
-    if ":" in value or "," in value:
-        raise ValueError("a mounted directory may not contain ':' or ','")
-    return _abs_path(value)
-
-
-def _word(value: str) -> str:
-    # These land in argv after a flag: a leading '-' would make them a flag of their own.
-    if not _WORD.match(value):
-        raise ValueError("expected letters, digits and ._:/@+- (not starting with '-' or a space)")
-    return value
-
-
-def _image_ref(value: str) -> str:
-    if not _IMAGE_REF.match(value):
-        raise ValueError("expected an image reference such as localhost/name:tag (no leading '-')")
-    return value
-
-
-def _device(value: str) -> str:
-    if not _DEVICE.match(value):
-        raise ValueError(
-            "expected an accelerator device under /dev (/dev/kfd, /dev/dri[/cardN|renderDN], "
-            "/dev/nvidia*, /dev/infiniband/*, /dev/accel/*)"
-        )
-    return value
-
-
-def _no_trailing_backslash(value: str) -> str:
-    if value.endswith("\\"):
-        raise ValueError("ends in a backslash (systemd would join the next line to it)")
-    return value
-
-
-_WORD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]*$")
-_IMAGE_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,511}$")
-_DEVICE = re.compile(
-    r"^/dev/(kfd|dri(/(card|renderD)[0-9]{1,3})?|nvidia([0-9]{1,3}|ctl|-uvm|-uvm-tools|-modeset)"
-    r"|nvidia-caps(/nvidia-cap[0-9]{1,3})?|infiniband(/[a-z0-9_]{1,32})?|accel(/accel[0-9]{1,3})?)$"
-)
-AbsPath = Annotated[NonEmpty, AfterValidator(_abs_path)]
-MountPath = Annotated[NonEmpty, AfterValidator(_mount_path)]
-Word = Annotated[NonEmpty, AfterValidator(_word)]
+AbsPath = Annotated[NonEmpty, AfterValidator(checks.absolute_path)]
+MountPath = Annotated[NonEmpty, AfterValidator(checks.mount_path)]
+Word = Annotated[NonEmpty, AfterValidator(checks.argv_word)]
 # Strings a profile may hold a tab in (free text and log markers, never a unit key or an argv word).
 TAB_OK: frozenset[tuple[str, ...]] = frozenset(
     {("description",), ("boot", "expect"), ("boot", "forbid"), ("boot", "sanity_prompt")}
@@ -129,14 +82,16 @@ class Runtime(_Strict):
 class Image(_Strict):
     """The container image the serve runs in."""
 
-    ref: Annotated[NonEmpty, AfterValidator(_image_ref)]
+    ref: Annotated[NonEmpty, AfterValidator(checks.image_ref)]
     kind: Literal["rocm", "cuda", "cpu"]
 
 
 class Container(_Strict):
     """Container flags; least privilege unless the profile asks otherwise."""
 
-    devices: tuple[Annotated[NonEmpty, AfterValidator(_device)], ...] = Field((), max_length=64)
+    devices: tuple[Annotated[NonEmpty, AfterValidator(checks.device)], ...] = Field(
+        (), max_length=64
+    )
     group_add: tuple[Word, ...] = Field((), max_length=32)
     ipc: Literal["host", "private", "shareable"] = "private"
     shm_size: Annotated[str, Field(pattern=r"^[0-9]{1,6}[kmg]?$")] = "8g"
@@ -316,7 +271,7 @@ class ProfileBody(_Strict):
     """The validated content of a profile file after `extends:` is resolved."""
 
     description: Annotated[
-        str, Field(min_length=1, max_length=1000), AfterValidator(_no_trailing_backslash)
+        str, Field(min_length=1, max_length=1000), AfterValidator(checks.no_trailing_backslash)
     ]
     box: Box
     runtime: Runtime
