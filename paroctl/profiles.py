@@ -562,16 +562,27 @@ def _cross_checks(body: ProfileBody, knobs: Mapping[str, str]) -> list[tuple[tup
                 "a prod worker, seed log 'Traps hit'); use serve.mode: eval",
             )
         )
-    for flag in serve.extra_args:
-        managed = _MANAGED_FLAGS.get(flag.split("=", 1)[0])
+    for arg in serve.extra_args:
+        managed = _managed(arg)
         if managed:
+            flag = checks.clip(arg.split("=", 1)[0], 40)
             problems.append(
-                (
-                    ("serve", "extra_args"),
-                    f"{flag.split('=', 1)[0]} is set through serve.{managed}, not extra_args",
-                )
+                (("serve", "extra_args"), f"{flag} is set through serve.{managed}, not extra_args")
             )
     return problems
+
+
+def _managed(arg: str) -> str | None:
+    """The serve field owning a flag, in any spelling vLLM's parser accepts for it."""
+    flag = arg.split("=", 1)[0]
+    if flag in _SHORT_FLAGS:
+        flag = _SHORT_FLAGS[flag]
+    if not flag.startswith("--") or len(flag) < 4:
+        return None
+    # vLLM reads --max_model_len as --max-model-len, and argparse takes any unambiguous prefix.
+    flag = "--" + flag[2:].replace("_", "-")
+    owners = {owner for name, owner in _MANAGED_FLAGS.items() if name.startswith(flag)}
+    return " / ".join(sorted(owners)) if owners else None
 
 
 # vLLM flags the typed `serve` section owns; duplicating them in extra_args would let two values
@@ -595,6 +606,8 @@ _MANAGED_FLAGS = {
     "--quantization": "model.quantization",
     "--override-generation-config": "generation_override",
 }
+# vLLM's short aliases of managed flags.
+_SHORT_FLAGS = {"-tp": "--tensor-parallel-size", "-q": "--quantization"}
 
 
 def _pydantic_problems(exc: ValidationError) -> Iterable[tuple[tuple[str, ...], str]]:

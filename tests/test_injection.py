@@ -132,6 +132,10 @@ BAD_VALUES = [
     ("absurd context", "serve:\n  max_model_len: 1000000000\n", "serve.max_model_len"),
     ("bool as a port", "serve:\n  port: true\n", "serve.port"),
     ("fullwidth shm size", "container:\n  shm_size: '１６g'\n", "container.shm_size"),
+    ("managed flag, underscores", "serve:\n  extra_args: ['--max_model_len=99']\n", "serve.extra_args"),
+    ("managed flag, short alias", "serve:\n  extra_args: [-tp, '8']\n", "serve.extra_args"),
+    ("managed flag, -q", "serve:\n  extra_args: [-q, fp8]\n", "serve.extra_args"),
+    ("managed flag, a prefix", "serve:\n  extra_args: ['--max-model=99']\n", "serve.extra_args"),
     ("fullwidth int knob", "knobs:\n  PARO_DECODE_MAX_M: '１６'\n", "knobs.PARO_DECODE_MAX_M"),
 ]  # fmt: skip
 
