@@ -64,8 +64,9 @@ def load(text: str) -> Any:
     _scan(text)
     try:
         return yaml.load(text, Loader=yaml.SafeLoader)
-    except (ValueError, TypeError, OverflowError) as exc:
-        # e.g. a 5000-digit int or `!!int abc`: the constructor's own int()/float() raising.
+    except (ValueError, TypeError, OverflowError, AttributeError) as exc:
+        # The constructors' own failures: int() of 5000 digits or `!!int abc` (ValueError), a
+        # `!!timestamp x` that its regex does not match (AttributeError on None).
         raise LoadError(f"a value cannot be constructed: {str(exc)[:120]}") from exc
 
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+import signal
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
+from types import FrameType
 
 import pytest
 
@@ -71,3 +75,23 @@ def profile_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (directory / base.name).write_text(base.read_text())
     monkeypatch.setenv("PAROCTL_PROFILES_DIR", str(directory))
     return directory
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float) -> Iterator[None]:
+    def _expired(signum: int, frame: FrameType | None) -> None:
+        raise TimeoutError(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, _expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.fixture
+def deadline() -> Callable[[float], AbstractContextManager[None]]:
+    """`with deadline(5): ...` fails the test (TimeoutError) instead of letting a hang hang CI."""
+    return _deadline
