@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,11 +60,37 @@ def _kind(mode: int) -> str:
     return "not a plain file"
 
 
+class _Loader(yaml.SafeLoader):
+    """SafeLoader without YAML 1.1's surprising numbers: `2:14:03` (sexagesimal, 8043) and `0777`
+    (octal, 511) stay strings, so a typed field refuses them instead of reading another number."""
+
+
+_INT = "tag:yaml.org,2002:int"
+_FLOAT = "tag:yaml.org,2002:float"
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag not in (_INT, _FLOAT)]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(
+    _INT,
+    re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
+    list("-+0123456789"),
+)
+_Loader.add_implicit_resolver(
+    _FLOAT,
+    re.compile(
+        r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
+    list("-+0123456789."),
+)
+
+
 def load(text: str) -> Any:
     """yaml.safe_load, after an event pass that bounds nesting, alias expansion and duplicates."""
     _scan(text)
     try:
-        return yaml.load(text, Loader=yaml.SafeLoader)
+        return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass: no arbitrary objects
     except (ValueError, TypeError, OverflowError, AttributeError) as exc:
         # The constructors' own failures: int() of 5000 digits or `!!int abc` (ValueError), a
         # `!!timestamp x` that its regex does not match (AttributeError on None).

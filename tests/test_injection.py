@@ -131,6 +131,8 @@ BAD_VALUES = [
     ("TP 128", "serve:\n  tensor_parallel_size: 128\n", "serve.tensor_parallel_size"),
     ("absurd context", "serve:\n  max_model_len: 1000000000\n", "serve.max_model_len"),
     ("bool as a port", "serve:\n  port: true\n", "serve.port"),
+    ("sexagesimal port (YAML 1.1: 8043)", "serve:\n  port: 2:14:03\n", "serve.port"),
+    ("octal port (YAML 1.1: 511)", "serve:\n  port: 0777\n", "serve.port"),
     ("fullwidth shm size", "container:\n  shm_size: '１６g'\n", "container.shm_size"),
     ("managed flag, underscores", "serve:\n  extra_args: ['--max_model_len=99']\n", "serve.extra_args"),
     ("managed flag, short alias", "serve:\n  extra_args: [-tp, '8']\n", "serve.extra_args"),
