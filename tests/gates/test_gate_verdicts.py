@@ -118,3 +118,20 @@ def test_degenerate_suites_bands_and_markers_are_refused(
     assert any(p.startswith(f"{profile_dir}/bad.yaml: {key}: ") for p in info.value.problems), (
         info.value.problems
     )
+
+
+def test_greedy_against_a_run_with_no_prompt_in_common_compares_nothing(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from paroctl.gates import greedy
+    from paroctl.results import Provenance, open_store
+
+    with open_store(tmp_path / "r.db") as store:
+        prov = Provenance("p", "h", {}, None, "b", False, "0.1.0", None)
+        store.start_run("g-other", "greedy", prov, {})
+        store.add_item("g-other", "elsewhere", "stable", {"hashes": ["x", "x"]})
+        done = {"p1": {"key": "p1", "outcome": "stable", "hashes": ["a", "a"]}}
+        ctx = SimpleNamespace(done=done, options={"against": "g-other"}, store=store)
+        outcome = greedy._verdict(ctx, [])  # type: ignore[arg-type]
+    assert outcome.status == "error"
+    assert outcome.message.endswith("no prompt in common, nothing compared")
