@@ -104,7 +104,9 @@ def argv_word(value: str) -> str:
     """A value that follows a flag in argv (a served name, a quantization, a group)."""
     # These land in argv after a flag: a leading '-' would make them a flag of their own.
     if not _WORD.match(value):
-        raise ValueError("expected letters, digits and ._:/@+- (not starting with '-' or a space)")
+        raise ValueError(
+            "expected letters, digits and ._:/@+-, starting with a letter, digit or ':'"
+        )
     return value
 
 
@@ -132,7 +134,8 @@ def no_trailing_backslash(value: str) -> str:
     return value
 
 
-_WORD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]*$")
+# A leading ':' is allowed for IPv6 hosts (`::1`); a leading '-' never is.
+_WORD = re.compile(r"^[A-Za-z0-9:][A-Za-z0-9._:/@+-]*$")
 _IMAGE_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,511}$")
 _DEVICE = re.compile(
     r"^/dev/(kfd|dri(/(card|renderD)[0-9]{1,3})?|nvidia([0-9]{1,3}|ctl|-uvm|-uvm-tools|-modeset)"

@@ -43,8 +43,6 @@ Tokens = Annotated[int, Field(gt=0, le=MAX_TOKENS, strict=True)]
 Seconds = Annotated[int, Field(gt=0, le=MAX_TIMEOUT_S, strict=True)]
 # The concurrency gate caps its stream counts here too (gates/concurrency.py).
 Streams = Annotated[int, Field(gt=0, le=1024, strict=True)]
-
-
 AbsPath = Annotated[NonEmpty, AfterValidator(checks.absolute_path)]
 MountPath = Annotated[NonEmpty, AfterValidator(checks.mount_path)]
 Word = Annotated[NonEmpty, AfterValidator(checks.argv_word)]
