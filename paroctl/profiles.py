@@ -483,6 +483,7 @@ def _validate(name: str, path: Path, merged: dict[str, Any], origins: Origins) -
         problems.extend(_split(e) for e in knobs_mod.check_env(raw_env, vllm_names))
     if body is not None:
         problems.extend(_cross_checks(body, resolved_knobs))
+        problems.extend(_reference_checks(name, path.parent, body))
     if problems:
         raise ProfileError(sorted({_locate(loc, msg, path, origins) for loc, msg in problems}))
     assert body is not None
@@ -581,6 +582,21 @@ def _managed(arg: str) -> str | None:
     flag = "--" + flag[2:].replace("_", "-")
     owners = {owner for name, owner in _MANAGED_FLAGS.items() if name.startswith(flag)}
     return " / ".join(sorted(owners)) if owners else None
+
+
+def _reference_checks(
+    name: str, directory: Path, body: ProfileBody
+) -> list[tuple[tuple[str, ...], str]]:
+    """gates.kld.reference must name another profile that exists (KL against itself is 0)."""
+    kld = body.gates.kld
+    if kld is None:
+        return []
+    where = ("gates", "kld", "reference")
+    if kld.reference == name:
+        return [(where, "is this profile itself (its KL against itself is always 0)")]
+    if not NAME_RE.match(kld.reference) or kld.reference not in list_names(directory):
+        return [(where, f"no such profile {checks.short(kld.reference)} in {directory}")]
+    return []
 
 
 # vLLM flags the typed `serve` section owns; duplicating them in extra_args would let two values
