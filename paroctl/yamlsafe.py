@@ -91,9 +91,10 @@ def load(text: str) -> Any:
     _scan(text)
     try:
         return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass: no arbitrary objects
-    except (ValueError, TypeError, OverflowError, AttributeError) as exc:
-        # The constructors' own failures: int() of 5000 digits or `!!int abc` (ValueError), a
-        # `!!timestamp x` that its regex does not match (AttributeError on None).
+    except (ValueError, TypeError, OverflowError, AttributeError, KeyError, IndexError) as exc:
+        # The constructors' own failures on explicit tags: int() of 5000 digits or `!!int abc`
+        # (ValueError), `!!timestamp x` (AttributeError on a failed match), `!!bool maybe`
+        # (KeyError in its value table); the fuzz found the last two.
         raise LoadError(f"a value cannot be constructed: {str(exc)[:120]}") from exc
 
 

@@ -51,9 +51,11 @@ def _write(directory: Path, name: str, text: str) -> None:
         ("a: " + "9" * 5000 + "\n", "a value cannot be constructed"),
         ("a: !!int abc\n", "a value cannot be constructed"),
         ("box: !!timestamp x\n", "a value cannot be constructed"),
+        ("description: !!bool maybe\n", "a value cannot be constructed"),
     ],
     ids=["alias bomb", "recursive alias", "deep nesting", "duplicate key", "nested dup",
-         "5000-digit int", "bad int tag", "bad timestamp (found by the fuzz)"],
+         "5000-digit int", "bad int tag", "bad timestamp (found by the fuzz)",
+         "bad bool (found by the fuzz)"],
 )  # fmt: skip
 def test_hostile_yaml_is_refused_quickly(
     profile_dir: Path, text: str, expected: str, deadline: Deadline
