@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from paroctl import state
+from paroctl.checks import short
 from paroctl.errors import RegistryError
 
 KnobValue = str | int | float | bool
@@ -89,12 +90,13 @@ class Knob(BaseModel):
         if "\n" in value or "\r" in value:
             return "value contains a line break"
         if self.type == "bool" and value not in ("0", "1"):
-            return f"expected '0' or '1', got {value!r}"
+            return f"expected '0' or '1', got {short(value)}"
         if self.type == "enum" and value not in self.values:
-            return f"expected one of {', '.join(self.values)}; got {value!r}"
+            return f"expected one of {', '.join(self.values)}; got {short(value)}"
         if self.type == "int":
-            if not re.fullmatch(r"-?\d+", value):
-                return f"expected an integer, got {value!r}"
+            # [0-9], not \d: \d matches fullwidth and other scripts' digits too (int() takes them).
+            if not re.fullmatch(r"-?[0-9]{1,18}", value):
+                return f"expected an integer, got {short(value)}"
             number = int(value)
             if (self.min is not None and number < self.min) or (
                 self.max is not None and number > self.max
@@ -165,7 +167,7 @@ def resolve_knobs(
             continue
         value = knob.coerce(raw)
         if value is None:
-            errors.append(f"knobs.{name}: expected a {knob.type} value, got {raw!r}")
+            errors.append(f"knobs.{name}: expected a {knob.type} value, got {short(raw)}")
             continue
         problem = knob.check(value)
         if problem:
@@ -181,11 +183,13 @@ def check_env(given: Mapping[str, KnobValue], vllm_names: frozenset[str] | None)
     for name, value in given.items():
         where = f"env.{name}"
         if not isinstance(value, str):
-            errors.append(f"{where}: expected a string (quote it in YAML), got {value!r}")
+            errors.append(f"{where}: expected a string (quote it in YAML), got {short(value)}")
         elif value == "":
             errors.append(f"{where}: empty value (VAR= is set-but-empty, not unset)")
         elif "\n" in value:
             errors.append(f"{where}: value contains a line break")
+        elif value.endswith("\\"):
+            errors.append(f"{where}: ends in a backslash (systemd joins the next line to it)")
         if name in DERIVED_ENV:
             errors.append(f"{where}: derived by paroctl (from box.gpus / the cache dir); remove it")
         elif name.startswith("PARO_"):
@@ -215,7 +219,9 @@ def vllm_env_names(envs_py: Path | None = None) -> frozenset[str] | None:
             envs_py = Path(next(iter(spec.submodule_search_locations))) / "envs.py"
     try:
         tree = ast.parse(envs_py.read_text())
-    except (OSError, SyntaxError):
+    except (OSError, SyntaxError, ValueError):
+        # ValueError covers a non-UTF-8 file (UnicodeDecodeError) and NUL bytes: unreadable here
+        # means the names are not checked, not that every profile is broken.
         return None
     names: set[str] = set()
     for node in ast.walk(tree):

@@ -4,28 +4,57 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from paroctl import checks, state, yamlsafe
 from paroctl import knobs as knobs_mod
-from paroctl import state
 from paroctl.errors import ProfileError
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
-PLACEHOLDERS = ("{home}", "{cache}")
-PosInt = Annotated[int, Field(gt=0)]
-PosFloat = Annotated[float, Field(gt=0)]
+MAX_NAME = 64
+MAX_EXTENDS_DEPTH = 8
+MAX_PARENTS = 16
+PLACEHOLDERS = checks.PLACEHOLDERS
+# Upper bounds: generous for any real box, but finite, so a typo cannot ask systemd for a 10^30 s
+# timeout or vLLM for 64-way TP.
+MAX_TOKENS = 2**24
+MAX_TIMEOUT_S = 86400
+PosFloat = Annotated[float, Field(gt=0, le=1e9)]
 Fraction = Annotated[float, Field(gt=0, le=1)]
-NonEmpty = Annotated[str, Field(min_length=1)]
+NonEmpty = Annotated[str, Field(min_length=1, max_length=4096)]
+# strict: YAML `true` is not the count 1.
+Small = Annotated[int, Field(gt=0, le=64, strict=True)]
+Tokens = Annotated[int, Field(gt=0, le=MAX_TOKENS, strict=True)]
+Seconds = Annotated[int, Field(gt=0, le=MAX_TIMEOUT_S, strict=True)]
+# The concurrency gate caps its stream counts here too (gates/concurrency.py).
+Streams = Annotated[int, Field(gt=0, le=1024, strict=True)]
+AbsPath = Annotated[NonEmpty, AfterValidator(checks.absolute_path)]
+MountPath = Annotated[NonEmpty, AfterValidator(checks.mount_path)]
+Word = Annotated[NonEmpty, AfterValidator(checks.argv_word)]
+# Strings a profile may hold a tab in (free text and log markers, never a unit key or an argv word).
+TAB_OK: frozenset[tuple[str, ...]] = frozenset(
+    {("description",), ("boot", "expect"), ("boot", "forbid"), ("boot", "sanity_prompt")}
+)
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+    # allow_inf_nan=False: an `.inf` band can never fail and a NaN is invalid JSON in argv.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False, allow_inf_nan=False)
 
 
 class Box(_Strict):
@@ -33,10 +62,10 @@ class Box(_Strict):
 
     name: NonEmpty
     accelerator: Literal["rocm", "cuda", "cpu"]
-    gpus: tuple[Annotated[int, Field(ge=0)], ...] = ()
-    models_dir: NonEmpty
-    cache_root: NonEmpty
-    etc_dir: NonEmpty = "/etc/paroctl"
+    gpus: tuple[Annotated[int, Field(ge=0, le=255, strict=True)], ...] = Field((), max_length=64)
+    models_dir: MountPath
+    cache_root: MountPath
+    etc_dir: AbsPath = "/etc/paroctl"
 
 
 class Runtime(_Strict):
@@ -44,28 +73,32 @@ class Runtime(_Strict):
 
     kind: Literal["systemd", "local"]
     engine: Literal["podman", "docker", "none"] = "podman"
-    engine_path: NonEmpty | None = None
+    engine_path: AbsPath | None = None
     scope: Literal["system", "user"] = "system"
 
 
 class Image(_Strict):
     """The container image the serve runs in."""
 
-    ref: NonEmpty
+    ref: Annotated[NonEmpty, AfterValidator(checks.image_ref)]
     kind: Literal["rocm", "cuda", "cpu"]
 
 
 class Container(_Strict):
     """Container flags; least privilege unless the profile asks otherwise."""
 
-    devices: tuple[NonEmpty, ...] = ()
-    group_add: tuple[NonEmpty, ...] = ()
+    devices: tuple[Annotated[NonEmpty, AfterValidator(checks.device)], ...] = Field(
+        (), max_length=64
+    )
+    group_add: tuple[Word, ...] = Field((), max_length=32)
     ipc: Literal["host", "private", "shareable"] = "private"
-    shm_size: Annotated[str, Field(pattern=r"^\d+[kmg]?$")] = "8g"
+    shm_size: Annotated[str, Field(pattern=r"^[0-9]{1,6}[kmg]?$")] = "8g"
     privileged: bool = False
-    secrets_env_file: NonEmpty | None = None
-    secret_names: tuple[Annotated[str, Field(pattern=r"^[A-Z_][A-Z0-9_]*$")], ...] = ()
-    stop_grace_s: PosInt = 30
+    secrets_env_file: AbsPath | None = None
+    secret_names: tuple[Annotated[str, Field(pattern=r"^[A-Z_][A-Z0-9_]{0,127}$")], ...] = Field(
+        (), max_length=64
+    )
+    stop_grace_s: Seconds = 30
 
     @model_validator(mode="after")
     def _secrets_need_file(self) -> Container:
@@ -78,8 +111,8 @@ class Model(_Strict):
     """What is served and under which names."""
 
     path: NonEmpty
-    served_names: tuple[NonEmpty, ...] = Field(min_length=1)
-    quantization: NonEmpty | None = None
+    served_names: tuple[Word, ...] = Field(min_length=1, max_length=16)
+    quantization: Word | None = None
 
     @field_validator("served_names")
     @classmethod
@@ -92,32 +125,47 @@ class Model(_Strict):
 class Speculative(_Strict):
     """Speculative decoding: the drafter and its draft length."""
 
-    method: NonEmpty
+    method: Word
     model: NonEmpty
-    num_speculative_tokens: PosInt
+    num_speculative_tokens: Small
 
 
 class Serve(_Strict):
     """vLLM serve settings."""
 
-    entrypoint: tuple[NonEmpty, ...] = ("python3", "-m", "vllm.entrypoints.openai.api_server")
-    host: NonEmpty = "0.0.0.0"
-    port: Annotated[int, Field(ge=1, le=65535)] = 8080
+    entrypoint: tuple[NonEmpty, ...] = Field(
+        ("python3", "-m", "vllm.entrypoints.openai.api_server"), min_length=1, max_length=32
+    )
+    host: Word = "0.0.0.0"
+    port: Annotated[int, Field(ge=1, le=65535, strict=True)] = 8080
     mode: Literal["prod", "eval"]
-    tensor_parallel_size: PosInt = 1
-    max_model_len: PosInt
+    tensor_parallel_size: Small = 1
+    max_model_len: Tokens
     gpu_memory_utilization: Fraction | None = None
     kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16"] = "auto"
-    kv_cache_memory: Annotated[str, Field(pattern=r"^\d+(\.\d+)?[KMG]$")] | None = None
-    max_num_batched_tokens: PosInt | None = None
-    max_num_seqs: PosInt | None = None
+    kv_cache_memory: Annotated[str, Field(pattern=r"^[0-9]{1,6}(\.[0-9]{1,3})?[KMG]$")] | None = (
+        None
+    )
+    max_num_batched_tokens: Tokens | None = None
+    max_num_seqs: Annotated[int, Field(gt=0, le=65536, strict=True)] | None = None
     enable_prefix_caching: bool = True
-    max_logprobs: PosInt | None = None
+    max_logprobs: Tokens | None = None
     dtype: Literal["auto", "bfloat16", "float16", "float32"] | None = None
     speculative: Speculative | None = None
-    generation_override: dict[NonEmpty, float | int] | None = None
-    extra_args: tuple[NonEmpty, ...] = ()
-    boot_timeout_s: PosInt = 1800
+    generation_override: dict[Word, float | int] | None = Field(None, max_length=32)
+    extra_args: tuple[NonEmpty, ...] = Field((), max_length=128)
+    boot_timeout_s: Seconds = 1800
+
+    @field_validator("generation_override", mode="before")
+    @classmethod
+    def _finite_numbers(cls, values: Any) -> Any:
+        # Before the type check: the float | int union would report inf once per member, under
+        # keys like `temperature.int` that name nothing in the file.
+        for key, value in values.items() if isinstance(values, dict) else ():
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            if not number or not math.isfinite(value) or abs(value) > 1e9:
+                raise ValueError(f"{checks.short(key)}: expected a finite number within +-1e9")
+        return values
 
 
 class Boot(_Strict):
@@ -142,12 +190,16 @@ class Boot(_Strict):
 
 
 def _check_regex(line: str) -> str:
-    """A `re:` marker must compile; anything else is a plain substring."""
+    """A `re:` marker must compile and must not match everything; else it is a plain substring."""
     if line.startswith("re:"):
         try:
-            re.compile(line[3:])
+            pattern = re.compile(line[3:])
         except re.error as exc:
-            raise ValueError(f"bad regex {line[3:]!r}: {exc}") from exc
+            raise ValueError(f"bad regex {checks.short(line[3:])}: {exc}") from exc
+        # A pattern that matches the empty string is found in every text: an expect or
+        # sanity_expect that always passes, a forbid that always fails.
+        if pattern.search("") is not None:
+            raise ValueError(f"regex {checks.short(line[3:])} matches any text (even an empty one)")
     return line
 
 
@@ -156,39 +208,39 @@ class Gsm8kBand(_Strict):
 
     min_lower_bound: Fraction | None = None  # None: run and record, do not judge
     metric: Literal["strict-match", "flexible-extract"] = "flexible-extract"
-    limit: PosInt = 500
-    concurrency: PosInt = 8
+    limit: Annotated[int, Field(gt=0, le=100_000, strict=True)] = 500
+    concurrency: Streams = 8
 
 
 class DecodeBand(_Strict):
     """Decode: the largest acceptable ms per step at each context length (tokens)."""
 
-    max_ms_per_step: dict[PosInt, PosFloat] = Field(min_length=1)
+    max_ms_per_step: dict[Tokens, PosFloat] = Field(min_length=1, max_length=64)
 
 
 class PrefillBand(_Strict):
     """Prefill: the smallest acceptable prompt tokens/s at each prompt length."""
 
-    min_tok_s: dict[PosInt, PosFloat] = Field(min_length=1)
+    min_tok_s: dict[Tokens, PosFloat] = Field(min_length=1, max_length=64)
 
 
 class ConcurrencyBand(_Strict):
     """Concurrency: the smallest acceptable aggregate decode tokens/s at each stream count."""
 
-    min_aggregate_tok_s: dict[PosInt, PosFloat] = Field(min_length=1)
+    min_aggregate_tok_s: dict[Streams, PosFloat] = Field(min_length=1, max_length=64)
 
 
 class KvBand(_Strict):
     """KV cache: the smallest acceptable token count (never judged on a first boot)."""
 
-    min_tokens: PosInt
+    min_tokens: Annotated[int, Field(gt=0, le=2**40, strict=True)]
 
 
 class KldBand(_Strict):
     """KL divergence against a same-stack reference profile."""
 
     reference: NonEmpty
-    top_k: PosInt = 256
+    top_k: Tokens = 256
     max_mean_kl: PosFloat
     min_top1: Fraction
 
@@ -201,7 +253,9 @@ class Gates(_Strict):
 
     # `paroctl gate suite` runs these in order: cheap mechanical gates first, so a broken serve
     # fails in seconds rather than after GSM8K.
-    suite: tuple[GateName, ...] = ("sanity", "greedy", "gsm8k", "decode", "prefill", "concurrency")
+    suite: tuple[GateName, ...] = Field(
+        ("sanity", "greedy", "gsm8k", "decode", "prefill", "concurrency"), min_length=1
+    )
 
     gsm8k: Gsm8kBand | None = None
     decode: DecodeBand | None = None
@@ -214,7 +268,9 @@ class Gates(_Strict):
 class ProfileBody(_Strict):
     """The validated content of a profile file after `extends:` is resolved."""
 
-    description: NonEmpty
+    description: Annotated[
+        str, Field(min_length=1, max_length=1000), AfterValidator(checks.no_trailing_backslash)
+    ]
     box: Box
     runtime: Runtime
     image: Image | None = None
@@ -265,8 +321,13 @@ def list_names(directory: Path | None = None) -> list[str]:
 def load(name: str, directory: Path | None = None) -> Profile:
     """Load, merge and validate one profile; raise ProfileError listing every problem."""
     directory = directory or profiles_dir()
-    if not NAME_RE.match(name):
-        raise ProfileError([f"{name!r}: profile names are lowercase letters, digits and '-'"])
+    if len(name) > MAX_NAME or not NAME_RE.match(name):
+        raise ProfileError(
+            [
+                f"{checks.short(name)}: profile names are lowercase letters, digits and '-' "
+                f"(at most {MAX_NAME})"
+            ]
+        )
     path = directory / f"{name}.yaml"
     if not path.exists():
         known = ", ".join(list_names(directory)) or "none"
@@ -301,13 +362,14 @@ Origins = dict[tuple[str, ...], Path]
 
 def _read(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text()
+        text = yamlsafe.read_text(path)
+        data = yamlsafe.load(text)
     except OSError as exc:
         raise ProfileError([f"{path}: cannot read: {exc.strerror}"]) from exc
     except UnicodeDecodeError as exc:
         raise ProfileError([f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})"]) from exc
-    try:
-        data = yaml.safe_load(text)
+    except yamlsafe.LoadError as exc:
+        raise ProfileError([f"{path}: {exc.message}"]) from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -319,37 +381,59 @@ def _read(path: Path) -> dict[str, Any]:
         raise ProfileError([f"{path}: expected a mapping of keys, got {type(data).__name__}"])
     bad = [k for k in data if not isinstance(k, str)]
     if bad:
-        raise ProfileError([f"{path}: keys must be strings, got {bad[0]!r}"])
+        raise ProfileError([f"{path}: keys must be strings, got {checks.short(bad[0])}"])
     return data
 
 
+Resolved = dict[Path, tuple[dict[str, Any], Origins]]
+
+
 def _resolve(
-    path: Path, directory: Path, chain: tuple[Path, ...]
+    path: Path, directory: Path, chain: tuple[Path, ...], memo: Resolved | None = None
 ) -> tuple[dict[str, Any], Origins]:
+    """Read a file and merge its bases, each resolved once per load (a diamond stays linear)."""
+    memo = {} if memo is None else memo
     if path in chain:
         cycle = " -> ".join(p.stem for p in (*chain, path))
         raise ProfileError([f"{chain[0]}: extends: cycle {cycle}"])
+    if len(chain) >= MAX_EXTENDS_DEPTH:
+        raise ProfileError([f"{chain[0]}: extends: deeper than {MAX_EXTENDS_DEPTH} levels"])
+    if path in memo:
+        return memo[path]
     data = _read(path)
-    parents = data.pop("extends", [])
-    if isinstance(parents, str):
-        parents = [parents]
-    if not isinstance(parents, list) or not all(isinstance(p, str) for p in parents):
-        raise ProfileError(
-            [f"{path}: extends: expected a base name or a list of names, got {parents!r}"]
-        )
     merged: dict[str, Any] = {}
     origins: Origins = {}
-    for parent in parents:
-        base = directory / f"{parent}.yaml"
-        if not NAME_RE.match(parent.lstrip("_")) or not base.exists():
-            raise ProfileError(
-                [f"{path}: extends: no such base profile {parent!r} (looked for {base})"]
-            )
-        base_data, base_origins = _resolve(base, directory, (*chain, path))
+    for base in _parents(path, data.pop("extends", []), directory):
+        base_data, base_origins = _resolve(base, directory, (*chain, path), memo)
         merged = _merge(merged, base_data)
         origins.update(base_origins)
     _record_origins(data, path, (), origins)
-    return _merge(merged, data), origins
+    memo[path] = (_merge(merged, data), origins)
+    return memo[path]
+
+
+def _parents(path: Path, parents: Any, directory: Path) -> list[Path]:
+    """The base files an `extends:` value names, each checked to exist."""
+    if isinstance(parents, str):
+        parents = [parents]
+    if not isinstance(parents, list) or not all(isinstance(p, str) for p in parents):
+        got = checks.short(parents)
+        raise ProfileError([f"{path}: extends: expected a base name or a list of names, got {got}"])
+    if len(parents) > MAX_PARENTS:
+        raise ProfileError([f"{path}: extends: {len(parents)} bases (at most {MAX_PARENTS})"])
+    bases = []
+    for parent in parents:
+        base = directory / f"{parent}.yaml"
+        # The length check first: an over-long name makes exists() raise, not return False.
+        if len(parent) > MAX_NAME or not NAME_RE.match(parent.lstrip("_")) or not base.exists():
+            raise ProfileError(
+                [
+                    f"{path}: extends: no such base profile {checks.short(parent)} "
+                    f"(looked for {checks.clip(str(base), 200)})"
+                ]
+            )
+        bases.append(base)
+    return bases
 
 
 def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -380,14 +464,16 @@ def _record_origins(
 
 def _validate(name: str, path: Path, merged: dict[str, Any], origins: Origins) -> Profile:
     registry = knobs_mod.load_registry()
-    problems: list[tuple[tuple[str, ...], str]] = []
+    # One pass over every string first: control characters are refused whatever the field's type,
+    # so no later check (or template) ever sees a newline that could add a unit directive.
+    problems = checks.text_problems(merged, TAB_OK, frozenset({("env",), ("knobs",)}))
     body: ProfileBody | None = None
     try:
         body = ProfileBody.model_validate(merged)
     except ValidationError as exc:
         problems.extend(_pydantic_problems(exc))
-    raw_knobs = merged.get("knobs") or {}
-    raw_env = merged.get("env") or {}
+    raw_knobs = _string_keys(merged.get("knobs") or {})
+    raw_env = _string_keys(merged.get("env") or {})
     resolved_knobs: dict[str, str] = {}
     if isinstance(raw_knobs, dict):
         resolved_knobs, knob_errors = knobs_mod.resolve_knobs(registry, raw_knobs)
@@ -397,6 +483,7 @@ def _validate(name: str, path: Path, merged: dict[str, Any], origins: Origins) -
         problems.extend(_split(e) for e in knobs_mod.check_env(raw_env, vllm_names))
     if body is not None:
         problems.extend(_cross_checks(body, resolved_knobs))
+        problems.extend(_reference_checks(name, path.parent, body))
     if problems:
         raise ProfileError(sorted({_locate(loc, msg, path, origins) for loc, msg in problems}))
     assert body is not None
@@ -411,6 +498,13 @@ def _validate(name: str, path: Path, merged: dict[str, Any], origins: Origins) -
         hash=digest,
         registry_digest=registry.digest,
     )
+
+
+def _string_keys(section: Any) -> Any:
+    """A mapping without its non-string keys (text_problems reports those); other values as is."""
+    if not isinstance(section, dict):
+        return section
+    return {k: v for k, v in section.items() if isinstance(k, str)}
 
 
 def _serve_vllm_env_names(merged: dict[str, Any]) -> frozenset[str] | None:
@@ -467,16 +561,42 @@ def _cross_checks(body: ProfileBody, knobs: Mapping[str, str]) -> list[tuple[tup
                 "a prod worker, seed log 'Traps hit'); use serve.mode: eval",
             )
         )
-    for flag in serve.extra_args:
-        managed = _MANAGED_FLAGS.get(flag.split("=", 1)[0])
+    for arg in serve.extra_args:
+        managed = _managed(arg)
         if managed:
+            flag = checks.clip(arg.split("=", 1)[0], 40)
             problems.append(
-                (
-                    ("serve", "extra_args"),
-                    f"{flag.split('=', 1)[0]} is set through serve.{managed}, not extra_args",
-                )
+                (("serve", "extra_args"), f"{flag} is set through serve.{managed}, not extra_args")
             )
     return problems
+
+
+def _managed(arg: str) -> str | None:
+    """The serve field owning a flag, in any spelling vLLM's parser accepts for it."""
+    flag = arg.split("=", 1)[0]
+    if flag in _SHORT_FLAGS:
+        flag = _SHORT_FLAGS[flag]
+    if not flag.startswith("--") or len(flag) < 4:
+        return None
+    # vLLM reads --max_model_len as --max-model-len, and argparse takes any unambiguous prefix.
+    flag = "--" + flag[2:].replace("_", "-")
+    owners = {owner for name, owner in _MANAGED_FLAGS.items() if name.startswith(flag)}
+    return " / ".join(sorted(owners)) if owners else None
+
+
+def _reference_checks(
+    name: str, directory: Path, body: ProfileBody
+) -> list[tuple[tuple[str, ...], str]]:
+    """gates.kld.reference must name another profile that exists (KL against itself is 0)."""
+    kld = body.gates.kld
+    if kld is None:
+        return []
+    where = ("gates", "kld", "reference")
+    if kld.reference == name:
+        return [(where, "is this profile itself (its KL against itself is always 0)")]
+    if not NAME_RE.match(kld.reference) or kld.reference not in list_names(directory):
+        return [(where, f"no such profile {checks.short(kld.reference)} in {directory}")]
+    return []
 
 
 # vLLM flags the typed `serve` section owns; duplicating them in extra_args would let two values
@@ -500,6 +620,8 @@ _MANAGED_FLAGS = {
     "--quantization": "model.quantization",
     "--override-generation-config": "generation_override",
 }
+# vLLM's short aliases of managed flags.
+_SHORT_FLAGS = {"-tp": "--tensor-parallel-size", "-q": "--quantization"}
 
 
 def _pydantic_problems(exc: ValidationError) -> Iterable[tuple[tuple[str, ...], str]]:
@@ -517,8 +639,7 @@ def _pydantic_problems(exc: ValidationError) -> Iterable[tuple[tuple[str, ...], 
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return checks.short(value)
 
 
 def _split(error: str) -> tuple[tuple[str, ...], str]:
@@ -535,7 +656,7 @@ def _locate(loc: tuple[str, ...], msg: str, path: Path, origins: Origins) -> str
             break
     dotted = ".".join(loc) if loc else "(top level)"
     via = f" (inherited by {path.name})" if source != path else ""
-    return f"{source}: {dotted}: {msg}{via}"
+    return checks.clip(f"{source}: {dotted}: {msg}{via}", 600)
 
 
 def _profile_hash(

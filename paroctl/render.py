@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
-from paroctl import engine, knobs, state
+from paroctl import checks, engine, knobs, state
 from paroctl.errors import RenderError
 from paroctl.profiles import Profile, expand, list_names
 
@@ -75,9 +75,41 @@ def systemd_join(argv: list[str]) -> str:
     words = []
     for word in argv:
         if not _SAFE_WORD.match(word):
-            word = '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'
+            word = '"' + _C_ESCAPE.sub(_c_escape, word) + '"'
         words.append(word.replace("%", "%%").replace("$", "$$"))
     return " ".join(words)
+
+
+# Inside a quoted Exec word systemd undoes C escapes: a control character written as \xNN stays
+# one argv character instead of ending the line (the profile boundary refuses them anyway).
+_C_ESCAPE = re.compile(r'[\\"\x00-\x1f\x7f]')
+
+
+def _c_escape(match: re.Match[str]) -> str:
+    char = match.group()
+    return "\\" + char if char in '\\"' else f"\\x{ord(char):02x}"
+
+
+def unit_value(value: object) -> str:
+    """A unit-file value: % escaped (no specifier expands); a control character is refused."""
+    text = str(value)
+    _refuse_line_breaks(text, "unit file")
+    return text.replace("%", "%%")
+
+
+def env_value(value: object) -> str:
+    """An env-file key or value; a control character is refused (it would split the line)."""
+    text = str(value)
+    _refuse_line_breaks(text, "env file")
+    return text
+
+
+def _refuse_line_breaks(text: str, where: str) -> None:
+    # Belt and braces: profiles.load refuses these first; a Profile built another way stops here.
+    found = checks.control_char(text, allow_tab=True)
+    if found or text.endswith("\\"):
+        what = found or "a trailing backslash"
+        raise RenderError(f"refusing to render {checks.short(text)} into a {where}: {what}")
 
 
 def unit_filename(profile: Profile, fmt: Format) -> str:
@@ -193,6 +225,8 @@ def _template(name: str, context: dict[str, object]) -> str:
         lstrip_blocks=True,
         autoescape=False,
     )
+    env.filters["unit_value"] = unit_value
+    env.filters["env_value"] = env_value
     try:
         return env.get_template(name).render(**context)
     except jinja2.TemplateError as exc:

@@ -87,6 +87,31 @@ def locked(name: str = "box") -> Iterator[Path]:
         yield lock_path
 
 
+def debug() -> bool:
+    """PAROCTL_DEBUG=1: print tracebacks of unexpected errors instead of only logging them."""
+    return env("PAROCTL_DEBUG") == "1"
+
+
+def write_crash_log(text: str) -> Path | None:
+    """Keep a traceback under PAROCTL_HOME/logs (else the temp dir); None when neither works."""
+    import time
+
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    name = f"crash-{stamp}-{os.getpid()}.log"
+    # A broken PAROCTL_HOME may be the very crash being logged: fall back to the temp dir.
+    for directory in (home() / "logs", Path(tempfile.gettempdir())):
+        try:
+            path = directory / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(text)
+            return path
+        except OSError:
+            continue
+    return None
+
+
 # --- the live pointer: which profile serves now, written only by the switch ---------------------
 
 

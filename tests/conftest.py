@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
+from types import FrameType
 
 import pytest
 
@@ -72,6 +76,26 @@ def profile_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (directory / base.name).write_text(base.read_text())
     monkeypatch.setenv("PAROCTL_PROFILES_DIR", str(directory))
     return directory
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float) -> Iterator[None]:
+    def _expired(signum: int, frame: FrameType | None) -> None:
+        raise TimeoutError(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, _expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.fixture
+def deadline() -> Callable[[float], AbstractContextManager[None]]:
+    """`with deadline(5): ...` fails the test (TimeoutError) instead of letting a hang hang CI."""
+    return _deadline
 
 
 # --- per-module wall times (CI prints them: tests/run.sh, issue 19) --------------------------------

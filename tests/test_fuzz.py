@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +85,8 @@ def mutated(draw: st.DrawFn) -> dict[str, Any]:
 
 
 def _check(directory: Path, text: str) -> None:
+    # The KLD reference of the paro-int5 seed: without it every such case stops at that key.
+    (directory / "bf16-ref.yaml").write_text((REPO / "profiles" / "bf16-ref.yaml").read_text())
     (directory / "fuzz.yaml").write_text(text)
     try:
         prof = profiles.load("fuzz", directory)
@@ -108,3 +112,68 @@ def test_mutated_profiles_fail_cleanly(profile_dir: Path, doc: dict[str, Any]) -
 @given(text=st.text(max_size=200))
 def test_arbitrary_text_fails_cleanly(profile_dir: Path, text: str) -> None:
     _check(profile_dir, text)
+
+
+# --- YAML features: anchors and aliases, tags, merge keys, duplicate and non-string keys, nesting
+
+SECTIONS = ("description", "extends", "box", "runtime", "image", "container", "model", "serve",
+            "env", "knobs", "boot", "gates")  # fmt: skip
+TAGGED = st.sampled_from(
+    [
+        "!!int abc", "!!int 0x1F", "!!float nan", "!!float .inf", "!!binary '!!!'", "!!binary aGk=",
+        "!!timestamp 2001-12-14", "!!timestamp x", "!!set {a, b}", "!!omap [a: 1]", "!!str 1",
+        "!!python/name:os.system", "!!python/object/apply:os.system [id]", "!custom x", "!!null ''",
+        "!!bool maybe", "2:14:03", "0o17", "1_000", "yes", "~", "'\\'", '"\\u2028"', "9" * 5000,
+    ]
+)  # fmt: skip
+PLAIN = st.sampled_from(["a", "1", "-1", "0.5", "true", "null", "''", "/dev/kfd", "re:", "_cpu"])
+KEYS = st.one_of(PLAIN, st.sampled_from(["port", "env", "[1, 2]", "{a: 1}", "? x", "<<"]))
+
+
+@st.composite
+def flow(draw: st.DrawFn, depth: int = 0) -> str:
+    """A YAML flow value: scalars, tagged scalars, aliases, lists and maps (anchored at times)."""
+    kind = draw(st.sampled_from(["plain", "tag", "alias", "list", "map", "deep"]))
+    if kind == "plain" or depth > 3:
+        text = draw(PLAIN)
+    elif kind == "tag":
+        text = draw(TAGGED)
+    elif kind == "alias":
+        text = f"*a{draw(st.integers(0, 3))}"
+    elif kind == "deep":
+        levels = draw(st.integers(1, 80))
+        text = "[" * levels + "]" * levels
+    elif kind == "list":
+        text = "[" + ", ".join(draw(st.lists(flow(depth + 1), max_size=4))) + "]"
+    else:
+        pairs = draw(st.lists(st.tuples(KEYS, flow(depth + 1)), max_size=4))
+        text = "{" + ", ".join(f"{k}: {v}" for k, v in pairs) + "}"
+    if draw(st.booleans()) and not text.startswith(("*", "!")):
+        text = f"&a{draw(st.integers(0, 3))} {text}"
+    return text
+
+
+@st.composite
+def featured(draw: st.DrawFn) -> str:
+    """A seed profile with sections replaced, repeated or added as YAML text with those features."""
+    doc = copy.deepcopy(SEEDS[draw(st.sampled_from(sorted(SEEDS)))])
+    lines = []
+    for _ in range(draw(st.integers(1, 4))):
+        section = draw(st.sampled_from(SECTIONS))
+        if draw(st.booleans()):
+            doc.pop(section, None)  # replaced, not repeated (a repeat is refused at the first key)
+        lines.append(f"{section}: {draw(flow())}")
+    if draw(st.booleans()):
+        lines.append(f"{draw(KEYS)}: {draw(flow())}")  # a non-string or odd top-level key
+    return yaml.safe_dump(doc) + "\n".join(lines) + "\n"
+
+
+@settings(
+    max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(text=featured())
+def test_yaml_features_fail_cleanly_and_quickly(
+    profile_dir: Path, deadline: Callable[[float], AbstractContextManager[None]], text: str
+) -> None:
+    with deadline(5):
+        _check(profile_dir, text)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,15 +16,42 @@ if TYPE_CHECKING:
     from paroctl.gates import GateResult
 
 GATE_NAMES = ("sanity", "gsm8k", "decode", "prefill", "concurrency", "greedy", "kld", "suite")
+# The profile's own bounds (profiles.MAX_TOKENS, the stream cap), not imported: --help stays light.
+MAX_TOKENS = 2**24
+MAX_STREAMS = 1024
 
 
-def _ints(value: str | None) -> list[int] | None:
-    if value is None:
-        return None
-    try:
-        return [int(part) for part in value.split(",") if part.strip()]
-    except ValueError as exc:
-        raise click.BadParameter(f"expected comma-separated integers, got {value!r}") from exc
+class IntList(click.ParamType[list[int]]):
+    """Comma-separated integers, each in 1..most: `--contexts 0` fails here, before connecting."""
+
+    name = "N[,N...]"
+
+    def __init__(self, most: int) -> None:
+        self.most = most
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> list[int]:
+        """Parse and range-check the list; a usage error (exit 2) names the bad part."""
+        if isinstance(value, list):
+            return value
+        text = str(value)
+        parts = [part.strip() for part in text.split(",") if part.strip()]
+        if not parts or not all(part.isascii() and part.isdigit() for part in parts):
+            self.fail(f"expected comma-separated integers, got {text[:40]!r}", param, ctx)
+        numbers = [int(part) for part in parts if len(part) < 12] if parts else []
+        bad = [n for n in numbers if not 1 <= n <= self.most]
+        if bad or len(numbers) < len(parts):
+            shown = bad[0] if bad else "a number that long"
+            self.fail(f"{shown} is not in the range 1<=x<={self.most}", param, ctx)
+        return numbers
+
+
+def _finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    # FloatRange lets NaN through (every comparison with it is false).
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"expected a finite number, got {value}")
+    return value
 
 
 class _Bar:
@@ -81,8 +109,16 @@ def _line(result: GateResult) -> str:
 
 @click.command("gate")
 @click.argument("name", type=click.Choice(GATE_NAMES))
-@click.option("--limit", type=int, help="gsm8k: questions to ask (default: the profile's band).")
-@click.option("--concurrency", type=int, help="gsm8k: requests in flight (default 8 or the band).")
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 100_000),
+    help="gsm8k: questions to ask (default: the profile's band).",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, MAX_STREAMS),
+    help="gsm8k: requests in flight (default 8 or the band).",
+)
 @click.option(
     "--data",
     type=click.Path(path_type=Path),
@@ -100,24 +136,54 @@ def _line(result: GateResult) -> str:
     type=click.Choice(["strict-match", "flexible-extract"]),
     help="gsm8k: judged metric.",
 )
-@click.option("--seed", type=int, help="Seed of the corpus slices (default 0).")
-@click.option("--contexts", help="decode: context lengths, e.g. 25,8192,32768.")
-@click.option("--lengths", help="prefill: prompt lengths, e.g. 2048,8192,16384.")
-@click.option("--streams", help="concurrency: stream counts, e.g. 1,2,4,8,16.")
-@click.option("--reps", type=int, help="decode/prefill: repetitions per point.")
-@click.option("--gen", type=int, help="decode/concurrency/greedy: tokens to generate.")
-@click.option("--temperature", type=float, help="decode: sampling temperature (default greedy).")
+@click.option(
+    "--seed", type=click.IntRange(0, 2**32 - 1), help="Seed of the corpus slices (default 0)."
+)
+@click.option(
+    "--contexts", type=IntList(MAX_TOKENS), help="decode: context lengths, e.g. 25,8192,32768."
+)
+@click.option(
+    "--lengths", type=IntList(MAX_TOKENS), help="prefill: prompt lengths, e.g. 2048,8192,16384."
+)
+@click.option(
+    "--streams", type=IntList(MAX_STREAMS), help="concurrency: stream counts, e.g. 1,2,4,8,16."
+)
+@click.option(
+    "--partial",
+    is_flag=True,
+    default=None,
+    help="decode/prefill/concurrency: judge only the band points measured (else a subset of the "
+    "band cannot pass).",
+)
+@click.option("--reps", type=click.IntRange(1, 1000), help="decode/prefill: repetitions per point.")
+@click.option(
+    "--gen", type=click.IntRange(1, 65536), help="decode/concurrency/greedy: tokens to generate."
+)
+@click.option(
+    "--temperature",
+    type=click.FloatRange(0.0, 10.0),
+    callback=_finite,
+    help="decode: sampling temperature (default greedy).",
+)
 @click.option("--against", help="greedy: a run id of another build to compare hashes with.")
 @click.option("--reference", help="kld: the reference profile (default: gates.kld.reference).")
-@click.option("--chunks", type=int, help="kld: corpus chunks to score (default 96).")
-@click.option("--chunk-tokens", type=int, help="kld: tokens per chunk (default 128).")
-@click.option("--top-k", type=int, help="kld: prompt logprobs per position (default: the band's).")
+@click.option(
+    "--chunks", type=click.IntRange(1, 100_000), help="kld: corpus chunks to score (default 96)."
+)
+@click.option(
+    "--chunk-tokens",
+    type=click.IntRange(2, MAX_TOKENS),
+    help="kld: tokens per chunk (default 128).",
+)
+@click.option(
+    "--top-k",
+    type=click.IntRange(1, 2**20),
+    help="kld: prompt logprobs per position (default: the band's).",
+)
 @click.option("--resume", "resume", metavar="RUN_ID", help="Finish a run that crashed.")
 def gate(name: str, resume: str | None, **raw: Any) -> None:
     """Run a gate (or the suite) against the live serve and record the result."""
     options = dict(raw)
-    for key, parse in (("contexts", _ints), ("lengths", _ints), ("streams", _ints)):
-        options[key] = parse(options[key])
     for key in ("data", "corpus"):
         if options[key] is not None:
             options[key] = str(options[key])
@@ -127,6 +193,8 @@ def gate(name: str, resume: str | None, **raw: Any) -> None:
     if resume:
         raise click.UsageError("--resume takes one gate's run id, not the suite")
     members = _suite_members()
+    if not members:
+        raise RuntimeFailure("suite: no gates to run (gates.suite is empty); nothing measured")
     failed: list[str] = []
     for member in members:
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from typing import Any
 
@@ -41,6 +42,8 @@ class LazyGroup(click.Group):
         return command
 
     def invoke(self, ctx: click.Context) -> Any:
+        """Run the subcommand under the one exit-code contract: 0 ok, 1 gate failed, 2 cannot
+        run (a crash included), 130 interrupted."""
         from paroctl.errors import ParoctlError
 
         try:
@@ -48,6 +51,45 @@ class LazyGroup(click.Group):
         except ParoctlError as exc:
             click.echo(f"Error: {exc.message}", err=True)
             sys.exit(exc.exit_code)
+        except (click.ClickException, click.exceptions.Exit):
+            raise  # usage errors (2) and --help/--version exits keep click's own handling
+        except BrokenPipeError:
+            # The reader went away (`paroctl profile list | head`): not a crash, nothing to log.
+            # stdout goes to /dev/null so the interpreter's final flush cannot raise again.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(EXIT_BROKEN_PIPE)
+        except (KeyboardInterrupt, click.Abort):
+            # Context managers and finally blocks have run on the way here (locks, journals).
+            click.echo("Interrupted.", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        except Exception as exc:
+            sys.exit(_crashed(exc))
+
+
+EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 2  # the output could not be delivered: "could not run", quietly
+
+
+def _crashed(exc: Exception) -> int:
+    """Report an unexpected exception in one line, its traceback logged; exit 2 (cannot run)."""
+    import traceback
+
+    from paroctl import state
+    from paroctl.checks import clip
+    from paroctl.errors import EXIT_CANNOT_RUN
+
+    text = traceback.format_exc()
+    if state.debug():
+        click.echo(text, err=True, nl=False)
+    where = state.write_crash_log(text)
+    logged = f"traceback in {where}" if where else "the traceback could not be written"
+    detail = clip(" ".join(str(exc).split()), 200)  # one line, whatever the exception holds
+    click.echo(
+        f"Error: paroctl crashed: {type(exc).__name__}: {detail} ({logged}; "
+        "PAROCTL_DEBUG=1 prints it). Please report it.",
+        err=True,
+    )
+    return EXIT_CANNOT_RUN
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

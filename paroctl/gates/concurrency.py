@@ -11,7 +11,7 @@ from paroctl.gates import data
 from paroctl.gates.base import GateContext, ItemError, Outcome, StreamReply
 from paroctl.gates.prompts import corpus_ids, seeded, tokenize
 from paroctl.gates.stats import stream_timing
-from paroctl.gates.timing import capped, spread_of, warm_up
+from paroctl.gates.timing import capped, judge, spread_of, warm_up, with_note
 
 STREAMS = (1, 2, 4, 8, 16)
 GEN = 128
@@ -77,19 +77,20 @@ def run(ctx: GateContext) -> Outcome:
         ctx.record(f"n{n}", "ok" if not errors else "error", record)
         points[str(n)] = record
         ctx.progress.advance()
-    return _verdict(points, band.min_aggregate_tok_s if band else None, gen)
+    partial = bool(ctx.opt("partial", False))
+    return _verdict(points, band.min_aggregate_tok_s if band else None, gen, partial)
 
 
-def _verdict(points: dict[str, Any], limits: dict[int, float] | None, gen: int) -> Outcome:
+def _verdict(
+    points: dict[str, Any], limits: dict[int, float] | None, gen: int, partial: bool = False
+) -> Outcome:
     measured = {int(k): v["aggregate_tok_s"] for k, v in points.items() if "aggregate_tok_s" in v}
     summary: dict[str, Any] = {"gen": gen, "points": points}
     text = ", ".join(f"{tps:.1f} tok/s @ {n}" for n, tps in sorted(measured.items()))
     headline = measured[max(measured)] if measured else None
-    if len(measured) < len(points):
-        return Outcome("error", "aggregate tok/s", headline, summary, text + "; streams failed")
-    if not limits:
-        return Outcome("unjudged", "aggregate tok/s", headline, summary, text)
-    under = sorted(n for n, floor in limits.items() if n in measured and measured[n] < floor)
-    if under:
-        return Outcome("fail", "aggregate tok/s", headline, summary, text + f"; under at {under}")
-    return Outcome("pass", "aggregate tok/s", headline, summary, text)
+    verdict = judge(measured, len(points), limits, lambda tps, floor: tps < floor, partial)
+    if limits:
+        summary["unmeasured_band_points"] = list(verdict.unmeasured)
+    return Outcome(
+        verdict.status, "aggregate tok/s", headline, summary, with_note(text, verdict.note)
+    )

@@ -15,11 +15,13 @@ from paroctl.gates.base import GateContext, ItemError, Outcome
 from paroctl.gates.prompts import corpus_ids, seeded
 from paroctl.gates.timing import (
     capped,
+    judge,
     pooled_acceptance,
     spread_of,
     stream_record,
     timed_stream,
     warm_up,
+    with_note,
 )
 
 CONTEXTS = (25, 8192, 32768)
@@ -62,24 +64,25 @@ def run(ctx: GateContext) -> Outcome:
             "itl_p50_ms": spread_of(records, "itl_p50_ms"),
             "acceptance": pooled_acceptance(records),
         }
-    return _verdict(points, band.max_ms_per_step if band else None, gen, reps, temperature)
+    limits = band.max_ms_per_step if band else None
+    partial = bool(ctx.opt("partial", False))
+    return _verdict(points, limits, gen, reps, temperature, partial)
 
 
 def _verdict(
-    points: dict[str, Any], limits: dict[int, float] | None, gen: int, reps: int, temp: float
+    points: dict[str, Any],
+    limits: dict[int, float] | None,
+    gen: int,
+    reps: int,
+    temp: float,
+    partial: bool = False,
 ) -> Outcome:
     summary: dict[str, Any] = {"gen": gen, "reps": reps, "temperature": temp, "points": points}
     measured = {int(k): v["ms_per_step"]["median"] for k, v in points.items() if v["ms_per_step"]}
     parts = [f"{ms:.2f} ms/step @ {length}" for length, ms in sorted(measured.items())]
     headline = measured[min(measured)] if measured else None
-    text = ", ".join(parts) or "nothing measured"
-    if len(measured) < len(points):
-        return Outcome("error", "ms/step", headline, summary, text + "; some points failed")
-    if not limits:
-        return Outcome("unjudged", "ms/step", headline, summary, text)
-    over = {n: measured[n] for n, limit in limits.items() if n in measured and measured[n] > limit}
-    summary["unmeasured_band_points"] = sorted(n for n in limits if n not in measured)
-    status = "fail" if over else "pass"
-    if over:
-        text += f"; over the band at {sorted(over)}"
-    return Outcome(status, "ms/step", headline, summary, text)
+    verdict = judge(measured, len(points), limits, lambda ms, limit: ms > limit, partial)
+    if limits:
+        summary["unmeasured_band_points"] = list(verdict.unmeasured)
+    text = with_note(", ".join(parts), verdict.note)
+    return Outcome(verdict.status, "ms/step", headline, summary, text)

@@ -89,6 +89,10 @@ def _verdict(ctx: GateContext, errors: list[str]) -> Outcome:
         raise StateError(f"--against {against}: no greedy run with that id")
     theirs = {item["key"]: item["hashes"] for item in ctx.store.items(other["run_id"])}
     verdicts = {k: classify_greedy(mine[k], theirs[k]) for k in mine if k in theirs}
+    if not verdicts:
+        # No prompt in common: nothing was compared, so nothing can pass.
+        text += f"; vs {other['run_id']}: no prompt in common, nothing compared"
+        return Outcome("error", "self-consistent", stable, summary, text)
     summary.update(
         against=other["run_id"], comparison=verdicts, counts=dict(Counter(verdicts.values()))
     )

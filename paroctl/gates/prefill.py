@@ -13,7 +13,15 @@ from typing import Any
 from paroctl.gates import data
 from paroctl.gates.base import GateContext, ItemError, Outcome
 from paroctl.gates.prompts import corpus_ids, seeded, tokenize
-from paroctl.gates.timing import capped, spread_of, stream_record, timed_stream, warm_up
+from paroctl.gates.timing import (
+    capped,
+    judge,
+    spread_of,
+    stream_record,
+    timed_stream,
+    warm_up,
+    with_note,
+)
 
 LENGTHS = (2048, 8192, 16384, 32768, 65536)
 REPS = 2
@@ -50,10 +58,13 @@ def run(ctx: GateContext) -> Outcome:
             "ttft_ms": spread_of(records, "ttft_ms"),
             "prefix_hit_tokens": sum(r["prefix_hit_tokens"] for r in records),
         }
-    return _verdict(points, band.min_tok_s if band else None, reps)
+    partial = bool(ctx.opt("partial", False))
+    return _verdict(points, band.min_tok_s if band else None, reps, partial)
 
 
-def _verdict(points: dict[str, Any], limits: dict[int, float] | None, reps: int) -> Outcome:
+def _verdict(
+    points: dict[str, Any], limits: dict[int, float] | None, reps: int, partial: bool = False
+) -> Outcome:
     summary: dict[str, Any] = {"reps": reps, "points": points}
     measured = {
         int(k): v["prefill_tok_s"]["median"] for k, v in points.items() if v["prefill_tok_s"]
@@ -62,14 +73,11 @@ def _verdict(points: dict[str, Any], limits: dict[int, float] | None, reps: int)
     headline = measured[max(measured)] if measured else None
     hits = sum(v["prefix_hit_tokens"] for v in points.values())
     summary["prefix_hit_tokens"] = hits
-    if len(measured) < len(points):
-        return Outcome("error", "prefill tok/s", headline, summary, text + "; some points failed")
     if hits:
         text += f"; {hits:.0f} prompt tokens came from the prefix cache"
-    if not limits:
-        return Outcome("unjudged", "prefill tok/s", headline, summary, text)
-    under = sorted(n for n, floor in limits.items() if n in measured and measured[n] < floor)
-    summary["unmeasured_band_points"] = sorted(n for n in limits if n not in measured)
-    if under:
-        return Outcome("fail", "prefill tok/s", headline, summary, text + f"; under at {under}")
-    return Outcome("pass", "prefill tok/s", headline, summary, text)
+    verdict = judge(measured, len(points), limits, lambda tps, floor: tps < floor, partial)
+    if limits:
+        summary["unmeasured_band_points"] = list(verdict.unmeasured)
+    return Outcome(
+        verdict.status, "prefill tok/s", headline, summary, with_note(text, verdict.note)
+    )

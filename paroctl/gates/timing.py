@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from paroctl.gates.base import GateContext, StreamReply, counters
@@ -120,3 +121,50 @@ def pooled_acceptance(records: Sequence[dict[str, Any]]) -> dict[str, float] | N
     }
     acc = acceptance(zero, total)
     return None if acc is None else _acc_dict(acc)
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A timing gate's verdict on its measured points, and the note its message ends with."""
+
+    status: str  # pass | fail | unjudged | error
+    note: str
+    outside: tuple[int, ...] = ()
+    unmeasured: tuple[int, ...] = ()
+
+
+def judge(
+    measured: Mapping[int, float],
+    attempted: int,
+    limits: Mapping[int, float] | None,
+    outside: Callable[[float, float], bool],
+    partial: bool = False,
+) -> Judgement:
+    """Judge measured points by a band: nothing measured, a failed point or a band point left
+    unmeasured is never a pass (the last one only with `partial`, which judges the subset)."""
+    if not measured:
+        return Judgement("error", "nothing measured", (), tuple(sorted(limits or ())))
+    if len(measured) < attempted:
+        return Judgement("error", "some points failed")
+    if not limits:
+        return Judgement("unjudged", "")
+    bad = tuple(
+        sorted(n for n, lim in limits.items() if n in measured and outside(measured[n], lim))
+    )
+    missing = tuple(sorted(n for n in limits if n not in measured))
+    if bad:
+        return Judgement("fail", f"outside the band at {list(bad)}", bad, missing)
+    if len(missing) == len(limits):
+        return Judgement(
+            "error", f"no band point measured (the band has {sorted(limits)})", (), missing
+        )
+    if missing and not partial:
+        note = f"band points {list(missing)} not measured (--partial judges only the measured ones)"
+        return Judgement("error", note, (), missing)
+    note = f"band points {list(missing)} not measured (--partial)" if missing else ""
+    return Judgement("pass", note, (), missing)
+
+
+def with_note(text: str, note: str) -> str:
+    """A gate message with its judgement's note appended."""
+    return "; ".join(part for part in (text, note) if part)
