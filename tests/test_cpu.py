@@ -125,3 +125,29 @@ def test_log_problems_read_vllms_own_lines() -> None:
         "reserve_cpu_num ['1'] in the log, not 0",
     ]
     assert len(cpu.log_problems(plan, [])) == 2
+
+
+def test_unit_render_and_install_show_this_machines_decision(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from paroctl.cli.main import cli
+    from paroctl.runtime import systemd
+
+    monkeypatch.setenv(cpu.FLAGS_ENV, EPYC_AVX512_BF16)
+    out = CliRunner().invoke(cli, ["unit", "render", "cpu-demo", "--format", "all"]).output
+    plan = cpu.decide(cpu.detect())
+    assert "--dtype bfloat16" in out and f"VLLM_CPU_NUM_OF_RESERVED_CPU={plan.reserved}" in out
+    monkeypatch.setenv("PAROCTL_UNIT_DIR", str(tmp_path))
+    files = dict(
+        (p.name, t)
+        for p, t, _ in systemd.install_plan(
+            profiles.load("cpu-demo"), "service", reload=False
+        ).files
+    )
+    assert "--dtype bfloat16" in files["paroctl-cpu-demo.service"]
+    assert f"VLLM_CPU_KVCACHE_SPACE={plan.kv_gib}" in files["cpu-demo.env"]
+    # A GPU profile renders exactly as written.
+    gpu = CliRunner().invoke(cli, ["unit", "render", "paro-int4", "--format", "env"]).output
+    assert "VLLM_CPU_" not in gpu

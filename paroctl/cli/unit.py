@@ -23,11 +23,12 @@ def unit() -> None:
 )
 @click.option("--format", "fmt", type=FORMAT_CHOICES, default="all", show_default=True)
 def unit_render(name: str, out: Path | None, fmt: str) -> None:
-    """Render a profile's artefacts to stdout or to --out."""
-    from paroctl import profiles, state
+    """Render a profile's artefacts to stdout or to --out (a CPU profile as this machine would
+    serve it: `unit install` writes exactly these)."""
+    from paroctl import cpu, profiles, state
     from paroctl import render as render_mod
 
-    prof = profiles.load(name)
+    prof = cpu.resolved(profiles.load(name))
     artefacts = render_mod.render_all(prof) if fmt == "all" else [render_mod.render(prof, fmt)]  # type: ignore[arg-type]
     for artefact in artefacts:
         if out is None:

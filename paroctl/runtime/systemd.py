@@ -59,9 +59,12 @@ class InstallPlan:
 
 
 def install_plan(profile: Profile, fmt: Literal["service", "quadlet"], reload: bool) -> InstallPlan:
-    """The files and commands that install a profile's unit (or Quadlet file) and env list."""
-    from paroctl import engine, render
+    """The files and commands that install a profile's unit (or Quadlet file) and env list, as
+    this machine serves it (a CPU profile with this CPU's dtype/cores/KV decision)."""
+    from paroctl import cpu, engine, render
 
+    # Idempotent on a profile the switch already resolved: its values read as "set by the profile".
+    profile = cpu.resolved(profile)
     scope = profile.body.runtime.scope
     unit_art = render.render(profile, fmt)
     env_art = render.render(profile, "env")

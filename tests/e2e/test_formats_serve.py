@@ -1,24 +1,30 @@
-"""The other formats of issue #8 on CPU: int5 (I8 PG ZPE), MXFP4-PARO and NVFP4->MXFP4 served.
+"""Every quantized CPU format served and judged by `paroctl gate kld` in one box (one home).
 
-Each copy of SmolLM2 (built once by `paroctl demo setup`'s recipes) boots through `paroctl
-switch` under its real profile (boot markers and the sanity completion are the switch's own
-checks), its marker line is checked field by field, and `paroctl gate kld` scores it against the
-bf16 cpu-demo with the profile's real band. The bf16 reference is collected once, by the first
-format, and reused by the others; int4 (cpu-demo-paro) is scored on the same reference last so
-the ordering int5 < int4 is measured, not assumed. Six CPU boots in all (the first candidate boots
-twice around the reference collection). Measured numbers are printed at the end (run with -s).
+Each copy of SmolLM2 (built by `paroctl demo setup --all`'s recipes) boots through `paroctl
+switch` under its real profile (boot markers, the CPU decision and the sanity completion are the
+switch's own checks), its marker line is checked field by field, and `paroctl gate kld` scores it
+against the bf16-checkpoint cpu-demo with the profile's real band. int4 (cpu-demo-paro) goes
+first: its run collects the reference through real switches (cpu-demo, then back), a second run
+reuses it and must agree to float dust, a checkpoint with its zero points in the wrong nibble
+order is refused by `paro-quant inspect` and, forced through, fails the real band; then int5,
+MXFP4-PARO and NVFP4->MXFP4 reuse the same reference, so the ordering int5 < int4 and the FP4
+formats is measured on one reference, not assumed. Seven CPU boots in all (this module replaces
+the separate kld and paro-serve modules, which booted thirteen for the same checks).
+Measured numbers are printed at the end (run with -s).
 """
 
 from __future__ import annotations
 
 import math
 import re
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from paroctl import demo, net, profiles, state
@@ -36,7 +42,12 @@ ARGS = ("--reference", "cpu-demo", "--chunks", "8", "--chunk-tokens", "128", "--
 POSITIONS = 1016  # 8 chunks x 128 tokens, the first token of each has no logprob
 FORMATS = ("cpu-demo-int5", "cpu-demo-mxfp4", "cpu-demo-nvfp4")
 INT4 = "cpu-demo-paro"
-NAMES = ("cpu-demo", *FORMATS, INT4)
+CORRUPT = "cpu-demo-paro-corrupt"
+NAMES = ("cpu-demo", *FORMATS, INT4, CORRUPT)
+# Run 2 scores the same token ids on the same boot against the stored reference: vLLM CPU prefill
+# is deterministic there, so anything past float dust would mean the reuse is wrong.
+STABLE_NATS = 1e-4
+DECODE_TOKENS = 64
 V = r"version=\d+\.\d+\.\d+"
 R = r"0\.\d{4}"
 # The whole marker line per profile: method, backend, act mode, and the layers by kind.
@@ -59,8 +70,10 @@ def box(
     tmp_path_factory: pytest.TempPathFactory,
     demo_parts: Any,
     stop_box: Callable[[dict[str, str], Any], None],
+    nibble_corrupter: Callable[[Path, Path], None],
 ) -> Iterator[dict[str, str]]:
-    """PAROCTL_HOME and a profiles dir for the module: the real profiles, each on a free port."""
+    """PAROCTL_HOME and a profiles dir for the module: the real profiles, each on a free port,
+    and the int4 profile on a corrupted copy of its checkpoint."""
     start = time.monotonic()
     demo.ensure_plugin(demo_parts.python)
     models = demo.default_models_dir()
@@ -77,6 +90,17 @@ def box(
         text, count = re.subn(r"(?m)^(  port: )\d+", rf"\g<1>{net.free_port()}", text)
         assert count == (1 if name == "_cpu" or name in FORMATS else 0), (name, count)
         (prof_dir / f"{name}.yaml").write_text(text)
+    # The int4 checkpoint with its zero points packed in the wrong nibble order (what `paro-quant
+    # inspect` rejects), forced through under the real cpu-demo-paro band.
+    bad_model = root / "models" / "SmolLM2-135M-Instruct-paro-corrupt"
+    nibble_corrupter(demo.paro_model_dir(models), bad_model)
+    corrupt = yaml.safe_load((prof_dir / f"{INT4}.yaml").read_text())
+    corrupt["description"] = "cpu-demo-paro with a deliberately corrupted checkpoint"
+    corrupt["model"]["path"] = str(bad_model)
+    corrupt["model"]["served_names"] = ["smollm2-paro-corrupt"]
+    corrupt["boot"] = {**corrupt.get("boot", {}), "sanity_expect": "re:(?s)."}  # the KL judges
+    (prof_dir / f"{CORRUPT}.yaml").write_text(yaml.safe_dump(corrupt))
+    MEASURED["bad_model"] = str(bad_model)
     env = {
         "PAROCTL_HOME": str(root / "home"),
         "PAROCTL_PROFILES_DIR": str(prof_dir),
@@ -158,18 +182,82 @@ def _serve_and_score(name: str) -> dict[str, Any]:
     assert (run["profile"], run["status"]) == (name, "pass"), result.output
     assert s["n"] == POSITIONS and math.isfinite(run["headline"])
     assert state.read_live()["profile"] == name  # type: ignore[index]
-    return run
+    return {**run, "output": result.output}
 
 
-def test_int5_collects_the_reference_and_passes_its_band() -> None:
-    run = _serve_and_score("cpu-demo-int5")
-    assert run["summary"]["switches"] == ["cpu-demo", "cpu-demo-int5"]  # the one collection
+def _decode_tok_s(name: str) -> float:
+    """Best of two timed greedy completions of DECODE_TOKENS tokens (EOS ignored): reported."""
+    body = profiles.load(name).body
+    best = 0.0
+    with Client(f"http://127.0.0.1:{body.serve.port}") as client:
+        for _ in range(2):
+            start = time.perf_counter()
+            out = client.completion(
+                body.model.served_names[0], "Once upon a time", DECODE_TOKENS, ignore_eos=True
+            )
+            best = max(best, out["usage"]["completion_tokens"] / (time.perf_counter() - start))
+    return round(best, 2)
 
 
-@pytest.mark.parametrize("name", ["cpu-demo-mxfp4", "cpu-demo-nvfp4", INT4])
+def test_int4_collects_the_reference_switches_and_comes_back() -> None:
+    run = _serve_and_score(INT4)
+    out = run["output"]
+    assert "top-20, 8 chunks x 128 tokens of wikitext2, 1016 positions" in out
+    assert "collected: no stored reference for cpu-demo" in out
+    assert run["summary"]["switches"] == ["cpu-demo", INT4]  # the one collection, and back
+    assert run["headline_name"] == "mean KL" and 0.0 < run["headline"] < 0.5
+    assert run["summary"]["same_top"] > 0.5
+    with open_store() as store:
+        assert len(store.items(run["run_id"])) == 8  # one record per chunk
+    # The int4 serve still talks: real words, not token soup (RTN int4 with untrained rotations
+    # loses facts on a 135M model, not language).
+    body = profiles.load(INT4).body
+    with Client(f"http://127.0.0.1:{body.serve.port}") as client:
+        text = client.completion(body.model.served_names[0], "The capital of France is", 16)
+    words = [w for w in text["choices"][0]["text"].split() if w.isalpha()]
+    assert len(words) >= 5 and len(set(words)) >= 3, words
+    MEASURED[f"{INT4}_decode_tok_s"] = _decode_tok_s(INT4)
+
+
+def test_second_run_reuses_the_reference_and_agrees() -> None:
+    first = _last_run()
+    result = CliRunner().invoke(cli, ["gate", "kld", *ARGS])
+    second = _last_run()
+    assert result.exit_code == 0, result.output
+    assert "reused the stored reference" in result.output
+    assert second["summary"]["switches"] == []
+    MEASURED["rerun_delta"] = abs(second["headline"] - first["headline"])
+    assert abs(second["headline"] - first["headline"]) <= STABLE_NATS
+    assert state.read_live()["profile"] == INT4  # type: ignore[index]
+
+
+def test_corrupted_checkpoint_is_rejected_and_fails_the_band(demo_parts: Any) -> None:
+    good = _last_run()["headline"]
+    inspect = subprocess.run(
+        [str(demo_parts.python), "-m", "paro_kernels.cli", "inspect", MEASURED["bad_model"]],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert inspect.returncode == 1, inspect.stdout + inspect.stderr
+    assert "nibble order" in inspect.stdout and "Traceback" not in inspect.stderr
+    _switch(CORRUPT)  # forced through: the switch's sanity accepts any text for this one
+    result = CliRunner().invoke(cli, ["gate", "kld", *ARGS])
+    bad = _last_run()
+    MEASURED["corrupt"] = {"kl": round(bad["headline"], 4), "same_top": bad["summary"]["same_top"]}
+    # The reference's profile, image, stack, corpus and chunking are unchanged: no re-collection.
+    assert "reused the stored reference" in result.output
+    assert result.exit_code == 1, result.output
+    assert "kld: FAIL" in result.output and "band: KL <= 0.4" in result.output
+    # Top-20 KL saturates for a broken model; measured 1.21 vs 0.30, top-1 2% vs 60% (bf16).
+    assert bad["headline"] > 3 * good, (bad["headline"], good)
+    assert bad["summary"]["same_top"] < 0.2
+
+
+@pytest.mark.parametrize("name", FORMATS)
 def test_format_reuses_the_reference_and_passes_its_band(name: str) -> None:
     run = _serve_and_score(name)
-    assert run["summary"]["switches"] == []  # the stored bf16 reference, no re-collection
+    assert run["summary"]["switches"] == []  # the stored reference, no re-collection
 
 
 def test_kl_orders_int5_below_int4_and_the_fp4_formats() -> None:
