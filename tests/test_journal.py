@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -13,10 +14,15 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
+import click
 import pytest
+from click.testing import CliRunner
 
-from paroctl import journal, net
+from paroctl import journal, net, recovery, state
+from paroctl.cli import serve as serve_cli
+from paroctl.cli.main import cli
 from paroctl.errors import StateError
+from paroctl.events import Event
 from paroctl.runtime import ServeSpec
 from paroctl.runtime.local import LocalRuntime, read_proc
 
@@ -189,3 +195,161 @@ def test_zombie_owner_is_dead() -> None:
     owner = journal.Owner(child.pid, info.start_ticks, journal.me().host_boot, ())
     assert not journal.owner_alive(owner)
     child.wait()
+
+
+# --- recovery against a real (tiny) serve ---------------------------------------------------------
+
+
+def runtime_for(kind: str, scope: str) -> LocalRuntime:
+    assert kind == "local"
+    return LocalRuntime()
+
+
+def test_inspect_reports_what_the_stranded_serve_does(stub: journal.Serve) -> None:
+    journal.write(entry("verifying", stub, dead_owner()))
+    seen = recovery.inspect(runtime_for)
+    assert seen is not None
+    assert (seen.owner_alive, seen.active, seen.pid, seen.healthy, seen.served_names) == (
+        False,
+        True,
+        stub.pid,
+        True,
+        ("smollm2-alt",),
+    )
+    assert not seen.finished
+
+
+def test_status_names_the_stranded_serve_exactly(stub: journal.Serve) -> None:
+    owner = dead_owner()
+    journal.write(entry("verifying", stub, owner))
+    result = CliRunner().invoke(cli, ["status"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [
+        f"switch:  INTERRUPTED (paroctl pid {owner.pid} is gone): cpu-demo -> cpu-demo-alt, "
+        f"step verifying; journal {journal.path()}",
+        f"serving: cpu-demo-alt (local, pid {stub.pid}) at http://127.0.0.1:{stub.port}, "
+        "health ok, serves smollm2-alt; not recorded as live",
+        "         `paroctl stop` stops it; `paroctl switch NAME` stops it first",
+        "live: nothing (run `paroctl switch NAME`)",
+    ]
+
+
+def test_status_of_a_switch_in_progress_and_of_a_gap(stub: journal.Serve) -> None:
+    journal.write(entry("starting", stub, journal.me()))
+    out = CliRunner().invoke(cli, ["status"]).output
+    assert out.splitlines()[0] == (
+        f"switch:  in progress (paroctl pid {os.getpid()}): cpu-demo -> cpu-demo-alt, step starting"
+    )
+    journal.write(entry("old-gone", None, dead_owner()))
+    out = CliRunner().invoke(cli, ["status"]).output
+    assert out.splitlines()[1] == (
+        "serving: nothing (the old serve was stopped, the new one not started)"
+    )
+
+
+def test_stop_stops_the_stranded_serve_through_its_runtime(stub: journal.Serve) -> None:
+    journal.write(entry("starting", stub, dead_owner()))
+    dry = CliRunner().invoke(cli, ["stop", "--dry-run"])
+    assert dry.output == (
+        f"interrupted switch cpu-demo -> cpu-demo-alt (paroctl pid {journal.read().owner.pid}), "  # type: ignore[union-attr]
+        f"step starting: stop cpu-demo-alt (local) through its runtime, wait until "
+        f"127.0.0.1:{stub.port} is closed; clear {journal.path()}\n"
+    )
+    assert journal.read() is not None and LocalRuntime().is_active(stub.profile)
+    result = CliRunner().invoke(cli, ["stop"])
+    assert result.exit_code == 0, result.output
+    assert result.output.endswith("cpu-demo-alt stopped (left running by an interrupted switch)\n")
+    assert journal.read() is None
+    assert not net.port_open("127.0.0.1", stub.port)
+    assert not LocalRuntime().is_active(stub.profile)
+    assert stub.pid is not None
+    gone = read_proc(stub.pid)
+    assert gone is None or gone.state == "Z"  # a zombie only because this test is its parent
+    assert CliRunner().invoke(cli, ["stop"]).output.endswith("nothing is live\n")
+
+
+def test_killed_while_stopping_old_clears_the_live_pointer_it_stops(stub: journal.Serve) -> None:
+    live = {"profile": stub.profile, "hash": stub.hash, "runtime": "local", "scope": "system",
+            "host": stub.host, "port": stub.port, "served_names": list(stub.served_names)}  # fmt: skip
+    state.write_live(live)
+    journal.write(entry("stopping-old", stub, dead_owner()))
+    warnings: list[Event] = []
+    settled = recovery.recover(runtime_for, warnings.append)
+    assert settled is not None and settled.from_profile == "cpu-demo"
+    assert "left cpu-demo-alt (local) untracked; stopping it" in warnings[0].message
+    assert state.read_live() is None and journal.read() is None
+    assert not LocalRuntime().is_active(stub.profile)
+
+
+def test_killed_after_recording_keeps_the_verified_serve(stub: journal.Serve) -> None:
+    done = entry("recorded", stub, dead_owner())
+    state.write_live({"profile": stub.profile, "boot_id": done.boot_id, "host": stub.host,
+                      "port": stub.port})  # fmt: skip
+    journal.write(done)
+    out = CliRunner().invoke(cli, ["switch", "cpu-demo-alt", "--dry-run"]).output
+    assert ": it had finished; clear " in out.splitlines()[1]
+    assert out.splitlines()[2].startswith("live: cpu-demo-alt")
+    recovery.recover(runtime_for, lambda event: None)
+    assert journal.read() is None
+    assert state.read_live() is not None and LocalRuntime().is_active(stub.profile)
+
+
+def test_switch_dry_run_plans_the_recovery_first(stub: journal.Serve) -> None:
+    journal.write(entry("verifying", stub, dead_owner()))
+    out = CliRunner().invoke(cli, ["switch", "cpu-demo", "--dry-run"]).output.splitlines()
+    assert out[1].startswith("interrupted switch cpu-demo -> cpu-demo-alt (paroctl pid ")
+    assert out[1].endswith(
+        f"step verifying: stop cpu-demo-alt (local) through its runtime, wait until "
+        f"127.0.0.1:{stub.port} is closed; clear {journal.path()}"
+    )
+    assert out[2] == "live: nothing"
+
+
+def test_a_live_owner_without_the_lock_is_left_alone() -> None:
+    child = subprocess.Popen([PY, "-c", "import time; time.sleep(30)"])
+    try:
+        info = read_proc(child.pid)
+        assert info is not None
+        owner = journal.Owner(
+            child.pid,
+            info.start_ticks,
+            journal.me().host_boot,
+            (PY, "-c", "import time; time.sleep(30)"),
+        )
+        journal.write(entry("starting", None, owner))
+        with pytest.raises(StateError, match=f"belongs to a running paroctl .pid {child.pid}"):
+            recovery.recover(runtime_for, lambda event: None)
+        assert journal.read() is not None
+    finally:
+        child.kill()
+        child.wait()
+
+
+# --- signals: SIGTERM and SIGHUP are Ctrl-C during a switch ---------------------------------------
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_and_sighup_interrupt_once(sig: signal.Signals) -> None:
+    before = signal.getsignal(sig)
+    with pytest.raises(KeyboardInterrupt, match=f"{sig.name} received"):  # noqa: SIM117
+        with serve_cli.interrupt_on_signals():
+            os.kill(os.getpid(), sig)
+            time.sleep(5)  # the handler raises before this ends
+    with serve_cli.interrupt_on_signals():
+        with pytest.raises(serve_cli.Interrupted):
+            os.kill(os.getpid(), sig)
+            time.sleep(5)
+        os.kill(os.getpid(), sig)  # a second one, during the rollback: ignored
+        time.sleep(0.05)
+    assert signal.getsignal(sig) == before
+
+
+def test_an_interrupted_command_exits_130(monkeypatch: pytest.MonkeyPatch) -> None:
+    @click.command(name="status")
+    def interrupted() -> None:
+        raise serve_cli.Interrupted("SIGTERM received")
+
+    monkeypatch.setattr(serve_cli, "status_cmd", interrupted)
+    result = CliRunner().invoke(cli, ["status"])
+    assert result.exit_code == 130
+    assert result.output == "\ninterrupted (SIGTERM received)\n"

@@ -41,13 +41,16 @@ class LazyGroup(click.Group):
         return command
 
     def invoke(self, ctx: click.Context) -> Any:
-        from paroctl.errors import ParoctlError
+        from paroctl.errors import EXIT_INTERRUPTED, ParoctlError
 
         try:
             return super().invoke(ctx)
         except ParoctlError as exc:
             click.echo(f"Error: {exc.message}", err=True)
             sys.exit(exc.exit_code)
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP where a command maps them
+            click.echo(f"\ninterrupted{f' ({exc})' if str(exc) else ''}", err=True)
+            sys.exit(EXIT_INTERRUPTED)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
