@@ -41,6 +41,7 @@ PHASE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 POLL_S = 0.05
 DRAIN_TIMEOUT_S = 30.0
+DRAIN_POLL_S = 0.5
 PORT_CLOSE_MARGIN_S = 30.0
 GPU_IDLE_MIB = 1024
 GPU_WAIT_S = 60.0
@@ -530,13 +531,16 @@ def _drain(host: str, port: int, deps: Deps) -> None:
     """Let running requests finish (bounded) so a stop does not cut a client off mid-answer."""
     client = Client(f"http://{host}:{port}", retries=0, timeout_s=5)
     deadline = time.monotonic() + DRAIN_TIMEOUT_S
+    shown: float | None = None
     try:
         while time.monotonic() < deadline:
             running = metric_value(client.metrics(), "vllm:num_requests_running")
             if running <= 0:
                 return
-            deps.events(Event("step", f"draining: {running:g} requests running"))
-            time.sleep(0.5)
+            if running != shown:  # one line per change: a log is not a terminal's live line
+                deps.events(Event("step", f"draining: {running:g} requests running"))
+                shown = running
+            time.sleep(DRAIN_POLL_S)
         deps.events(Event("warn", f"still busy after {DRAIN_TIMEOUT_S:g} s; stopping anyway"))
     except RuntimeFailure:
         return  # not answering: nothing to drain
