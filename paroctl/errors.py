@@ -1,10 +1,11 @@
-"""The one exception tree. Exit codes: 0 ok, 1 a gate failed (the model is bad), 2 cannot run."""
+"""The one exception tree. Exit codes: 0 ok, 1 a gate failed (bad model), 2 cannot run, 130 ^C."""
 
 from __future__ import annotations
 
 EXIT_OK = 0
 EXIT_GATE_FAILED = 1
 EXIT_CANNOT_RUN = 2
+EXIT_INTERRUPTED = 130  # Ctrl-C (and SIGTERM/SIGHUP during a switch), as a shell reports it
 
 
 class ParoctlError(Exception):

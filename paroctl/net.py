@@ -36,3 +36,8 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def connect_host(host: str) -> str:
+    """The address to connect to for a serve listening on host (a wildcard means loopback)."""
+    return "127.0.0.1" if host in ("0.0.0.0", "::") else host

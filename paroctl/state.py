@@ -68,6 +68,18 @@ def atomic_write(path: Path, data: str | bytes, mode: int = 0o644) -> None:
         raise
 
 
+def fsync_dir(directory: Path) -> None:
+    """Flush a directory's entries (a rename or unlink in it) to disk, where the OS allows it."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return  # not there (nothing to flush) or not openable: the file itself was fsynced
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def locked(name: str = "box") -> Iterator[Path]:
     """Hold an exclusive, non-blocking lock under PAROCTL_HOME for the duration of a block."""

@@ -13,16 +13,17 @@ import queue
 import re
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-from paroctl import cpu, engine, gpu, images, net, render, state
+from paroctl import cpu, engine, gpu, images, journal, net, recovery, render, state
 from paroctl.client import Client, metric_value
 from paroctl.errors import ParoctlError, RuntimeFailure
+from paroctl.events import Event as Event
+from paroctl.events import EventSink as EventSink
 from paroctl.profiles import Profile
 from paroctl.runtime.base import Runtime, ServeSpec
 
@@ -40,6 +41,7 @@ PHASE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 POLL_S = 0.05
 DRAIN_TIMEOUT_S = 30.0
+DRAIN_POLL_S = 0.5
 PORT_CLOSE_MARGIN_S = 30.0
 GPU_IDLE_MIB = 1024
 GPU_WAIT_S = 60.0
@@ -48,18 +50,6 @@ SANITY_MAX_TOKENS = 8
 
 class SwitchFailed(ParoctlError):
     """A switch did not end on the requested profile; the message says where the box is now."""
-
-
-@dataclass(frozen=True)
-class Event:
-    """Progress for the display: a boot phase reached, a protocol step, or a warning."""
-
-    kind: str  # "step" | "phase" | "warn"
-    message: str
-    elapsed_s: float = 0.0
-
-
-EventSink = Callable[[Event], None]
 
 
 @dataclass
@@ -142,53 +132,99 @@ def switch(
 ) -> BootRecord:
     """Make `target` the live serve, or roll back to what was live; raise SwitchFailed if not."""
     with state.locked():
+        interrupted = recovery.recover(deps.runtime_for, deps.events)
         live = state.read_live()
         same = live and live.get("profile") == target.name and live.get("hash") == target.hash
         if same and live and _still_serving(live, deps):
             deps.events(Event("step", f"{target.name} is already live and answering"))
             return _record_from_live(live)
-        previous = _previous_profile(live, load_profile, deps)
+        # After an interrupted switch nothing is live; what was live before it is the fallback.
+        before = live or _before(interrupted)
+        previous = _previous_profile(before, load_profile, deps)
         if previous is not None and previous.name == target.name:
             previous = None  # rolling back to the profile that just failed cannot help
+        jr = journal.Journal.begin(live, target.name)
         if live:
-            stop_live(live, deps)
+            _stop_old(live, deps, jr)
         try:
-            return boot(target, deps, timeout_s=timeout_s)
+            record = boot(target, deps, timeout_s=timeout_s, jr=jr)
         except ParoctlError as exc:
             cause = exc.message
-        except (Exception, KeyboardInterrupt) as exc:  # a bug or Ctrl-C still must not strand
+        except (Exception, KeyboardInterrupt) as exc:  # a bug, Ctrl-C or SIGTERM must not strand
             cause = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        log = _keep_failed_log(target, deps, cause)
-        _stop_quietly(target, deps)
-        where = f"the failed boot's log: {log}"
+        else:
+            jr.clear()
+            return record
+        _fail(target, previous, cause, deps, jr, rollback=rollback)
+
+
+def _before(interrupted: journal.Entry | None) -> Mapping[str, Any] | None:
+    if interrupted is None or interrupted.from_profile is None:
+        return None
+    return {"profile": interrupted.from_profile, "hash": interrupted.from_hash}
+
+
+def _stop_old(live: Mapping[str, Any], deps: Deps, jr: journal.Journal) -> None:
+    try:
+        stop_live(live, deps)
+    except BaseException:
+        if state.read_live() is not None:
+            jr.clear()  # stop_live did not get as far as clearing live.json: it still tracks it
+        raise
+    jr.step("old-gone", serve=None)
+
+
+def _fail(
+    target: Profile,
+    previous: Profile | None,
+    cause: str,
+    deps: Deps,
+    jr: journal.Journal,
+    *,
+    rollback: bool,
+) -> NoReturn:
+    """Keep the failed boot's log, stop it, bring previous back; the journal follows each step."""
+    jr.step("rolling-back", rolling_back=True)
+    log = _keep_failed_log(target, deps, cause)
+    where = f"the failed boot's log: {log}"
+    if not _stop_quietly(target, deps):
+        # The journal stays: it is the only record of a serve that may still run.
+        raise SwitchFailed(
+            f"switch to {target.name} failed: {cause}\nand {target.name} could not be stopped; "
+            f"{journal.path()} keeps it tracked (`paroctl stop` retries); {where}"
+        )
+    if previous is None or not rollback:
+        jr.clear()
         if previous is None:
             raise SwitchFailed(
                 f"switch to {target.name} failed: {cause}\nnothing was live before, so the box "
                 f"is left stopped; {where}"
             )
-        if not rollback:
-            raise SwitchFailed(
-                f"switch to {target.name} failed: {cause}\n--no-rollback: the box is left "
-                f"stopped (previous: {previous.name}); {where}"
-            )
-        deps.events(Event("warn", f"rolling back to {previous.name}"))
-        try:
-            boot(previous, deps, timeout_s=None)
-        except ParoctlError as again:
-            _stop_quietly(previous, deps)
-            raise SwitchFailed(
-                f"switch to {target.name} failed: {cause}\nthe rollback to {previous.name} "
-                f"failed too: {again.message}\nthe box is stopped; {where}"
-            ) from again
         raise SwitchFailed(
-            f"switch to {target.name} failed: {cause}\nrolled back: {previous.name} is live "
-            f"again and verified; {where}"
+            f"switch to {target.name} failed: {cause}\n--no-rollback: the box is left "
+            f"stopped (previous: {previous.name}); {where}"
         )
+    deps.events(Event("warn", f"rolling back to {previous.name}"))
+    jr.step("rolling-back", serve=None, boot_id=journal.new_boot_id())
+    try:
+        boot(previous, deps, timeout_s=None, jr=jr)
+    except ParoctlError as again:
+        if _stop_quietly(previous, deps):
+            jr.clear()
+        raise SwitchFailed(
+            f"switch to {target.name} failed: {cause}\nthe rollback to {previous.name} "
+            f"failed too: {again.message}\nthe box is stopped; {where}"
+        ) from again
+    jr.clear()
+    raise SwitchFailed(
+        f"switch to {target.name} failed: {cause}\nrolled back: {previous.name} is live "
+        f"again and verified; {where}"
+    )
 
 
 def stop_live(live: Mapping[str, Any], deps: Deps) -> None:
     """Drain and stop the live serve; return once its port is closed and its processes are gone."""
-    name, host, port = live["profile"], _connect_host(live["host"]), int(live["port"])
+    name, host, port = live["profile"], net.connect_host(live["host"]), int(live["port"])
     runtime = deps.runtime_for(live.get("runtime", "local"), live.get("scope", "system"))
     start = time.monotonic()
     _drain(host, port, deps)
@@ -209,8 +245,10 @@ def stop_live(live: Mapping[str, Any], deps: Deps) -> None:
     deps.events(Event("step", f"{name} stopped", time.monotonic() - start))
 
 
-def boot(profile: Profile, deps: Deps, *, timeout_s: float | None) -> BootRecord:
-    """Start a profile and prove it serves; on success it becomes the live pointer."""
+def boot(
+    profile: Profile, deps: Deps, *, timeout_s: float | None, jr: journal.Journal
+) -> BootRecord:
+    """Start a profile and prove it serves (journaled); on success it becomes the live pointer."""
     cpu_plan = cpu.plan_for(profile)
     if cpu_plan is not None:
         profile = cpu.apply(profile, cpu_plan)
@@ -218,7 +256,7 @@ def boot(profile: Profile, deps: Deps, *, timeout_s: float | None) -> BootRecord
     body = profile.body
     runtime = deps.runtime_for(body.runtime.kind, body.runtime.scope)
     where = engine.layout(profile)
-    host, port = _connect_host(body.serve.host), body.serve.port
+    host, port = net.connect_host(body.serve.host), body.serve.port
     if net.port_open(host, port):
         raise RuntimeFailure(
             f"{host}:{port} is already in use by something paroctl does not run; free the port "
@@ -234,11 +272,15 @@ def boot(profile: Profile, deps: Deps, *, timeout_s: float | None) -> BootRecord
         Event("step", f"starting {profile.name}" + (" (fresh cache)" if first_boot else ""))
     )
     start = time.monotonic()
+    serve = _journal_serve(profile)
+    jr.step("starting", serve=serve)
     runtime.start(_spec(profile))
+    jr.step("starting", serve=replace(serve, pid=runtime.main_pid(profile.name)))
     watcher = LogWatcher(runtime.logs(profile.name, follow=True), start, deps.events)
     client = Client(f"http://{host}:{port}", retries=0, timeout_s=60)
     try:
         health_s = _wait_healthy(profile, runtime, client, watcher, start, timeout_s)
+        jr.step("verifying")
         _check_identity(profile, client)
         watcher.wait_for("ready", timeout_s=5.0)
         _check_markers(profile, watcher)
@@ -254,7 +296,7 @@ def boot(profile: Profile, deps: Deps, *, timeout_s: float | None) -> BootRecord
     elif first_boot:
         deps.events(Event("warn", f"KV cache {kv:,} tokens on a FRESH compile cache: not trusted"))
     record = BootRecord(
-        boot_id=uuid.uuid4().hex[:12],
+        boot_id=jr.boot_id,
         profile=profile.name,
         hash=profile.hash,
         runtime=body.runtime.kind,
@@ -276,26 +318,32 @@ def boot(profile: Profile, deps: Deps, *, timeout_s: float | None) -> BootRecord
         since=datetime.now(UTC).isoformat(timespec="seconds"),
         cpu=cpu_plan.as_dict() if cpu_plan else None,
     )
+    jr.step("recorded")
     state.write_live(record.as_dict())
     _record(deps, record.as_dict())
     deps.events(Event("step", f"{profile.name} is live", record.boot_s))
     return record
 
 
-def plan(target: Profile, live: Mapping[str, Any] | None) -> list[str]:
+def plan(
+    target: Profile, live: Mapping[str, Any] | None, interrupted: journal.Entry | None = None
+) -> list[str]:
     """The exact actions a switch would take, for --dry-run."""
     cpu_plan = cpu.plan_for(target)
     target = cpu.apply(target, cpu_plan)
     body = target.body
     where = engine.layout(target)
-    host, port = _connect_host(body.serve.host), body.serve.port
+    host, port = net.connect_host(body.serve.host), body.serve.port
     lines = [f"lock {state.home() / 'locks' / 'box.lock'}"]
+    if interrupted is not None:
+        lines.append(recovery.plan_line(interrupted, live))
+        live = recovery.live_after(interrupted, live)
     if live:
         lines += [
             f"live: {live['profile']} ({live.get('runtime')}, http://{live['host']}:{live['port']})",
             f"drain {live['profile']}: wait up to {DRAIN_TIMEOUT_S:g} s for running requests",
             f"stop {live['profile']} (grace {live.get('grace_s', 30)} s); wait until "
-            f"{_connect_host(live['host'])}:{live['port']} is closed and its processes are gone",
+            f"{net.connect_host(live['host'])}:{live['port']} is closed and its processes are gone",
         ]
     else:
         lines.append("live: nothing")
@@ -483,13 +531,16 @@ def _drain(host: str, port: int, deps: Deps) -> None:
     """Let running requests finish (bounded) so a stop does not cut a client off mid-answer."""
     client = Client(f"http://{host}:{port}", retries=0, timeout_s=5)
     deadline = time.monotonic() + DRAIN_TIMEOUT_S
+    shown: float | None = None
     try:
         while time.monotonic() < deadline:
             running = metric_value(client.metrics(), "vllm:num_requests_running")
             if running <= 0:
                 return
-            deps.events(Event("step", f"draining: {running:g} requests running"))
-            time.sleep(0.5)
+            if running != shown:  # one line per change: a log is not a terminal's live line
+                deps.events(Event("step", f"draining: {running:g} requests running"))
+                shown = running
+            time.sleep(DRAIN_POLL_S)
         deps.events(Event("warn", f"still busy after {DRAIN_TIMEOUT_S:g} s; stopping anyway"))
     except RuntimeFailure:
         return  # not answering: nothing to drain
@@ -514,7 +565,7 @@ def _still_serving(live: Mapping[str, Any], deps: Deps) -> bool:
     runtime = deps.runtime_for(live.get("runtime", "local"), live.get("scope", "system"))
     if not runtime.is_active(live["profile"]):
         return False
-    client = Client(f"http://{_connect_host(live['host'])}:{live['port']}", retries=0)
+    client = Client(f"http://{net.connect_host(live['host'])}:{live['port']}", retries=0)
     try:
         return client.health() and sorted(client.models()) == sorted(live["served_names"])
     except RuntimeFailure:
@@ -567,7 +618,7 @@ def _keep_failed_log(profile: Profile, deps: Deps, cause: str) -> Path:
     _record(
         deps,
         {
-            "boot_id": uuid.uuid4().hex[:12],
+            "boot_id": journal.new_boot_id(),
             "profile": profile.name,
             "hash": profile.hash,
             "ok": False,
@@ -589,19 +640,32 @@ def _record(deps: Deps, boot_record: Mapping[str, Any]) -> None:
         deps.events(Event("warn", f"boot not recorded in the results store: {exc.message}"))
 
 
-def _stop_quietly(profile: Profile, deps: Deps) -> None:
+def _stop_quietly(profile: Profile, deps: Deps) -> bool:
+    """Stop a failed serve; False (and a warning) when it may still run."""
     runtime = deps.runtime_for(profile.body.runtime.kind, profile.body.runtime.scope)
     try:
         runtime.stop(profile.name, float(profile.body.container.stop_grace_s))
         net.wait_port_closed(
-            _connect_host(profile.body.serve.host), profile.body.serve.port, timeout=30.0
+            net.connect_host(profile.body.serve.host), profile.body.serve.port, timeout=30.0
         )
     except ParoctlError as exc:
         deps.events(Event("warn", f"stopping {profile.name}: {exc.message}"))
+        return False
+    return True
 
 
-def _connect_host(host: str) -> str:
-    return "127.0.0.1" if host in ("0.0.0.0", "::") else host
+def _journal_serve(profile: Profile) -> journal.Serve:
+    body = profile.body
+    return journal.Serve(
+        profile=profile.name,
+        hash=profile.hash,
+        runtime=body.runtime.kind,
+        scope=body.runtime.scope,
+        host=body.serve.host,
+        port=body.serve.port,
+        served_names=tuple(body.model.served_names),
+        grace_s=float(body.container.stop_grace_s),
+    )
 
 
 def _tail(lines: list[str], count: int = 15) -> str:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+
 from paroctl import gpu, profiles, switch
 
 VLLM_CPU_LOG = [
@@ -73,3 +78,34 @@ def test_plan_names_every_step() -> None:
     )
     assert "check /v1/models == ['smollm2-alt']" in lines
     assert lines[-1] == "on failure: keep the log, stop cpu-demo-alt, restart cpu-demo"
+
+
+def test_drain_reports_each_change_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A busy serve polled many times prints one line per running count, not one per poll."""
+    counts = iter([7, 7, 7, 7, 3, 3, 7, 0])
+
+    class Metrics(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = f"vllm:num_requests_running {next(counts)}\n".encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Metrics)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setattr(switch, "DRAIN_POLL_S", 0.001)
+    events: list[switch.Event] = []
+    deps = switch.Deps(runtime_for=lambda kind, scope: None, events=events.append)  # type: ignore[arg-type,return-value]
+    try:
+        switch._drain("127.0.0.1", server.server_address[1], deps)
+    finally:
+        server.shutdown()
+    assert [e.message for e in events] == [
+        "draining: 7 requests running",
+        "draining: 3 requests running",
+        "draining: 7 requests running",
+    ]

@@ -44,7 +44,7 @@ class LazyGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         """Run the subcommand under the one exit-code contract: 0 ok, 1 gate failed, 2 cannot
         run (a crash included), 130 interrupted."""
-        from paroctl.errors import ParoctlError
+        from paroctl.errors import EXIT_INTERRUPTED, ParoctlError
 
         try:
             return super().invoke(ctx)
@@ -58,15 +58,16 @@ class LazyGroup(click.Group):
             # stdout goes to /dev/null so the interpreter's final flush cannot raise again.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             sys.exit(EXIT_BROKEN_PIPE)
-        except (KeyboardInterrupt, click.Abort):
-            # Context managers and finally blocks have run on the way here (locks, journals).
-            click.echo("Interrupted.", err=True)
+        except (KeyboardInterrupt, click.Abort) as exc:
+            # Ctrl-C, or SIGTERM/SIGHUP where a command maps them (the switch). Context managers
+            # and finally blocks have run on the way here (locks, journals, the rollback).
+            why = f" ({exc})" if str(exc) else ""
+            click.echo(f"Interrupted{why}.", err=True)
             sys.exit(EXIT_INTERRUPTED)
         except Exception as exc:
             sys.exit(_crashed(exc))
 
 
-EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 2  # the output could not be delivered: "could not run", quietly
 
 

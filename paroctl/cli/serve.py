@@ -2,7 +2,42 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
+from collections.abc import Iterator
+from types import FrameType
+from typing import TYPE_CHECKING
+
 import click
+
+if TYPE_CHECKING:
+    from paroctl.recovery import Stranded
+
+# A closed SSH session (SIGHUP) or a service manager's stop (SIGTERM) is an operator's Ctrl-C.
+INTERRUPT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP during a switch: handled exactly like Ctrl-C (roll back, then exit)."""
+
+
+@contextlib.contextmanager
+def interrupt_on_signals() -> Iterator[None]:
+    """For the block's duration, SIGTERM and SIGHUP raise Interrupted (once) in the main thread."""
+    fired: list[int] = []
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if fired:
+            return  # the rollback under way is what leaves the box sane; SIGKILL is the journal's
+        fired.append(signum)
+        raise Interrupted(f"{signal.Signals(signum).name} received")
+
+    previous = {sig: signal.signal(sig, handler) for sig in INTERRUPT_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 @click.command(name="switch")
@@ -16,15 +51,15 @@ import click
 @click.option("--dry-run", is_flag=True, help="Print the exact actions; change nothing.")
 def switch_cmd(name: str, no_rollback: bool, timeout: float | None, dry_run: bool) -> None:
     """Make profile NAME the live serve; roll back to the previous one on failure."""
-    from paroctl import profiles, state
+    from paroctl import journal, profiles, state
     from paroctl import switch as switch_mod
 
     target = profiles.load(name)  # validated completely before anything touches the box
     if dry_run:
-        for line in switch_mod.plan(target, state.read_live()):
+        for line in switch_mod.plan(target, state.read_live(), journal.read()):
             click.echo(line)
         return
-    with _progress() as events:
+    with interrupt_on_signals(), _progress() as events:
         record = switch_mod.switch(
             target,
             switch_mod.default_deps(events),
@@ -44,10 +79,15 @@ def switch_cmd(name: str, no_rollback: bool, timeout: float | None, dry_run: boo
 @click.command(name="status")
 def status_cmd() -> None:
     """Show the live profile, its health, served names, KV tokens and last gate results."""
-    from paroctl import state
+    from paroctl import recovery, state
+    from paroctl import switch as switch_mod
     from paroctl.client import Client
     from paroctl.errors import ParoctlError
 
+    stranded = recovery.inspect(switch_mod.default_runtime)
+    if stranded is not None:
+        for line in _journal_lines(stranded):
+            click.echo(line)
     live = state.read_live()
     if not live:
         click.echo("live: nothing (run `paroctl switch NAME`)")
@@ -81,26 +121,74 @@ def status_cmd() -> None:
         click.echo(line)
 
 
+def _journal_lines(stranded: Stranded) -> list[str]:
+    """What an unfinished switch's journal says, and what its serve does now."""
+    from paroctl import journal, net
+
+    entry = stranded.entry
+    step = f"step {entry.step}" + (" (rolling back)" if entry.rolling_back else "")
+    origin = entry.from_profile or "nothing"
+    if stranded.owner_alive:
+        return [
+            f"switch:  in progress (paroctl pid {entry.owner.pid}): {origin} -> "
+            f"{entry.to_profile}, {step}"
+        ]
+    lines = [
+        f"switch:  INTERRUPTED (paroctl pid {entry.owner.pid} is gone): {origin} -> "
+        f"{entry.to_profile}, {step}; journal {journal.path()}"
+    ]
+    if stranded.finished:
+        return [*lines, "         it had recorded the new serve; the next stop or switch clears it"]
+    serve = entry.serve
+    if serve is None:
+        return [*lines, "serving: nothing (the old serve was stopped, the new one not started)"]
+    where = f"{serve.profile} ({serve.runtime}"
+    if not stranded.active and not stranded.healthy:
+        return [*lines, f"serving: nothing: {where}) is not running"]
+    pid = f", pid {stranded.pid}" if stranded.pid is not None else ""
+    health = "ok" if stranded.healthy else "NOT ANSWERING"
+    names = ", ".join(stranded.served_names) or "-"
+    return [
+        *lines,
+        f"serving: {where}{pid}) at http://{net.connect_host(serve.host)}:{serve.port}, "
+        f"health {health}, "
+        f"serves {names}; not recorded as live",
+        "         `paroctl stop` stops it; `paroctl switch NAME` stops it first",
+    ]
+
+
 @click.command(name="stop")
 @click.option("--dry-run", is_flag=True, help="Print what would be stopped.")
 def stop_cmd(dry_run: bool) -> None:
-    """Drain and stop the live serve."""
-    from paroctl import state
+    """Drain and stop the live serve (and a serve an interrupted switch left running)."""
+    from paroctl import journal, recovery, state
     from paroctl import switch as switch_mod
 
-    live = state.read_live()
-    if not live:
-        click.echo("nothing is live")
-        return
     if dry_run:
-        click.echo(
-            f"stop {live['profile']} (grace {live.get('grace_s', 30)} s) and wait until "
-            f"{live['host']}:{live['port']} is closed"
-        )
+        entry, recorded = journal.read(), state.read_live()
+        if entry is not None:
+            click.echo(recovery.plan_line(entry, recorded))
+        live = recovery.live_after(entry, recorded) if entry is not None else recorded
+        if live:
+            click.echo(
+                f"stop {live['profile']} (grace {live.get('grace_s', 30)} s) and wait until "
+                f"{live['host']}:{live['port']} is closed"
+            )
+        elif entry is None:
+            click.echo("nothing is live")
         return
     with state.locked(), _progress() as events:
-        switch_mod.stop_live(live, switch_mod.default_deps(events))
-    click.echo(f"{live['profile']} stopped")
+        deps = switch_mod.default_deps(events)
+        entry = recovery.recover(deps.runtime_for, events)
+        live = state.read_live()
+        if live:
+            switch_mod.stop_live(live, deps)
+    if entry is not None and entry.serve is not None and live is None:
+        click.echo(f"{entry.serve.profile} stopped (left running by an interrupted switch)")
+    if live:
+        click.echo(f"{live['profile']} stopped")
+    elif entry is None:
+        click.echo("nothing is live")
 
 
 @click.command(name="logs")
@@ -159,6 +247,11 @@ class _progress:
         self._t0 = time.monotonic()
 
         def sink(event: Event) -> None:
+            # Progress is best-effort: a terminal gone with its SSH session must not fail a switch.
+            with contextlib.suppress(OSError):
+                show(event)
+
+        def show(event: Event) -> None:
             if event.kind == "phase":
                 self._status.update(f"{event.message} ({event.elapsed_s:.1f} s)")
             elif event.kind == "warn":

@@ -65,8 +65,8 @@ def _alive(info: ProcInfo | None) -> bool:
     return info is not None and info.state not in ("Z", "X")
 
 
-def _boot_id() -> str:
-    # Start ticks count from boot, so after a reboot they could match by chance.
+def kernel_boot_id() -> str:
+    """This boot's id: start ticks count from boot, so after a reboot they could match by chance."""
     try:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
@@ -135,7 +135,7 @@ class LocalRuntime:
             _alive(info)
             and info is not None
             and info.start_ticks == record.start_ticks
-            and record.boot_id == _boot_id()
+            and record.boot_id == kernel_boot_id()
         )
 
     def is_active(self, name: str) -> bool:
@@ -182,7 +182,7 @@ class LocalRuntime:
         record = {
             "pid": child.pid,
             "start_ticks": info.start_ticks if info is not None else -1,
-            "boot_id": _boot_id(),
+            "boot_id": kernel_boot_id(),
             "argv": list(spec.argv),
             "host": spec.host,
             "port": spec.port,
