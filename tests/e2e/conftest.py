@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from paroctl import demo, net, state
+from paroctl import demo, journal, net, state
 from paroctl import switch as switch_mod
 from paroctl.client import Client
 from paroctl.errors import RuntimeFailure
@@ -130,6 +130,7 @@ def _stop_box(env: dict[str, str], names: Iterable[str]) -> None:
     old = dict(os.environ)
     os.environ.update(env)
     try:
+        journal.clear()  # an interrupted switch's record: the serves it names are stopped below
         live = state.read_live()
         if live:
             switch_mod.stop_live(live, switch_mod.default_deps())
@@ -142,5 +143,5 @@ def _stop_box(env: dict[str, str], names: Iterable[str]) -> None:
 
 @pytest.fixture(scope="session")
 def stop_box() -> Callable[[dict[str, str], Iterable[str]], None]:
-    """Teardown of the module-scoped switch boxes (kld, formats): see _stop_box."""
+    """Teardown of the module-scoped switch boxes (switch, journal, formats): see _stop_box."""
     return _stop_box

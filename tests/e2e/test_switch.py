@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -25,7 +25,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def box(tmp_path_factory: pytest.TempPathFactory, demo_parts: object) -> Iterator[dict[str, str]]:
+def box(
+    tmp_path_factory: pytest.TempPathFactory,
+    demo_parts: object,
+    stop_box: Callable[[dict[str, str], Iterable[str]], None],
+) -> Iterator[dict[str, str]]:
     """One PAROCTL_HOME and profiles dir for the whole module; the CPU profiles on a free port."""
     root = tmp_path_factory.mktemp("switch-box")
     prof_dir = root / "profiles"
@@ -51,17 +55,10 @@ def box(tmp_path_factory: pytest.TempPathFactory, demo_parts: object) -> Iterato
         "port": str(port),
     }
     yield env
-    old = dict(os.environ)
-    os.environ.update({k: v for k, v in env.items() if k != "port"})
-    try:
-        live = state.read_live()
-        if live:
-            switch_mod.stop_live(live, switch_mod.default_deps())
-        for name in ("cpu-demo", "cpu-demo-alt", "cpu-badarg", "cpu-forbid"):
-            LocalRuntime().stop(name, grace_s=5)
-    finally:
-        os.environ.clear()
-        os.environ.update(old)
+    stop_box(
+        {k: v for k, v in env.items() if k != "port"},
+        ("cpu-demo", "cpu-demo-alt", "cpu-badarg", "cpu-forbid"),
+    )
 
 
 @pytest.fixture(autouse=True)

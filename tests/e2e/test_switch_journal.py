@@ -12,13 +12,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import pytest
 
 from paroctl import journal, net, state
-from paroctl import switch as switch_mod
 from paroctl.client import Client, metric_value
 from paroctl.errors import ParoctlError
 from paroctl.runtime.local import LocalRuntime, group_members, read_proc
@@ -32,7 +31,11 @@ BOOT_S = 300.0
 
 
 @pytest.fixture(scope="module")
-def box(tmp_path_factory: pytest.TempPathFactory, demo_parts: object) -> Iterator[dict[str, str]]:
+def box(
+    tmp_path_factory: pytest.TempPathFactory,
+    demo_parts: object,
+    stop_box: Callable[[dict[str, str], Iterable[str]], None],
+) -> Iterator[dict[str, str]]:
     """One PAROCTL_HOME and profiles dir for the module; the two CPU profiles on a free port."""
     root = tmp_path_factory.mktemp("journal-box")
     prof_dir = root / "profiles"
@@ -48,18 +51,7 @@ def box(tmp_path_factory: pytest.TempPathFactory, demo_parts: object) -> Iterato
     (prof_dir / "cpu-demo-alt.yaml").write_text(alt.replace("max_num_seqs: 4", "max_num_seqs: 1"))
     env = {"PAROCTL_HOME": str(root / "home"), "PAROCTL_PROFILES_DIR": str(prof_dir)}
     yield {**env, "port": str(port), "root": str(root)}
-    old = dict(os.environ)
-    os.environ.update(env)
-    try:
-        journal.clear()
-        live = state.read_live()
-        if live:
-            switch_mod.stop_live(live, switch_mod.default_deps())
-        for name in NAMES:
-            LocalRuntime().stop(name, grace_s=5)
-    finally:
-        os.environ.clear()
-        os.environ.update(old)
+    stop_box(env, NAMES)
 
 
 @pytest.fixture(autouse=True)
