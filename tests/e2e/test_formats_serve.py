@@ -84,7 +84,7 @@ def box(
     root = tmp_path_factory.mktemp("formats-box")
     prof_dir = root / "profiles"
     prof_dir.mkdir()
-    for name in ("_cpu", *NAMES):
+    for name in ("_cpu", "cpu-demo", *FORMATS, INT4):
         text = (REPO / "profiles" / f"{name}.yaml").read_text()
         # Own ports in the repository (8123-8126); free ones here, so a running demo is unharmed.
         text, count = re.subn(r"(?m)^(  port: )\d+", rf"\g<1>{net.free_port()}", text)
