@@ -24,6 +24,19 @@ from paroctl.runtime import ServeSpec
 from paroctl.runtime.local import LocalRuntime
 
 BOOT_TIMEOUT_S = 300.0
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _cpu_box_profiles(prof_dir: Path, names: Iterable[str]) -> int:
+    """Write the shipped CPU base on a free port and copies of the named shipped profiles into
+    prof_dir (a switch box's profiles directory); return the port."""
+    prof_dir.mkdir(parents=True, exist_ok=True)
+    port = net.free_port()
+    base = (REPO / "profiles" / "_cpu.yaml").read_text().replace("port: 8123", f"port: {port}")
+    (prof_dir / "_cpu.yaml").write_text(base)
+    for name in names:
+        (prof_dir / f"{name}.yaml").write_text((REPO / "profiles" / f"{name}.yaml").read_text())
+    return port
 
 
 @dataclass(frozen=True)
@@ -145,3 +158,9 @@ def _stop_box(env: dict[str, str], names: Iterable[str]) -> None:
 def stop_box() -> Callable[[dict[str, str], Iterable[str]], None]:
     """Teardown of the module-scoped switch boxes (switch, journal, formats): see _stop_box."""
     return _stop_box
+
+
+@pytest.fixture(scope="session")
+def cpu_box_profiles() -> Callable[[Path, Iterable[str]], int]:
+    """Profiles for a switch box (switch, journal): see _cpu_box_profiles."""
+    return _cpu_box_profiles

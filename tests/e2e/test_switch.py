@@ -29,16 +29,12 @@ def box(
     tmp_path_factory: pytest.TempPathFactory,
     demo_parts: object,
     stop_box: Callable[[dict[str, str], Iterable[str]], None],
+    cpu_box_profiles: Callable[[Path, Iterable[str]], int],
 ) -> Iterator[dict[str, str]]:
     """One PAROCTL_HOME and profiles dir for the whole module; the CPU profiles on a free port."""
     root = tmp_path_factory.mktemp("switch-box")
     prof_dir = root / "profiles"
-    prof_dir.mkdir()
-    port = net.free_port()
-    base = (REPO / "profiles" / "_cpu.yaml").read_text().replace("port: 8123", f"port: {port}")
-    (prof_dir / "_cpu.yaml").write_text(base)
-    for name in ("cpu-demo", "cpu-demo-alt"):
-        (prof_dir / f"{name}.yaml").write_text((REPO / "profiles" / f"{name}.yaml").read_text())
+    port = cpu_box_profiles(prof_dir, ("cpu-demo", "cpu-demo-alt"))
     (prof_dir / "cpu-badarg.yaml").write_text(
         "description: vLLM refuses an unknown flag and exits\nextends: _cpu\n"
         "model: {path: SmolLM2-135M-Instruct, served_names: [smollm2-bad]}\n"

@@ -35,15 +35,12 @@ def box(
     tmp_path_factory: pytest.TempPathFactory,
     demo_parts: object,
     stop_box: Callable[[dict[str, str], Iterable[str]], None],
+    cpu_box_profiles: Callable[[Path, Iterable[str]], int],
 ) -> Iterator[dict[str, str]]:
     """One PAROCTL_HOME and profiles dir for the module; the two CPU profiles on a free port."""
     root = tmp_path_factory.mktemp("journal-box")
     prof_dir = root / "profiles"
-    prof_dir.mkdir()
-    port = net.free_port()
-    base = (REPO / "profiles" / "_cpu.yaml").read_text().replace("port: 8123", f"port: {port}")
-    (prof_dir / "_cpu.yaml").write_text(base)
-    (prof_dir / "cpu-demo.yaml").write_text((REPO / "profiles" / "cpu-demo.yaml").read_text())
+    port = cpu_box_profiles(prof_dir, ("cpu-demo",))
     # One sequence at a time: a request the test keeps running holds the switch's sanity
     # completion back, so "verifying" lasts as long as the test wants (no race with the kill).
     alt = (REPO / "profiles" / "cpu-demo-alt.yaml").read_text()
