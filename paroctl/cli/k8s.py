@@ -43,7 +43,8 @@ def k8s_render(
     count = nodes if nodes is not None else (1 if topology == "single" else 2)
     facts = None if no_pin or prof.body.image is None else image.inspect(prof)
     manifest, choice = k8s_mod.render(prof, topology, count, facts)  # type: ignore[arg-type]
-    click.echo(f"# {choice.why}", err=True)
+    ref = prof.body.image.ref if prof.body.image else ""
+    click.echo(f"# --no-pin: the manifest names {ref}" if no_pin else f"# {choice.why}", err=True)
     try:
         found = validate.problems(manifest.documents, k8s_version)
     except validate.MissingValidator as exc:
