@@ -50,7 +50,7 @@ class _Strict(BaseModel):
 
 
 class Storage(_Strict):
-    """Where a volume comes from: a node directory, an existing claim, or a claim paroctl renders."""
+    """A volume source: a node directory, an existing claim, or a claim paroctl renders."""
 
     host_path: HostDir | None = None
     claim: DnsName | None = None

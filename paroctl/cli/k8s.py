@@ -51,7 +51,9 @@ def k8s_render(
         click.echo(f"# not schema-checked: {exc.message}", err=True)
         found = []
     if found:
-        raise RenderError(f"the render fails the Kubernetes {k8s_version} schemas: " + "; ".join(found))
+        raise RenderError(
+            f"the render fails the Kubernetes {k8s_version} schemas: " + "; ".join(found)
+        )
     if out is None:
         click.echo(manifest.text(), nl=False)
         return

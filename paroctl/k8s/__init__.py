@@ -3,10 +3,10 @@ profile, argv and env builders as the systemd and Quadlet renders."""
 
 from __future__ import annotations
 
+from paroctl.errors import RenderError
 from paroctl.k8s import image, manifests, semantic
 from paroctl.k8s.manifests import Manifest
 from paroctl.k8s.serve import TOPOLOGIES, Serve, Topology, derive
-from paroctl.errors import RenderError
 from paroctl.profiles import Profile
 
 __all__ = ["TOPOLOGIES", "Manifest", "Serve", "Topology", "derive", "render"]

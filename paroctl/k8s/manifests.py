@@ -161,7 +161,9 @@ def _service(serve: Serve) -> Doc:
         "spec": {
             "type": serve.cluster.service_type,
             "selector": selector,
-            "ports": [{"name": "http", "port": serve.port, "targetPort": "http", "protocol": "TCP"}],
+            "ports": [
+                {"name": "http", "port": serve.port, "targetPort": "http", "protocol": "TCP"}
+            ],
         },
     }
 

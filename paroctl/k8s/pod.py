@@ -136,7 +136,9 @@ def _volumes(serve: Serve) -> list[Doc]:
     if cache is None:
         cache_volume = _host("cache", serve.cache_dir, "DirectoryOrCreate")
     elif cache.host_path:
-        cache_volume = _host("cache", f"{cache.host_path}/{serve.cache_subdir}", "DirectoryOrCreate")
+        cache_volume = _host(
+            "cache", f"{cache.host_path}/{serve.cache_subdir}", "DirectoryOrCreate"
+        )
     else:
         cache_volume = _claim(serve, "cache", cache, read_only=False)
     return [shm, models_volume, cache_volume]

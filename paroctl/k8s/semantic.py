@@ -193,7 +193,11 @@ def _lws_vars(serve: Serve, docs: tuple[Doc, ...]) -> list[str]:
     if serve.topology == "single" and used:
         return [f"single: {', '.join(used)} only exist in a LeaderWorkerSet's pods"]
     if serve.topology == "multinode":
-        wanted = {manifests.LWS_GROUP_SIZE, manifests.LWS_LEADER_ADDRESS, manifests.LWS_WORKER_INDEX}
+        wanted = {
+            manifests.LWS_GROUP_SIZE,
+            manifests.LWS_LEADER_ADDRESS,
+            manifests.LWS_WORKER_INDEX,
+        }
         if set(used) != wanted:
             return [f"multinode: uses {used}, expected {sorted(wanted)}"]
     return []

@@ -76,7 +76,10 @@ def test_a_misspelt_lws_field_fails_the_subset_schema(int4: dict[str, tuple[Doc,
         doc["spec"]["leaderWorkerTemplate"]["restartPolicy"] = "Always"
 
     found = validate.problems(_broken(int4["multinode"], bad_enum))
-    assert len(found) == 1 and "spec.leaderWorkerTemplate.restartPolicy: 'Always' is not one of" in found[0]
+    assert (
+        len(found) == 1
+        and "spec.leaderWorkerTemplate.restartPolicy: 'Always' is not one of" in found[0]
+    )
 
 
 def test_a_wrong_type_fails_the_core_schema(int4: dict[str, tuple[Doc, ...]]) -> None:
@@ -91,7 +94,11 @@ def test_a_wrong_type_fails_the_core_schema(int4: dict[str, tuple[Doc, ...]]) ->
 
 
 def test_a_kind_without_a_schema_fails_not_warns() -> None:
-    doc = {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor", "metadata": {"name": "x"}}
+    doc = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": {"name": "x"},
+    }
     assert validate.problems([doc]) == [
         "ServiceMonitor/x: Couldn't find schema for kind ServiceMonitor with api version "
         "monitoring.coreos.com/v1 for kubernetes version 1.33"
@@ -162,7 +169,9 @@ def test_a_tcp_socket_readiness_fails(int4: dict[str, tuple[Doc, ...]]) -> None:
         ),
         (
             "multinode",
-            lambda d: d["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"].update(maxSurge="100%"),
+            lambda d: d["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"].update(
+                maxSurge="100%"
+            ),
             "multinode: maxSurge '100%'; a surge group waits for GPUs forever",
         ),
     ],

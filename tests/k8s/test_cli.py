@@ -31,7 +31,9 @@ def test_render_prints_the_manifests_to_stdout() -> None:
 
 @pytest.mark.usefixtures("fixed_paths")
 def test_render_out_writes_one_file(tmp_path: Path) -> None:
-    code, out, _ = _run("nvfp4", "--topology", "multinode", "--nodes", "2", "--no-pin", "--out", str(tmp_path / "m"))
+    code, out, _ = _run(
+        "nvfp4", "--topology", "multinode", "--nodes", "2", "--no-pin", "--out", str(tmp_path / "m")
+    )
     assert code == 0
     written = tmp_path / "m" / "nvfp4-k8s-multinode.yaml"
     assert out == f"{written}\n"

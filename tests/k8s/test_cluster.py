@@ -78,7 +78,10 @@ def test_bad_cluster_keys_are_named(profile_dir: Path) -> None:
         "models: set exactly one of host_path, claim, storage_class (got ['host_path', 'claim'])"
     )
     assert problems[7] == "replicas: unknown key"
-    assert problems[10] == "tolerations.0: operator Exists takes no value; got {'operator': 'Exists', 'value': 'x'}"
+    assert (
+        problems[10]
+        == "tolerations.0: operator Exists takes no value; got {'operator': 'Exists', 'value': 'x'}"
+    )
 
 
 @pytest.mark.usefixtures("fixed_paths")
@@ -99,17 +102,32 @@ def test_every_cluster_setting_reaches_the_manifests(profile_dir: Path) -> None:
         pods = (
             [workload["spec"]["template"]["spec"]]
             if topology == "single"
-            else [workload["spec"]["leaderWorkerTemplate"][f"{r}Template"]["spec"] for r in ("leader", "worker")]
+            else [
+                workload["spec"]["leaderWorkerTemplate"][f"{r}Template"]["spec"]
+                for r in ("leader", "worker")
+            ]
         )
         for pod in pods:
             assert pod["nodeSelector"] == {"amd.com/gpu.family": "gfx1201"}
-            assert pod["tolerations"] == [{"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+            assert pod["tolerations"] == [
+                {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+            ]
             assert pod["securityContext"] == {"supplementalGroups": [44, 992]}
             container = pod["containers"][0]
-            assert container["resources"]["limits"] == {"cpu": "16500m", "memory": "96Gi", "amd.com/gpu": 2}
+            assert container["resources"]["limits"] == {
+                "cpu": "16500m",
+                "memory": "96Gi",
+                "amd.com/gpu": 2,
+            }
             volumes = {v["name"]: v for v in pod["volumes"]}
-            assert volumes["models"]["persistentVolumeClaim"] == {"claimName": "paroctl-t-models", "readOnly": True}
-            assert volumes["cache"]["persistentVolumeClaim"] == {"claimName": "compile-cache", "readOnly": False}
+            assert volumes["models"]["persistentVolumeClaim"] == {
+                "claimName": "paroctl-t-models",
+                "readOnly": True,
+            }
+            assert volumes["cache"]["persistentVolumeClaim"] == {
+                "claimName": "compile-cache",
+                "readOnly": False,
+            }
             cache_mount = next(m for m in container["volumeMounts"] if m["name"] == "cache")
             # Keyed like the systemd cache dir: compile/<profile>-<cache key>.
             key = prof.body.box.cache_root + "/" + cache_mount["subPath"]
@@ -117,7 +135,11 @@ def test_every_cluster_setting_reaches_the_manifests(profile_dir: Path) -> None:
             env = {e["name"]: e for e in container["env"]}
             assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "hf"
             if topology == "multinode":
-                assert env["NCCL_SOCKET_IFNAME"]["value"] == env["GLOO_SOCKET_IFNAME"]["value"] == "eth1"
+                assert (
+                    env["NCCL_SOCKET_IFNAME"]["value"]
+                    == env["GLOO_SOCKET_IFNAME"]["value"]
+                    == "eth1"
+                )
                 assert container["command"][-2:] == ["--master-port", "29600"]
             else:
                 assert "NCCL_SOCKET_IFNAME" not in env
@@ -125,18 +147,29 @@ def test_every_cluster_setting_reaches_the_manifests(profile_dir: Path) -> None:
 
 @pytest.mark.usefixtures("fixed_paths")
 def test_a_host_path_cache_is_keyed_under_its_root(profile_dir: Path) -> None:
-    prof = _load(profile_dir, INT4 + "cluster:\n  cache: {host_path: /mnt/fast}\n  models: {host_path: /mnt/models}\n")
+    prof = _load(
+        profile_dir,
+        INT4 + "cluster:\n  cache: {host_path: /mnt/fast}\n  models: {host_path: /mnt/models}\n",
+    )
     pod = k8s.render(prof, "single", 1)[0].documents[0]["spec"]["template"]["spec"]
     volumes = {v["name"]: v for v in pod["volumes"]}
     key = k8s.serve.engine.layout(prof).cache_key
-    assert volumes["cache"]["hostPath"] == {"path": f"/mnt/fast/compile/t-{key}", "type": "DirectoryOrCreate"}
+    assert volumes["cache"]["hostPath"] == {
+        "path": f"/mnt/fast/compile/t-{key}",
+        "type": "DirectoryOrCreate",
+    }
     assert volumes["models"]["hostPath"] == {"path": "/mnt/models", "type": "Directory"}
 
 
 @pytest.mark.usefixtures("fixed_paths")
 def test_a_dollar_in_argv_or_env_stays_literal(profile_dir: Path) -> None:
-    text = INT4 + "serve:\n  extra_args: ['--chat-template=/t/$(HOME).jinja']\nenv:\n  HF_HOME: /x/$(USER)\n"
-    pod = k8s.render(_load(profile_dir, text), "single", 1)[0].documents[0]["spec"]["template"]["spec"]
+    text = (
+        INT4
+        + "serve:\n  extra_args: ['--chat-template=/t/$(HOME).jinja']\nenv:\n  HF_HOME: /x/$(USER)\n"
+    )
+    pod = k8s.render(_load(profile_dir, text), "single", 1)[0].documents[0]["spec"]["template"][
+        "spec"
+    ]
     container = pod["containers"][0]
     # Kubernetes expands $(VAR) in command and env values; $$ is its escape for one '$'.
     assert container["command"][-1] == "--chat-template=/t/$$(HOME).jinja"

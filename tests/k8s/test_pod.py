@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import yaml
@@ -26,7 +27,7 @@ class _Serve(BaseHTTPRequestHandler):
     # A stand-in for vLLM's two endpoints: booting vLLM (30 s on CPU) for one probe costs too much.
     health = 200
     models: tuple[str, ...] = ()
-    seen_auth: list[str | None] = []
+    seen_auth: ClassVar[list[str | None]] = []
 
     def do_GET(self) -> None:
         type(self).seen_auth.append(self.headers.get("Authorization"))
@@ -89,10 +90,17 @@ def test_pin_only_an_image_paroctl_built_for_this_registry(profile_dir: Path) ->
     digest = "sha256:" + "ab" * 32
     built = {"paroctl.kind": "cpu", "paroctl.knob-registry": prof.registry_digest}
     pushed = ("other.example/x@sha256:" + "cd" * 32, f"reg.example/team/paroctl-cpu@{digest}")
-    assert image.choose(prof, image.ImageFacts(built, pushed)).ref == f"reg.example/team/paroctl-cpu@{digest}"
-    assert image.choose(prof, image.ImageFacts(built, ())).why.startswith("image reg.example/team/paroctl-cpu:v1 has no registry digest yet")
+    assert (
+        image.choose(prof, image.ImageFacts(built, pushed)).ref
+        == f"reg.example/team/paroctl-cpu@{digest}"
+    )
+    assert image.choose(prof, image.ImageFacts(built, ())).why.startswith(
+        "image reg.example/team/paroctl-cpu:v1 has no registry digest yet"
+    )
     stale = {**built, "paroctl.knob-registry": "0" * 64}
-    assert image.choose(prof, image.ImageFacts(stale, pushed)).ref == "reg.example/team/paroctl-cpu:v1"
+    assert (
+        image.choose(prof, image.ImageFacts(stale, pushed)).ref == "reg.example/team/paroctl-cpu:v1"
+    )
     assert image.choose(prof, image.ImageFacts({}, pushed)).ref == "reg.example/team/paroctl-cpu:v1"
     assert image.choose(prof, None).ref == "reg.example/team/paroctl-cpu:v1"
 
@@ -101,7 +109,9 @@ def test_inspect_records_of_both_engines_are_read() -> None:
     docker = {"Config": {"Labels": {"paroctl.kind": "cpu", "maintainer": "x"}}, "RepoDigests": []}
     assert image.facts_from_inspect(docker) == image.ImageFacts({"paroctl.kind": "cpu"}, ())
     podman = {"Labels": {"paroctl.kind": "rocm"}, "RepoDigests": ["localhost/a@sha256:1"]}
-    assert image.facts_from_inspect(podman) == image.ImageFacts({"paroctl.kind": "rocm"}, ("localhost/a@sha256:1",))
+    assert image.facts_from_inspect(podman) == image.ImageFacts(
+        {"paroctl.kind": "rocm"}, ("localhost/a@sha256:1",)
+    )
 
 
 @pytest.mark.e2e
@@ -113,15 +123,24 @@ def test_render_pins_a_real_podman_image_by_digest(profile_dir: Path, tmp_path: 
         f"FROM scratch\nLABEL paroctl.kind=cpu paroctl.knob-registry={registry}\n"
     )
     # FROM scratch with labels only: a real image in well under a second, no registry pull.
-    subprocess.run(["podman", "build", "-q", "-t", f"{repo}:t", str(tmp_path)], check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        ["podman", "build", "-q", "-t", f"{repo}:t", str(tmp_path)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     try:
         _profile(profile_dir, f"{repo}:t")
-        inspect = subprocess.run(["podman", "image", "inspect", f"{repo}:t"], check=True, capture_output=True, text=True)
+        inspect = subprocess.run(
+            ["podman", "image", "inspect", f"{repo}:t"], check=True, capture_output=True, text=True
+        )
         digest = json.loads(inspect.stdout)[0]["Digest"]
         result = CliRunner().invoke(cli, ["k8s", "render", "t"])
         assert result.exit_code == 0, result.stderr
         deployment = next(yaml.safe_load_all(result.stdout))
-        assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == f"{repo}@{digest}"
+        assert (
+            deployment["spec"]["template"]["spec"]["containers"][0]["image"] == f"{repo}@{digest}"
+        )
         assert result.stderr == f"# image {repo}:t pinned by its digest\n"
     finally:
         subprocess.run(["podman", "rmi", "-f", f"{repo}:t"], capture_output=True, timeout=120)

@@ -76,7 +76,9 @@ def test_command_and_env_are_the_quadlet_units(rendered: Cases, case: tuple[str,
     assert argv[:3] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
     for role, container in _containers(rendered[case]).items():
         command = [w.replace("$$", "$") for w in container["command"]]
-        values = [(e["name"], e["value"].replace("$$", "$")) for e in container["env"] if "value" in e]
+        values = [
+            (e["name"], e["value"].replace("$$", "$")) for e in container["env"] if "value" in e
+        ]
         assert values == env, role
         if topology == "single":
             assert command == argv
@@ -107,12 +109,21 @@ def test_the_paro_int4_render_holds_the_issue_rules(rendered: Cases) -> None:
     assert pod["securityContext"] == {"supplementalGroups": [44, 110]}
     assert {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}} in pod["volumes"]
     hf = next(e for e in container["env"] if e["name"] == "HF_TOKEN")
-    assert hf == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "paroctl-secrets", "key": "HF_TOKEN"}}}
-    assert deployment["metadata"]["labels"] == {"paroctl.profile": "paro-int4", "paroctl.profile-hash": profiles.load("paro-int4").hash}
+    assert hf == {
+        "name": "HF_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": "paroctl-secrets", "key": "HF_TOKEN"}},
+    }
+    assert deployment["metadata"]["labels"] == {
+        "paroctl.profile": "paro-int4",
+        "paroctl.profile-hash": profiles.load("paro-int4").hash,
+    }
     assert service["spec"]["selector"] == {"paroctl.profile": "paro-int4"}
     lws, leader_service = multi.documents
     group = lws["spec"]["leaderWorkerTemplate"]
     assert (group["size"], group["restartPolicy"]) == (2, "RecreateGroupOnPodRestart")
     assert "startupProbe" not in group["workerTemplate"]["spec"]["containers"][0]
-    assert leader_service["spec"]["selector"] == {"paroctl.profile": "paro-int4", "paroctl.role": "leader"}
+    assert leader_service["spec"]["selector"] == {
+        "paroctl.profile": "paro-int4",
+        "paroctl.role": "leader",
+    }
     assert group["leaderTemplate"]["metadata"]["labels"]["paroctl.role"] == "leader"
