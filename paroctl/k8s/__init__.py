@@ -6,7 +6,7 @@ from __future__ import annotations
 from paroctl.errors import RenderError
 from paroctl.k8s import image, manifests, semantic
 from paroctl.k8s.manifests import Manifest
-from paroctl.k8s.serve import TOPOLOGIES, Serve, Topology, derive
+from paroctl.k8s.serve import TOPOLOGIES, Serve, Topology, derive, refuse
 from paroctl.profiles import Profile
 
 __all__ = ["TOPOLOGIES", "Manifest", "Serve", "Topology", "derive", "render"]
@@ -16,8 +16,7 @@ def render(
     profile: Profile, topology: Topology, nodes: int, facts: image.ImageFacts | None = None
 ) -> tuple[Manifest, image.Choice]:
     """Render a profile for a cluster; refuse (RenderError) a render that breaks a semantic rule."""
-    if profile.body.image is None:
-        derive(profile, topology, nodes, "")  # raises: names why this profile has no image
+    refuse(profile, topology, nodes)
     choice = image.choose(profile, facts)
     serve = derive(profile, topology, nodes, choice.ref)
     manifest = manifests.build(serve)

@@ -14,7 +14,7 @@ from paroctl.k8s.serve import INTERFACE_ENV, Serve
 from paroctl.profiles import Profile
 
 Doc = dict[str, Any]
-_LWS_VAR = re.compile(r"\$\(LWS_[A-Z_]+\)")
+_LWS_VAR = re.compile(r"(?<!\$)\$\(LWS_[A-Z_]+\)")  # $$(...) is an escaped literal
 _QUANTITY = re.compile(r"^([0-9]+)(Ki|Mi|Gi|Ti)?$")
 _SCALE = {None: 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 

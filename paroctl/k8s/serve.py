@@ -67,7 +67,7 @@ class Serve:
 
 def derive(profile: Profile, topology: Topology, nodes: int, image: str) -> Serve:
     """Check that the profile can run on a cluster in this topology, and derive its serve."""
-    _refuse(profile, topology, nodes)
+    refuse(profile, topology, nodes)
     body, container = profile.body, profile.body.container
     cluster = body.cluster or Cluster()
     where = engine.layout(profile)
@@ -129,8 +129,8 @@ def _gid(profile: Profile, cluster: Cluster, group: str) -> int:
     return cluster.group_ids[group]
 
 
-def _refuse(profile: Profile, topology: Topology, nodes: int) -> None:
-    """Why this profile cannot be rendered for a cluster in this topology (RenderError)."""
+def refuse(profile: Profile, topology: Topology, nodes: int) -> None:
+    """Raise RenderError naming why this profile cannot run on a cluster in this topology."""
     body, where = profile.body, profile.path
     if not profile.uses_engine or body.image is None:
         raise RenderError(
