@@ -26,6 +26,9 @@ class MissingValidator(ParoctlError):
 
 def problems(docs: Iterable[Doc], k8s_version: str = DEFAULT_VERSION) -> list[str]:
     """Every schema problem of these documents; a kind without a schema is a problem too."""
+    unsupported = version_problem(k8s_version)
+    if unsupported:
+        return [unsupported]
     out: list[str] = []
     for doc in docs:
         where = f"{doc.get('kind', '?')}/{(doc.get('metadata') or {}).get('name', '?')}"
@@ -43,6 +46,18 @@ def problems(docs: Iterable[Doc], k8s_version: str = DEFAULT_VERSION) -> list[st
         else:
             out += [f"{where}: {p}" for p in core_problems(doc, k8s_version)]
     return out
+
+
+def version_problem(k8s_version: str) -> str | None:
+    """Why kubernetes-validate cannot check this Kubernetes version (None when it can)."""
+    kv = _kubernetes_validate()
+    have = sorted({kv.major_minor(v) for v in kv.all_versions()}, key=lambda v: int(v[2:]))
+    if kv.major_minor(k8s_version) in have:
+        return None
+    return (
+        f"kubernetes-validate {kv.__version__} has no schemas for Kubernetes {k8s_version} "
+        f"(it has {have[0]} to {have[-1]})"
+    )
 
 
 def core_problems(doc: Doc, k8s_version: str) -> list[str]:

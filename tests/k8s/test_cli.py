@@ -53,7 +53,7 @@ def test_render_out_writes_one_file(tmp_path: Path) -> None:
         (["cpu-demo-docker", "--topology", "multinode"], "cpu-demo-docker.yaml: box.accelerator: cpu; a multinode render splits a model over the GPUs of several nodes"),
         (["cpu-demo"], "cpu-demo.yaml: runtime.engine: none (the serve runs from the host's own venv); a Kubernetes render needs a container image"),
         (["paro-int4", "--k8s-version", "latest"], "Error: --k8s-version 'latest': expected MAJOR.MINOR such as 1.33\n"),
-        (["paro-int4", "--no-pin", "--k8s-version", "1.99"], "the render fails the Kubernetes 1.99 schemas: Deployment/paroctl-paro-int4: kubernetes-validate does not support version 1.99"),
+        (["paro-int4", "--no-pin", "--k8s-version", "1.99"], "Error: the render fails the Kubernetes 1.99 schemas: kubernetes-validate 1.37.0 has no schemas for Kubernetes 1.99 (it has 1.25 to 1.37)\n"),
     ],
 )  # fmt: skip
 def test_bad_input_exits_2_naming_it(args: list[str], message: str) -> None:
