@@ -75,8 +75,11 @@ def single_command(serve: Serve) -> list[str]:
 def multinode_command(serve: Serve, leader: bool) -> list[str]:
     """vLLM's own multi-node launch (no Ray) from the env the LeaderWorkerSet injects."""
     rank = ["--node-rank", "0"] if leader else ["--node-rank", LWS_WORKER_INDEX, "--headless"]
+    argv = single_command(serve)
+    if not leader:
+        argv = [*(pod.escape(w) for w in serve.worker_entry), *argv[serve.entry_len :]]
     return [
-        *single_command(serve),
+        *argv,
         # Tensor parallel inside a node (the profile's), pipeline parallel across the nodes.
         "--pipeline-parallel-size",
         str(serve.nodes),

@@ -131,6 +131,8 @@ def _pod(profile: Profile, serve: Serve, where: str, spec: Doc, serving: bool) -
 
 def _command(profile: Profile, serve: Serve, where: str, command: list[str]) -> list[str]:
     quadlet = quadlet_argv(render.render(profile, "quadlet").content)
+    if where == "worker":  # the same arguments after vLLM's serve command (serve.worker_entry)
+        quadlet = [*serve.worker_entry, *quadlet[serve.entry_len :]]
     seen = [unescape(w) for w in command]
     if seen[: len(quadlet)] != quadlet:
         unit = render.unit_filename(profile, "quadlet")

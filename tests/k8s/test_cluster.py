@@ -187,6 +187,8 @@ def test_a_dollar_in_argv_or_env_stays_literal(profile_dir: Path) -> None:
          "container.group_add: 'gpuusers' has no numeric id for Kubernetes (supplementalGroups takes numbers): set cluster.group_ids.gpuusers"),
         ("container:\n  privileged: true\n", "single",
          "container.privileged: true; a Kubernetes render runs without privilege"),
+        ("serve:\n  entrypoint: [/opt/venv/bin/vllm-wrapper]\n", "multinode",
+         "serve.entrypoint: ['/opt/venv/bin/vllm-wrapper']; a multinode worker runs headless, which only vLLM's serve command does"),
         ("serve:\n  extra_args: ['--nnodes=4']\n", "multinode",
          "serve.extra_args: --nnodes is set by the multinode render"),
         ("env:\n  NCCL_SOCKET_IFNAME: eth0\ncluster:\n  multinode: {interface: eth1}\n", "multinode",

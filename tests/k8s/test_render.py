@@ -83,6 +83,9 @@ def test_command_and_env_are_the_quadlet_units(rendered: Cases, case: tuple[str,
         if topology == "single":
             assert command == argv
             continue
+        if role == "worker":
+            # The same arguments under vLLM's serve command: only it runs a headless worker.
+            argv = ["python3", "-m", "vllm.entrypoints.cli.main", "serve", *argv[3:]]
         assert command[: len(argv)] == argv, role
         rank = ["0"] if role == "leader" else ["$(LWS_WORKER_INDEX)", "--headless"]
         assert command[len(argv) :] == [
