@@ -23,6 +23,7 @@ from pydantic import (
 
 from paroctl import checks, state, yamlsafe
 from paroctl import knobs as knobs_mod
+from paroctl.cluster import Cluster
 from paroctl.errors import ProfileError
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
@@ -281,6 +282,7 @@ class ProfileBody(_Strict):
     knobs: dict[str, Any] = {}
     boot: Boot = Boot()
     gates: Gates = Gates()
+    cluster: Cluster | None = None  # Kubernetes only (paroctl/cluster.py); not in the hash
 
 
 class Profile(BaseModel):
@@ -663,7 +665,12 @@ def _profile_hash(
     name: str, body: ProfileBody, knobs: Mapping[str, str], env: Mapping[str, str]
 ) -> str:
     blob = json.dumps(
-        {"name": name, "body": body.model_dump(mode="json"), "knobs": knobs, "env": env},
+        {
+            "name": name,
+            "body": body.model_dump(mode="json", exclude={"cluster"}),
+            "knobs": knobs,
+            "env": env,
+        },
         sort_keys=True,
         separators=(",", ":"),
     )

@@ -11,6 +11,11 @@ from paroctl import profiles, render
 GOLDEN = Path(__file__).resolve().parent / "golden"
 
 
+def _unit_goldens() -> list[Path]:
+    # k8s-*.yaml beside them belong to tests/k8s/test_render.py (its own --update-golden).
+    return [p for p in GOLDEN.rglob("*") if p.is_file() and not p.name.startswith("k8s")]
+
+
 def _rendered() -> dict[str, str]:
     out: dict[str, str] = {}
     for prof in profiles.load_all():
@@ -23,13 +28,12 @@ def _rendered() -> dict[str, str]:
 def test_golden_files(update_golden: bool) -> None:
     rendered = _rendered()
     if update_golden:
-        for old in GOLDEN.rglob("*"):
-            if old.is_file():
-                old.unlink()
+        for old in _unit_goldens():
+            old.unlink()
         for rel, content in rendered.items():
             (GOLDEN / rel).parent.mkdir(parents=True, exist_ok=True)
             (GOLDEN / rel).write_text(content)
-    on_disk = {str(p.relative_to(GOLDEN)): p.read_text() for p in GOLDEN.rglob("*") if p.is_file()}
+    on_disk = {str(p.relative_to(GOLDEN)): p.read_text() for p in _unit_goldens()}
     assert sorted(on_disk) == sorted(rendered), "golden file set differs (run --update-golden)"
     for rel, content in rendered.items():
         assert on_disk[rel] == content, f"{rel} differs from its golden file"

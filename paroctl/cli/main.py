@@ -24,6 +24,7 @@ SUBCOMMANDS = {
     "results": "paroctl.cli.results:results",
     "report": "paroctl.cli.report:report",
     "image": "paroctl.cli.image:image",
+    "k8s": "paroctl.cli.k8s:k8s",
 }
 
 
