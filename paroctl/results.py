@@ -129,8 +129,7 @@ class Store:
                 path, check_same_thread=False, isolation_level=None, timeout=BUSY_TIMEOUT_S
             )
             self._conn.row_factory = sqlite3.Row
-            # WAL: a report can read while a gate writes; a crash loses at most the last item.
-            self._conn.execute("PRAGMA journal_mode=WAL")
+            _set_wal(self._conn)
             self._conn.execute("PRAGMA foreign_keys=ON")
             self._migrate()
         except sqlite3.Error as exc:
@@ -410,6 +409,24 @@ def _run_dict(row: sqlite3.Row) -> dict[str, Any]:
     if out["first_boot"] is not None:
         out["first_boot"] = bool(out["first_boot"])
     return out
+
+
+def _set_wal(conn: sqlite3.Connection) -> None:
+    """WAL: a report can read while a gate writes; a crash loses at most the last item."""
+    import time
+
+    # Switching a fresh file to WAL takes an exclusive lock, and sqlite answers "database is
+    # locked" at once (no busy wait) when another process is switching it too: retry until the
+    # timeout. Seen in 1 of ~20 rounds of 6 concurrent first opens (test_state_repair).
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
 
 
 @contextmanager

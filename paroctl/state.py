@@ -156,22 +156,30 @@ def live_path() -> Path:
 
 def read_live() -> dict[str, Any] | None:
     """The live serve's record, or None when nothing is recorded as serving."""
-    path = live_path()
+    data, problem = _load_live()
+    if problem:
+        raise StateError(damaged(live_path(), problem))
+    return data
+
+
+def live_damage() -> str | None:
+    """Why live.json cannot be used, or None when it is sound or absent."""
+    return _load_live()[1]
+
+
+def _load_live() -> tuple[dict[str, Any] | None, str | None]:
     try:
-        raw = path.read_bytes()
+        raw = live_path().read_bytes()
     except FileNotFoundError:
-        return None
+        return None, None
     except OSError as exc:
-        raise StateError(damaged(path, f"unreadable ({exc.strerror})")) from exc
+        return None, f"unreadable ({exc.strerror})"
     try:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise StateError(damaged(path, f"not JSON ({exc})")) from exc
+        return None, f"not JSON ({exc})"
     problem = live_problem(data)
-    if problem:
-        raise StateError(damaged(path, problem))
-    assert isinstance(data, dict)
-    return data
+    return (None, problem) if problem else (data, None)
 
 
 def damaged(path: Path, why: str) -> str:
@@ -246,6 +254,8 @@ def repair(dry_run: bool = False) -> list[str]:
     root = home()
     if root.exists() and not root.is_dir():
         raise StateError(f"PAROCTL_HOME {root} is not a directory; point PAROCTL_HOME elsewhere")
+    if not root.exists():
+        return [f"{root}: no state yet; nothing to repair"]
     lines: list[str] = []
     locks = root / "locks"
     for lock in sorted(locks.glob("*.lock")) if locks.is_dir() else ():
@@ -261,13 +271,11 @@ def _state_problems(dry_run: bool) -> list[str]:
     from paroctl import journal, results
 
     lines: list[str] = []
-    try:
-        read_live()
-    except StateError as exc:
-        why = exc.message.split(": damaged: ", 1)[-1].split("; `paroctl repair`", 1)[0]
+    why = live_damage()
+    if why:
         lines.append(_aside(live_path(), why, dry_run))
         lines.append(
-            "  nothing is recorded as live now; if a serve still runs, `paroctl status` and the "
+            "  then nothing is recorded as live; if a serve still runs, `paroctl status` and the "
             "profile's port show it (stop it with systemctl or by its pid)"
         )
     try:

@@ -6,7 +6,6 @@ import os
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -123,35 +122,49 @@ def test_home_that_is_a_file_is_a_clean_error(
 
 
 _OPEN = """
-import sys, time
+import sys, traceback
 from pathlib import Path
-go = Path(sys.argv[2])
-while not go.exists():
-    time.sleep(0.001)
 from paroctl.results import open_store
-open_store(Path(sys.argv[1])).close()
+print("ready", flush=True)
+for line in sys.stdin:  # one store path a round, sent to every process at once
+    try:
+        open_store(Path(line.strip())).close()
+        print("ok", flush=True)
+    except Exception:
+        print(traceback.format_exc().replace("\\n", " | "), flush=True)
 """
+ROUNDS, PROCESSES = 20, 6
 
 
 def test_concurrent_first_opens_migrate_once(tmp_path: Path) -> None:
-    """Real processes open a fresh store at the same instant; none fails, v1 is applied once."""
-    for round_ in range(3):
-        db, go = tmp_path / f"r{round_}.db", tmp_path / f"go{round_}"
-        procs = [
-            subprocess.Popen(
-                [sys.executable, "-c", _OPEN, str(db), str(go)],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                cwd=REPO,
-            )
-            for _ in range(6)
-        ]
-        time.sleep(1.5)  # every process is past its imports and spinning on the go file
-        go.touch()
-        outs = [(p.wait(timeout=60), p.stdout.read().decode() if p.stdout else "") for p in procs]
-        assert [rc for rc, _ in outs] == [0] * 6, [o for _, o in outs if o]
-        with sqlite3.connect(db) as conn:
-            assert conn.execute("SELECT version FROM schema_migrations").fetchall() == [(1,)]
+    """Real processes open fresh stores at the same instant; none fails, v1 is applied once."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _OPEN],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
+        for _ in range(PROCESSES)
+    ]
+    try:
+        for proc in procs:  # each is past its imports
+            assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        for round_ in range(ROUNDS):
+            db = tmp_path / f"r{round_}.db"
+            for proc in procs:
+                assert proc.stdin is not None
+                proc.stdin.write(f"{db}\n")
+                proc.stdin.flush()
+            answers = [proc.stdout.readline().strip() for proc in procs if proc.stdout]
+            assert answers == ["ok"] * PROCESSES, [a for a in answers if a != "ok"][:1]
+            with sqlite3.connect(db) as conn:
+                assert conn.execute("SELECT version FROM schema_migrations").fetchall() == [(1,)]
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
 
 
 # --- the lock ------------------------------------------------------------------------------------
