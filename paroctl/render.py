@@ -46,6 +46,7 @@ class UnitContext:
     exec_cleanup: str
     exec_args: str
     mkdir: str
+    chown: str
     timeout_start_s: int
     timeout_stop_s: int
     wanted_by: str
@@ -180,6 +181,12 @@ def unit_context(profile: Profile) -> UnitContext:
         exec_cleanup=systemd_join(engine.rm_argv(profile)) if uses_engine else "",
         exec_args=systemd_join(engine.serve_argv(profile)),
         mkdir=systemd_join(["/usr/bin/mkdir", "-p", where.cache_dir]),
+        # A serve run as container.user writes its compile caches there; the mkdir above is root's.
+        chown=(
+            systemd_join(["/usr/bin/chown", container.user, where.cache_dir])
+            if container.user
+            else ""
+        ),
         timeout_start_s=body.serve.boot_timeout_s,
         timeout_stop_s=container.stop_grace_s + 15,
         wanted_by="multi-user.target" if body.runtime.scope == "system" else "default.target",

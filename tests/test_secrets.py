@@ -189,7 +189,11 @@ def test_capabilities_dropped_and_labels_set_in_service_and_quadlet(profile_dir:
         head[i + 1] for i, word in enumerate(head) if word == "--label"
     }
     assert "--privileged" not in argv and ("--ipc", "private") in itertools.pairwise(head)
+    cache = next(w for w in argv if w.endswith(":/cache")).removesuffix(":/cache")
+    chown = f"ExecStartPre=/usr/bin/chown 1000:1001 {cache}"
+    assert chown in render.render(prof, "service").content.splitlines()
     quadlet = render.render(prof, "quadlet").content.splitlines()
+    assert chown in quadlet
     [podman_args] = [ln for ln in quadlet if ln.startswith("PodmanArgs=")]
     assert podman_args.endswith(" --cap-drop ALL --cap-add SYS_PTRACE --user 1000:1001")
     for line in ("Label=paroctl.profile=t", f"Label=paroctl.profile-hash={prof.hash}"):
