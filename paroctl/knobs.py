@@ -15,7 +15,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from paroctl import state
+from paroctl import secrets, state
 from paroctl.checks import short
 from paroctl.errors import RegistryError
 
@@ -182,6 +182,13 @@ def check_env(given: Mapping[str, KnobValue], vllm_names: frozenset[str] | None)
     errors: list[str] = []
     for name, value in given.items():
         where = f"env.{name}"
+        if secrets.is_secret(name):
+            # Nothing about the value: the error message must not carry the secret either.
+            errors.append(
+                f"{where}: a secret; set it in the 0600 secrets file (container.secrets_env_file) "
+                "and list its name in container.secret_names"
+            )
+            continue
         if not isinstance(value, str):
             errors.append(f"{where}: expected a string (quote it in YAML), got {short(value)}")
         elif value == "":

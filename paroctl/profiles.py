@@ -21,7 +21,7 @@ from pydantic import (
     model_validator,
 )
 
-from paroctl import checks, state, yamlsafe
+from paroctl import checks, secrets, state, yamlsafe
 from paroctl import knobs as knobs_mod
 from paroctl.cluster import Cluster
 from paroctl.errors import ProfileError
@@ -85,6 +85,10 @@ class Image(_Strict):
     kind: Literal["rocm", "cuda", "cpu"]
 
 
+# The capabilities a serve may ask back after --cap-drop ALL (debugging, pinned memory, priority).
+Capability = Literal["SYS_PTRACE", "IPC_LOCK", "SYS_NICE", "SYS_RESOURCE"]
+
+
 class Container(_Strict):
     """Container flags; least privilege unless the profile asks otherwise."""
 
@@ -100,6 +104,11 @@ class Container(_Strict):
         (), max_length=64
     )
     stop_grace_s: Seconds = 30
+    # Least privilege (paroctl/privilege.py): every capability dropped unless listed here; a
+    # numeric UID[:GID] runs the serve as that user (the GPU nodes then need the host's render and
+    # video GIDs in group_add, as numbers: names resolve against the image's /etc/group).
+    cap_add: tuple[Capability, ...] = Field((), max_length=8)
+    user: Annotated[str, Field(pattern=r"^[0-9]{1,10}(:[0-9]{1,10})?$")] | None = None
 
     @model_validator(mode="after")
     def _secrets_need_file(self) -> Container:
@@ -137,7 +146,8 @@ class Serve(_Strict):
     entrypoint: tuple[NonEmpty, ...] = Field(
         ("python3", "-m", "vllm.entrypoints.openai.api_server"), min_length=1, max_length=32
     )
-    host: Word = "0.0.0.0"
+    # Loopback unless the profile opts into a LAN address (which then needs an API key).
+    host: Word = "127.0.0.1"
     port: Annotated[int, Field(ge=1, le=65535, strict=True)] = 8080
     mode: Literal["prod", "eval"]
     tensor_parallel_size: Small = 1
@@ -486,6 +496,7 @@ def _validate(name: str, path: Path, merged: dict[str, Any], origins: Origins) -
     if body is not None:
         problems.extend(_cross_checks(body, resolved_knobs))
         problems.extend(_reference_checks(name, path.parent, body))
+        problems.extend(_privilege_checks(body))
     if problems:
         raise ProfileError(sorted({_locate(loc, msg, path, origins) for loc, msg in problems}))
     assert body is not None
@@ -599,6 +610,46 @@ def _reference_checks(
     if not NAME_RE.match(kld.reference) or kld.reference not in list_names(directory):
         return [(where, f"no such profile {checks.short(kld.reference)} in {directory}")]
     return []
+
+
+def is_loopback(host: str) -> bool:
+    """True for an address only this machine reaches (127.0.0.0/8, ::1, localhost)."""
+    import ipaddress
+
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: where it resolves is not ours to know
+
+
+def _privilege_checks(body: ProfileBody) -> list[tuple[tuple[str, ...], str]]:
+    """Least privilege: a LAN address needs an API key; podman needs a private IPC namespace."""
+    host, container = body.serve.host, body.container
+    problems: list[tuple[tuple[str, ...], str]] = []
+    if body.runtime.engine == "podman" and container.ipc != "private":
+        problems.append(
+            (
+                ("container", "ipc"),
+                f"{container.ipc}: podman refuses it beside --shm-size, which the serve always "
+                'gets ("cannot set shmsize when running in the host IPC Namespace"); use '
+                "private (the TP workers share the container's own /dev/shm)",
+            )
+        )
+    if is_loopback(host):
+        return problems
+    where = ("serve", "host")
+    if body.runtime.kind == "local":
+        problems.append((where, f"{host} is not loopback; a local serve binds 127.0.0.1 only"))
+    elif secrets.API_KEY_NAME not in container.secret_names:
+        problems.append(
+            (
+                where,
+                f"{host} publishes the serve beyond this machine; add {secrets.API_KEY_NAME} to "
+                "container.secret_names (its value in container.secrets_env_file) or bind "
+                "127.0.0.1",
+            )
+        )
+    return problems
 
 
 # vLLM flags the typed `serve` section owns; duplicating them in extra_args would let two values

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
-from paroctl import checks, engine, knobs, state
+from paroctl import checks, engine, knobs, privilege, state
 from paroctl.errors import RenderError
 from paroctl.profiles import Profile, expand, list_names
 
@@ -46,6 +46,7 @@ class UnitContext:
     exec_cleanup: str
     exec_args: str
     mkdir: str
+    chown: str
     timeout_start_s: int
     timeout_stop_s: int
     wanted_by: str
@@ -159,6 +160,9 @@ def unit_context(profile: Profile) -> UnitContext:
     podman_args += ["--ipc", container.ipc, "--shm-size", container.shm_size]
     if container.privileged:
         podman_args.append("--privileged")
+    # Through PodmanArgs, not DropCapability=/User=: the same flags as the .service's argv, and
+    # Quadlet's defaults for those keys changed between podman releases.
+    podman_args += privilege.engine_args(container)
     publish = engine.publish_spec(profile)
     return UnitContext(
         name=profile.name,
@@ -172,13 +176,17 @@ def unit_context(profile: Profile) -> UnitContext:
         env_file=where.env_file,
         secrets_file=expand(container.secrets_env_file) if container.secrets_env_file else "",
         cache_dir=where.cache_dir,
-        exec_start=systemd_join(
-            engine.run_argv(profile) if uses_engine else engine.serve_argv(profile)
-        ),
+        exec_start=systemd_join(_exec_argv(profile)),
         exec_stop=systemd_join(engine.stop_argv(profile)) if uses_engine else "",
         exec_cleanup=systemd_join(engine.rm_argv(profile)) if uses_engine else "",
         exec_args=systemd_join(engine.serve_argv(profile)),
         mkdir=systemd_join(["/usr/bin/mkdir", "-p", where.cache_dir]),
+        # A serve run as container.user writes its compile caches there; the mkdir above is root's.
+        chown=(
+            systemd_join(["/usr/bin/chown", container.user, where.cache_dir])
+            if container.user
+            else ""
+        ),
         timeout_start_s=body.serve.boot_timeout_s,
         timeout_stop_s=container.stop_grace_s + 15,
         wanted_by="multi-user.target" if body.runtime.scope == "system" else "default.target",
@@ -192,6 +200,14 @@ def unit_context(profile: Profile) -> UnitContext:
         podman_args=systemd_join(podman_args),
         no_new_privileges=not container.privileged,
     )
+
+
+def _exec_argv(profile: Profile) -> list[str]:
+    """The .service's ExecStart argv: the engine's run argv with the least-privilege flags."""
+    serve = engine.serve_argv(profile)
+    if not profile.uses_engine:
+        return serve
+    return privilege.with_engine_args(engine.run_argv(profile), serve, profile.body.container)
 
 
 def env_context(profile: Profile) -> EnvContext:

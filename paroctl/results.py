@@ -76,6 +76,7 @@ MIGRATIONS: tuple[str, ...] = (
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
+BUSY_TIMEOUT_S = 10.0
 # A run is "running" until finish(); one left "running" by a dead process is resumable.
 RUN_STATUSES = ("running", "pass", "fail", "unjudged", "error")
 
@@ -114,18 +115,25 @@ class Store:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-            self._conn.row_factory = sqlite3.Row
-            # WAL: a report can read while a gate writes; a crash loses at most the last item.
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA foreign_keys=ON")
-            self._conn.execute("PRAGMA busy_timeout=10000")
-        except sqlite3.Error as exc:
-            raise StateError(f"{path}: cannot open the results store ({exc})") from exc
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StateError(
+                f"{path.parent}: cannot hold the results store ({exc.strerror}); point "
+                "PAROCTL_HOME at a writable directory"
+            ) from exc
         self._lock = threading.RLock()
-        self._migrate()
+        try:
+            # timeout: concurrent first opens wait for each other's schema transaction.
+            self._conn = sqlite3.connect(
+                path, check_same_thread=False, isolation_level=None, timeout=BUSY_TIMEOUT_S
+            )
+            self._conn.row_factory = sqlite3.Row
+            _set_wal(self._conn)
+            self._conn.execute("PRAGMA foreign_keys=ON")
+            self._migrate()
+        except sqlite3.Error as exc:
+            raise StateError(store_error(path, exc)) from exc
 
     def close(self) -> None:
         """Close the database."""
@@ -140,7 +148,7 @@ class Store:
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
+        with self._lock, _sqlite_errors(self.path):
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 yield self._conn
@@ -150,7 +158,7 @@ class Store:
             self._conn.execute("COMMIT")
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
-        with self._lock:
+        with self._lock, _sqlite_errors(self.path):
             return list(self._conn.execute(sql, params))
 
     # --- schema -----------------------------------------------------------------------------
@@ -161,19 +169,23 @@ class Store:
         return int(rows[0]["v"])
 
     def _migrate(self) -> None:
+        # One IMMEDIATE transaction reads the version and applies what is missing: two processes
+        # opening a fresh store at once serialise here, and the second finds nothing left to do
+        # (reading the version outside the transaction let both apply v1: "table boots already
+        # exists", 1 in 15 opens in the issue-13 probe).
         with self._tx() as conn:
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS schema_migrations "
                 "(version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
             )
-        current = self.schema_version()
-        if current > SCHEMA_VERSION:
-            raise StateError(
-                f"{self.path}: schema v{current} is newer than this paroctl understands "
-                f"(v{SCHEMA_VERSION}); upgrade paroctl"
-            )
-        for version in range(current + 1, SCHEMA_VERSION + 1):
-            with self._tx() as conn:
+            row = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()
+            current = int(row[0])
+            if current > SCHEMA_VERSION:
+                raise StateError(
+                    f"{self.path}: schema v{current} is newer than this paroctl understands "
+                    f"(v{SCHEMA_VERSION}); upgrade paroctl"
+                )
+            for version in range(current + 1, SCHEMA_VERSION + 1):
                 # executescript would COMMIT on its own; run the statements one by one instead.
                 for statement in MIGRATIONS[version - 1].split(";"):
                     if statement.strip():
@@ -397,6 +409,61 @@ def _run_dict(row: sqlite3.Row) -> dict[str, Any]:
     if out["first_boot"] is not None:
         out["first_boot"] = bool(out["first_boot"])
     return out
+
+
+def _set_wal(conn: sqlite3.Connection) -> None:
+    """WAL: a report can read while a gate writes; a crash loses at most the last item."""
+    import time
+
+    # Switching a fresh file to WAL takes an exclusive lock, and sqlite answers "database is
+    # locked" at once (no busy wait) when another process is switching it too: retry until the
+    # timeout. Seen in 1 of ~20 rounds of 6 concurrent first opens (test_state_repair).
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
+@contextmanager
+def _sqlite_errors(path: Path) -> Iterator[None]:
+    """sqlite's errors as StateError: one message naming the store and the way out."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise StateError(store_error(path, exc)) from exc
+
+
+def store_error(path: Path, exc: sqlite3.Error) -> str:
+    """The message for a store sqlite cannot use: damage (the repair), or another cause."""
+    if isinstance(exc, sqlite3.OperationalError):
+        # Busy past the timeout, disk full, unwritable: the file itself is not damaged.
+        return f"{path}: cannot use the results store ({exc})"
+    return state.damaged(path, f"sqlite: {exc}")
+
+
+def store_problem(path: Path) -> str | None:
+    """Why the store at path is damaged (sqlite's quick_check), or None when it is sound."""
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+    except sqlite3.Error as exc:
+        return f"cannot open ({exc})"
+    try:
+        rows = conn.execute("PRAGMA quick_check").fetchall()
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc) or "busy" in str(exc):
+            return None  # in use by a writer: not evidence of damage
+        return f"sqlite: {exc}"
+    except sqlite3.Error as exc:
+        return f"sqlite: {exc}"
+    finally:
+        conn.close()
+    found = [str(row[0]) for row in rows]
+    return None if found == ["ok"] else "sqlite quick_check: " + "; ".join(found)[:300]
 
 
 def default_path() -> Path:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -84,19 +86,39 @@ def fsync_dir(directory: Path) -> None:
 def locked(name: str = "box") -> Iterator[Path]:
     """Hold an exclusive, non-blocking lock under PAROCTL_HOME for the duration of a block."""
     lock_path = home() / "locks" / f"{name}.lock"
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "a+") as handle:
+    try:
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        # O_NOFOLLOW and no O_TRUNC: a symlink planted at the lock path (to /etc/passwd, say) is
+        # refused instead of followed, and an existing file is never emptied on open.
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise StateError(_lock_problem(lock_path, exc)) from exc
+    with os.fdopen(fd, "r+") as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise StateError(f"{lock_path}: not a regular file; remove it (`paroctl repair`)")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as exc:
             raise StateError(
                 f"another paroctl holds {lock_path}; wait for it to finish or stop it"
             ) from exc
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"{os.getpid()}\n")
-        handle.flush()
+        # The pid is a courtesy for whoever finds the lock held; it is written only into a file
+        # that is ours alone (a hard link to a foreign file has st_nlink > 1).
+        if info.st_uid == os.geteuid() and info.st_nlink == 1:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"{os.getpid()}\n")
+            handle.flush()
         yield lock_path
+
+
+def _lock_problem(lock_path: Path, exc: OSError) -> str:
+    if exc.errno == errno.ELOOP:
+        return f"{lock_path}: is a symbolic link; paroctl does not follow it (remove it)"
+    if exc.errno == errno.EISDIR:
+        return f"{lock_path}: is a directory; remove it (`paroctl repair` moves it aside)"
+    return f"{lock_path}: cannot open the lock ({exc.strerror}); check PAROCTL_HOME ({home()})"
 
 
 def debug() -> bool:
@@ -134,13 +156,68 @@ def live_path() -> Path:
 
 def read_live() -> dict[str, Any] | None:
     """The live serve's record, or None when nothing is recorded as serving."""
+    data, problem = _load_live()
+    if problem:
+        raise StateError(damaged(live_path(), problem))
+    return data
+
+
+def live_damage() -> str | None:
+    """Why live.json cannot be used, or None when it is sound or absent."""
+    return _load_live()[1]
+
+
+def _load_live() -> tuple[dict[str, Any] | None, str | None]:
     try:
-        data = json.loads(live_path().read_text())
+        raw = live_path().read_bytes()
     except FileNotFoundError:
-        return None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise StateError(f"{live_path()}: unreadable ({exc}); `paroctl stop` resets it") from exc
-    return data if isinstance(data, dict) else None
+        return None, None
+    except OSError as exc:
+        return None, f"unreadable ({exc.strerror})"
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return None, f"not JSON ({exc})"
+    problem = live_problem(data)
+    return (None, problem) if problem else (data, None)
+
+
+def damaged(path: Path, why: str) -> str:
+    """The one message for a damaged state file: what is wrong and the way out."""
+    return (
+        f"{path}: damaged: {why}; `paroctl repair` moves it aside (kept, with a timestamp), "
+        "then `paroctl status` shows what serves"
+    )
+
+
+# What every reader of live.json relies on; the switch writes more (BootRecord), all optional here.
+_LIVE_REQUIRED = {"profile": str, "host": str, "port": int}
+_LIVE_TYPED: dict[str, type | tuple[type, ...]] = {
+    "hash": str,
+    "runtime": str,
+    "scope": str,
+    "served_names": list,
+    "grace_s": (int, float),
+    "kv_tokens": (int, type(None)),
+}
+
+
+def live_problem(data: Any) -> str | None:
+    """Why a parsed live.json cannot be trusted, or None when its fields are usable."""
+    if not isinstance(data, dict):
+        return f"expected a JSON object, got {type(data).__name__}"
+    missing = [key for key in _LIVE_REQUIRED if key not in data]
+    if missing:
+        return f"lacks {', '.join(missing)}"
+    for key, kind in (*_LIVE_REQUIRED.items(), *_LIVE_TYPED.items()):
+        if key in data and (not isinstance(data[key], kind) or isinstance(data[key], bool)):
+            return f"{key}: unexpected value {str(data[key])[:60]!r}"
+    if not 1 <= data["port"] <= 65535:
+        return f"port: {data['port']} is not a TCP port"
+    names = data.get("served_names", [])
+    if not all(isinstance(n, str) for n in names):
+        return "served_names: expected a list of names"
+    return None
 
 
 def write_live(record: Mapping[str, Any]) -> None:
@@ -152,3 +229,76 @@ def clear_live() -> None:
     """Record that nothing serves."""
     with contextlib.suppress(FileNotFoundError):
         live_path().unlink()
+
+
+# --- repair: damaged state files are moved aside (kept, never deleted) -------------------------
+
+
+def move_aside(path: Path) -> Path:
+    """Rename a damaged file or directory to `<name>.corrupt-<UTC stamp>`; never delete it."""
+    import time
+
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    target = path.with_name(f"{path.name}.corrupt-{stamp}")
+    serial = 1
+    while target.exists() or target.is_symlink():
+        serial += 1
+        target = path.with_name(f"{path.name}.corrupt-{stamp}-{serial}")
+    os.rename(path, target)
+    fsync_dir(path.parent)
+    return target
+
+
+def repair(dry_run: bool = False) -> list[str]:
+    """Check the state files under PAROCTL_HOME; move the damaged ones aside; say what was done."""
+    root = home()
+    if root.exists() and not root.is_dir():
+        raise StateError(f"PAROCTL_HOME {root} is not a directory; point PAROCTL_HOME elsewhere")
+    if not root.exists():
+        return [f"{root}: no state yet; nothing to repair"]
+    lines: list[str] = []
+    locks = root / "locks"
+    for lock in sorted(locks.glob("*.lock")) if locks.is_dir() else ():
+        if lock.is_symlink() or not lock.is_file():
+            lines.append(_aside(lock, "not a regular file", dry_run))
+    if dry_run:
+        return lines + _state_problems(dry_run)
+    with locked():
+        return lines + _state_problems(dry_run)
+
+
+def _state_problems(dry_run: bool) -> list[str]:
+    from paroctl import journal, results
+
+    lines: list[str] = []
+    why = live_damage()
+    if why:
+        lines.append(_aside(live_path(), why, dry_run))
+        lines.append(
+            "  then nothing is recorded as live; if a serve still runs, `paroctl status` and the "
+            "profile's port show it (stop it with systemctl or by its pid)"
+        )
+    try:
+        journal.read()
+    except StateError as exc:
+        lines.append(_aside(journal.path(), exc.message.split(": ", 1)[-1][:200], dry_run))
+        lines.append("  a switch was under way: check what serves before the next switch")
+    store = results.default_path()
+    problem = results.store_problem(store) if store.is_file() else None
+    if problem:
+        lines.append(_aside(store, problem, dry_run))
+        for extra in (store.with_name(store.name + "-wal"), store.with_name(store.name + "-shm")):
+            if extra.exists():
+                lines.append(_aside(extra, "belongs to the damaged store", dry_run))
+        lines.append("  a fresh results store is created on the next gate run")
+    return lines or [f"{home()}: state files are sound; nothing to repair"]
+
+
+def _aside(path: Path, why: str, dry_run: bool) -> str:
+    if dry_run:
+        return f"would move {path} aside ({why})"
+    try:
+        target = move_aside(path)
+    except OSError as exc:
+        raise StateError(f"{path}: cannot move it aside ({exc.strerror}); move it by hand") from exc
+    return f"moved {path} aside to {target.name} ({why})"

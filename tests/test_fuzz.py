@@ -1,20 +1,22 @@
-"""Property-based fuzz: a mutated profile loads or fails with a clean ProfileError; nothing else."""
+"""Property-based fuzz: a mutated profile loads or fails with a clean ProfileError; nothing else.
+
+Every case runs in a worker process under a memory limit and a per-case wall time
+(fuzz_sandbox.py): a hang or a blow-up fails the test with the case named. 1,000 cases a run.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import copy
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
+from fuzz_sandbox import CaseFailed, Sandbox
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from paroctl import profiles, render
-from paroctl.errors import ParoctlError, ProfileError
 
 REPO = Path(__file__).resolve().parents[1]
 SEEDS = {
@@ -84,17 +86,28 @@ def mutated(draw: st.DrawFn) -> dict[str, Any]:
     return doc
 
 
-def _check(directory: Path, text: str) -> None:
-    # The KLD reference of the paro-int5 seed: without it every such case stops at that key.
-    (directory / "bf16-ref.yaml").write_text((REPO / "profiles" / "bf16-ref.yaml").read_text())
-    (directory / "fuzz.yaml").write_text(text)
+def _worker_env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PAROCTL_")}
+    return {**env, "PAROCTL_HOME": str(home), "PAROCTL_CACHE": str(home / "cache")}
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+    box = Sandbox(_worker_env(tmp_path_factory.mktemp("fuzz-home")))
+    yield box
+    box.close()
+
+
+def test_the_sandbox_fails_a_hang_and_a_memory_blow_up(tmp_path: Path) -> None:
+    box = Sandbox(_worker_env(tmp_path), timeout_s=1.0)
     try:
-        prof = profiles.load("fuzz", directory)
-    except ProfileError as exc:
-        assert exc.problems and all(p.startswith(str(directory)) for p in exc.problems)
-        return
-    with contextlib.suppress(ParoctlError):
-        render.render_all(prof)
+        with pytest.raises(CaseFailed, match=r"^hang: no answer within 1.0 s"):
+            box.ask({"probe": "hang"})
+        assert box.ask({"probe": "allocate", "bytes": 1 << 20}) == str(1 << 20)  # a fresh worker
+        with pytest.raises(CaseFailed, match=r"MemoryError"):
+            box.ask({"probe": "allocate", "bytes": 8 << 30})
+    finally:
+        box.close()
 
 
 FUZZ = settings(
@@ -104,14 +117,16 @@ FUZZ = settings(
 
 @FUZZ
 @given(doc=mutated())
-def test_mutated_profiles_fail_cleanly(profile_dir: Path, doc: dict[str, Any]) -> None:
-    _check(profile_dir, yaml.safe_dump(doc))
+def test_mutated_profiles_fail_cleanly(
+    sandbox: Sandbox, profile_dir: Path, doc: dict[str, Any]
+) -> None:
+    sandbox.check(profile_dir, yaml.safe_dump(doc))
 
 
 @FUZZ
 @given(text=st.text(max_size=200))
-def test_arbitrary_text_fails_cleanly(profile_dir: Path, text: str) -> None:
-    _check(profile_dir, text)
+def test_arbitrary_text_fails_cleanly(sandbox: Sandbox, profile_dir: Path, text: str) -> None:
+    sandbox.check(profile_dir, text)
 
 
 # --- YAML features: anchors and aliases, tags, merge keys, duplicate and non-string keys, nesting
@@ -173,7 +188,6 @@ def featured(draw: st.DrawFn) -> str:
 )
 @given(text=featured())
 def test_yaml_features_fail_cleanly_and_quickly(
-    profile_dir: Path, deadline: Callable[[float], AbstractContextManager[None]], text: str
+    sandbox: Sandbox, profile_dir: Path, text: str
 ) -> None:
-    with deadline(5):
-        _check(profile_dir, text)
+    sandbox.check(profile_dir, text)

@@ -23,6 +23,7 @@ SUBCOMMANDS = {
     "gate": "paroctl.cli.gate:gate",
     "results": "paroctl.cli.results:results",
     "report": "paroctl.cli.report:report",
+    "repair": "paroctl.cli.repair:repair",
     "image": "paroctl.cli.image:image",
     "k8s": "paroctl.cli.k8s:k8s",
 }

@@ -41,7 +41,7 @@ def profile_show(name: str) -> None:
     """Print a profile fully resolved: inheritance applied, every knob, derived paths."""
     import yaml
 
-    from paroctl import engine, profiles
+    from paroctl import engine, profiles, secrets
 
     prof = profiles.load(name)
     where = engine.layout(prof)
@@ -50,8 +50,9 @@ def profile_show(name: str) -> None:
         "file": str(prof.path),
         "hash": prof.hash,
         **prof.body.model_dump(mode="json", exclude={"knobs", "env"}),
-        "env": prof.env,
-        "knobs": prof.knobs,
+        # load() refuses secrets in env; redact anyway, so no future path can print one.
+        "env": secrets.redact(prof.env),
+        "knobs": secrets.redact(prof.knobs),
         "derived": {
             "cache_dir": where.cache_dir,
             "env_file": where.env_file,

@@ -70,12 +70,22 @@ def unit_diff(name: str, fmt: str) -> None:
 @click.option("--dry-run", is_flag=True, help="Print the files and commands; change nothing.")
 @click.option("--no-reload", is_flag=True, help="Write the files but skip systemctl daemon-reload.")
 def unit_install(name: str, fmt: str, dry_run: bool, no_reload: bool) -> None:
-    """Write a profile's unit and env file, then daemon-reload."""
-    from paroctl import profiles
+    """Write a profile's unit and env file, then daemon-reload (after checking its secrets file)."""
+    from paroctl import profiles, secrets
+    from paroctl.errors import StateError
+    from paroctl.profiles import expand
     from paroctl.runtime import systemd
 
     prof = profiles.load(name)
     plan = systemd.install_plan(prof, fmt, reload=not no_reload)  # type: ignore[arg-type]
+    container = prof.body.container
+    if container.secrets_env_file:
+        problems = secrets.file_problems(expand(container.secrets_env_file), container.secret_names)
+        if problems:
+            raise StateError(
+                "the secrets file is not ready (systemd would start the serve without them):\n"
+                + "\n".join(f"  {p}" for p in problems)
+            )
     for line in plan.describe():
         click.echo(line)
     if not dry_run:

@@ -74,7 +74,19 @@ def _container(serve: Serve, command: list[str], serving: bool) -> Doc:
         container["ports"] = [{"name": "http", "containerPort": serve.port, "protocol": "TCP"}]
         container.update(probes(serve))
     container["resources"] = {"requests": dict(amounts), "limits": dict(amounts)}
-    container["securityContext"] = {"allowPrivilegeEscalation": False, "privileged": False}
+    security: Doc = {
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        # As the podman argv: every capability dropped, only the profile's container.cap_add back.
+        "capabilities": {"drop": ["ALL"], **({"add": list(serve.cap_add)} if serve.cap_add else {})},
+    }
+    if serve.user:
+        uid, _, gid = serve.user.partition(":")
+        security["runAsUser"] = int(uid)
+        security["runAsNonRoot"] = int(uid) != 0
+        if gid:
+            security["runAsGroup"] = int(gid)
+    container["securityContext"] = security
     container["volumeMounts"] = [
         {"name": "shm", "mountPath": "/dev/shm"},
         {"name": "models", "mountPath": engine.MODELS_MOUNT, "readOnly": True},

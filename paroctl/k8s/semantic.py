@@ -122,6 +122,12 @@ def _pod(profile: Profile, serve: Serve, where: str, spec: Doc, serving: bool) -
     out += _command(profile, serve, where, container.get("command", []))
     out += _env(profile, serve, where, container.get("env", []))
     out += _memory(serve, where, spec, container)
+    security = container.get("securityContext", {})
+    if security.get("allowPrivilegeEscalation") is not False or security.get("privileged"):
+        out.append(f"{where}: the container must not be privileged or escalate privilege")
+    caps = security.get("capabilities", {})
+    if caps.get("drop") != ["ALL"] or sorted(caps.get("add", [])) != sorted(serve.cap_add):
+        out.append(f"{where}: capabilities must drop ALL and add back only container.cap_add")
     if serving:
         out += _probes(serve, where, container)
     elif any(k in container for k in ("startupProbe", "readinessProbe", "livenessProbe")):

@@ -70,6 +70,8 @@ class Serve:
     served_names: tuple[str, ...]
     group_ids: tuple[int, ...]
     cluster: Cluster
+    cap_add: tuple[str, ...] = ()  # container.cap_add: all else dropped, as in the podman argv
+    user: str | None = None  # container.user, numeric UID[:GID]
 
 
 def derive(profile: Profile, topology: Topology, nodes: int, image: str) -> Serve:
@@ -109,6 +111,8 @@ def derive(profile: Profile, topology: Topology, nodes: int, image: str) -> Serv
         served_names=body.model.served_names,
         group_ids=tuple(_gid(profile, cluster, group) for group in container.group_add),
         cluster=cluster,
+        cap_add=tuple(container.cap_add),
+        user=container.user,
     )
 
 

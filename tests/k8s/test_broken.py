@@ -149,6 +149,16 @@ def test_a_tcp_socket_readiness_fails(int4: dict[str, tuple[Doc, ...]]) -> None:
         ),
         (
             "single",
+            lambda d: _pod(d)["containers"][0]["securityContext"].pop("capabilities"),
+            "pod: capabilities must drop ALL and add back only container.cap_add",
+        ),
+        (
+            "multinode",
+            lambda d: _pod(d)["containers"][0]["securityContext"].update(privileged=True),
+            "leader: the container must not be privileged or escalate privilege",
+        ),
+        (
+            "single",
             lambda d: _pod(d).update(terminationGracePeriodSeconds=30),
             "pod: terminationGracePeriodSeconds 30 < stop grace + 30",
         ),
@@ -185,7 +195,8 @@ def test_each_semantic_rule_fails_when_broken(
 def test_an_inline_secret_fails(int4: dict[str, tuple[Doc, ...]]) -> None:
     def inline(doc: Doc) -> None:
         env = _pod(doc)["containers"][0]["env"]
-        env[-1] = {"name": "HF_TOKEN", "value": "hf_secret"}
+        (at,) = [i for i, entry in enumerate(env) if entry["name"] == "HF_TOKEN"]
+        env[at] = {"name": "HF_TOKEN", "value": "hf_secret"}
 
     found = _semantic("single", _broken(int4["single"], inline))
     assert "pod: secret HF_TOKEN set inline (only a secretKeyRef may carry it)" in found

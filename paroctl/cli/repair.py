@@ -1,0 +1,15 @@
+"""`paroctl repair`: move damaged state files (live pointer, journal, results store) aside."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command(name="repair")
+@click.option("--dry-run", is_flag=True, help="Say what is damaged; move nothing.")
+def repair(dry_run: bool) -> None:
+    """Check PAROCTL_HOME's state files; move each damaged one aside (kept, with a timestamp)."""
+    from paroctl import state
+
+    for line in state.repair(dry_run=dry_run):
+        click.echo(line)
