@@ -78,7 +78,10 @@ def _container(serve: Serve, command: list[str], serving: bool) -> Doc:
         "allowPrivilegeEscalation": False,
         "privileged": False,
         # As the podman argv: every capability dropped, only the profile's container.cap_add back.
-        "capabilities": {"drop": ["ALL"], **({"add": list(serve.cap_add)} if serve.cap_add else {})},
+        "capabilities": {
+            "drop": ["ALL"],
+            **({"add": list(serve.cap_add)} if serve.cap_add else {}),
+        },
     }
     if serve.user:
         uid, _, gid = serve.user.partition(":")
