@@ -171,7 +171,8 @@ def test_sigkill_during_boot_then_status_stop_switch(box: dict[str, str]) -> Non
         f"step starting; journal {journal.path()}",
         f"serving: cpu-demo (local, pid {pid}) at http://127.0.0.1:{box['port']}, "
         "health NOT ANSWERING, serves -; not recorded as live",
-        "         `paroctl stop` stops it; `paroctl switch NAME` stops it first",
+        "         `paroctl switch --resume` finishes the switch; `paroctl stop` stops it; "
+        "`paroctl switch NAME` stops it first",
         "live: nothing (run `paroctl switch NAME`)",
     ]
 
@@ -213,7 +214,8 @@ def test_sigkill_during_verification_then_status_and_switch(box: dict[str, str])
         f"step verifying; journal {journal.path()}",
         f"serving: cpu-demo-alt (local, pid {pid}) at http://127.0.0.1:{box['port']}, "
         "health ok, serves smollm2-alt; not recorded as live",
-        "         `paroctl stop` stops it; `paroctl switch NAME` stops it first",
+        "         `paroctl switch --resume` finishes the switch; `paroctl stop` stops it; "
+        "`paroctl switch NAME` stops it first",
     ]
 
     again = paroctl(box, "switch", "cpu-demo")
