@@ -10,7 +10,6 @@ stop the new serve, bring the previous profile back and verify it the same way.
 from __future__ import annotations
 
 import os
-import queue
 import re
 import signal
 import threading
@@ -412,6 +411,18 @@ def plan(
     if interrupted is not None:
         lines.append(recovery.plan_line(interrupted, live))
         live = recovery.live_after(interrupted, live)
+    elif live is None:
+        from paroctl import adopt
+
+        found = adopt.discover(default_runtime)
+        lines += [f"running but not recorded as live: {serve.describe()}" for serve in found]
+        if len(found) == 1 and found[0].profile.name == target.name and found[0].current:
+            lines.append(
+                f"verify {target.name} where it runs and record it as live; if it does not "
+                "verify, stop it and boot it as below"
+            )
+        lines += [f"stop {serve.profile.name} (not the rollback target)" for serve in found[1:]]
+        live = found[0].as_live() if found else None
     if live:
         lines += [
             f"live: {live['profile']} ({live.get('runtime')}, http://{live['host']}:{live['port']})",
@@ -454,8 +465,8 @@ class LogWatcher:
         self.kv_tokens: int | None = None
         self._start = start
         self._events = events
-        self._seen: queue.Queue[str] = queue.Queue()
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # notified on every line
         events(Event("phase", "starting", 0.0))
         threading.Thread(target=self._pump, args=(lines,), daemon=True).start()
 
@@ -477,7 +488,7 @@ class LogWatcher:
                     elapsed = round(time.monotonic() - self._start, 3)
                     self.phases[phase] = elapsed
                     self._events(Event("phase", phase, elapsed))
-                    self._seen.put(phase)
+            self._changed.notify_all()
 
     def current(self) -> str:
         """The latest phase reached."""
@@ -486,10 +497,13 @@ class LogWatcher:
 
     def wait_for(self, phase: str, timeout_s: float) -> bool:
         """Wait until a phase's line arrived (the log can trail the HTTP server by a moment)."""
-        deadline = time.monotonic() + timeout_s
-        while phase not in self.phases and time.monotonic() < deadline:
-            time.sleep(POLL_S)
-        return phase in self.phases
+        with self._changed:
+            return self._changed.wait_for(lambda: phase in self.phases, timeout=timeout_s)
+
+    def wait_line(self, timeout_s: float) -> None:
+        """Return when the next log line arrives, or after timeout_s."""
+        with self._changed:
+            self._changed.wait(timeout=timeout_s)
 
     def snapshot(self) -> list[str]:
         """A copy of every line so far."""
@@ -560,7 +574,8 @@ def _wait_healthy(
             raise RuntimeFailure(
                 f"{profile.name} not healthy after {limit:g} s (phase: {watcher.current()})"
             )
-        time.sleep(POLL_S)
+        # Asked again on the next log line (the server logs as it comes up) or after POLL_S.
+        watcher.wait_line(POLL_S)
 
 
 def _check_identity(profile: Profile, client: Client) -> None:
@@ -626,7 +641,7 @@ def _drain(host: str, port: int, deps: Deps) -> None:
             if running <= 0:
                 return
             if running != shown:  # one line per change: a log is not a terminal's live line
-                deps.events(Event("step", f"draining: {running:g} requests running"))
+                deps.events(Event("progress", f"draining: {running:g} requests running"))
                 shown = running
             time.sleep(DRAIN_POLL_S)
         deps.events(Event("warn", f"still busy after {DRAIN_TIMEOUT_S:g} s; stopping anyway"))

@@ -185,3 +185,19 @@ def test_resume_leaves_a_running_switch_alone(box: profiles.Profile) -> None:
             adopt.resume(switch_mod.default_deps(), load_profile=profiles.load)
     finally:
         jr.clear()
+
+
+def test_switch_dry_run_plans_to_take_or_replace_an_untracked_serve(
+    box: profiles.Profile,
+) -> None:
+    start_stub(box, box.hash)
+    plan = CliRunner().invoke(cli, ["switch", "cpu-demo-alt", "--dry-run"])
+    assert plan.exit_code == 0, plan.output
+    lines = plan.output.splitlines()
+    assert lines[1].startswith("running but not recorded as live: cpu-demo-alt (local, pid ")
+    assert lines[2] == (
+        "verify cpu-demo-alt where it runs and record it as live; if it does not verify, stop "
+        "it and boot it as below"
+    )
+    assert lines[3] == f"live: cpu-demo-alt (local, http://127.0.0.1:{box.body.serve.port})"
+    assert LocalRuntime().is_active(box.name) and state.read_live() is None  # changed nothing

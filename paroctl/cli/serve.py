@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import signal
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -143,10 +143,10 @@ def status_cmd() -> None:
     from paroctl.errors import ParoctlError
 
     stranded = recovery.inspect(switch_mod.default_runtime)
-    if stranded is not None:
-        for line in _journal_lines(stranded):
-            click.echo(line)
     live = state.read_live()
+    if stranded is not None:
+        for line in _journal_lines(stranded, live):
+            click.echo(line)
     if not live:
         found = [] if stranded is not None else adopt.discover(switch_mod.default_runtime)
         for serve in found:
@@ -197,7 +197,7 @@ def status_cmd() -> None:
         click.echo(line)
 
 
-def _journal_lines(stranded: Stranded) -> list[str]:
+def _journal_lines(stranded: Stranded, live: Mapping[str, Any] | None) -> list[str]:
     """What an unfinished switch's journal says, and what its serve does now."""
     from paroctl import journal, net
 
@@ -228,11 +228,15 @@ def _journal_lines(stranded: Stranded) -> list[str]:
     pid = f", pid {stranded.pid}" if stranded.pid is not None else ""
     health = "ok" if stranded.healthy else "NOT ANSWERING"
     names = ", ".join(stranded.served_names) or "-"
+    recorded = (
+        "still recorded as live (the switch was stopping it)"
+        if live is not None and live.get("profile") == serve.profile
+        else "not recorded as live"
+    )
     return [
         *lines,
         f"serving: {where}{pid}) at http://{net.connect_host(serve.host)}:{serve.port}, "
-        f"health {health}, "
-        f"serves {names}; not recorded as live",
+        f"health {health}, serves {names}; {recorded}",
         "         `paroctl switch --resume` finishes the switch; `paroctl stop` stops it; "
         "`paroctl switch NAME` stops it first",
     ]
@@ -275,6 +279,8 @@ def stop_cmd(dry_run: bool) -> None:
         click.echo(f"{name} stopped (it ran without being recorded as live)")
     if live:
         click.echo(f"{live['profile']} stopped")
+    elif entry is not None and entry.serve is None:
+        click.echo("nothing is live (an interrupted switch had left nothing running)")
     elif entry is None and not untracked:
         click.echo("nothing is live")
 
@@ -320,7 +326,8 @@ def _gate_lines(profile: str) -> list[str]:
 
 
 class _progress:
-    """A rich status line for boot phases; steps and warnings print as lines (stderr)."""
+    """Progress on stderr: in a terminal one live line (boot phases, drain counts) with steps
+    and warnings printed above it; in a log one line per step, phase, changed count or warning."""
 
     def __enter__(self):  # type: ignore[no-untyped-def]
         import time
@@ -339,9 +346,17 @@ class _progress:
             with contextlib.suppress(OSError):
                 show(event)
 
+        live_line = self._console.is_terminal
+
         def show(event: Event) -> None:
-            if event.kind == "phase":
-                self._status.update(f"{event.message} ({event.elapsed_s:.1f} s)")
+            if event.kind in ("phase", "progress"):
+                text = event.message + (
+                    f" ({event.elapsed_s:.1f} s)" if event.kind == "phase" else ""
+                )
+                if live_line:
+                    self._status.update(text)  # one live line, rewritten in place
+                else:
+                    self._console.print(f"- {text}")  # a log: one line per change
             elif event.kind == "warn":
                 self._console.print(f"[yellow]warning:[/] {event.message}")
             else:
