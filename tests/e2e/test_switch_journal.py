@@ -279,7 +279,7 @@ def test_sigterm_mid_boot_rolls_back(box: dict[str, str]) -> None:
     assert child.returncode == 2, text
     message = " ".join(text.split())
     assert "switch to cpu-demo-alt failed: Interrupted: SIGTERM received" in message
-    assert "rolled back: cpu-demo is live again and verified" in message
+    assert "rolled back: cpu-demo is live again and verified" in message, text
     assert_one_verified(box, "cpu-demo", "smollm2-demo")
     assert_no_process(pid)
 
