@@ -8,9 +8,11 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Event:
-    """Progress for the display: a boot phase reached, a protocol step, or a warning."""
+    """Progress for the display: a boot phase reached, a protocol step, a changed count (a
+    terminal shows phases and counts on its one live line; a log gets one line per change), or
+    a warning."""
 
-    kind: str  # "step" | "phase" | "warn"
+    kind: str  # "step" | "phase" | "progress" | "warn"
     message: str
     elapsed_s: float = 0.0
 

@@ -234,6 +234,13 @@ class Journal:
         write(entry)
         return cls(entry)
 
+    @classmethod
+    def take_over(cls, entry: Entry) -> Journal:
+        """Continue an interrupted switch's entry as this process's own (`switch --resume`)."""
+        entry = replace(entry, owner=me(), updated_at=_now())
+        write(entry)
+        return cls(entry)
+
     @property
     def boot_id(self) -> str:
         """The boot id of the serve this switch is starting now."""

@@ -1,9 +1,11 @@
 """An interrupted switch: a journal whose paroctl is gone names a serve that live.json does not.
 
-The rule (the simplest sound one): the stranded serve is stopped through its runtime, never
-adopted; then the journal (and a live.json naming that serve) is cleared. One exception: a switch
-killed after it recorded the new serve as live (live.json carries the journal's boot id) had
-finished, and only its journal is dropped. `status` reports without acting.
+The rule on status/stop/switch: the stranded serve is stopped through its runtime, then the
+journal (and a live.json naming that serve) is cleared; `status` reports without acting. One
+exception: a switch killed after it recorded the new serve as live (live.json carries the
+journal's boot id) had finished, and only its journal is dropped. `switch --resume`
+(paroctl/adopt.py) instead finishes the interrupted switch: a new serve still booting or
+verifying is verified where it runs.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ class Stranded:
     finished: bool  # killed after recording: live.json already names the verified serve
 
 
-def _finished(entry: journal.Entry, live: Mapping[str, Any] | None) -> bool:
+def had_finished(entry: journal.Entry, live: Mapping[str, Any] | None) -> bool:
     return entry.step == "recorded" and live is not None and live.get("boot_id") == entry.boot_id
 
 
@@ -46,14 +48,14 @@ def inspect(runtime_for: RuntimeFor) -> Stranded | None:
     if entry is None:
         return None
     alive = journal.owner_alive(entry.owner)
-    finished = _finished(entry, state.read_live())
+    done = had_finished(entry, state.read_live())
     serve = entry.serve
     if serve is None:
-        return Stranded(entry, alive, False, None, False, (), finished)
+        return Stranded(entry, alive, False, None, False, (), done)
     runtime = runtime_for(serve.runtime, serve.scope)
     pid = runtime.main_pid(serve.profile)
     healthy, names = _probe(serve)
-    return Stranded(entry, alive, pid is not None, pid, healthy, names, finished)
+    return Stranded(entry, alive, pid is not None, pid, healthy, names, done)
 
 
 def _probe(serve: journal.Serve) -> tuple[bool, tuple[str, ...]]:
@@ -77,7 +79,7 @@ def describe(entry: journal.Entry) -> str:
 
 def plan_line(entry: journal.Entry, live: Mapping[str, Any] | None) -> str:
     """What recover() would do about entry, for --dry-run."""
-    if _finished(entry, live):
+    if had_finished(entry, live):
         return f"interrupted {describe(entry)}: it had finished; clear {journal.path()}"
     serve = entry.serve
     what = (
@@ -101,7 +103,7 @@ def recover(runtime_for: RuntimeFor, events: EventSink) -> journal.Entry | None:
             "not hold the box lock; let it finish or stop it, then retry"
         )
     live = state.read_live()
-    if _finished(entry, live):
+    if had_finished(entry, live):
         events(Event("warn", f"an interrupted {describe(entry)} had finished; journal cleared"))
         journal.clear()
         return entry
@@ -125,7 +127,7 @@ def recover(runtime_for: RuntimeFor, events: EventSink) -> journal.Entry | None:
 
 def live_after(entry: journal.Entry, live: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
     """What live.json names once recover() settled entry: nothing if it named the stopped serve."""
-    if live is None or _finished(entry, live):
+    if live is None or had_finished(entry, live):
         return live
     serve = entry.serve
     return None if serve is not None and live.get("profile") == serve.profile else live

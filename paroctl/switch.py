@@ -9,8 +9,9 @@ stop the new serve, bring the previous profile back and verify it the same way.
 
 from __future__ import annotations
 
-import queue
+import os
 import re
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -79,6 +80,7 @@ class BootRecord:
     cause: str = ""
     since: str = field(default="")
     cpu: dict[str, Any] | None = None  # a CPU box: the dtype/cores/KV decision it booted with
+    origin: str = "switch"  # "switch", "adopt" (started outside paroctl) or "resume"
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict (JSON-able)."""
@@ -134,13 +136,17 @@ def switch(
     with state.locked():
         interrupted = recovery.recover(deps.runtime_for, deps.events)
         live = state.read_live()
+        if live is None and interrupted is None:
+            live, taken = _untracked(target, deps, timeout_s)
+            if taken is not None:
+                return taken
         same = live and live.get("profile") == target.name and live.get("hash") == target.hash
         if same and live and _still_serving(live, deps):
             deps.events(Event("step", f"{target.name} is already live and answering"))
-            return _record_from_live(live)
+            return record_from_live(live)
         # After an interrupted switch nothing is live; what was live before it is the fallback.
         before = live or _before(interrupted)
-        previous = _previous_profile(before, load_profile, deps)
+        previous = previous_profile(before, load_profile, deps)
         if previous is not None and previous.name == target.name:
             previous = None  # rolling back to the profile that just failed cannot help
         jr = journal.Journal.begin(live, target.name)
@@ -155,7 +161,28 @@ def switch(
         else:
             jr.clear()
             return record
-        _fail(target, previous, cause, deps, jr, rollback=rollback)
+        fail(target, previous, cause, deps, jr, rollback=rollback)
+
+
+def _untracked(
+    target: Profile, deps: Deps, timeout_s: float | None
+) -> tuple[dict[str, Any] | None, BootRecord | None]:
+    """Serves running with nothing recorded (a unit started by systemd alone): the target itself,
+    started from the profile as it is, is verified and taken as it runs; anything else is what
+    the switch replaces (stopped like the old serve; the first one is the rollback target)."""
+    from paroctl import adopt
+
+    found = adopt.discover(deps.runtime_for)
+    for serve in found:
+        deps.events(Event("warn", f"running but not recorded as live: {serve.describe()}"))
+    if len(found) == 1 and found[0].profile.name == target.name and found[0].current:
+        try:
+            return None, adopt.take(target, deps, timeout_s=timeout_s, origin="adopt")
+        except ParoctlError as exc:
+            deps.events(Event("warn", f"{exc.message.splitlines()[0]}; restarting it"))
+    for serve in found[1:]:
+        stop_live(serve.as_live(), deps)
+    return (found[0].as_live() if found else None), None
 
 
 def _before(interrupted: journal.Entry | None) -> Mapping[str, Any] | None:
@@ -165,6 +192,7 @@ def _before(interrupted: journal.Entry | None) -> Mapping[str, Any] | None:
 
 
 def _stop_old(live: Mapping[str, Any], deps: Deps, jr: journal.Journal) -> None:
+    _hold("stopping-old")
     try:
         stop_live(live, deps)
     except BaseException:
@@ -172,9 +200,10 @@ def _stop_old(live: Mapping[str, Any], deps: Deps, jr: journal.Journal) -> None:
             jr.clear()  # stop_live did not get as far as clearing live.json: it still tracks it
         raise
     jr.step("old-gone", serve=None)
+    _hold("old-gone")
 
 
-def _fail(
+def fail(
     target: Profile,
     previous: Profile | None,
     cause: str,
@@ -276,11 +305,45 @@ def boot(
     jr.step("starting", serve=serve)
     runtime.start(_spec(profile))
     jr.step("starting", serve=replace(serve, pid=runtime.main_pid(profile.name)))
+    _hold("starting")
+    return verify_running(
+        profile,
+        deps,
+        runtime,
+        jr=jr,
+        start=start,
+        timeout_s=timeout_s,
+        cpu_plan=cpu_plan,
+        first_boot=first_boot,
+        started_at=started_at,
+    )
+
+
+def verify_running(
+    profile: Profile,
+    deps: Deps,
+    runtime: Runtime,
+    *,
+    jr: journal.Journal | None,
+    start: float,
+    timeout_s: float | None,
+    cpu_plan: cpu.CpuPlan | None,
+    first_boot: bool,
+    started_at: str,
+    origin: str = "switch",
+) -> BootRecord:
+    """Prove a started serve is profile's (health, names, markers, CPU decision, provenance,
+    sanity) and make it the live pointer; `profile` is the one its unit or process was started
+    from (with the CPU decision applied). Also how `adopt` and `switch --resume` take a serve."""
+    body = profile.body
+    host, port = net.connect_host(body.serve.host), body.serve.port
     watcher = LogWatcher(runtime.logs(profile.name, follow=True), start, deps.events)
     client = Client(f"http://{host}:{port}", retries=0, timeout_s=60)
     try:
         health_s = _wait_healthy(profile, runtime, client, watcher, start, timeout_s)
-        jr.step("verifying")
+        if jr is not None:
+            jr.step("verifying")
+            _hold("verifying")
         _check_identity(profile, client)
         watcher.wait_for("ready", timeout_s=5.0)
         _check_markers(profile, watcher)
@@ -296,7 +359,7 @@ def boot(
     elif first_boot:
         deps.events(Event("warn", f"KV cache {kv:,} tokens on a FRESH compile cache: not trusted"))
     record = BootRecord(
-        boot_id=jr.boot_id,
+        boot_id=jr.boot_id if jr is not None else journal.new_boot_id(),
         profile=profile.name,
         hash=profile.hash,
         runtime=body.runtime.kind,
@@ -306,7 +369,7 @@ def boot(
         served_names=list(body.model.served_names),
         knobs=dict(profile.knobs),
         image=body.image.ref if body.image else engine.serve_argv(profile)[0],
-        cache_dir=where.cache_dir,
+        cache_dir=engine.layout(profile).cache_dir,
         first_boot=first_boot,
         kv_tokens=kv,
         phases=dict(watcher.phases),
@@ -317,12 +380,22 @@ def boot(
         log=str(runtime.log_path(profile.name)),
         since=datetime.now(UTC).isoformat(timespec="seconds"),
         cpu=cpu_plan.as_dict() if cpu_plan else None,
+        origin=origin,
     )
-    jr.step("recorded")
+    if jr is not None:
+        jr.step("recorded")
     state.write_live(record.as_dict())
     _record(deps, record.as_dict())
     deps.events(Event("step", f"{profile.name} is live", record.boot_s))
     return record
+
+
+def _hold(step: str) -> None:
+    """Fault injection for the kill-at-every-step tests: with PAROCTL_TEST_HOLD_AT=<step>, stop
+    this process (SIGSTOP) right after the journal recorded step, so a test can SIGKILL it there
+    deterministically. Unset (always, outside those tests) it does nothing."""
+    if state.env("PAROCTL_TEST_HOLD_AT") == step:
+        os.kill(os.getpid(), signal.SIGSTOP)
 
 
 def plan(
@@ -338,6 +411,18 @@ def plan(
     if interrupted is not None:
         lines.append(recovery.plan_line(interrupted, live))
         live = recovery.live_after(interrupted, live)
+    elif live is None:
+        from paroctl import adopt
+
+        found = adopt.discover(default_runtime)
+        lines += [f"running but not recorded as live: {serve.describe()}" for serve in found]
+        if len(found) == 1 and found[0].profile.name == target.name and found[0].current:
+            lines.append(
+                f"verify {target.name} where it runs and record it as live; if it does not "
+                "verify, stop it and boot it as below"
+            )
+        lines += [f"stop {serve.profile.name} (not the rollback target)" for serve in found[1:]]
+        live = found[0].as_live() if found else None
     if live:
         lines += [
             f"live: {live['profile']} ({live.get('runtime')}, http://{live['host']}:{live['port']})",
@@ -380,8 +465,8 @@ class LogWatcher:
         self.kv_tokens: int | None = None
         self._start = start
         self._events = events
-        self._seen: queue.Queue[str] = queue.Queue()
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # notified on every line
         events(Event("phase", "starting", 0.0))
         threading.Thread(target=self._pump, args=(lines,), daemon=True).start()
 
@@ -403,7 +488,7 @@ class LogWatcher:
                     elapsed = round(time.monotonic() - self._start, 3)
                     self.phases[phase] = elapsed
                     self._events(Event("phase", phase, elapsed))
-                    self._seen.put(phase)
+            self._changed.notify_all()
 
     def current(self) -> str:
         """The latest phase reached."""
@@ -412,10 +497,13 @@ class LogWatcher:
 
     def wait_for(self, phase: str, timeout_s: float) -> bool:
         """Wait until a phase's line arrived (the log can trail the HTTP server by a moment)."""
-        deadline = time.monotonic() + timeout_s
-        while phase not in self.phases and time.monotonic() < deadline:
-            time.sleep(POLL_S)
-        return phase in self.phases
+        with self._changed:
+            return self._changed.wait_for(lambda: phase in self.phases, timeout=timeout_s)
+
+    def wait_line(self, timeout_s: float) -> None:
+        """Return when the next log line arrives, or after timeout_s."""
+        with self._changed:
+            self._changed.wait(timeout=timeout_s)
 
     def snapshot(self) -> list[str]:
         """A copy of every line so far."""
@@ -447,7 +535,7 @@ def _spec(profile: Profile) -> ServeSpec:
     body = profile.body
     argv = engine.run_argv(profile) if profile.uses_engine else engine.serve_argv(profile)
     env = {} if profile.uses_engine else engine.forwarded_env(profile)
-    return ServeSpec(profile.name, tuple(argv), env, body.serve.port, body.serve.host)
+    return ServeSpec(profile.name, tuple(argv), env, body.serve.port, body.serve.host, profile.hash)
 
 
 def _prepare(profile: Profile, runtime: Runtime) -> None:
@@ -486,7 +574,8 @@ def _wait_healthy(
             raise RuntimeFailure(
                 f"{profile.name} not healthy after {limit:g} s (phase: {watcher.current()})"
             )
-        time.sleep(POLL_S)
+        # Asked again on the next log line (the server logs as it comes up) or after POLL_S.
+        watcher.wait_line(POLL_S)
 
 
 def _check_identity(profile: Profile, client: Client) -> None:
@@ -508,23 +597,37 @@ def _check_markers(profile: Profile, watcher: LogWatcher) -> None:
 
 
 def _sanity(profile: Profile, client: Client) -> None:
+    """One greedy completion of the profile's sanity prompt must contain its expected answer.
+
+    Streamed, and cut off as soon as the answer is settled: a plain substring once it appears, a
+    regex once it matches with text after the match (so a trailing `\\b` or lookahead has seen
+    the next character); otherwise up to SANITY_MAX_TOKENS. Same check, fewer tokens.
+    """
     boot_cfg = profile.body.boot
-    reply = client.completion(
+    text = ""
+    for _, chunk in client.stream_completion(
         profile.body.model.served_names[0],
         boot_cfg.sanity_prompt,
         max_tokens=SANITY_MAX_TOKENS,
         temperature=0.0,
-    )
-    text = reply["choices"][0]["text"]
-    expect = boot_cfg.sanity_expect
-    found = (
-        re.search(expect[3:], text) if expect.startswith("re:") else expect.lower() in text.lower()
-    )
-    if not found:
+    ):
+        text += chunk
+        if sanity_settled(boot_cfg.sanity_expect, text, final=False):
+            return
+    if not sanity_settled(boot_cfg.sanity_expect, text, final=True):
         raise RuntimeFailure(
             f"sanity completion: {boot_cfg.sanity_prompt!r} -> {text!r}, expected "
             f"{boot_cfg.sanity_expect!r} in it"
         )
+
+
+def sanity_settled(expect: str, text: str, *, final: bool) -> bool:
+    """Whether text (the whole answer when final, else a prefix of it) passes the sanity check
+    whatever text follows (pure)."""
+    if not expect.startswith("re:"):
+        return expect.lower() in text.lower()
+    match = re.search(expect[3:], text)
+    return match is not None and (final or match.end() < len(text))
 
 
 def _drain(host: str, port: int, deps: Deps) -> None:
@@ -538,7 +641,7 @@ def _drain(host: str, port: int, deps: Deps) -> None:
             if running <= 0:
                 return
             if running != shown:  # one line per change: a log is not a terminal's live line
-                deps.events(Event("step", f"draining: {running:g} requests running"))
+                deps.events(Event("progress", f"draining: {running:g} requests running"))
                 shown = running
             time.sleep(DRAIN_POLL_S)
         deps.events(Event("warn", f"still busy after {DRAIN_TIMEOUT_S:g} s; stopping anyway"))
@@ -574,7 +677,7 @@ def _still_serving(live: Mapping[str, Any], deps: Deps) -> bool:
         client.close()
 
 
-def _previous_profile(
+def previous_profile(
     live: Mapping[str, Any] | None, load_profile: Callable[[str], Profile], deps: Deps
 ) -> Profile | None:
     if not live:
@@ -601,7 +704,7 @@ def _previous_profile(
     return previous
 
 
-def _record_from_live(live: Mapping[str, Any]) -> BootRecord:
+def record_from_live(live: Mapping[str, Any]) -> BootRecord:
     known = {k: live[k] for k in BootRecord.__dataclass_fields__ if k in live}
     return BootRecord(**known)
 

@@ -229,7 +229,8 @@ def test_status_names_the_stranded_serve_exactly(stub: journal.Serve) -> None:
         f"step verifying; journal {journal.path()}",
         f"serving: cpu-demo-alt (local, pid {stub.pid}) at http://127.0.0.1:{stub.port}, "
         "health ok, serves smollm2-alt; not recorded as live",
-        "         `paroctl stop` stops it; `paroctl switch NAME` stops it first",
+        "         `paroctl switch --resume` finishes the switch; `paroctl stop` stops it; "
+        "`paroctl switch NAME` stops it first",
         "live: nothing (run `paroctl switch NAME`)",
     ]
 

@@ -109,3 +109,19 @@ def test_drain_reports_each_change_once(monkeypatch: pytest.MonkeyPatch) -> None
         "draining: 3 requests running",
         "draining: 7 requests running",
     ]
+
+
+def test_progress_in_a_log_is_one_line_per_change(capsys: pytest.CaptureFixture[str]) -> None:
+    from paroctl.cli import serve as serve_cli
+
+    with serve_cli._progress() as sink:  # stderr is captured: not a terminal
+        sink(switch.Event("phase", "loading weights", 1.25))
+        sink(switch.Event("progress", "draining: 7 requests running"))
+        sink(switch.Event("step", "stopping cpu-demo"))
+        sink(switch.Event("warn", "still busy"))
+    assert capsys.readouterr().err.splitlines() == [
+        "- loading weights (1.2 s)",
+        "- draining: 7 requests running",
+        "- stopping cpu-demo",
+        "warning: still busy",
+    ]

@@ -19,6 +19,7 @@ SUBCOMMANDS = {
     "switch": "paroctl.cli.serve:switch_cmd",
     "status": "paroctl.cli.serve:status_cmd",
     "stop": "paroctl.cli.serve:stop_cmd",
+    "adopt": "paroctl.cli.serve:adopt_cmd",
     "logs": "paroctl.cli.serve:logs_cmd",
     "gate": "paroctl.cli.gate:gate",
     "results": "paroctl.cli.results:results",

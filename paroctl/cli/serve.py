@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import signal
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 if TYPE_CHECKING:
+    from paroctl import journal as journal_mod
     from paroctl.recovery import Stranded
+    from paroctl.switch import BootRecord
 
 # A closed SSH session (SIGHUP) or a service manager's stop (SIGTERM) is an operator's Ctrl-C.
 INTERRUPT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
@@ -41,7 +43,12 @@ def interrupt_on_signals() -> Iterator[None]:
 
 
 @click.command(name="switch")
-@click.argument("name")
+@click.argument("name", required=False)
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Finish an interrupted switch (verify the serve it started, or take its step again).",
+)
 @click.option("--no-rollback", is_flag=True, help="On failure leave the box stopped.")
 @click.option(
     "--timeout",
@@ -49,11 +56,33 @@ def interrupt_on_signals() -> Iterator[None]:
     help="Boot timeout in seconds [default: the profile's serve.boot_timeout_s].",
 )
 @click.option("--dry-run", is_flag=True, help="Print the exact actions; change nothing.")
-def switch_cmd(name: str, no_rollback: bool, timeout: float | None, dry_run: bool) -> None:
+def switch_cmd(
+    name: str | None, resume: bool, no_rollback: bool, timeout: float | None, dry_run: bool
+) -> None:
     """Make profile NAME the live serve; roll back to the previous one on failure."""
-    from paroctl import journal, profiles, state
+    from paroctl import adopt, journal, profiles, state
     from paroctl import switch as switch_mod
 
+    if resume == (name is not None):
+        raise click.UsageError("give a profile NAME, or --resume (without NAME)")
+    if resume:
+        entry = journal.read()
+        if dry_run:
+            if entry is None:
+                click.echo("no interrupted switch to resume")
+            else:
+                click.echo(f"resume the interrupted {_describe(entry)}")
+            return
+        with interrupt_on_signals(), _progress() as events:
+            record = adopt.resume(
+                switch_mod.default_deps(events),
+                load_profile=profiles.load,
+                rollback=not no_rollback,
+                timeout_s=timeout,
+            )
+        _echo_live(record)
+        return
+    assert name is not None
     target = profiles.load(name)  # validated completely before anything touches the box
     if dry_run:
         for line in switch_mod.plan(target, state.read_live(), journal.read()):
@@ -67,40 +96,83 @@ def switch_cmd(name: str, no_rollback: bool, timeout: float | None, dry_run: boo
             rollback=not no_rollback,
             timeout_s=timeout,
         )
+    _echo_live(record)
+
+
+def _describe(entry: journal_mod.Entry) -> str:
+    from paroctl import recovery
+
+    return recovery.describe(entry)
+
+
+def _echo_live(record: BootRecord) -> None:
     kv = f"{record.kv_tokens:,}" if record.kv_tokens is not None else "unknown"
     first = " (first boot on a fresh cache: KV not trusted)" if record.first_boot else ""
+    how = {"adopt": " (adopted as it runs)", "resume": " (resumed)"}.get(record.origin, "")
     click.echo(
         f"{record.profile} is live at http://{record.host}:{record.port} as "
-        f"{', '.join(record.served_names)}; boot {record.boot_s:.1f} s; KV {kv} tokens"
+        f"{', '.join(record.served_names)}{how}; boot {record.boot_s:.1f} s; KV {kv} tokens"
         f"{first}; boot id {record.boot_id}"
     )
+
+
+@click.command(name="adopt")
+@click.argument("name")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    help="How long to wait for it to answer [default: the profile's serve.boot_timeout_s].",
+)
+def adopt_cmd(name: str, timeout: float | None) -> None:
+    """Verify NAME's serve, started outside paroctl (systemctl start, a boot), and make it live."""
+    from paroctl import adopt, profiles
+    from paroctl import switch as switch_mod
+
+    target = profiles.load(name)
+    with interrupt_on_signals(), _progress() as events:
+        record = adopt.adopt(target, switch_mod.default_deps(events), timeout_s=timeout)
+    _echo_live(record)
 
 
 @click.command(name="status")
 def status_cmd() -> None:
     """Show the live profile, its health, served names, KV tokens and last gate results."""
-    from paroctl import recovery, state
+    from paroctl import adopt, recovery, state
     from paroctl import switch as switch_mod
-    from paroctl.client import Client
+    from paroctl.client import Client, metric_value
     from paroctl.errors import ParoctlError
 
     stranded = recovery.inspect(switch_mod.default_runtime)
-    if stranded is not None:
-        for line in _journal_lines(stranded):
-            click.echo(line)
     live = state.read_live()
+    if stranded is not None:
+        for line in _journal_lines(stranded, live):
+            click.echo(line)
     if not live:
-        click.echo("live: nothing (run `paroctl switch NAME`)")
+        found = [] if stranded is not None else adopt.discover(switch_mod.default_runtime)
+        for serve in found:
+            click.echo(f"serving: {serve.describe()}; not recorded as live")
+            hint = (
+                f"`paroctl adopt {serve.profile.name}` verifies and records it"
+                if (serve.current)
+                else f"`paroctl switch {serve.profile.name}` restarts it as the profile says"
+            )
+            click.echo(f"         {hint}; `paroctl stop` stops it")
+        if not found:
+            click.echo("live: nothing (run `paroctl switch NAME`)")
         return
     host = "127.0.0.1" if live["host"] in ("0.0.0.0", "::") else live["host"]
     with Client(f"http://{host}:{live['port']}", retries=0, timeout_s=5) as client:
         try:
             healthy = client.health()
             names = client.models() if healthy else []
+            metrics = client.metrics() if healthy else None
         except ParoctlError:
-            healthy, names = False, []
+            healthy, names, metrics = False, [], None
     kv = live.get("kv_tokens")
-    click.echo(f"live:    {live['profile']} (hash {live['hash']}) since {live.get('since')}")
+    how = {"adopt": ", adopted as it ran", "resume": ", by a resumed switch"}.get(
+        live.get("origin", "switch"), ""
+    )
+    click.echo(f"live:    {live['profile']} (hash {live['hash']}) since {live.get('since')}{how}")
     click.echo(f"address: http://{host}:{live['port']} ({live['runtime']})")
     click.echo(f"health:  {'ok' if healthy else 'NOT ANSWERING'}")
     match = (
@@ -109,6 +181,10 @@ def status_cmd() -> None:
         else (f"  MISMATCH: expected {live['served_names']}")
     )
     click.echo(f"serves:  {', '.join(names) or '-'}{match}")
+    if metrics is not None:
+        running = metric_value(metrics, "vllm:num_requests_running")
+        waiting = metric_value(metrics, "vllm:num_requests_waiting")
+        click.echo(f"requests: {running:g} running, {waiting:g} waiting")
     flag = " (first boot: not trusted)" if live.get("first_boot") else ""
     click.echo(f"kv:      {kv:,} tokens{flag}" if kv else "kv:      unknown")
     if plan := live.get("cpu"):
@@ -121,7 +197,7 @@ def status_cmd() -> None:
         click.echo(line)
 
 
-def _journal_lines(stranded: Stranded) -> list[str]:
+def _journal_lines(stranded: Stranded, live: Mapping[str, Any] | None) -> list[str]:
     """What an unfinished switch's journal says, and what its serve does now."""
     from paroctl import journal, net
 
@@ -141,19 +217,28 @@ def _journal_lines(stranded: Stranded) -> list[str]:
         return [*lines, "         it had recorded the new serve; the next stop or switch clears it"]
     serve = entry.serve
     if serve is None:
-        return [*lines, "serving: nothing (the old serve was stopped, the new one not started)"]
+        return [
+            *lines,
+            "serving: nothing (the old serve was stopped, the new one not started)",
+            "         `paroctl switch --resume` finishes the switch",
+        ]
     where = f"{serve.profile} ({serve.runtime}"
     if not stranded.active and not stranded.healthy:
         return [*lines, f"serving: nothing: {where}) is not running"]
     pid = f", pid {stranded.pid}" if stranded.pid is not None else ""
     health = "ok" if stranded.healthy else "NOT ANSWERING"
     names = ", ".join(stranded.served_names) or "-"
+    recorded = (
+        "still recorded as live (the switch was stopping it)"
+        if live is not None and live.get("profile") == serve.profile
+        else "not recorded as live"
+    )
     return [
         *lines,
         f"serving: {where}{pid}) at http://{net.connect_host(serve.host)}:{serve.port}, "
-        f"health {health}, "
-        f"serves {names}; not recorded as live",
-        "         `paroctl stop` stops it; `paroctl switch NAME` stops it first",
+        f"health {health}, serves {names}; {recorded}",
+        "         `paroctl switch --resume` finishes the switch; `paroctl stop` stops it; "
+        "`paroctl switch NAME` stops it first",
     ]
 
 
@@ -161,7 +246,7 @@ def _journal_lines(stranded: Stranded) -> list[str]:
 @click.option("--dry-run", is_flag=True, help="Print what would be stopped.")
 def stop_cmd(dry_run: bool) -> None:
     """Drain and stop the live serve (and a serve an interrupted switch left running)."""
-    from paroctl import journal, recovery, state
+    from paroctl import adopt, journal, recovery, state
     from paroctl import switch as switch_mod
 
     if dry_run:
@@ -177,17 +262,26 @@ def stop_cmd(dry_run: bool) -> None:
         elif entry is None:
             click.echo("nothing is live")
         return
+    untracked: list[str] = []
     with state.locked(), _progress() as events:
         deps = switch_mod.default_deps(events)
         entry = recovery.recover(deps.runtime_for, events)
         live = state.read_live()
         if live:
             switch_mod.stop_live(live, deps)
+        elif entry is None:
+            for serve in adopt.discover(deps.runtime_for):
+                switch_mod.stop_live(serve.as_live(), deps)
+                untracked.append(serve.profile.name)
     if entry is not None and entry.serve is not None and live is None:
         click.echo(f"{entry.serve.profile} stopped (left running by an interrupted switch)")
+    for name in untracked:
+        click.echo(f"{name} stopped (it ran without being recorded as live)")
     if live:
         click.echo(f"{live['profile']} stopped")
-    elif entry is None:
+    elif entry is not None and entry.serve is None:
+        click.echo("nothing is live (an interrupted switch had left nothing running)")
+    elif entry is None and not untracked:
         click.echo("nothing is live")
 
 
@@ -232,7 +326,8 @@ def _gate_lines(profile: str) -> list[str]:
 
 
 class _progress:
-    """A rich status line for boot phases; steps and warnings print as lines (stderr)."""
+    """Progress on stderr: in a terminal one live line (boot phases, drain counts) with steps
+    and warnings printed above it; in a log one line per step, phase, changed count or warning."""
 
     def __enter__(self):  # type: ignore[no-untyped-def]
         import time
@@ -251,9 +346,17 @@ class _progress:
             with contextlib.suppress(OSError):
                 show(event)
 
+        live_line = self._console.is_terminal
+
         def show(event: Event) -> None:
-            if event.kind == "phase":
-                self._status.update(f"{event.message} ({event.elapsed_s:.1f} s)")
+            if event.kind in ("phase", "progress"):
+                text = event.message + (
+                    f" ({event.elapsed_s:.1f} s)" if event.kind == "phase" else ""
+                )
+                if live_line:
+                    self._status.update(text)  # one live line, rewritten in place
+                else:
+                    self._console.print(f"- {text}")  # a log: one line per change
             elif event.kind == "warn":
                 self._console.print(f"[yellow]warning:[/] {event.message}")
             else:

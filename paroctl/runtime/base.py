@@ -22,6 +22,7 @@ class ServeSpec:
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     port: int = 8000
     host: str = "127.0.0.1"
+    hash: str = ""  # the profile hash it serves, recorded where the runtime can keep it
 
     def __post_init__(self) -> None:
         # Frozen means frozen: copy the caller's dict so later edits to it cannot leak in.
@@ -55,4 +56,8 @@ class Runtime(Protocol):
 
     def logs(self, name: str, follow: bool = False) -> Iterator[str]:
         """The serve's log lines; with follow, keep yielding new lines while the serve is active."""
+        ...
+
+    def running_hash(self, name: str) -> str | None:
+        """The profile hash the active serve was started from (None: not active, or unknown)."""
         ...

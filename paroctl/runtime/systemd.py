@@ -120,6 +120,8 @@ def install_diff(profile: Profile, fmt: Literal["service", "quadlet"]) -> str:
 # Characters systemd accepts in a unit name; anything else would be escaped into another unit.
 _UNIT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9:_.-]*$")
 SHOW_TIMEOUT_S = 30.0
+# The header every unit paroctl renders carries (units/service.j2, units/container.j2).
+RENDERED_RE = re.compile(r"^# Rendered by paroctl from \S+ \(profile (\S+), hash (\w+)\)", re.M)
 START_TIMEOUT_S = 120.0
 # After SIGKILL the kernel frees a process in well under a second; longer means a process stuck in
 # uninterruptible sleep (a hung device or mount), which the operator has to look at.
@@ -208,6 +210,16 @@ class SystemdRuntime:
         """The unit's main process id (as the unit's systemd sees it) while it runs, else None."""
         pid = int(self.show(name, "MainPID").get("MainPID") or 0)
         return pid or None
+
+    def running_hash(self, name: str) -> str | None:
+        """The profile hash in the header paroctl rendered into the unit, while the unit runs."""
+        if not self.is_active(name):
+            return None
+        done = proc.run(
+            self.systemctl("cat", "--", unit_for(name)), timeout=SHOW_TIMEOUT_S, check=False
+        )
+        match = RENDERED_RE.search(done.stdout)
+        return match.group(2) if match and match.group(1) == name else None
 
     def log_path(self, name: str) -> Path:
         """Where the logs are: not a file but the journal, written `journal:<unit>`."""

@@ -1,7 +1,9 @@
 """paroctl killed mid-switch, against real vLLM CPU serves (local runtime): the journal tells the
-next status/stop/switch what runs, so nothing serves untracked. SIGKILL during the new serve's boot
-and during its verification, SIGTERM mid-boot (rolls back). Tests run in order on one box and cost
-6 vLLM boots in all (2 of them cut short)."""
+next status/stop/switch what runs, so nothing serves untracked. SIGKILL at every journal step
+(stopping the old serve, old gone, during the new serve's boot, during its verification), each
+followed by status and stop, a new switch or `switch --resume`; SIGTERM mid-boot (rolls back).
+A kill at an exact step uses PAROCTL_TEST_HOLD_AT (paroctl stops itself there). Tests run in
+order on one box and cost 8 vLLM boots in all (2 of them cut short)."""
 
 from __future__ import annotations
 
@@ -72,14 +74,33 @@ def paroctl(box: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]
     )
 
 
-def start_switch(box: dict[str, str], name: str) -> tuple[subprocess.Popen[str], Path]:
-    """`paroctl switch name` in the background, its output to a file (a pipe could fill up)."""
+def start_switch(
+    box: dict[str, str], name: str, hold_at: str | None = None
+) -> tuple[subprocess.Popen[str], Path]:
+    """`paroctl switch name` in the background, its output to a file (a pipe could fill up).
+    With hold_at, paroctl stops itself (SIGSTOP) once the journal recorded that step."""
     out = Path(box["root"]) / f"switch-{name}-{time.monotonic_ns()}.out"
+    env = cli_env(box) | ({"PAROCTL_TEST_HOLD_AT": hold_at} if hold_at else {})
     with open(out, "w") as handle:
         child = subprocess.Popen(
-            [*CLI, "switch", name], env=cli_env(box), stdout=handle, stderr=subprocess.STDOUT
+            [*CLI, "switch", name], env=env, stdout=handle, stderr=subprocess.STDOUT
         )
     return child, out
+
+
+def held_at(box: dict[str, str], name: str, step: str) -> subprocess.Popen[str]:
+    """`paroctl switch name`, stopped right after the journal recorded step (then kill it)."""
+    child, out = start_switch(box, name, hold_at=step)
+
+    def stopped_there() -> bool:
+        assert child.poll() is None, f"paroctl exited before {step}: {out.read_text()}"
+        info = read_proc(child.pid)
+        return info is not None and info.state == "T"
+
+    wait_for(f"paroctl held at {step}", stopped_there)
+    entry = journal.read()
+    assert entry is not None and entry.step == step, out.read_text()
+    return child
 
 
 def wait_for(what: str, predicate: Callable[[], bool], timeout: float = BOOT_S) -> None:
@@ -171,7 +192,8 @@ def test_sigkill_during_boot_then_status_stop_switch(box: dict[str, str]) -> Non
         f"step starting; journal {journal.path()}",
         f"serving: cpu-demo (local, pid {pid}) at http://127.0.0.1:{box['port']}, "
         "health NOT ANSWERING, serves -; not recorded as live",
-        "         `paroctl stop` stops it; `paroctl switch NAME` stops it first",
+        "         `paroctl switch --resume` finishes the switch; `paroctl stop` stops it; "
+        "`paroctl switch NAME` stops it first",
         "live: nothing (run `paroctl switch NAME`)",
     ]
 
@@ -213,7 +235,8 @@ def test_sigkill_during_verification_then_status_and_switch(box: dict[str, str])
         f"step verifying; journal {journal.path()}",
         f"serving: cpu-demo-alt (local, pid {pid}) at http://127.0.0.1:{box['port']}, "
         "health ok, serves smollm2-alt; not recorded as live",
-        "         `paroctl stop` stops it; `paroctl switch NAME` stops it first",
+        "         `paroctl switch --resume` finishes the switch; `paroctl stop` stops it; "
+        "`paroctl switch NAME` stops it first",
     ]
 
     again = paroctl(box, "switch", "cpu-demo")
@@ -256,6 +279,69 @@ def test_sigterm_mid_boot_rolls_back(box: dict[str, str]) -> None:
     assert child.returncode == 2, text
     message = " ".join(text.split())
     assert "switch to cpu-demo-alt failed: Interrupted: SIGTERM received" in message
-    assert "rolled back: cpu-demo is live again and verified" in message
+    assert "rolled back: cpu-demo is live again and verified" in message, text
     assert_one_verified(box, "cpu-demo", "smollm2-demo")
     assert_no_process(pid)
+
+
+def test_sigkill_while_stopping_old_then_status_and_resume(box: dict[str, str]) -> None:
+    assert state.read_live()["profile"] == "cpu-demo"  # type: ignore[index]
+    old_pid = LocalRuntime().main_pid("cpu-demo")
+    assert old_pid is not None
+    child = held_at(box, "cpu-demo-alt", "stopping-old")
+    kill(child, signal.SIGKILL)
+
+    status = paroctl(box, "status")
+    assert status.stdout.splitlines()[:3] == [
+        f"switch:  INTERRUPTED (paroctl pid {child.pid} is gone): cpu-demo -> cpu-demo-alt, "
+        f"step stopping-old; journal {journal.path()}",
+        f"serving: cpu-demo (local, pid {old_pid}) at http://127.0.0.1:{box['port']}, "
+        "health ok, serves smollm2-demo; still recorded as live (the switch was stopping it)",
+        "         `paroctl switch --resume` finishes the switch; `paroctl stop` stops it; "
+        "`paroctl switch NAME` stops it first",
+    ]
+    resume = paroctl(box, "switch", "--resume")
+    assert resume.returncode == 0, resume.stderr
+    assert resume.stdout.startswith("cpu-demo-alt is live at http://127.0.0.1:")
+    assert_no_process(old_pid)
+    assert_one_verified(box, "cpu-demo-alt", "smollm2-alt")
+
+
+def test_sigkill_after_old_gone_then_status_and_stop(box: dict[str, str]) -> None:
+    old_pid = LocalRuntime().main_pid("cpu-demo-alt")
+    assert old_pid is not None
+    child = held_at(box, "cpu-demo", "old-gone")
+    kill(child, signal.SIGKILL)
+    assert_gone(old_pid, box)
+    assert state.read_live() is None
+
+    status = paroctl(box, "status")
+    assert status.stdout.splitlines() == [
+        f"switch:  INTERRUPTED (paroctl pid {child.pid} is gone): cpu-demo-alt -> cpu-demo, "
+        f"step old-gone; journal {journal.path()}",
+        "serving: nothing (the old serve was stopped, the new one not started)",
+        "         `paroctl switch --resume` finishes the switch",
+        "live: nothing (run `paroctl switch NAME`)",
+    ]
+    stop = paroctl(box, "stop")
+    assert stop.returncode == 0, stop.stderr
+    assert stop.stdout == "nothing is live (an interrupted switch had left nothing running)\n"
+    assert journal.read() is None and state.read_live() is None
+    assert [n for n in NAMES if LocalRuntime().is_active(n)] == []
+
+
+def test_sigkill_during_boot_then_resume_verifies_it_where_it_runs(box: dict[str, str]) -> None:
+    assert state.read_live() is None  # the box the previous test left: clean and stopped
+    child = held_at(box, "cpu-demo", "starting")
+    kill(child, signal.SIGKILL)
+    entry = journal.read()
+    assert entry is not None and entry.serve is not None and entry.serve.pid is not None
+    pid = entry.serve.pid
+
+    resume = paroctl(box, "switch", "--resume")
+    assert resume.returncode == 0, resume.stderr
+    assert "cpu-demo is live at" in resume.stdout and "(resumed)" in resume.stdout
+    # Verified where it ran, not restarted: the serve the killed switch started is the live one.
+    assert LocalRuntime().main_pid("cpu-demo") == pid
+    assert_one_verified(box, "cpu-demo", "smollm2-demo")
+    assert state.read_live()["origin"] == "resume"  # type: ignore[index]
