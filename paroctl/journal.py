@@ -139,10 +139,7 @@ def read() -> Entry | None:
 
 
 def _unreadable(why: str) -> str:
-    return (
-        f"{path()}: {why}; check what serves (`ps`, the profile's port), stop it, then "
-        "remove the file"
-    )
+    return f"{path()}: {why}; `paroctl repair` moves it aside (then `paroctl status`)"
 
 
 def from_dict(data: Mapping[str, Any]) -> Entry:

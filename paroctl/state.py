@@ -275,8 +275,8 @@ def _state_problems(dry_run: bool) -> list[str]:
     if why:
         lines.append(_aside(live_path(), why, dry_run))
         lines.append(
-            "  then nothing is recorded as live; if a serve still runs, `paroctl status` and the "
-            "profile's port show it (stop it with systemctl or by its pid)"
+            "  then nothing is recorded as live; a serve that still runs shows in `paroctl "
+            "status` (found through its runtime): `paroctl adopt NAME` or `paroctl stop`"
         )
     try:
         journal.read()

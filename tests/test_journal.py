@@ -153,7 +153,9 @@ def test_write_is_atomic_and_fsynced(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_unreadable_or_foreign_journal_is_a_clear_error() -> None:
     journal.path().parent.mkdir(parents=True)
     journal.path().write_text("{not json")
-    with pytest.raises(StateError, match=r"journal.json: unreadable .*stop it, then remove"):
+    with pytest.raises(
+        StateError, match=r"journal.json: unreadable .*`paroctl repair` moves it aside"
+    ):
         journal.read()
     journal.path().write_text(json.dumps({"version": 99}))
     with pytest.raises(StateError, match=r"not a journal entry .version 99, expected 1"):
@@ -354,3 +356,16 @@ def test_an_interrupted_command_exits_130(monkeypatch: pytest.MonkeyPatch) -> No
     result = CliRunner().invoke(cli, ["status"])
     assert result.exit_code == 130
     assert result.output == "Interrupted (SIGTERM received).\n"
+
+
+def test_repair_moves_a_damaged_journal_aside_and_status_works_again() -> None:
+    journal.path().parent.mkdir(parents=True)
+    journal.path().write_text("{not json")
+    assert CliRunner().invoke(cli, ["status"]).exit_code == 2
+    repaired = CliRunner().invoke(cli, ["repair"])
+    assert repaired.exit_code == 0, repaired.output
+    assert journal.read() is None
+    assert list(journal.path().parent.glob("journal.json.corrupt-*"))  # kept, never deleted
+    assert (
+        CliRunner().invoke(cli, ["status"]).output == "live: nothing (run `paroctl switch NAME`)\n"
+    )
