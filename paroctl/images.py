@@ -2,8 +2,9 @@
 
 A build renders `images/<kind>/Containerfile.j2`, builds the paro-kernels and paro-vllm wheels
 from this checkout, adds (for cpu) a wheelhouse downloaded on the host, and builds through the
-engine API (engine.Api: docker, or podman's socket via DOCKER_HOST) with provenance labels. Everything
-inside the build installs offline: pip cannot reach an index from inside a build on every box.
+engine API (`engine.Api`: docker, or podman's socket via DOCKER_HOST) with provenance labels.
+Everything inside the build installs offline: pip cannot reach an index from inside a build on
+every box.
 """
 
 from __future__ import annotations
@@ -15,15 +16,16 @@ import shutil
 import sys
 import tempfile
 import tomllib
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from paroctl import __version__, demo, dockerhost, engine, knobs, proc, state
-from paroctl.versions import VERSIONS, Kind
 from paroctl.errors import RenderError, RuntimeFailure
 from paroctl.profiles import Profile
+from paroctl.versions import VERSIONS
+from paroctl.versions import Kind as Kind  # re-exported: callers name images.Kind
 
 KINDS: tuple[Kind, ...] = ("rocm", "cuda", "cpu")
 Progress = Callable[[str], None]
@@ -32,9 +34,15 @@ LABEL = "paroctl"  # every label key is "paroctl.<name>"
 LABEL_KIND = f"{LABEL}.kind"
 LABEL_REGISTRY = f"{LABEL}.knob-registry"
 LABEL_PLUGIN = f"{LABEL}.plugin-version"
+LABEL_SHA = f"{LABEL}.source-sha"
+LABEL_DIRTY = f"{LABEL}.source-dirty"
+LABEL_TORCH = f"{LABEL}.torch-version"
+LABEL_TRITON = f"{LABEL}.triton-min"
+PROVENANCE_FILE = "provenance.json"  # in the build context; /opt/paroctl/ in the image
 VENV = "/opt/vllm"
 WHEEL_DISTS = {"kernels": "paro-kernels", "plugin": "paro-vllm"}  # repository folder -> dist
 WHEELHOUSE_MARKER = ".paroctl-wheelhouse"
+CONTEXT_SCRIPTS = ("verify.py", "doctor.py")  # images/ files every build context carries
 # The glibc of the images' Debian bookworm base is 2.36; pip does not widen one --platform to the
 # older manylinux tags, so every one the image can load is listed.
 MANYLINUX = (*(f"manylinux_2_{minor}_x86_64" for minor in range(17, 37)), "manylinux2014_x86_64")
@@ -44,7 +52,9 @@ CPU_RUNTIME_PACKAGES = ("python3", "libnuma1", "libgomp1")
 WHEEL_TIMEOUT_S = 600.0
 DOWNLOAD_TIMEOUT_S = 1800.0
 _MARKER_RE = re.compile(r"paro-vllm: method=\S+ .*\bversion=(\S+)")
-_STEP_RE = re.compile(r"^Step \d+/\d+ : ")
+# docker: "Step 2/4 : RUN ..."; podman: "[1/2] STEP 2/4: RUN ..." (multi-stage) or "STEP 2/4: ...".
+_STEP_RE = re.compile(r"^(Step \d+/\d+ : |(\[\d+/\d+\] )?STEP \d+/\d+: )")
+_SOURCE_RE = re.compile(r"\bsource=(\S+)")
 
 
 @dataclass(frozen=True)
@@ -59,7 +69,8 @@ class KindDefaults:
     tag: str
 
 
-# The versions come from paroctl.versions (one place for every kind). The rocm/cuda bases are public registry images: overridable per box with --base, never built here.
+# The versions come from paroctl.versions (one place for every kind). The rocm/cuda bases are
+# public registry images: overridable per box with --base, never built here.
 DEFAULTS: dict[Kind, KindDefaults] = {
     "rocm": KindDefaults(
         base="docker.io/rocm/vllm:rocm7.0.0_vllm_0.32.0",
@@ -72,8 +83,8 @@ DEFAULTS: dict[Kind, KindDefaults] = {
     "cuda": KindDefaults(
         base="docker.io/vllm/vllm-openai:v0.32.0",
         arch=("9.0",),
-        vllm_dist=VERSIONS["KIND"].vllm_dist,
-        vllm_version=VERSIONS["KIND"].vllm,
+        vllm_dist=VERSIONS["cuda"].vllm_dist,
+        vllm_version=VERSIONS["cuda"].vllm,
         python_version="3.12",
         tag="localhost/paroctl-cuda:sm90",
     ),
@@ -114,6 +125,8 @@ class ContainerfileContext:
     venv: str
     build_packages: tuple[str, ...]
     runtime_packages: tuple[str, ...]
+    torch_version: str  # "" where the base image's torch is taken as is
+    triton_min: str  # "" where the kind serves without Triton
 
 
 @dataclass(frozen=True)
@@ -196,6 +209,8 @@ def context_for(req: BuildRequest, root: Path | None = None) -> ContainerfileCon
         venv=VENV,
         build_packages=CPU_BUILD_PACKAGES if cpu else (),
         runtime_packages=CPU_RUNTIME_PACKAGES if cpu else (),
+        torch_version=VERSIONS[req.kind].torch or "",
+        triton_min=VERSIONS[req.kind].triton_min or "",
     )
 
 
@@ -240,10 +255,12 @@ def labels_for(
 ) -> dict[str, str]:
     """The provenance labels of an image (pure)."""
     sha, dirty = git
+    pins = VERSIONS[req.kind]
+    optional = {LABEL_TORCH: pins.torch, LABEL_TRITON: pins.triton_min}
     return {
         LABEL_KIND: req.kind,
-        f"{LABEL}.source-sha": sha,
-        f"{LABEL}.source-dirty": "true" if dirty else "false",
+        LABEL_SHA: sha,
+        LABEL_DIRTY: "true" if dirty else "false",
         LABEL_REGISTRY: registry_digest,
         LABEL_PLUGIN: ctx.plugin_version,
         f"{LABEL}.kernels-version": ctx.kernels_version,
@@ -252,7 +269,41 @@ def labels_for(
         f"{LABEL}.base": req.base,
         f"{LABEL}.base-id": base_id,
         f"{LABEL}.built-by": f"paroctl {__version__}",
+        **{key: value for key, value in optional.items() if value},
     }
+
+
+def provenance_json(labels: Mapping[str, str]) -> str:
+    """The image's /opt/paroctl/provenance.json, which the plugin's boot marker reads (pure)."""
+    record = {"source_sha": labels[LABEL_SHA], "source_dirty": labels[LABEL_DIRTY] == "true"}
+    return json.dumps(record, sort_keys=True) + "\n"
+
+
+def labelled_source(labels: Mapping[str, str]) -> str | None:
+    """The source an image's labels claim, as the plugin's marker spells it (`sha[+dirty]`)."""
+    sha = labels.get(LABEL_SHA)
+    if not sha:
+        return None
+    return f"{sha}+dirty" if labels.get(LABEL_DIRTY) == "true" else sha
+
+
+def provenance_problem(labels: Mapping[str, str], marker_line: str) -> str | None:
+    """Why a serve's boot marker contradicts its image's source label (pure; None when not)."""
+    want = labelled_source(labels)
+    if want is None:
+        return f"the image carries no {LABEL_SHA} label (not built by paroctl): rebuild it"
+    found = _SOURCE_RE.search(marker_line)
+    if found is None:
+        return (
+            f"the plugin's boot marker names no source= ({marker_line.strip()!r}): the plugin "
+            f"predates provenance; rebuild the image (its label says {want})"
+        )
+    if found.group(1) != want:
+        return (
+            f"the serve's paro-vllm was built from {found.group(1)}, its image's label says "
+            f"{want}: a plugin other than the image's is serving"
+        )
+    return None
 
 
 # --- wheels and the wheelhouse -------------------------------------------------------------------
@@ -338,12 +389,18 @@ def image_wheels(directory: Path) -> list[Path]:
 
 
 def assemble_context(
-    req: BuildRequest, containerfile: str, directory: Path, progress: Progress | None = None
+    req: BuildRequest,
+    containerfile: str,
+    directory: Path,
+    labels: Mapping[str, str],
+    progress: Progress | None = None,
 ) -> Path:
-    """Write Containerfile, verify.py, wheels/ (built here) and, for cpu, wheelhouse/."""
+    """Write Containerfile, the checks, provenance.json, wheels/ and, for cpu, wheelhouse/."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "Containerfile").write_text(containerfile)
-    shutil.copy2(images_dir() / "verify.py", directory / "verify.py")
+    for script in CONTEXT_SCRIPTS:
+        shutil.copy2(images_dir() / script, directory / script)
+    (directory / PROVENANCE_FILE).write_text(provenance_json(labels))
     wheels = directory / "wheels"
     _report(progress, "building the paro-kernels and paro-vllm wheels")
     proc.run(
@@ -482,7 +539,9 @@ def build(
     base_id = base_image_id(api, req.base, progress)
     the_plan = plan(req, base_id)
     with tempfile.TemporaryDirectory(prefix="paroctl-image-") as scratch:
-        context = assemble_context(req, the_plan.containerfile, Path(scratch), progress)
+        context = assemble_context(
+            req, the_plan.containerfile, Path(scratch), the_plan.labels, progress
+        )
         run_build(api, context, req.tag, the_plan.labels, progress)
     return inspect_image(req.tag, api)
 
@@ -490,7 +549,8 @@ def build(
 # --- list / inspect ------------------------------------------------------------------------------
 
 
-def _info(raw: Mapping[str, Any]) -> ImageInfo:
+def image_info(raw: Mapping[str, Any]) -> ImageInfo:
+    """The ImageInfo of an engine inspect record (only its paroctl.* labels kept)."""
     labels = (raw.get("Config") or {}).get("Labels") or raw.get("Labels") or {}
     return ImageInfo(
         refs=tuple(raw.get("RepoTags") or ()),
@@ -503,7 +563,7 @@ def _info(raw: Mapping[str, Any]) -> ImageInfo:
 
 def list_images(api: engine.Api | None = None) -> list[ImageInfo]:
     """paroctl-built images (those with a paroctl.kind label), newest first."""
-    found = [_info(raw) for raw in (api or engine.Api(timeout_s=60)).images(LABEL_KIND)]
+    found = [image_info(raw) for raw in (api or engine.Api(timeout_s=60)).images(LABEL_KIND)]
     return sorted(found, key=lambda info: info.created, reverse=True)
 
 
@@ -512,7 +572,7 @@ def inspect_image(ref: str, api: engine.Api | None = None) -> ImageInfo:
     raw = (api or engine.Api(timeout_s=60)).inspect_image(ref)
     if raw is None:
         raise RuntimeFailure(f"no image {ref} in the engine (paroctl image list)")
-    return _info(raw)
+    return image_info(raw)
 
 
 # --- the switch's checks -------------------------------------------------------------------------
@@ -529,7 +589,7 @@ def engine_labels(profile: Profile) -> dict[str, str] | None:
         raw = json.loads(done.stdout)[0]
     except (json.JSONDecodeError, IndexError, KeyError) as exc:
         raise RuntimeFailure(f"`{proc.describe(argv)}`: unreadable output ({exc})") from exc
-    return _info(raw).labels
+    return image_info(raw).labels
 
 
 def profile_image_problems(profile: Profile, labels: Mapping[str, str] | None) -> list[str]:

@@ -1,4 +1,4 @@
-"""`paroctl image build|list|inspect`: container images with the compiled plugin."""
+"""`paroctl image build|list|inspect|doctor`: container images with the compiled plugin."""
 
 from __future__ import annotations
 
@@ -96,3 +96,28 @@ def image_inspect(ref: str) -> None:
     from paroctl import images
 
     click.echo(json.dumps(images.inspect_image(ref).as_dict(), indent=2, sort_keys=True))
+
+
+@image.command(name="doctor")
+@click.argument("ref")
+@click.option("--fresh", is_flag=True, help="Run it even when this image id passed before.")
+def image_doctor(ref: str, fresh: bool) -> None:
+    """Check inside REF that vLLM finds the plugin, its methods and kernels, as labelled.
+
+    Exit 0 when it does, 1 naming the first mismatch, 2 when the doctor could not run.
+    """
+    from paroctl import doctor
+
+    result = doctor.run_doctor(ref) if fresh else doctor.doctor_once(ref)
+    report = result.report
+    click.echo(
+        f"torch {report.get('torch')}  vllm {report.get('vllm')}  triton {report.get('triton')}  "
+        f"paro-vllm {report.get('paro-vllm')}  paro-kernels {report.get('paro-kernels')}"
+    )
+    click.echo(f"methods: {' '.join(report.get('methods', [])) or '(none)'}")
+    for problem in report.get("problems", []):
+        click.echo(f"mismatch: {problem}")
+    cached = " (cached)" if result.cached else ""
+    if result.ok:
+        click.echo(f"ok: {ref} {result.image_id[:19]}{cached}")
+    result.raise_for_mismatch(ref)

@@ -5,14 +5,17 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
-from paroctl import demo, dockerhost, images, knobs, profiles, state, switch
+from paroctl import demo, dockerhost, doctor, engine, images, knobs, profiles, state, switch
+from paroctl.cli.main import cli
 from paroctl.client import Client
 from paroctl.errors import RuntimeFailure
 
@@ -43,7 +46,7 @@ def cpu_image() -> BuiltImage:
     info = images.build(req, progress=lambda line: None)
     build_s = time.monotonic() - start
     print(f"\ncpu image: build {build_s:.1f} s, {info.size_bytes / 1e9:.2f} GB")
-    base_id = images.api_client().inspect_image(req.base)["Id"]
+    base_id = (engine.Api().inspect_image(req.base) or {})["Id"]
     return BuiltImage(info, req, base_id, build_s)
 
 
@@ -123,11 +126,49 @@ def test_a_failing_step_is_named_with_its_output(tmp_path: Path) -> None:
         f"FROM {dockerhost.BASE_IMAGE}\nRUN echo fine\nRUN echo about-to-fail && exit 3\n"
     )
     with pytest.raises(images.BuildFailed) as caught:
-        images.run_build(images.api_client(), tmp_path, "localhost/paroctl-fail:test", {})
+        images.run_build(engine.Api(), tmp_path, "localhost/paroctl-fail:test", {})
     message = caught.value.message
     assert "failed at Step 3/3 : RUN echo about-to-fail && exit 3" in message
     assert "about-to-fail" in message.split("--- error ---")[0]
     assert "returned a non-zero code: 3" in message
+
+
+def test_doctor_passes_once_per_image_id(cpu_image: BuiltImage) -> None:
+    # The build already ran it as its last step; this is the switch's entry point, on the labels.
+    start = time.monotonic()
+    first = doctor.doctor_once(TAG)
+    first_s = time.monotonic() - start
+    print(f"\ndoctor in the cpu image: {first_s:.1f} s")
+    assert (first.ok, first.first_mismatch, first.cached) == (True, None, False)
+    assert first.image_id == cpu_image.info.id
+    assert first.report["methods"] == ["paroquant", "paroquant_mxfp4", "nvfp4_mxfp4"]
+    assert first.report["torch"] == "2.13.0+cpu"
+    assert first.report["paro-vllm"] == cpu_image.info.labels["paroctl.plugin-version"]
+    again = doctor.doctor_once(TAG)
+    assert again.cached and again.ok and again.report == first.report
+
+
+def test_doctor_names_the_first_mismatch_with_exit_1(cpu_image: BuiltImage) -> None:
+    # The same image with one label that lies about the plugin (a LABEL step: no rebuild).
+    mislabelled = "localhost/paroctl-cpu:mislabelled"
+    context = Path(tempfile.mkdtemp(prefix="paroctl-relabel-"))
+    (context / "Containerfile").write_text(f"FROM {TAG}\nLABEL paroctl.plugin-version=9.9.9\n")
+    images.run_build(engine.Api(), context, mislabelled, {})
+    shutil.rmtree(context)
+    result = CliRunner().invoke(cli, ["image", "doctor", mislabelled])
+    assert result.exit_code == 1, result.output
+    assert "mismatch: paro-vllm is 0.1.0, the image label says 9.9.9" in result.output
+    assert "paro-vllm is 0.1.0, the image label says 9.9.9" in str(result.exception)
+
+
+def test_the_plugin_reads_the_source_sha_of_the_label(cpu_image: BuiltImage) -> None:
+    script = "from paro_vllm.provenance import source_sha; print(source_sha())"
+    done = engine.Api().run(TAG, ["-c", script], entrypoint=["python3"], timeout_s=120)
+    assert done.returncode == 0, done.stderr
+    labels = cpu_image.info.labels
+    assert done.stdout.strip() == images.labelled_source(labels)
+    marker = f"paro-vllm: method=paroquant backend=reference version=0.1.0 source={done.stdout}"
+    assert images.provenance_problem(labels, marker) is None
 
 
 def test_switch_refuses_an_image_of_another_knob_registry(

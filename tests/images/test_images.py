@@ -120,7 +120,23 @@ def test_labels_carry_the_provenance() -> None:
         "paroctl.base": "local/debian:bookworm",
         "paroctl.base-id": "sha256:base",
         "paroctl.built-by": "paroctl 0.1.0",
+        "paroctl.torch-version": "2.13.0+cpu",
     }
+
+
+def test_gpu_kinds_label_the_triton_they_need_not_a_torch() -> None:
+    req = images.request("rocm")
+    labels = images.labels_for(req, images.context_for(req), "sha256:b", ("abc", False), "d")
+    assert labels["paroctl.triton-min"] == "3.9"
+    assert "paroctl.torch-version" not in labels
+
+
+def test_podman_build_steps_are_followed_too() -> None:
+    stream = images.BuildStream()
+    stream.feed({"stream": "[1/2] STEP 2/4: RUN apt-get update\n"})
+    stream.feed({"stream": "error running container: exit status 1\n"})
+    assert stream.step == "[1/2] STEP 2/4: RUN apt-get update"
+    assert stream.output == ["error running container: exit status 1"]
 
 
 def test_build_stream_names_the_failing_step_and_its_output() -> None:
