@@ -108,14 +108,14 @@ def expectations(args: argparse.Namespace, report: dict[str, object]) -> list[st
     triton = report.get("triton")
     if args.triton_min and (triton is None or _tuple(str(triton)) < _tuple(args.triton_min)):
         out.append(f"triton is {triton}, the kernels need >= {args.triton_min}")
-    if args.source_sha:
-        try:
-            with open(PROVENANCE) as handle:
-                recorded = json.load(handle).get("source_sha")
-        except (OSError, ValueError) as exc:
-            recorded = f"unreadable ({exc})"
-        if recorded != args.source_sha:
-            out.append(f"{PROVENANCE} records source {recorded}, the label says {args.source_sha}")
+    try:
+        with open(PROVENANCE) as handle:
+            recorded = json.load(handle).get("source_sha")
+    except (OSError, ValueError) as exc:
+        recorded = f"unreadable ({exc})"
+    report["source"] = recorded
+    if args.source_sha and recorded != args.source_sha:
+        out.append(f"{PROVENANCE} records source {recorded}, the label says {args.source_sha}")
     return out
 
 

@@ -107,7 +107,19 @@ def doctor_once(ref: str, api: engine.Api | None = None) -> DoctorResult:
         return DoctorResult(**{**json.loads(path.read_text()), "cached": True})
     except (OSError, ValueError, TypeError):
         pass  # not run yet (or an unreadable entry): run it
-    result = run_doctor(str(raw["Id"]), api)
+    return _store(run_doctor(str(raw["Id"]), api))
+
+
+def record(image_id: str, report_json: str) -> DoctorResult:
+    """Cache the report a build's last step printed (it checked what the labels claim)."""
+    report = json.loads(report_json)
+    problems = list(report.get("problems", []))
+    first = problems[0] if problems else None
+    return _store(DoctorResult(image_id, not problems, first, report))
+
+
+def _store(result: DoctorResult) -> DoctorResult:
+    path = _cache_path(result.image_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     state.atomic_write(path, json.dumps(asdict(result), sort_keys=True) + "\n")
     return result

@@ -54,6 +54,7 @@ DOWNLOAD_TIMEOUT_S = 1800.0
 _MARKER_RE = re.compile(r"paro-vllm: method=\S+ .*\bversion=(\S+)")
 # docker: "Step 2/4 : RUN ..."; podman: "[1/2] STEP 2/4: RUN ..." (multi-stage) or "STEP 2/4: ...".
 _STEP_RE = re.compile(r"^(Step \d+/\d+ : |(\[\d+/\d+\] )?STEP \d+/\d+: )")
+DOCTOR_REPORT = "paroctl doctor: {"  # how images/doctor.py prints its JSON report
 _SOURCE_RE = re.compile(r"\bsource=(\S+)")
 
 
@@ -451,6 +452,7 @@ class BuildStream:
     output: list[str] = field(default_factory=list)
     image_id: str = ""
     error: str = ""
+    doctor_report: str = ""  # the JSON line of images/doctor.py, the last build step
 
     def feed(self, chunk: Mapping[str, Any]) -> list[str]:
         """Take one decoded chunk; return its complete output lines."""
@@ -466,6 +468,8 @@ class BuildStream:
                 self.step, self.output = line, []
             else:
                 self.output.append(line)
+            if line.startswith(DOCTOR_REPORT):
+                self.doctor_report = line[len(DOCTOR_REPORT) - 1 :]
             if line.startswith("Successfully built ") and not self.image_id:
                 self.image_id = line.split()[-1]
         return lines
@@ -485,8 +489,8 @@ def run_build(
     tag: str,
     labels: Mapping[str, str],
     progress: Progress | None = None,
-) -> str:
-    """Build through the SDK's streaming API; return the image id or raise BuildFailed."""
+) -> BuildStream:
+    """Build through the engine's streaming API; return the finished stream or raise BuildFailed."""
     stream = BuildStream()
     for chunk in api.build(context, tag, labels):
         for line in stream.feed(chunk):
@@ -494,7 +498,7 @@ def run_build(
     if stream.error or not stream.image_id:
         stream.error = stream.error or "the engine reported no image id"
         raise BuildFailed(stream.failure(tag))
-    return stream.image_id
+    return stream
 
 
 @dataclass(frozen=True)
@@ -542,8 +546,14 @@ def build(
         context = assemble_context(
             req, the_plan.containerfile, Path(scratch), the_plan.labels, progress
         )
-        run_build(api, context, req.tag, the_plan.labels, progress)
-    return inspect_image(req.tag, api)
+        stream = run_build(api, context, req.tag, the_plan.labels, progress)
+    info = inspect_image(req.tag, api)
+    if stream.doctor_report:
+        from paroctl import doctor  # it imports this module
+
+        # The last build step checked what the labels claim: the switch need not run it again.
+        doctor.record(info.id, stream.doctor_report)
+    return info
 
 
 # --- list / inspect ------------------------------------------------------------------------------
