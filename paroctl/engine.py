@@ -237,6 +237,8 @@ def _json(value: object) -> str:
 # --- the engine API: every Docker SDK call (docker, or podman's API socket via DOCKER_HOST) ------
 
 DEFAULT_API = "unix:///var/run/docker.sock"
+# Where podman.socket (shipped with podman, `systemctl enable --now podman.socket`) listens.
+PODMAN_API = "unix:///run/podman/podman.sock"
 API_TIMEOUT_S = 3600.0  # a build's stream may be silent for minutes (a big pip install step)
 
 
@@ -331,3 +333,9 @@ class Api:
         except (self._errors.DockerException, OSError) as exc:
             raise RuntimeFailure(f"{self.base_url}: running {image} failed ({exc})") from exc
         return RunResult(code, out.decode(errors="replace"), err.decode(errors="replace"))
+
+
+def api_for(profile: Profile, timeout_s: float = API_TIMEOUT_S) -> Api:
+    """The API of a profile's own engine: DOCKER_HOST when set, else the engine's usual socket."""
+    default = PODMAN_API if profile.body.runtime.engine == "podman" else DEFAULT_API
+    return Api(state.env("DOCKER_HOST") or default, timeout_s)

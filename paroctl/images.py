@@ -521,8 +521,8 @@ class BuildPlan:
                 lines.append(f"#   {proc.describe(wheelhouse_command(house))}")
             lines.append(f"#   minus {', '.join(demo.VENV_REMOVE)}")
         lines.append(
-            f"# docker SDK: APIClient.build(path=CONTEXT, dockerfile='Containerfile', "
-            f"tag={self.request.tag!r}, labels=..., decode=True)"
+            f"# engine API (DOCKER_HOST): build(path=CONTEXT, dockerfile='Containerfile', "
+            f"tag={self.request.tag!r}, labels=...); last step: doctor.py"
         )
         lines += [f"# label {key}={value}" for key, value in sorted(self.labels.items())]
         return [*lines, "# --- Containerfile ---", *self.containerfile.splitlines()]
