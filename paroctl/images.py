@@ -109,6 +109,7 @@ class BuildRequest:
     arch: tuple[str, ...]
     tag: str
     wheelhouse: Path | None  # cpu only: where the offline wheels are (or will be downloaded)
+    venv_from: str | None = None  # cpu only: an image of the same pins whose venv is reused
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,7 @@ class ContainerfileContext:
     runtime_packages: tuple[str, ...]
     torch_version: str  # "" where the base image's torch is taken as is
     triton_min: str  # "" where the kind serves without Triton
+    venv_from: str  # "" unless the cpu venv is copied out of an existing image
 
 
 @dataclass(frozen=True)
@@ -156,12 +158,17 @@ def request(
     base: str | None = None,
     tag: str | None = None,
     wheelhouse: Path | None = None,
+    venv_from: str | None = None,
 ) -> BuildRequest:
     """Resolve a build request against the kind's defaults."""
     defaults = DEFAULTS[kind]
     if kind != "cpu" and wheelhouse is not None:
         raise RenderError(f"--wheelhouse is for the cpu image; {kind} installs from its base")
-    if kind == "cpu" and wheelhouse is None:
+    if kind != "cpu" and venv_from is not None:
+        raise RenderError(f"--venv-from is for the cpu image; {kind} installs from its base")
+    if venv_from is not None and wheelhouse is not None:
+        raise RenderError("--venv-from reuses an image's venv: no --wheelhouse with it")
+    if kind == "cpu" and wheelhouse is None and venv_from is None:
         wheelhouse = default_wheelhouse(defaults)
     return BuildRequest(
         kind=kind,
@@ -169,6 +176,7 @@ def request(
         arch=tuple(arch) or defaults.arch,
         tag=tag or defaults.tag,
         wheelhouse=wheelhouse,
+        venv_from=venv_from,
     )
 
 
@@ -212,6 +220,7 @@ def context_for(req: BuildRequest, root: Path | None = None) -> ContainerfileCon
         runtime_packages=CPU_RUNTIME_PACKAGES if cpu else (),
         torch_version=VERSIONS[req.kind].torch or "",
         triton_min=VERSIONS[req.kind].triton_min or "",
+        venv_from=req.venv_from or "",
     )
 
 
@@ -257,7 +266,11 @@ def labels_for(
     """The provenance labels of an image (pure)."""
     sha, dirty = git
     pins = VERSIONS[req.kind]
-    optional = {LABEL_TORCH: pins.torch, LABEL_TRITON: pins.triton_min}
+    optional = {
+        LABEL_TORCH: pins.torch,
+        LABEL_TRITON: pins.triton_min,
+        f"{LABEL}.venv-from": req.venv_from,
+    }
     return {
         LABEL_KIND: req.kind,
         LABEL_SHA: sha,
@@ -514,6 +527,8 @@ class BuildPlan:
         """The exact steps, for --dry-run."""
         lines = [f"# wheels: {proc.describe(wheel_command(Path('CONTEXT/wheels')))}"]
         house = self.request.wheelhouse
+        if self.request.venv_from is not None:
+            lines.append(f"# venv: copied from {self.request.venv_from} (its pins checked first)")
         if house is not None:
             state_ = "ready" if wheelhouse_ready(house) else "to download"
             lines.append(f"# wheelhouse ({state_}): {house}")
@@ -542,6 +557,8 @@ def build(
     api = api or engine.Api()
     base_id = base_image_id(api, req.base, progress)
     the_plan = plan(req, base_id)
+    if req.venv_from is not None:
+        check_venv_source(api, req.venv_from, the_plan.labels)
     with tempfile.TemporaryDirectory(prefix="paroctl-image-") as scratch:
         context = assemble_context(
             req, the_plan.containerfile, Path(scratch), the_plan.labels, progress
@@ -554,6 +571,28 @@ def build(
         # The last build step checked what the labels claim: the switch need not run it again.
         doctor.record(info.id, stream.doctor_report)
     return info
+
+
+def venv_source_problems(
+    ref: str, labels: Mapping[str, str], wanted: Mapping[str, str]
+) -> list[str]:
+    """Why ref's venv must not go into an image with the wanted labels (pure; [] when it may)."""
+    keys = (LABEL_KIND, f"{LABEL}.vllm-version", LABEL_TORCH, f"{LABEL}.base")
+    return [
+        f"--venv-from {ref} has {key}={labels.get(key)}, this build pins {wanted.get(key)}"
+        for key in keys
+        if labels.get(key) != wanted.get(key)
+    ]
+
+
+def check_venv_source(api: engine.Api, ref: str, wanted: Mapping[str, str]) -> None:
+    """Refuse a --venv-from image that is missing or was built with other pins."""
+    raw = api.inspect_image(ref)
+    if raw is None:
+        raise RuntimeFailure(f"--venv-from {ref} is not in the engine at {api.base_url}")
+    problems = venv_source_problems(ref, image_info(raw).labels, wanted)
+    if problems:
+        raise RuntimeFailure("; ".join(problems))
 
 
 # --- list / inspect ------------------------------------------------------------------------------

