@@ -34,20 +34,24 @@ class BuiltImage:
     request: images.BuildRequest
     base_id: str
     build_s: float
+    home: Path  # the PAROCTL_HOME the build recorded its doctor report in
 
 
 @pytest.fixture(scope="module")
-def cpu_image() -> BuiltImage:
+def cpu_image(tmp_path_factory: pytest.TempPathFactory) -> BuiltImage:
     """Docker up, the Debian base made locally, the cpu image built through the SDK."""
     dockerhost.ensure_docker()
     dockerhost.ensure_base_image()
     req = images.request("cpu", tag=TAG)
+    home = tmp_path_factory.mktemp("build-home")
     start = time.monotonic()
-    info = images.build(req, progress=lambda line: None)
+    with pytest.MonkeyPatch.context() as patch:  # module scope: before the per-test home
+        patch.setenv("PAROCTL_HOME", str(home))
+        info = images.build(req, progress=lambda line: None)
     build_s = time.monotonic() - start
     print(f"\ncpu image: build {build_s:.1f} s, {info.size_bytes / 1e9:.2f} GB")
     base_id = (engine.Api().inspect_image(req.base) or {})["Id"]
-    return BuiltImage(info, req, base_id, build_s)
+    return BuiltImage(info, req, base_id, build_s, home)
 
 
 @pytest.fixture(scope="module")
@@ -134,10 +138,11 @@ def test_a_failing_step_is_named_with_its_output(tmp_path: Path) -> None:
 
 
 def test_the_builds_doctor_step_passed_and_is_the_switchs_cached_answer(
-    cpu_image: BuiltImage,
+    cpu_image: BuiltImage, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The build ran the doctor as its last step against the values the labels carry, and
     # recorded it for the image id: the switch's doctor_once costs no container run.
+    monkeypatch.setenv("PAROCTL_HOME", str(cpu_image.home))
     result = doctor.doctor_once(TAG)
     assert (result.ok, result.first_mismatch, result.cached) == (True, None, True)
     assert result.image_id == cpu_image.info.id
