@@ -691,6 +691,21 @@ def check_boot_provenance(profile: Profile, lines: Iterable[str]) -> None:
         )
 
 
+def boot_source_problems(labels: Mapping[str, str], lines: Iterable[str]) -> list[str]:
+    """provenance_problem for every plugin boot marker among a serve's log lines (pure)."""
+    markers = [line for line in lines if _MARKER_RE.search(line)]
+    return [p for line in markers if (p := provenance_problem(labels, line)) is not None]
+
+
+def check_boot_source(profile: Profile, lines: Iterable[str]) -> None:
+    """Refuse a serve whose plugin boot marker names another source sha than its image's label."""
+    if not profile.uses_engine or profile.body.image is None:
+        return
+    problems = boot_source_problems(engine_labels(profile) or {}, lines)
+    if problems:
+        raise RuntimeFailure(f"image {profile.body.image.ref}: {problems[0]}")
+
+
 def _report(progress: Progress | None, message: str) -> None:
     if progress is not None:
         progress(message)

@@ -88,3 +88,10 @@ def test_provenance_problem() -> None:
     assert dirty is not None and "names no source=" in dirty and f"{SHA}+dirty" in dirty
     unlabelled = images.provenance_problem({}, f"{MARKER} source={SHA}")
     assert unlabelled is not None and "no paroctl.source-sha label" in unlabelled
+
+
+def test_boot_source_problems_read_every_marker_and_nothing_else() -> None:
+    lines = ["INFO vLLM up", f"{MARKER} source={SHA}", f"{MARKER} act=int8/group zpe=1 source=b"]
+    (problem,) = images.boot_source_problems(LABELS, lines)
+    assert "built from b, its image's label says" in problem
+    assert images.boot_source_problems(LABELS, ["no marker here"]) == []
