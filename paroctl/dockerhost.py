@@ -241,9 +241,16 @@ def start_podman_service(socket: Path, timeout_s: float = DAEMON_TIMEOUT_S) -> t
     return url, pid
 
 
-def copy_image_to_podman(ref: str, conf: Path) -> None:
-    """`docker save | podman load` one image (a base made once serves both engines)."""
+def copy_image_to_podman(ref: str, conf: Path) -> bool:
+    """`docker save | podman load` one image unless podman holds the same id; True if copied."""
+    env = podman_env(conf)
+    fmt = ["--format", "{{.Id}}"]
+    there = proc.run(["podman", "image", "inspect", *fmt, ref], timeout=60, check=False, env=env)
+    here = proc.run(["docker", "image", "inspect", *fmt, ref], timeout=60)
+    if there.returncode == 0 and there.stdout.strip() and there.stdout.strip() in here.stdout:
+        return False
     with tempfile.TemporaryDirectory(prefix="paroctl-save-") as scratch:
         tarball = Path(scratch) / "image.tar"
         proc.run(["docker", "save", "--output", tarball, ref], timeout=600)
-        proc.run(["podman", "load", "--input", tarball], timeout=600, env=podman_env(conf))
+        proc.run(["podman", "load", "--input", tarball], timeout=600, env=env)
+    return True
