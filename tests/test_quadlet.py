@@ -30,13 +30,14 @@ ENGINE_PROFILES = [n for n in profiles.list_names() if profiles.load(n).uses_eng
 VALUED = {
     "--name", "--cidfile", "--cgroups", "--sdnotify", "--device", "--volume", "--publish",
     "--label", "--env-file", "--env", "--group-add", "--security-opt", "--ipc", "--shm-size",
+    "--cap-drop", "--cap-add", "--user",
 }  # fmt: skip
 SWITCHES = {"--replace", "--rm", "-d", "--privileged"}
 ALIASES = {"-v": "--volume", "-p": "--publish", "-e": "--env", "-l": "--label"}
 # The groups both units must agree on (as multisets: order is the generator's business).
 GROUPS = (
     "--device", "--group-add", "--env-file", "--env", "--publish", "--volume", "--security-opt",
-    "--ipc", "--shm-size",
+    "--ipc", "--shm-size", "--cap-drop", "--cap-add", "--user",
 )  # fmt: skip
 # Normalized spellings: the generator writes `--security-opt=no-new-privileges`.
 SECURITY = {"no-new-privileges", "no-new-privileges=true"}

@@ -1,9 +1,10 @@
 """The cpu image built and inspected through podman's Docker-compatible API socket (podman 4.3.1
 `podman system service`): the same `engine.Api` and `images.build` as against dockerd.
 
-CI cost: the base and the venv come from the docker-built cpu image (test_cpu_image_e2e builds
-it first; `docker save | podman load`), so podman's build skips the ~2.4 GB pip install
-(`--venv-from`), which took 444 s through podman here under load 20 (2026-12-01).
+CI cost: the build starts from the docker-built cpu image (test_cpu_image_e2e builds it first;
+`docker save | podman load`, skipped when podman holds that id) with `--venv-from`, so podman
+skips the ~2.4 GB pip install. On the 2-core VM, 2026-12-01: a full podman build took 1028 s
+(load 10-20); the copy 160 s and the --venv-from build 92 s (load 5-6).
 """
 
 from __future__ import annotations
