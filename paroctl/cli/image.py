@@ -48,7 +48,7 @@ def image_build(
     venv_from: str | None,
     dry_run: bool,
 ) -> None:
-    """Build an image of KIND (rocm, cuda, cpu) through the Docker SDK, with provenance labels."""
+    """Build an image of KIND (rocm, cuda, cpu) through the engine API, with provenance labels."""
     from paroctl import images
 
     req = images.request(
