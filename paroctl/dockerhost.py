@@ -194,3 +194,63 @@ def _env(**overrides: str) -> dict[str, str]:
     child = dict(state.environ())
     child.update(overrides)
     return child
+
+
+# --- podman's Docker-compatible API socket -------------------------------------------------------
+
+# Podman asks for nofile 1048576, above these VMs' hard limit of 20000 (`error setting rlimit
+# type 7`); ENVIRONMENT.md's recipe caps it in a containers.conf. Its default runtime crun 1.8.1
+# refuses this VM's hybrid cgroups ("cgroups in hybrid mode not supported", 2026-12-01); runc
+# (installed with docker.io) runs the same containers.
+PODMAN_CONF = (
+    "[containers]\n"
+    'default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]\n'
+    "[engine]\n"
+    'runtime = "runc"\n'
+)
+
+
+def podman_env(conf: Path) -> dict[str, str]:
+    """The environment of every podman call: the ulimit containers.conf written first."""
+    state.atomic_write(conf, PODMAN_CONF)
+    return _env(CONTAINERS_CONF=str(conf))
+
+
+def start_podman_service(socket: Path, timeout_s: float = DAEMON_TIMEOUT_S) -> tuple[str, int]:
+    """Start `podman system service` on socket (detached); return its DOCKER_HOST url and pid."""
+    if shutil.which("podman") is None:
+        raise RuntimeFailure("podman is not installed: apt-get install podman")
+    socket.parent.mkdir(parents=True, exist_ok=True)
+    socket.unlink(missing_ok=True)
+    url = f"unix://{socket}"
+    log = socket.with_suffix(".log")
+    started = proc.run(
+        ["sh", "-c", 'setsid podman system service --time=0 "$1" >>"$2" 2>&1 </dev/null & echo $!',
+         "sh", url, str(log)],
+        timeout=30,
+        env=podman_env(socket.with_name("containers.conf")),
+    )  # fmt: skip
+    pid = int(started.stdout.strip())
+    deadline = time.monotonic() + timeout_s
+    while not socket.exists():
+        if time.monotonic() >= deadline:
+            raise RuntimeFailure(
+                f"podman system service made no {socket} in {timeout_s:g} s: {log}"
+            )
+        time.sleep(0.2)
+    return url, pid
+
+
+def copy_image_to_podman(ref: str, conf: Path) -> bool:
+    """`docker save | podman load` one image unless podman holds the same id; True if copied."""
+    env = podman_env(conf)
+    fmt = ["--format", "{{.Id}}"]
+    there = proc.run(["podman", "image", "inspect", *fmt, ref], timeout=60, check=False, env=env)
+    here = proc.run(["docker", "image", "inspect", *fmt, ref], timeout=60)
+    if there.returncode == 0 and there.stdout.strip() and there.stdout.strip() in here.stdout:
+        return False
+    with tempfile.TemporaryDirectory(prefix="paroctl-save-") as scratch:
+        tarball = Path(scratch) / "image.tar"
+        proc.run(["docker", "save", "--output", tarball, ref], timeout=600)
+        proc.run(["podman", "load", "--input", tarball], timeout=600, env=env)
+    return True

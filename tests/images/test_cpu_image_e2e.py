@@ -5,14 +5,17 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
-from paroctl import demo, dockerhost, images, knobs, profiles, state, switch
+from paroctl import demo, dockerhost, doctor, engine, images, knobs, profiles, state, switch
+from paroctl.cli.main import cli
 from paroctl.client import Client
 from paroctl.errors import RuntimeFailure
 
@@ -31,20 +34,24 @@ class BuiltImage:
     request: images.BuildRequest
     base_id: str
     build_s: float
+    home: Path  # the PAROCTL_HOME the build recorded its doctor report in
 
 
 @pytest.fixture(scope="module")
-def cpu_image() -> BuiltImage:
+def cpu_image(tmp_path_factory: pytest.TempPathFactory) -> BuiltImage:
     """Docker up, the Debian base made locally, the cpu image built through the SDK."""
     dockerhost.ensure_docker()
     dockerhost.ensure_base_image()
     req = images.request("cpu", tag=TAG)
+    home = tmp_path_factory.mktemp("build-home")
     start = time.monotonic()
-    info = images.build(req, progress=lambda line: None)
+    with pytest.MonkeyPatch.context() as patch:  # module scope: before the per-test home
+        patch.setenv("PAROCTL_HOME", str(home))
+        info = images.build(req, progress=lambda line: None)
     build_s = time.monotonic() - start
     print(f"\ncpu image: build {build_s:.1f} s, {info.size_bytes / 1e9:.2f} GB")
-    base_id = images.api_client().inspect_image(req.base)["Id"]
-    return BuiltImage(info, req, base_id, build_s)
+    base_id = (engine.Api().inspect_image(req.base) or {})["Id"]
+    return BuiltImage(info, req, base_id, build_s, home)
 
 
 @pytest.fixture(scope="module")
@@ -123,11 +130,53 @@ def test_a_failing_step_is_named_with_its_output(tmp_path: Path) -> None:
         f"FROM {dockerhost.BASE_IMAGE}\nRUN echo fine\nRUN echo about-to-fail && exit 3\n"
     )
     with pytest.raises(images.BuildFailed) as caught:
-        images.run_build(images.api_client(), tmp_path, "localhost/paroctl-fail:test", {})
+        images.run_build(engine.Api(), tmp_path, "localhost/paroctl-fail:test", {})
     message = caught.value.message
     assert "failed at Step 3/3 : RUN echo about-to-fail && exit 3" in message
     assert "about-to-fail" in message.split("--- error ---")[0]
     assert "returned a non-zero code: 3" in message
+
+
+def test_the_builds_doctor_step_passed_and_is_the_switchs_cached_answer(
+    cpu_image: BuiltImage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The build ran the doctor as its last step against the values the labels carry, and
+    # recorded it for the image id: the switch's doctor_once costs no container run.
+    monkeypatch.setenv("PAROCTL_HOME", str(cpu_image.home))
+    result = doctor.doctor_once(TAG)
+    assert (result.ok, result.first_mismatch, result.cached) == (True, None, True)
+    assert result.image_id == cpu_image.info.id
+    assert result.report["methods"] == ["paroquant", "paroquant_mxfp4", "nvfp4_mxfp4"]
+    assert result.report["torch"] == "2.13.0+cpu"
+    assert result.report["paro-vllm"] == cpu_image.info.labels["paroctl.plugin-version"]
+    assert result.report["source"] == cpu_image.info.labels["paroctl.source-sha"]
+
+
+def test_doctor_names_the_first_mismatch_with_exit_1(cpu_image: BuiltImage) -> None:
+    # The same image with one label that lies about the plugin (a LABEL step: no rebuild).
+    mislabelled = "localhost/paroctl-cpu:mislabelled"
+    context = Path(tempfile.mkdtemp(prefix="paroctl-relabel-"))
+    (context / "Containerfile").write_text(f"FROM {TAG}\nLABEL paroctl.plugin-version=9.9.9\n")
+    images.run_build(engine.Api(), context, mislabelled, {})
+    shutil.rmtree(context)
+    start = time.monotonic()
+    result = CliRunner().invoke(cli, ["image", "doctor", mislabelled])
+    print(f"\ndoctor in the cpu image: {time.monotonic() - start:.1f} s")
+    assert result.exit_code == 1, result.output
+    assert "mismatch: paro-vllm is 0.1.0, the image label says 9.9.9" in result.output
+    assert "methods: paroquant paroquant_mxfp4 nvfp4_mxfp4" in result.output
+    again = doctor.doctor_once(mislabelled)
+    assert again.cached and again.first_mismatch == "paro-vllm is 0.1.0, the image label says 9.9.9"
+
+
+def test_the_plugin_reads_the_source_sha_of_the_label(cpu_image: BuiltImage) -> None:
+    script = "from paro_vllm.provenance import source_sha; print(source_sha())"
+    done = engine.Api().run(TAG, ["-c", script], entrypoint=["python3"], timeout_s=120)
+    assert done.returncode == 0, done.stderr
+    labels = cpu_image.info.labels
+    assert done.stdout.strip() == images.labelled_source(labels)
+    marker = f"paro-vllm: method=paroquant backend=reference version=0.1.0 source={done.stdout}"
+    assert images.provenance_problem(labels, marker) is None
 
 
 def test_switch_refuses_an_image_of_another_knob_registry(

