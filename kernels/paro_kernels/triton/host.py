@@ -507,13 +507,28 @@ def w4a16_linear(
     gv_idx: torch.Tensor | None = None,
     gv_coef: torch.Tensor | None = None,
     givens_max_m: int = GIVENS_MAX_M,
+    path: str | None = None,
 ) -> torch.Tensor:
-    """y = ((x * cs_p) R_p^T) dequant(Q)^T (+ bias) per column run p; contract in module doc."""
+    """y = ((x * cs_p) R_p^T) dequant(Q)^T (+ bias) per column run p; contract in module doc.
+
+    `path` ("gemv" | "mma" | "dequant") overrides the M-band dispatch of `fast_host.band`.
+    """
+    from . import fast_host
+
     check_linear(
         x, rot_hi, rot_lo, qweight, scales, zeros, bounds, group_size, bias, gv_idx, gv_coef
     )
     m, k = x.shape
     n = qweight.shape[1]
+    route = path or fast_host.band(m)
+    if route == "gemv":
+        args = (rot_hi, rot_lo, qweight, scales, zeros, gv_idx, gv_coef)
+        return fast_host.gemv_w4a16(args, x, bounds, group_size, bias)
+    if route == "dequant":
+        w = fast_host.dequant_rotate(
+            qweight, None, scales, zeros, rot_hi, rot_lo, bounds, group_size
+        )
+        return fast_host.dequant_linear(x, w, bias)
     cfg = pick_config(m, n, k, group_size, bounds, sm_count(x.device))
     if m > givens_max_m:
         gv_idx = gv_coef = None
