@@ -15,6 +15,7 @@ past 4x L2). Roofline: format-minimal bytes over the copy bandwidth this run mea
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import time
@@ -63,8 +64,6 @@ def _ours(n: int, k: int, sizes: tuple[int, ...], m: int, dev: torch.device, pat
 
 def _with_givens(p: Any, k: int, parts: int, dev: torch.device, krot: int = 8) -> Any:
     """The layer with random Givens tables (partner within the group, cos/sin of an angle)."""
-    import dataclasses
-
     idx = torch.stack([torch.randperm(G) for _ in range(parts * krot * (k // G))])
     idx = idx.view(parts, krot, k).to(torch.int32).to(dev)
     coef = torch.rand(parts, 2 * krot + 1, k, device=dev)
@@ -190,9 +189,11 @@ def sweep_gemv(reps: int) -> list[dict[str, Any]]:
         preps = [b._random_prep(n, k, sizes, 4, dev) for _ in range(b.copies(_bytes_w4(n, k, 0)))]
         for m in (1, 4):
             x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-            for bn, nw, pps in [(64, 4, 8), (128, 4, 4), (128, 4, 8), (128, 4, 16), (128, 8, 8),
-                                (256, 4, 8), (256, 8, 8), (256, 8, 4), (128, 2, 16)]:  # fmt: skip
+            for bn, nw, pps, st in [(64, 4, 8, 3), (64, 4, 8, 1), (64, 4, 16, 2), (32, 4, 16, 2),
+                                    (64, 2, 16, 2), (32, 2, 16, 3), (128, 4, 8, 1), (64, 4, 4, 4),
+                                    (32, 1, 32, 2)]:  # fmt: skip
                 cfg = fast_host.gemv_config(m, n, k, G, b._bounds(sizes), 132, bn, nw, pps)
+                cfg = dataclasses.replace(cfg, num_stages=st)
                 fns = [functools.partial(
                     fast_host.gemv_w4a16,
                     (p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros, None, None),
@@ -205,6 +206,32 @@ def sweep_gemv(reps: int) -> list[dict[str, Any]]:
                 out.append({"shape": name, "m": m, "block_n": bn, "warps": nw, "pps": pps,
                             "split": cfg.split_k, "us": us})  # fmt: skip
                 print(f"sweep {name} M={m} {cfg}: {us:.1f} us", flush=True)
+    return out
+
+
+def sweep_dequant(reps: int) -> list[dict[str, Any]]:
+    """The prefill dequantize + rotate kernel alone at candidate (BLOCK_N, warps, splits)."""
+    from .triton import fast_host
+
+    dev = torch.device("cuda")
+    out = []
+    for name in ("qkv", "gate_up"):
+        _, n, k, sizes = next(s for s in b.SHAPES if s[0] == name)
+        preps = [b._random_prep(n, k, sizes, 4, dev) for _ in range(b.copies(_bytes_w4(n, k, 0)))]
+        w = torch.empty(k, n, dtype=torch.float16, device=dev)
+        for bn, nw, ns in [(128, 8, 0), (128, 4, 0), (64, 4, 0), (256, 8, 0), (128, 8, 2),
+                           (128, 8, 8), (64, 4, 8), (128, 4, 4)]:  # fmt: skip
+            fns = [functools.partial(
+                fast_host.dequant_rotate, p.qweight, None, p.scales, p.zeros, p.rot_hi, p.rot_lo,
+                p.bounds, G, w, bn, nw, ns) for p in preps]  # fmt: skip
+            try:
+                us = b._time(b.cycling(fns), reps)
+            except Exception as e:
+                us = float("nan")
+                print("sweep error", type(e).__name__, str(e)[:200])
+            out.append({"shape": name, "block_n": bn, "warps": nw, "nsplit": ns, "us": us,
+                        "gbs": (k * n // 2 + 2 * k * n) / us / 1e3})  # fmt: skip
+            print(f"dequant sweep {name} bn={bn} w={nw} nsplit={ns}: {us:.1f} us", flush=True)
     return out
 
 
@@ -263,6 +290,7 @@ def main(argv: list[str] | None = None) -> None:
                 torch=torch.__version__, triton=__import__("triton").__version__, rows=[],
                 not_run=[], command=" ".join(["python -m paro_kernels.bench14", *(argv or [])]))  # fmt: skip
     if args.sweep:
+        meta["sweep_dequant"] = sweep_dequant(args.reps)
         meta["sweep"] = sweep_gemv(args.reps)
     skip = set(filter(None, args.skip.split(",")))
     cells = b._cells(args.shapes.split(","), [int(v) for v in args.ms.split(",")])

@@ -89,12 +89,13 @@ def compile_gemm(target: str, m: int, n: int, k: int, g: int, zp_rowsum: bool = 
     sig = {
         "a_ptr": "*fp16", "rs_ptr": "*fp32", "qw_ptr": "*i32", "sc_ptr": "*fp16", "zp_ptr": "*u8",
         "bias_ptr": "*bf16", "out_ptr": "*fp32" if cfg.split_k > 1 else "*bf16",
+        "fin_ptr": "*bf16", "cnt_ptr": "*i32",
         "M": "i32", "N": "i32", "K": "i32", "b1": "i32", "b2": "i32",
     }  # fmt: skip
     const = {
         "HAS_BIAS": False, "G": g, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n,
         "SPLIT_K": cfg.split_k, "GROUP_M": cfg.group_m, "ZP_ROWSUM": zp_rowsum or cfg.rowsum,
-        "PLANES": cfg.planes and g == 128,
+        "PLANES": cfg.planes and g == 128, "TICKET": cfg.split_k > 1,
     }  # fmt: skip
     c = _compile(kernels.w4a16_gemm_kernel, sig, const, target, cfg.num_warps, cfg.num_stages)
     name = "w4a16_gemm_zp_rowsum" if zp_rowsum or cfg.rowsum else "w4a16_gemm"
@@ -170,7 +171,8 @@ def compile_gemv(target: str, m: int, n: int, k: int, g: int, rot: bool = False,
     `mma` reports whether the loop stayed free of one, as designed: FMAs on unpacked codes)."""
     from . import fast_host, fast_kernels
 
-    cfg = fast_host.gemv_config(m, n, k, g, bounds, sms=64 if target == "gfx1201" else 132)
+    hip = target == "gfx1201"
+    cfg = fast_host.gemv_config(m, n, k, g, bounds, sms=64 if hip else 132, hip=hip)
     split = cfg.split_k > 1
     sig = {
         "a_ptr": "*bf16" if rot else "*fp16", "rs_ptr": "*fp32", "gi_ptr": "*i32",
@@ -192,21 +194,15 @@ def compile_gemv(target: str, m: int, n: int, k: int, g: int, rot: bool = False,
 def compile_dequant(target: str, n: int, k: int, g: int, bits: int = 4,
                     bounds: tuple[int, ...] = ()) -> Report:  # fmt: skip
     """Build the prefill dequantize + rotate kernel; `mma` = the rotation dot on the matrix unit."""
-    from math import gcd
-
     from . import fast_host, fast_kernels
-    from .host import _block_n
 
-    align = 0
-    for bd in bounds:
-        align = gcd(align, bd)
-    bn = _block_n(fast_host.DEQUANT_BLOCK_N, align or fast_host.DEQUANT_BLOCK_N)
+    bn = fast_host.dequant_block_n(target == "gfx1201")
     sig = {
         "qw_ptr": "*i32", "qh_ptr": "*i32", "sc_ptr": "*fp16", "zp_ptr": "*u8",
         "rot_hi_ptr": "*bf16", "rot_lo_ptr": "*bf16", "w_ptr": "*fp16",
         "N": "i32", "K": "i32", "b1": "i32", "b2": "i32",
     }  # fmt: skip
-    const = {"G": g, "BLOCK_N": bn, "BITS": bits}
+    const = {"G": g, "BLOCK_N": bn, "BITS": bits, "NSPLIT": 4}
     c = _compile(fast_kernels.dequant_rotate_kernel, sig, const, target,
-                 fast_host.DEQUANT_WARPS, 1)  # fmt: skip
+                 fast_host.DEQUANT_WARPS, fast_host.DEQUANT_STAGES)  # fmt: skip
     return _report(f"dequant_rotate_w{bits}", target, f"BLOCK_N={bn}", c)

@@ -32,6 +32,8 @@ GEMV_PROGRAMS_PER_SM = 8
 GEMV_MIN_GROUPS = 2  # groups per split: fewer loses to the ticket/atomics (sweep)
 DEQUANT_BLOCK_N = 128
 DEQUANT_WARPS = 8
+DEQUANT_STAGES = 3
+DEQUANT_PROGRAMS_PER_SM = 2
 
 
 @dataclass(frozen=True)
@@ -60,11 +62,15 @@ def _scratch(kind: str, numel: int, dtype: torch.dtype, device: torch.device) ->
 
 def gemv_config(m: int, n: int, k: int, g: int, bounds: tuple[int, ...], sms: int,
                 block_n: int = GEMV_BLOCK_N, num_warps: int = GEMV_WARPS,
-                programs_per_sm: int = GEMV_PROGRAMS_PER_SM) -> GemvConfig:  # fmt: skip
+                programs_per_sm: int = GEMV_PROGRAMS_PER_SM, hip: bool = False) -> GemvConfig:  # fmt: skip
     """Tile and split for an M <= 4 GEMV: split-K until ~programs_per_sm programs per SM."""
     align = 0
     for b in bounds:
         align = gcd(align, b)
+    if hip and block_n == GEMV_BLOCK_N:
+        # gfx1201 AOT (Triton 3.9): 128 columns spill from M = 2 (195-256 VGPRs), 64 at M = 4;
+        # 64 at M = 2 and 32 at M = 4 stay spill-free (195 / 172 VGPRs).
+        block_n = 128 if m == 1 else (64 if m == 2 else 32)
     bn = host._block_n(block_n, align or block_n)
     tiles = -(-n // bn)
     ngroups = k // g
@@ -90,7 +96,7 @@ def gemv_w4a16(
     m, k = x.shape
     n = qweight.shape[1]
     g = group_size
-    cfg = config or gemv_config(m, n, k, g, bounds, host.sm_count(x.device))
+    cfg = config or gemv_config(m, n, k, g, bounds, host.sm_count(x.device), hip=host._is_hip())
     host.require(m <= cfg.block_m, "x rows", f"<= {cfg.block_m} for the GEMV", m)
     use_rot = rot and gv_idx is not None and gv_coef is not None
     if use_rot:
@@ -126,25 +132,43 @@ def dequant_rotate(
     bounds: tuple[int, ...],
     group_size: int,
     out: torch.Tensor | None = None,
+    block_n: int = 0,
+    num_warps: int = 0,
+    nsplit: int = 0,
 ) -> torch.Tensor:
     """W' [K, N] fp16: each partition's rotated, dequantized weights (in the shared scratch)."""
     from .fast_kernels import dequant_rotate_kernel
 
     k, n = qweight.shape[0] * 8, qweight.shape[1]
     g = group_size
-    align = 0
-    for bd in bounds:
-        align = gcd(align, bd)
-    bn = host._block_n(DEQUANT_BLOCK_N, align or DEQUANT_BLOCK_N)
+    p = rot_hi.shape[0]
     if out is None:
         out = _scratch("dequant_w", k * n, torch.float16, qweight.device)[: k * n].view(k, n)
     b = (*bounds, n, n)[:2]
-    dequant_rotate_kernel[(k // g, -(-n // bn))](
+    nsplit = nsplit or max(1, -(-DEQUANT_PROGRAMS_PER_SM * host.sm_count(qweight.device)
+                                // ((k // g) * p)))  # fmt: skip
+    dequant_rotate_kernel[(k // g, p, nsplit)](
         qweight, qweight_hi if qweight_hi is not None else qweight, scales, zeros, rot_hi, rot_lo,
-        out, n, k, b[0], b[1], G=g, BLOCK_N=bn, BITS=5 if qweight_hi is not None else 4,
-        num_warps=DEQUANT_WARPS, num_stages=1,
+        out, n, k, b[0], b[1], G=g, BLOCK_N=block_n or dequant_block_n(host._is_hip()),
+        BITS=5 if qweight_hi is not None else 4, NSPLIT=nsplit,
+        num_warps=num_warps or DEQUANT_WARPS, num_stages=DEQUANT_STAGES,
     )  # fmt: skip
     return out
+
+
+def dequant_block_n(hip: bool) -> int:
+    """Columns per dequant block: gfx1201 spills at 128 (AOT: 256 VGPRs, 91 spilled), not 64."""
+    return 64 if hip else DEQUANT_BLOCK_N
+
+
+def cast_fp16(x: torch.Tensor) -> torch.Tensor:
+    """fp16(x) saturated at fp16's range, one launch (x contiguous)."""
+    from .fast_kernels import cast_fp16_kernel
+
+    x = x.contiguous()
+    y = torch.empty_like(x, dtype=torch.float16)
+    cast_fp16_kernel[(-(-x.numel() // 4096),)](x, y, x.numel(), BLOCK=4096, num_warps=4)
+    return y
 
 
 def dequant_linear(
@@ -153,7 +177,7 @@ def dequant_linear(
     bias: torch.Tensor | None,
 ) -> torch.Tensor:
     """y = fp16(x) @ W' (+ bias) on the vendor GEMM, in x.dtype (x saturated at fp16's range)."""
-    x16 = x if x.dtype == torch.float16 else x.clamp(-65504.0, 65504.0).to(torch.float16)
+    x16 = x if x.dtype == torch.float16 else cast_fp16(x)
     if bias is not None:
         y = torch.addmm(bias.to(torch.float16), x16, w)
     else:

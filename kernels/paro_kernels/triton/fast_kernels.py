@@ -29,8 +29,8 @@ existing gv tables (partner index, cos, signed sin per channel and layer, channe
 Why the prefill path rotates the weights, not the activations: y = (x B_p) W = x (B_p W) with
 B_p the block-diagonal folded rotation; per group B_g W_g = (B_g @ (C_g - z)) * s (s is constant
 along a group's rows), so one kernel reads the int4 codes once, does the G x G rotation on the
-matrix unit against exact integer codes (hi + lo halves: ~16 bits of the rotation) and writes the
-fp16 W' once; the GEMM is then one vendor call on x itself for all partitions, and its cost does
+matrix unit against exact integer codes (hi + lo summed to one fp16 block: 11 bits, the rounding
+W' itself gets) and writes the fp16 W' once; the GEMM is then one vendor call on x itself for all partitions, and its cost does
 not grow with M the way the activation prologue's does.
 """
 
@@ -200,37 +200,53 @@ def dequant_rotate_kernel(
     G: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BITS: tl.constexpr,
+    NSPLIT: tl.constexpr,
 ):
-    """One program per (group, column block): W'_g = (B_g @ (C_g - z)) * s; module doc."""
+    """One program per (group, partition, column split): W'_g = (B_g @ (C_g - z)) * s.
+
+    The program loads its partition's G x G block once (hi + lo summed to fp16: 11 bits, the
+    rounding W' gets anyway) and walks its share of the partition's column blocks.
+    """
     g = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    n0 = pid_n * BLOCK_N
-    part = (n0 >= b1).to(tl.int32) + (n0 >= b2).to(tl.int32)
-    offs_n = n0 + tl.arange(0, BLOCK_N)
-    n_mask = offs_n < N
-    offs_w = tl.arange(0, G // 8)
-    shifts = (tl.arange(0, 8) * 4)[None, :, None]
-    q = tl.load(qw_ptr + (g * (G // 8) + offs_w)[:, None] * N + offs_n[None, :],
-                mask=n_mask[None, :], other=0)  # fmt: skip
-    c = tl.reshape((q[:, None, :] >> shifts) & 0xF, (G, BLOCK_N))
-    if BITS == 5:
-        offs_h = tl.arange(0, G // 32)
-        h = tl.load(qh_ptr + (g * (G // 32) + offs_h)[:, None] * N + offs_n[None, :],
-                    mask=n_mask[None, :], other=0)  # fmt: skip
-        hs = tl.arange(0, 32)[None, :, None]
-        c = c | (tl.reshape((h[:, None, :] >> hs) & 1, (G, BLOCK_N)) << 4)
-    z = tl.load(zp_ptr + g * N + offs_n, mask=n_mask, other=0).to(tl.int32)
-    d = (c - z[None, :]).to(tl.float16)  # |c - z| <= 31: exact
+    p = tl.program_id(1)
+    pid = tl.program_id(2)
+    lo_col = tl.where(p == 0, 0, tl.where(p == 1, b1, b2))
+    hi_col = tl.where(p == 0, b1, tl.where(p == 1, b2, N))
+    nblocks = tl.cdiv(hi_col - lo_col, BLOCK_N)
+    per = tl.cdiv(nblocks, NSPLIT)
     ngroups = K // G
     offs_g = tl.arange(0, G)
-    # rot_off rows = output channel within the group (B_g's row index is x's channel k, and
-    # xr_j = sum_k x_k B[k, j], so W'[k, n] = sum_j B[k, j] W[j, n])
-    rot_off = ((part * ngroups + g) * G + offs_g[:, None]) * G + offs_g[None, :]
-    hi = tl.load(rot_hi_ptr + rot_off).to(tl.float16)
-    lo = tl.load(rot_lo_ptr + rot_off).to(tl.float16)
-    acc = tl.dot(hi, d)
-    acc = tl.dot(lo, d, acc)
-    s = tl.load(sc_ptr + g * N + offs_n, mask=n_mask, other=0.0).to(tl.float32)
-    w = tl.clamp(acc * s[None, :], -65504.0, 65504.0).to(tl.float16)
-    tl.store(w_ptr + (g * G + offs_g)[:, None].to(tl.int64) * N + offs_n[None, :], w,
-             mask=n_mask[None, :])  # fmt: skip
+    rot_off = ((p * ngroups + g) * G + offs_g[:, None]) * G + offs_g[None, :]
+    rot = (tl.load(rot_hi_ptr + rot_off).to(tl.float32)
+           + tl.load(rot_lo_ptr + rot_off).to(tl.float32)).to(tl.float16)  # fmt: skip
+    offs_w = tl.arange(0, G // 8)
+    shifts = (tl.arange(0, 8) * 4)[None, :, None]
+    for blk in range(pid * per, tl.minimum(pid * per + per, nblocks)):
+        offs_n = lo_col + blk * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_mask = offs_n < hi_col
+        q = tl.load(qw_ptr + (g * (G // 8) + offs_w)[:, None] * N + offs_n[None, :],
+                    mask=n_mask[None, :], other=0)  # fmt: skip
+        c = tl.reshape((q[:, None, :] >> shifts) & 0xF, (G, BLOCK_N))
+        if BITS == 5:
+            offs_h = tl.arange(0, G // 32)
+            h = tl.load(qh_ptr + (g * (G // 32) + offs_h)[:, None] * N + offs_n[None, :],
+                        mask=n_mask[None, :], other=0)  # fmt: skip
+            hs = tl.arange(0, 32)[None, :, None]
+            c = c | (tl.reshape((h[:, None, :] >> hs) & 1, (G, BLOCK_N)) << 4)
+        z = tl.load(zp_ptr + g * N + offs_n, mask=n_mask, other=0).to(tl.int32)
+        d = (c - z[None, :]).to(tl.float16)  # |c - z| <= 31: exact
+        # B_g's row index is x's channel k: xr_j = sum_k x_k B[k, j], so W' = B_g @ W_g.
+        acc = tl.dot(rot, d)
+        s = tl.load(sc_ptr + g * N + offs_n, mask=n_mask, other=0.0).to(tl.float32)
+        w = tl.clamp(acc * s[None, :], -65504.0, 65504.0).to(tl.float16)
+        tl.store(w_ptr + (g * G + offs_g)[:, None].to(tl.int64) * N + offs_n[None, :], w,
+                 mask=n_mask[None, :])  # fmt: skip
+
+
+@triton.jit
+def cast_fp16_kernel(x_ptr, y_ptr, numel, BLOCK: tl.constexpr):
+    """y = fp16(x), saturated at fp16's range (one pass; torch needs a clamp and a cast)."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < numel
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + offs, tl.clamp(x, -65504.0, 65504.0).to(tl.float16), mask=mask)
