@@ -47,9 +47,16 @@ def test_path_matches_fp64_reference(k: int, sizes: list[int], g: int, path: str
                               prep.zeros, prep.bounds, g, bd, path=path)  # fmt: skip
     torch.cuda.synchronize()
     assert y.shape == (m, sum(sizes)) and y.dtype == torch.bfloat16
-    assert rel(y, reference(x, parts, g)) <= 2e-3
-    # The split-K workspace and tickets were left zeroed: a second call agrees to rounding.
-    assert rel(again, y.cpu().double()) <= 1e-5
+    want = reference(x, parts, g)
+    assert rel(y, want) <= 2e-3
+    # The split-K workspace and tickets were left zeroed, so a second call is as good (its
+    # atomics may add in another order: bf16 ties may flip, hence not bit-equal).
+    assert rel(again, want) <= 2e-3
+    from paro_kernels.triton import fast_host
+
+    for buf in fast_host._WS.values():
+        if buf.dtype != torch.float16:
+            assert not buf.any()
 
 
 @pytest.mark.parametrize(("k", "sizes", "g"), CASES[3:])

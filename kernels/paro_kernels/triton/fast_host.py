@@ -22,16 +22,22 @@ import torch
 
 from . import host
 
-# Dispatch bands, from the H200 run of 2026-12-01 (kernels/BENCH.md, issue 14 section).
-GEMV_MAX_M = 4
+# Dispatch bands, from the H200 runs of 2026-12-01 (kernels/BENCH.md, issue 14 section). The
+# GEMV is off (0): at M = 1 its best sweep config took 28.4 / 53.8 / 31.9 us on qkv / gate_up /
+# down against the tile kernels' 25.5 / 43.2 / 28.1 (ncu gate_up: 135 registers, 17% achieved
+# occupancy, DRAM 20%), and at M = 4 2-3x longer. The dequant path wins from M = 256 (qkv 2048:
+# 388 us against 594; the tile kernels' 64-row band keeps 17..255).
+GEMV_MAX_M = 0
 DEQUANT_MIN_M = 256
 GEMV_ROT = False  # the Givens layers inside the GEMV instead of the block prologue
 GEMV_BLOCK_N = 128
 GEMV_WARPS = 4
 GEMV_PROGRAMS_PER_SM = 8
 GEMV_MIN_GROUPS = 2  # groups per split: fewer loses to the ticket/atomics (sweep)
-DEQUANT_BLOCK_N = 128
-DEQUANT_WARPS = 8
+# Sweep (H200 2026-12-01, the kernel alone): 64 columns, 4 warps, ~2 programs per SM took
+# 71-89 us on qkv and 137 us on gate_up against 88 / 188 at 128 columns, 8 warps.
+DEQUANT_BLOCK_N = 64
+DEQUANT_WARPS = 4
 DEQUANT_STAGES = 3
 DEQUANT_PROGRAMS_PER_SM = 2
 
@@ -151,14 +157,19 @@ def dequant_rotate(
         qweight, qweight_hi if qweight_hi is not None else qweight, scales, zeros, rot_hi, rot_lo,
         out, n, k, b[0], b[1], G=g, BLOCK_N=block_n or dequant_block_n(host._is_hip()),
         BITS=5 if qweight_hi is not None else 4, NSPLIT=nsplit,
-        num_warps=num_warps or DEQUANT_WARPS, num_stages=DEQUANT_STAGES,
+        num_warps=num_warps or dequant_warps(host._is_hip()), num_stages=DEQUANT_STAGES,
     )  # fmt: skip
     return out
 
 
 def dequant_block_n(hip: bool) -> int:
-    """Columns per dequant block: gfx1201 spills at 128 (AOT: 256 VGPRs, 91 spilled), not 64."""
+    """Columns per dequant block (gfx1201: 64 with 8 waves; 4 waves spill there, AOT)."""
     return 64 if hip else DEQUANT_BLOCK_N
+
+
+def dequant_warps(hip: bool) -> int:
+    """Warps (waves) per dequant program: gfx1201 spills with 4 at 64 columns (AOT: 95)."""
+    return 8 if hip else DEQUANT_WARPS
 
 
 def cast_fp16(x: torch.Tensor) -> torch.Tensor:
