@@ -145,9 +145,7 @@ def bench_cell(name: str, n: int, k: int, sizes: tuple[int, ...], m: int, reps: 
              "bytes": 2 * k * n + 2 * m * k + 2 * m * n}]  # fmt: skip
     del wd
     for vname, kind, build, act in cell_variants(m):
-        if vname in skip or (vname == "path-gemv-blocks" and m > fast_host.GEMV_MAX_M) or (
-            vname == "path-gemv-rot" and m > fast_host.GEMV_MAX_M
-        ):
+        if vname in skip or (vname.startswith("path-gemv") and m > 4):
             continue
         err, us = "", float("nan")
         try:
