@@ -204,5 +204,6 @@ def compile_dequant(target: str, n: int, k: int, g: int, bits: int = 4,
     }  # fmt: skip
     const = {"G": g, "BLOCK_N": bn, "BITS": bits, "NSPLIT": 4}
     c = _compile(fast_kernels.dequant_rotate_kernel, sig, const, target,
-                 fast_host.dequant_warps(target == "gfx1201"), fast_host.DEQUANT_STAGES)  # fmt: skip
+                 fast_host.dequant_warps(target == "gfx1201"),
+                 fast_host.dequant_stages(target == "gfx1201"))  # fmt: skip
     return _report(f"dequant_rotate_w{bits}", target, f"BLOCK_N={bn}", c)

@@ -25,10 +25,12 @@ from . import host
 # Dispatch bands, from the H200 runs of 2026-12-01 (kernels/BENCH.md, issue 14 section). The
 # GEMV is off (0): at M = 1 its best sweep config took 28.4 / 53.8 / 31.9 us on qkv / gate_up /
 # down against the tile kernels' 25.5 / 43.2 / 28.1 (ncu gate_up: 135 registers, 17% achieved
-# occupancy, DRAM 20%), and at M = 4 2-3x longer. The dequant path wins from M = 256 (qkv 2048:
-# 388 us against 594; the tile kernels' 64-row band keeps 17..255).
+# occupancy, DRAM 20%), and at M = 4 2-3x longer. The dequant path wins at M = 2048 on every
+# 27B shape (qkv 381 us against the tile kernels' 595, gate_up 731 / 1324) and loses at M = 256
+# (qkv 162 / 111): its ~70-120 us weight pass is fixed per call. 1024 is the interpolated
+# crossover (not measured there).
 GEMV_MAX_M = 0
-DEQUANT_MIN_M = 256
+DEQUANT_MIN_M = 1024
 GEMV_ROT = False  # the Givens layers inside the GEMV instead of the block prologue
 GEMV_BLOCK_N = 128
 GEMV_WARPS = 4
@@ -157,19 +159,26 @@ def dequant_rotate(
         qweight, qweight_hi if qweight_hi is not None else qweight, scales, zeros, rot_hi, rot_lo,
         out, n, k, b[0], b[1], G=g, BLOCK_N=block_n or dequant_block_n(host._is_hip()),
         BITS=5 if qweight_hi is not None else 4, NSPLIT=nsplit,
-        num_warps=num_warps or dequant_warps(host._is_hip()), num_stages=DEQUANT_STAGES,
+        num_warps=num_warps or dequant_warps(host._is_hip()),
+        num_stages=dequant_stages(host._is_hip()),
     )  # fmt: skip
     return out
 
 
 def dequant_block_n(hip: bool) -> int:
-    """Columns per dequant block (gfx1201: 64 with 8 waves; 4 waves spill there, AOT)."""
-    return 64 if hip else DEQUANT_BLOCK_N
+    """Columns per dequant block. gfx1201 (AOT, Triton 3.9): every 64-column build spilled
+    (3-5 VGPRs at 8 waves, 1-3 stages); 32 columns, 4 waves, 2 stages: 222-226, none."""
+    return 32 if hip else DEQUANT_BLOCK_N
 
 
 def dequant_warps(hip: bool) -> int:
-    """Warps (waves) per dequant program: gfx1201 spills with 4 at 64 columns (AOT: 95)."""
-    return 8 if hip else DEQUANT_WARPS
+    """Warps (waves) per dequant program (see `dequant_block_n`)."""
+    return 4 if hip else DEQUANT_WARPS
+
+
+def dequant_stages(hip: bool) -> int:
+    """Software-pipelining depth of the dequant loop (see `dequant_block_n`)."""
+    return 2 if hip else DEQUANT_STAGES
 
 
 def cast_fp16(x: torch.Tensor) -> torch.Tensor:
