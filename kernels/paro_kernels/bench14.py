@@ -178,7 +178,7 @@ def finish(rows: list[dict[str, Any]], bw: float) -> list[dict[str, Any]]:
 
 def sweep_gemv(reps: int) -> list[dict[str, Any]]:
     """The GEMV alone (prologue outputs made once) at candidate tiles, M = 1 and 4."""
-    from .triton import fast_host, host
+    from .triton import fast_host
 
     dev = torch.device("cuda")
     out = []
@@ -286,7 +286,8 @@ def main(argv: list[str] | None = None) -> None:
     bw, mm = b.measure_peaks()
     meta.update(device=torch.cuda.get_device_name(0), copy_bw=bw, bf16_flops=mm,
                 torch=torch.__version__, triton=__import__("triton").__version__, rows=[],
-                not_run=[], command=" ".join(["python -m paro_kernels.bench14", *(argv or [])]))  # fmt: skip
+                not_run=[], command=" ".join(["python -m paro_kernels.bench14", *(argv or [])]),
+                )  # fmt: skip
     if args.sweep:
         meta["sweep_dequant"] = sweep_dequant(args.reps)
         meta["sweep"] = sweep_gemv(args.reps)

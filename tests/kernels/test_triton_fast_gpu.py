@@ -10,8 +10,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _triton_cases import bias, hi_planes, merged_layer, merged_layer_bits, packed, reference, rel
-from _triton_cases import runs
+from _triton_cases import (
+    bias,
+    hi_planes,
+    merged_layer,
+    merged_layer_bits,
+    packed,
+    reference,
+    rel,
+    runs,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -104,9 +112,7 @@ def test_every_output_written_and_rows_independent() -> None:
 
 
 def test_graph_capture_replays_every_band() -> None:
-    from paro_kernels.triton import ops
-
-    from paro_kernels.triton import host
+    from paro_kernels.triton import host, ops
 
     _, prep = _prep(1024, [512, 128, 128], 128, b=False)
     for m in (1, 8, 300):

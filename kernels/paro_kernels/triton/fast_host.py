@@ -70,7 +70,8 @@ def _scratch(kind: str, numel: int, dtype: torch.dtype, device: torch.device) ->
 
 def gemv_config(m: int, n: int, k: int, g: int, bounds: tuple[int, ...], sms: int,
                 block_n: int = GEMV_BLOCK_N, num_warps: int = GEMV_WARPS,
-                programs_per_sm: int = GEMV_PROGRAMS_PER_SM, hip: bool = False) -> GemvConfig:  # fmt: skip
+                programs_per_sm: int = GEMV_PROGRAMS_PER_SM,
+                hip: bool = False) -> GemvConfig:  # fmt: skip
     """Tile and split for an M <= 4 GEMV: split-K until ~programs_per_sm programs per SM."""
     align = 0
     for b in bounds:
@@ -89,7 +90,7 @@ def gemv_config(m: int, n: int, k: int, g: int, bounds: tuple[int, ...], sms: in
 
 
 def gemv_w4a16(
-    prep_or_args: tuple[torch.Tensor, ...],
+    args: tuple[torch.Tensor | None, ...],
     x: torch.Tensor,
     bounds: tuple[int, ...],
     group_size: int,
@@ -97,10 +98,10 @@ def gemv_w4a16(
     rot: bool = GEMV_ROT,
     config: GemvConfig | None = None,
 ) -> torch.Tensor:
-    """The decode linear; prep_or_args = (rot_hi, rot_lo, qweight, scales, zeros, gv_idx, gv_coef)."""
+    """The decode GEMV linear; args = (rot_hi, rot_lo, qweight, scales, zeros, gv_idx, gv_coef)."""
     from .fast_kernels import gemv_w4a16_kernel
 
-    rot_hi, rot_lo, qweight, scales, zeros, gv_idx, gv_coef = prep_or_args
+    rot_hi, rot_lo, qweight, scales, zeros, gv_idx, gv_coef = args
     m, k = x.shape
     n = qweight.shape[1]
     g = group_size
@@ -198,10 +199,7 @@ def dequant_linear(
 ) -> torch.Tensor:
     """y = fp16(x) @ W' (+ bias) on the vendor GEMM, in x.dtype (x saturated at fp16's range)."""
     x16 = x if x.dtype == torch.float16 else cast_fp16(x)
-    if bias is not None:
-        y = torch.addmm(bias.to(torch.float16), x16, w)
-    else:
-        y = torch.mm(x16, w)
+    y = torch.mm(x16, w) if bias is None else torch.addmm(bias.to(torch.float16), x16, w)
     return y if x.dtype == torch.float16 else y.to(x.dtype)
 
 

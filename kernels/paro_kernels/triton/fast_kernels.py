@@ -30,8 +30,8 @@ Why the prefill path rotates the weights, not the activations: y = (x B_p) W = x
 B_p the block-diagonal folded rotation; per group B_g W_g = (B_g @ (C_g - z)) * s (s is constant
 along a group's rows), so one kernel reads the int4 codes once, does the G x G rotation on the
 matrix unit against exact integer codes (hi + lo summed to one fp16 block: 11 bits, the rounding
-W' itself gets) and writes the fp16 W' once; the GEMM is then one vendor call on x itself for all partitions, and its cost does
-not grow with M the way the activation prologue's does.
+W' itself gets) and writes the fp16 W' once; the GEMM is then one vendor call on x itself for all
+partitions, and its cost does not grow with M the way the activation prologue's does.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ MAGIC_F = tl.constexpr(8388608.0)
 @triton.jit
 def _nibble(q, q8, j: tl.constexpr):
     """fp32 c_j * 16^(j if j < 5 else j - 3) of nibble j of each int32 word (module doc)."""
-    if j < 5:
+    if j < 5:  # noqa: SIM108  (a Triton constexpr branch, kept explicit)
         v = (q & (15 << (4 * j))) | MAGIC
     else:
         v = (q8 & (15 << (4 * (j - 3)))) | MAGIC
