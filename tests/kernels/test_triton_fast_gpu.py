@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 from _triton_cases import (
+    W4A16_CASES,
     bias,
     hi_planes,
     merged_layer,
@@ -23,13 +24,7 @@ from _triton_cases import (
 
 pytestmark = pytest.mark.gpu
 
-CASES = [
-    (128, [264], 128),
-    (640, [1000], 64),
-    (1536, [208, 136], 64),
-    (1024, [512, 128, 128], 128),
-    (2304, [2048, 256], 128),
-]
+CASES = W4A16_CASES  # tile-boundary and odd N, K not a multiple of the split, 1-3 parts
 PATH_MS = {"gemv": [1, 2, 3, 4], "mma": [1, 5, 16, 17], "dequant": [1, 17, 256, 300]}
 
 

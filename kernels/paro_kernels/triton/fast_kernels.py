@@ -39,6 +39,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .kernels import _ticket_finish
+
 MAGIC = tl.constexpr(0x4B000000)  # fp32 2^23
 MAGIC_F = tl.constexpr(8388608.0)
 
@@ -173,15 +175,8 @@ def gemv_w4a16_kernel(
         tl.store(out_ptr + out_offs, y.to(out_ptr.dtype.element_ty), mask=mask)
     else:
         tl.atomic_add(ws_ptr + out_offs, y, mask=mask, sem="relaxed")
-        tl.debug_barrier()  # every thread's partial is in before the ticket is taken
-        ticket = tl.atomic_add(cnt_ptr + pid_n, 1, sem="acq_rel")
-        if ticket == SPLIT_K - 1:
-            tot = tl.load(ws_ptr + out_offs, mask=mask, other=0.0, volatile=True)
-            if HAS_BIAS:
-                tot += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
-            tl.store(out_ptr + out_offs, tot.to(out_ptr.dtype.element_ty), mask=mask)
-            tl.store(ws_ptr + out_offs, tl.zeros((BLOCK_M, BLOCK_N), tl.float32), mask=mask)
-            tl.atomic_xchg(cnt_ptr + pid_n, 0, sem="relaxed")
+        _ticket_finish(ws_ptr, out_ptr, cnt_ptr, bias_ptr, pid_n, out_offs, mask, offs_n, n_mask,
+                       HAS_BIAS, SPLIT_K, BLOCK_M, BLOCK_N)  # fmt: skip
 
 
 @triton.jit
