@@ -6,6 +6,15 @@ import torch
 from _paro_fixtures import Layer, random_layer
 from paro_kernels import reference as ref
 
+# (K, partition sizes, G): tile-boundary and odd N, K not a multiple of the split, 1-3 partitions.
+W4A16_CASES = [
+    (128, [264], 128),
+    (640, [1000], 64),
+    (1536, [208, 136], 64),
+    (1024, [512, 128, 128], 128),
+    (2304, [2048, 256], 128),
+]
+
 
 def merged_layer(k: int, sizes: list[int], g: int, seed: int, bias: bool) -> list[Layer]:
     """One random layer per output partition (each with its own rotation)."""

@@ -4,18 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _triton_cases import bias, merged_layer, packed, reference, rel, runs
+from _triton_cases import W4A16_CASES, bias, merged_layer, packed, reference, rel, runs
 
 pytestmark = pytest.mark.gpu
 
-# (K, partition sizes, G): tile-boundary and odd N, K not a multiple of the split, 1-3 partitions.
-CASES = [
-    (128, [264], 128),
-    (640, [1000], 64),
-    (1536, [208, 136], 64),
-    (1024, [512, 128, 128], 128),
-    (2304, [2048, 256], 128),
-]
+CASES = W4A16_CASES  # tile-boundary and odd N, K not a multiple of the split, 1-3 parts
 MS = [1, 5, 16, 17, 64, 129, 300]
 
 

@@ -89,12 +89,13 @@ def compile_gemm(target: str, m: int, n: int, k: int, g: int, zp_rowsum: bool = 
     sig = {
         "a_ptr": "*fp16", "rs_ptr": "*fp32", "qw_ptr": "*i32", "sc_ptr": "*fp16", "zp_ptr": "*u8",
         "bias_ptr": "*bf16", "out_ptr": "*fp32" if cfg.split_k > 1 else "*bf16",
+        "fin_ptr": "*bf16", "cnt_ptr": "*i32",
         "M": "i32", "N": "i32", "K": "i32", "b1": "i32", "b2": "i32",
     }  # fmt: skip
     const = {
         "HAS_BIAS": False, "G": g, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n,
         "SPLIT_K": cfg.split_k, "GROUP_M": cfg.group_m, "ZP_ROWSUM": zp_rowsum or cfg.rowsum,
-        "PLANES": cfg.planes and g == 128,
+        "PLANES": cfg.planes and g == 128, "TICKET": cfg.split_k > 1,
     }  # fmt: skip
     c = _compile(kernels.w4a16_gemm_kernel, sig, const, target, cfg.num_warps, cfg.num_stages)
     name = "w4a16_gemm_zp_rowsum" if zp_rowsum or cfg.rowsum else "w4a16_gemm"
@@ -162,3 +163,47 @@ def compile_rotate_quant(target: str, m: int, g: int, fmt: str, token: bool) -> 
     c = _compile(kernels.rotate_quant_kernel, sig, const, target, prologue_warps(block_m), 1)
     name = f"rotate_quant_{fmt}_{'token' if token else 'group'}"
     return _report(name, target, f"BLOCK_M={block_m}", c)
+
+
+def compile_gemv(target: str, m: int, n: int, k: int, g: int, rot: bool = False,
+                 bounds: tuple[int, ...] = ()) -> Report:  # fmt: skip
+    """Build the issue-14 decode GEMV at the config its launcher picks (no matrix instruction:
+    `mma` reports whether the loop stayed free of one, as designed: FMAs on unpacked codes)."""
+    from . import fast_host, fast_kernels
+
+    hip = target == "gfx1201"
+    cfg = fast_host.gemv_config(m, n, k, g, bounds, sms=64 if hip else 132, hip=hip)
+    split = cfg.split_k > 1
+    sig = {
+        "a_ptr": "*bf16" if rot else "*fp16", "rs_ptr": "*fp32", "gi_ptr": "*i32",
+        "gc_ptr": "*fp32", "qw_ptr": "*i32", "sc_ptr": "*fp16", "zp_ptr": "*u8",
+        "bias_ptr": "*bf16", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "out_ptr": "*bf16",
+        "M": "i32", "N": "i32", "K": "i32", "b1": "i32", "b2": "i32", "stride_am": "i32",
+    }  # fmt: skip
+    const = {
+        "HAS_BIAS": False, "G": g, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n,
+        "SPLIT_K": cfg.split_k, "ROT": rot, "KROT": 8 if rot else 1,
+    }  # fmt: skip
+    c = _compile(fast_kernels.gemv_w4a16_kernel, sig, const, target, cfg.num_warps,
+                 cfg.num_stages)  # fmt: skip
+    name = f"gemv_w4a16{'_rot' if rot else ''}{'_splitk' if split else ''}"
+    rep = _report(name, target, str(cfg), c, r"(v_wmma|wgmma|mma\.sync)")
+    return Report(**{**rep.__dict__, "mma": not rep.mma})
+
+
+def compile_dequant(target: str, n: int, k: int, g: int, bits: int = 4,
+                    bounds: tuple[int, ...] = ()) -> Report:  # fmt: skip
+    """Build the prefill dequantize + rotate kernel; `mma` = the rotation dot on the matrix unit."""
+    from . import fast_host, fast_kernels
+
+    bn = fast_host.dequant_block_n(target == "gfx1201")
+    sig = {
+        "qw_ptr": "*i32", "qh_ptr": "*i32", "sc_ptr": "*fp16", "zp_ptr": "*u8",
+        "rot_hi_ptr": "*bf16", "rot_lo_ptr": "*bf16", "w_ptr": "*fp16",
+        "N": "i32", "K": "i32", "b1": "i32", "b2": "i32",
+    }  # fmt: skip
+    const = {"G": g, "BLOCK_N": bn, "BITS": bits, "NSPLIT": 4}
+    c = _compile(fast_kernels.dequant_rotate_kernel, sig, const, target,
+                 fast_host.dequant_warps(target == "gfx1201"),
+                 fast_host.dequant_stages(target == "gfx1201"))  # fmt: skip
+    return _report(f"dequant_rotate_w{bits}", target, f"BLOCK_N={bn}", c)

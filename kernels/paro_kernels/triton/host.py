@@ -425,15 +425,28 @@ def w4a16_gemm(
     n = qweight.shape[1]
     cfg = config or pick_config(m, n, k, group_size, bounds, sm_count(xr.device))
     b = (*bounds, n, n)[:2]
-    out, grid = gemm_out_grid(m, n, cfg, out_dtype, xr.device, workspace)
+    ticket = cfg.split_k > 1 and workspace is None
+    if ticket:
+        from . import fast_host
+
+        tiles = triton_cdiv(m, cfg.block_m) * triton_cdiv(n, cfg.block_n)
+        out = fast_host._scratch("gemv_ws", m * n, torch.float32, xr.device)
+        cnt = fast_host._scratch("gemv_cnt", tiles, torch.int32, xr.device)
+        fin = torch.empty(m, n, dtype=out_dtype, device=xr.device)
+        grid = (tiles, cfg.split_k)
+    else:
+        out, grid = gemm_out_grid(m, n, cfg, out_dtype, xr.device, workspace)
+        fin = cnt = out
     w4a16_gemm_kernel[grid](
-        xr, rs, qweight, scales, zeros, bias if bias is not None else scales, out,
+        xr, rs, qweight, scales, zeros, bias if bias is not None else scales, out, fin, cnt,
         m, n, k, b[0], b[1],
-        HAS_BIAS=bias is not None and cfg.split_k == 1, G=group_size,
+        HAS_BIAS=bias is not None and (cfg.split_k == 1 or ticket), G=group_size,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SPLIT_K=cfg.split_k, GROUP_M=cfg.group_m,
         ZP_ROWSUM=zp_rowsum or cfg.rowsum, PLANES=cfg.planes and group_size == 128,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        TICKET=ticket, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
+    if ticket:
+        return fin
     if cfg.split_k > 1:
         if bias is not None:
             out += bias.to(torch.float32)
@@ -507,13 +520,28 @@ def w4a16_linear(
     gv_idx: torch.Tensor | None = None,
     gv_coef: torch.Tensor | None = None,
     givens_max_m: int = GIVENS_MAX_M,
+    path: str | None = None,
 ) -> torch.Tensor:
-    """y = ((x * cs_p) R_p^T) dequant(Q)^T (+ bias) per column run p; contract in module doc."""
+    """y = ((x * cs_p) R_p^T) dequant(Q)^T (+ bias) per column run p; contract in module doc.
+
+    `path` ("gemv" | "mma" | "dequant") overrides the M-band dispatch of `fast_host.band`.
+    """
+    from . import fast_host
+
     check_linear(
         x, rot_hi, rot_lo, qweight, scales, zeros, bounds, group_size, bias, gv_idx, gv_coef
     )
     m, k = x.shape
     n = qweight.shape[1]
+    route = path or fast_host.band(m)
+    if route == "gemv":
+        args = (rot_hi, rot_lo, qweight, scales, zeros, gv_idx, gv_coef)
+        return fast_host.gemv_w4a16(args, x, bounds, group_size, bias)
+    if route == "dequant":
+        w = fast_host.dequant_rotate(
+            qweight, None, scales, zeros, rot_hi, rot_lo, bounds, group_size
+        )
+        return fast_host.dequant_linear(x, w, bias)
     cfg = pick_config(m, n, k, group_size, bounds, sm_count(x.device))
     if m > givens_max_m:
         gv_idx = gv_coef = None

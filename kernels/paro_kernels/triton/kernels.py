@@ -160,6 +160,8 @@ def w4a16_gemm_kernel(
     zp_ptr,  # [K/G, N] uint8 zero codes
     bias_ptr,  # [N] or a dummy when HAS_BIAS is false
     out_ptr,  # [M, N] x.dtype (SPLIT_K == 1) or fp32 zero-filled workspace (SPLIT_K > 1)
+    fin_ptr,  # TICKET: [M, N] x.dtype final output, else a dummy
+    cnt_ptr,  # TICKET: [>= tiles] int32 tickets, zero on entry and on exit, else a dummy
     M,
     N,
     K,
@@ -173,6 +175,7 @@ def w4a16_gemm_kernel(
     GROUP_M: tl.constexpr,
     ZP_ROWSUM: tl.constexpr = False,
     PLANES: tl.constexpr = False,
+    TICKET: tl.constexpr = False,
 ):
     """out[:, n-block] = A_p @ dequant(Q)[:, n-block]; partition p from the boundaries."""
     pid = tl.program_id(0)
@@ -240,6 +243,27 @@ def w4a16_gemm_kernel(
         tl.store(out_ptr + out_offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
     else:
         tl.atomic_add(out_ptr + out_offs, acc, mask=mask, sem="relaxed")
+        if TICKET:
+            _ticket_finish(out_ptr, fin_ptr, cnt_ptr, bias_ptr, pid, out_offs, mask, offs_n,
+                           n_mask, HAS_BIAS, SPLIT_K, BLOCK_M, BLOCK_N)  # fmt: skip
+
+
+@triton.jit
+def _ticket_finish(ws_ptr, fin_ptr, cnt_ptr, bias_ptr, tile, out_offs, mask, offs_n, n_mask,
+                   HAS_BIAS: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr):  # fmt: skip
+    """Split-K in the kernel (issue 14): the last split of a tile writes the fp32 sums (+ bias)
+    as the output dtype and leaves the workspace and its ticket zeroed; no memset, no cast launch
+    (H200 2026-12-01, gate_up M=1: the two took 1.7 + 2.3 us of device time besides launches)."""
+    tl.debug_barrier()  # every thread's partial is in before the ticket is taken
+    ticket = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel")
+    if ticket == SPLIT_K - 1:
+        tot = tl.load(ws_ptr + out_offs, mask=mask, other=0.0, volatile=True)
+        if HAS_BIAS:
+            tot += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+        tl.store(fin_ptr + out_offs, tot.to(fin_ptr.dtype.element_ty), mask=mask)
+        tl.store(ws_ptr + out_offs, tl.zeros((BLOCK_M, BLOCK_N), tl.float32), mask=mask)
+        tl.atomic_xchg(cnt_ptr + tile, 0, sem="relaxed")
 
 
 # --------------------------------------------------------------------------- W4A8 (issue 6, 8)

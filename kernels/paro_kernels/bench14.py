@@ -1,0 +1,330 @@
+"""Issue-14 benchmark: our ops as served and by path, against every W4 peer, in one run.
+
+    python -m paro_kernels.bench14 --out DIR/bench14.json [--shapes qkv,gate_up] [--ms 1,16]
+        [--budget-s 300] [--sweep] [--gemlite-config FILE] [--only-check]
+
+Per (shape, M): cuBLAS bf16, `torch._weight_int4pack_mm` (g128), GemLite A16W4 / A8W4 g128 (when
+importable; autotune pinned by --gemlite-config, written back after the run), fp8
+`torch._scaled_mm` rowwise (activations pre-quantized: the GEMM alone), ours as served
+(`host.linear`: the M-band dispatch, prologue included) and each of our paths (gemv with the
+block prologue, gemv with the Givens layers inside, the tile kernels, dequant + cuBLAS), and the
+W4A8 ops as served. Timing and DRAM feeding: `bench._time` (CUDA-graph replays over weight copies
+past 4x L2). Roofline: format-minimal bytes over the copy bandwidth this run measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from . import bench as b
+
+G = 128
+W4_PEERS = ("int4pack", "gemlite-a16w4", "gemlite-a8w4")
+
+
+def _bytes_w4(n: int, k: int, m: int, act: int = 2) -> int:
+    """Format-minimal bytes: int4 codes + fp16 scales + u8 zeros + x + y."""
+    return k * n // 2 + (k // G) * n * 3 + act * m * k + 2 * m * n
+
+
+def _rot_bytes(k: int, parts: int, krot: int = 8) -> int:
+    """Givens records per layer: a partner byte + an fp32 angle per channel per layer, + scales."""
+    return parts * (k * krot * 5 + 4 * k)
+
+
+def _ours(n: int, k: int, sizes: tuple[int, ...], m: int, dev: torch.device, path: str | None,
+          rot: bool = False, fmt: str = "bf16") -> Callable[[], object]:  # fmt: skip
+    from .triton import fast_host, host
+
+    preps = [b._random_prep(n, k, sizes, 4, dev) for _ in range(b.copies(_bytes_w4(n, k, 0)))]
+    if rot:
+        preps = [_with_givens(p, k, len(sizes), dev) for p in preps]
+    x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+    if fmt != "bf16":
+        return b.cycling([functools.partial(host.linear_a8, p, x, None, fmt, "group", fmt == "int5")
+                          for p in preps])  # fmt: skip
+
+    def call(p: Any) -> object:
+        if path == "gemv":
+            args = (p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros, p.gv_idx, p.gv_coef)
+            return fast_host.gemv_w4a16(args, x, p.bounds, G, None, rot=rot)
+        return host.w4a16_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros, p.bounds,
+                                 G, path=path)  # fmt: skip
+
+    return b.cycling([functools.partial(call, p) for p in preps])
+
+
+def _with_givens(p: Any, k: int, parts: int, dev: torch.device, krot: int = 8) -> Any:
+    """The layer with random Givens tables (partner within the group, cos/sin of an angle)."""
+    idx = torch.stack([torch.randperm(G) for _ in range(parts * krot * (k // G))])
+    idx = idx.view(parts, krot, k).to(torch.int32).to(dev)
+    coef = torch.rand(parts, 2 * krot + 1, k, device=dev)
+    return dataclasses.replace(p, gv_idx=idx.contiguous(), gv_coef=coef.contiguous())
+
+
+def _int4pack(n: int, k: int, m: int, dev: torch.device) -> Callable[[], object]:
+    x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+    fns = []
+    for _ in range(b.copies(_bytes_w4(n, k, 0))):
+        w = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, device=dev)
+        packed = torch._convert_weight_to_int4pack(w, 8)
+        sz = torch.rand(k // G, n, 2, device=dev).to(torch.bfloat16)
+        fns.append(functools.partial(torch._weight_int4pack_mm, x, packed, G, sz))
+    return b.cycling(fns)
+
+
+def _gemlite(n: int, k: int, m: int, dev: torch.device, a8: bool) -> Callable[[], object]:
+    from gemlite import helper  # type: ignore[import-not-found]
+
+    x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+    fns = []
+    for _ in range(b.copies(_bytes_w4(n, k, 0))):
+        wq = torch.randint(0, 16, (n, k), dtype=torch.uint8, device=dev)
+        sc = (torch.rand(n, k // G, device=dev) * 0.01).to(torch.bfloat16)
+        zp = torch.full((n, k // G), 8.0, device=dev).to(torch.bfloat16)
+        cls = helper.A8W4_HQQ_INT_dynamic if a8 else helper.A16W4_HQQ_INT
+        layer = cls(device=dev, dtype=torch.bfloat16).from_weights(wq, sc, zp)
+        fns.append(functools.partial(layer.forward, x))
+    return b.cycling(fns)
+
+
+def _scaled_mm(n: int, k: int, m: int, dev: torch.device) -> Callable[[], object]:
+    x = torch.randn(m, k, device=dev).to(torch.float8_e4m3fn)
+    sa = torch.rand(m, 1, device=dev)
+    fns = []
+    for _ in range(b.copies(k * n)):
+        w = torch.randn(n, k, device=dev).to(torch.float8_e4m3fn)
+        sb = torch.rand(1, n, device=dev)
+        fns.append(functools.partial(torch._scaled_mm, x, w.t(), sa, sb, out_dtype=torch.bfloat16))
+    return b.cycling(fns)
+
+
+def cell_variants(m: int) -> list[tuple[str, str, Callable[..., Callable[[], object]], int]]:
+    """(name, kind, builder(n, k, sizes, m, dev), activation bytes) of one cell."""
+    v: list[tuple[str, str, Callable[..., Callable[[], object]], int]] = [
+        ("ours-w4a16", "ours", lambda n, k, s, m, d: _ours(n, k, s, m, d, None), 2),
+        ("ours-w4a8-int8", "ours", lambda n, k, s, m, d: _ours(n, k, s, m, d, None, fmt="int8"), 2),
+        ("int4pack", "peer", lambda n, k, s, m, d: _int4pack(n, k, m, d), 2),
+        ("gemlite-a16w4", "peer", lambda n, k, s, m, d: _gemlite(n, k, m, d, False), 2),
+        ("gemlite-a8w4", "peer", lambda n, k, s, m, d: _gemlite(n, k, m, d, True), 1),
+        ("fp8-scaled-mm", "w8", lambda n, k, s, m, d: _scaled_mm(n, k, m, d), 1),
+    ]
+    if m <= 16:
+        v += [
+            ("path-gemv-blocks", "path", lambda n, k, s, m, d: _ours(n, k, s, m, d, "gemv"), 2),
+            ("path-gemv-rot", "path",
+             lambda n, k, s, m, d: _ours(n, k, s, m, d, "gemv", rot=True), 2),
+            ("path-mma", "path", lambda n, k, s, m, d: _ours(n, k, s, m, d, "mma"), 2),
+        ]  # fmt: skip
+    if m >= 64:
+        v += [
+            ("path-mma", "path", lambda n, k, s, m, d: _ours(n, k, s, m, d, "mma"), 2),
+            ("path-dequant", "path", lambda n, k, s, m, d: _ours(n, k, s, m, d, "dequant"), 2),
+        ]
+    return v
+
+
+def bench_cell(name: str, n: int, k: int, sizes: tuple[int, ...], m: int, reps: int,
+               bw: float, skip: set[str]) -> list[dict[str, Any]]:  # fmt: skip
+    """Every variant on one (shape, M); ratios filled in by `finish`."""
+    from .triton import fast_host
+
+    dev = torch.device("cuda")
+    x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+    wd = [torch.randn(k, n, device=dev, dtype=torch.bfloat16) for _ in range(b.copies(2 * k * n))]
+    rows = [{"shape": name, "m": m, "n": n, "k": k, "parts": len(sizes), "variant": "cublas-bf16",
+             "us": b._time(b.cycling([functools.partial(torch.matmul, x, w) for w in wd]), reps),
+             "bytes": 2 * k * n + 2 * m * k + 2 * m * n}]  # fmt: skip
+    del wd
+    for vname, kind, build, act in cell_variants(m):
+        if vname in skip or (vname.startswith("path-gemv") and m > 4):
+            continue
+        err, us = "", float("nan")
+        try:
+            us = b._time(build(n, k, sizes, m, dev), reps)
+        except Exception as e:  # one broken variant must not lose the cell
+            err = f"{type(e).__name__}: {str(e)[:300]}"
+        torch.cuda.empty_cache()
+        nb = _bytes_w4(n, k, m, act) if kind != "w8" else k * n + m * k + 2 * m * n
+        rows.append({"shape": name, "m": m, "n": n, "k": k, "parts": len(sizes),
+                     "variant": vname, "kind": kind, "us": us, "bytes": nb, "error": err,
+                     "rot_bytes": _rot_bytes(k, len(sizes)) if kind in ("ours", "path") else 0,
+                     "band": fast_host.band(m)})  # fmt: skip
+    return finish(rows, bw)
+
+
+def finish(rows: list[dict[str, Any]], bw: float) -> list[dict[str, Any]]:
+    """Add GB/s, % roofline (with and without rotation records), x cuBLAS, x best W4 peer."""
+    cub = next(r["us"] for r in rows if r["variant"] == "cublas-bf16")
+    peers = [r["us"] for r in rows if r["variant"] in W4_PEERS and r["us"] == r["us"]]
+    best = min(peers) if peers else float("nan")
+    for r in rows:
+        s = r["us"] * 1e-6
+        r["gbs"] = r["bytes"] / s / 1e9
+        r["roofline"] = r["bytes"] / bw / s
+        r["roofline_rot"] = (r["bytes"] + r.get("rot_bytes", 0)) / bw / s
+        r["x_cublas"] = cub / r["us"]
+        r["x_best_w4_peer"] = best / r["us"]
+    return rows
+
+
+def sweep_gemv(reps: int) -> list[dict[str, Any]]:
+    """The GEMV alone (prologue outputs made once) at candidate tiles, M = 1 and 4."""
+    from .triton import fast_host
+
+    dev = torch.device("cuda")
+    out = []
+    for name in ("qkv", "gate_up", "down"):
+        _, n, k, sizes = next(s for s in b.SHAPES if s[0] == name)
+        preps = [b._random_prep(n, k, sizes, 4, dev) for _ in range(b.copies(_bytes_w4(n, k, 0)))]
+        for m in (1, 4):
+            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+            for bn, nw, pps, st in [(64, 4, 8, 3), (64, 4, 8, 1), (64, 4, 16, 2), (32, 4, 16, 2),
+                                    (64, 2, 16, 2), (32, 2, 16, 3), (128, 4, 8, 1), (64, 4, 4, 4),
+                                    (32, 1, 32, 2)]:  # fmt: skip
+                cfg = fast_host.gemv_config(m, n, k, G, b._bounds(sizes), 132, bn, nw, pps)
+                cfg = dataclasses.replace(cfg, num_stages=st)
+                fns = [functools.partial(
+                    fast_host.gemv_w4a16,
+                    (p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros, None, None),
+                    x, p.bounds, G, None, False, cfg) for p in preps]  # fmt: skip
+                try:
+                    us = b._time(b.cycling(fns), reps)
+                except Exception as e:
+                    us = float("nan")
+                    print("sweep error", type(e).__name__, str(e)[:200])
+                out.append({"shape": name, "m": m, "block_n": bn, "warps": nw, "pps": pps,
+                            "split": cfg.split_k, "us": us})  # fmt: skip
+                print(f"sweep {name} M={m} {cfg}: {us:.1f} us", flush=True)
+    return out
+
+
+def sweep_dequant(reps: int) -> list[dict[str, Any]]:
+    """The prefill dequantize + rotate kernel alone at candidate (BLOCK_N, warps, splits)."""
+    from .triton import fast_host
+
+    dev = torch.device("cuda")
+    out = []
+    for name in ("qkv", "gate_up"):
+        _, n, k, sizes = next(s for s in b.SHAPES if s[0] == name)
+        preps = [b._random_prep(n, k, sizes, 4, dev) for _ in range(b.copies(_bytes_w4(n, k, 0)))]
+        w = torch.empty(k, n, dtype=torch.float16, device=dev)
+        for bn, nw, ns in [(128, 8, 0), (128, 4, 0), (64, 4, 0), (256, 8, 0), (128, 8, 2),
+                           (128, 8, 8), (64, 4, 8), (128, 4, 4)]:  # fmt: skip
+            fns = [functools.partial(
+                fast_host.dequant_rotate, p.qweight, None, p.scales, p.zeros, p.rot_hi, p.rot_lo,
+                p.bounds, G, w, bn, nw, ns) for p in preps]  # fmt: skip
+            try:
+                us = b._time(b.cycling(fns), reps)
+            except Exception as e:
+                us = float("nan")
+                print("sweep error", type(e).__name__, str(e)[:200])
+            out.append({"shape": name, "block_n": bn, "warps": nw, "nsplit": ns, "us": us,
+                        "gbs": (k * n // 2 + 2 * k * n) / us / 1e3})  # fmt: skip
+            print(f"dequant sweep {name} bn={bn} w={nw} nsplit={ns}: {us:.1f} us", flush=True)
+    return out
+
+
+def check(dev: str = "cuda") -> list[str]:
+    """Fast correctness smoke of every path against the fp64 reference (goal shapes are slow)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "kernels"))
+    from _triton_cases import bias, merged_layer, packed, reference, rel, runs  # type: ignore
+
+    from .triton import host
+
+    out = []
+    for k, sizes, m in [(1024, [512, 128, 128], 1), (2304, [2048, 256], 3), (640, [1000], 4),
+                        (1024, [256, 128], 300), (1536, [208, 136], 257)]:  # fmt: skip
+        parts = merged_layer(k, sizes, G if k % 128 == 0 else 64, seed=k, bias=True)
+        g = G if k % 128 == 0 else 64
+        prep = host.prepare(*packed(parts), runs(parts), g, device=dev)
+        x = torch.randn(m, k).to(torch.bfloat16)
+        ref = reference(x, parts, g)
+        for path in ("gemv", "mma", "dequant"):
+            if path == "gemv" and m > 4:
+                continue
+            y = host.w4a16_linear(x.to(dev), prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
+                                  prep.zeros, prep.bounds, g, bias(parts).to(dev), prep.gv_idx,
+                                  prep.gv_coef, path=path)  # type: ignore[union-attr]  # fmt: skip
+            out.append(f"check k={k} sizes={sizes} m={m} {path}: rel {rel(y, ref):.2e}")
+            print(out[-1], flush=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the issue-14 bench; JSON written after every cell."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="bench14.json")
+    ap.add_argument("--ms", default="1,2,4,8,16,64,256,2048,8192")
+    ap.add_argument("--shapes", default="qkv,o_proj,gate_up,down,in_proj,8b-qkv,8b-o_proj,"
+                                        "8b-gate_up,8b-down")  # fmt: skip
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--budget-s", type=float, default=0)
+    ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--skip", default="", help="comma-separated variant names not to run")
+    ap.add_argument("--gemlite-config", default="")
+    ap.add_argument("--only-check", action="store_true")
+    args = ap.parse_args(argv)
+    torch.manual_seed(0)
+    t0 = time.monotonic()
+    meta: dict[str, Any] = {"check": check()}
+    if args.only_check:
+        return
+    if args.gemlite_config:
+        _gemlite_pin(args.gemlite_config, load=True)
+    bw, mm = b.measure_peaks()
+    meta.update(device=torch.cuda.get_device_name(0), copy_bw=bw, bf16_flops=mm,
+                torch=torch.__version__, triton=__import__("triton").__version__, rows=[],
+                not_run=[], command=" ".join(["python -m paro_kernels.bench14", *(argv or [])]),
+                )  # fmt: skip
+    if args.sweep:
+        meta["sweep_dequant"] = sweep_dequant(args.reps)
+        meta["sweep"] = sweep_gemv(args.reps)
+    skip = set(filter(None, args.skip.split(",")))
+    cells = b._cells(args.shapes.split(","), [int(v) for v in args.ms.split(",")])
+    for name, n, k, sizes, m in cells:
+        if args.budget_s and time.monotonic() - t0 > args.budget_s:
+            meta["not_run"].append(f"{name}@{m}")
+            continue
+        rows = bench_cell(name, n, k, sizes, m, args.reps, bw, skip)
+        meta["rows"] += rows
+        for r in rows:
+            print(f"{r['shape']} M={r['m']} {r['variant']}: {r['us']:.1f} us "
+                  f"{r['roofline']:.0%} x{r['x_cublas']:.2f} cuBLAS x{r['x_best_w4_peer']:.2f} "
+                  f"peer {r.get('error', '')[:80]}", flush=True)  # fmt: skip
+        with open(args.out, "w") as f:
+            json.dump(meta, f, indent=1)
+    if args.gemlite_config:
+        _gemlite_pin(args.gemlite_config, load=False)
+    with open(args.out, "w") as f:
+        json.dump(meta, f, indent=1)
+
+
+def _gemlite_pin(path: str, load: bool) -> None:
+    """Load (before) or save (after) GemLite's autotune cache, so two runs pick the same configs."""
+    try:
+        import gemlite  # type: ignore[import-not-found]
+    except ImportError:
+        return
+    if load:
+        from pathlib import Path
+
+        shipped = Path(gemlite.__file__).parent / "configs" / "h100.json"  # the H200's sibling
+        gemlite.load_config(path if Path(path).exists() else str(shipped), print_error=False)
+    else:
+        gemlite.cache_config(path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""One op on one cell between cudaProfilerStart/Stop, for Nsight Compute (issue 14's before/after).
+
+    ncu --clock-control none --profile-from-start off --csv --metrics ... \
+        python -m paro_kernels.profile14 gate_up 1 gemv [bf16|int8]
+
+The op runs once outside the profiled range (compiles, fills caches of the launcher), then once
+inside it, on random weights of the bench's layout.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from . import bench as b
+
+
+def main(argv: list[str]) -> None:
+    """argv: shape M path [act] -> the profiled call."""
+    from .triton import host
+
+    name, m, path = argv[0], int(argv[1]), argv[2]
+    act = argv[3] if len(argv) > 3 else "bf16"
+    _, n, k, sizes = next(s for s in b.SHAPES if s[0] == name)
+    dev = torch.device("cuda")
+    prep = b._random_prep(n, k, sizes, 4, dev)
+    x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+
+    def call() -> object:
+        if act != "bf16":
+            return host.linear_a8(prep, x, None, act, "group", False)
+        return host.w4a16_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
+                                 prep.zeros, prep.bounds, b.G, path=path)  # fmt: skip
+
+    call()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    call()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

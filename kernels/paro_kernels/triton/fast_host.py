@@ -1,0 +1,212 @@
+"""Host side of the issue-14 kernels: the decode GEMV and the prefill dequantize + vendor GEMM.
+
+Shape contract: that of `host.w4a16_linear` (the same tensors of a `Prepared` layer), plus
+
+    gemv (M <= GEMV_MAX_M)   x [M, K] -> prologue (blocks) or, ROT, the Givens tables inside the
+                             GEMV; y [M, N] in x.dtype, split-K summed in the kernel
+    dequant (M >= DEQUANT_MIN_M)  W' [K, N] fp16 = rotated, dequantized weights in one reused
+                             scratch per device, then y = fp16(x) @ W' through torch (cuBLAS /
+                             hipBLASLt), cast to x.dtype
+
+Workspaces (module-level, per device, grow-only): the GEMV's fp32 split-K sums and int32 tickets,
+which every launch leaves zeroed, and the W' scratch. One stream at a time may use them (vLLM runs
+one layer after another on one stream).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import gcd
+
+import torch
+
+from . import host
+
+# Dispatch bands, from the H200 runs of 2026-12-01 (kernels/BENCH.md, issue 14 section). The
+# GEMV is off (0): at M = 1 its best sweep config took 28.4 / 53.8 / 31.9 us on qkv / gate_up /
+# down against the tile kernels' 25.5 / 43.2 / 28.1 (ncu gate_up: 135 registers, 17% achieved
+# occupancy, DRAM 20%), and at M = 4 2-3x longer. The dequant path wins at M = 2048 on every
+# 27B shape (qkv 381 us against the tile kernels' 595, gate_up 731 / 1324) and loses at M = 256
+# (qkv 162 / 111): its ~70-120 us weight pass is fixed per call. 1024 is the interpolated
+# crossover (not measured there).
+GEMV_MAX_M = 0
+DEQUANT_MIN_M = 1024
+GEMV_ROT = False  # the Givens layers inside the GEMV instead of the block prologue
+GEMV_BLOCK_N = 128
+GEMV_WARPS = 4
+GEMV_PROGRAMS_PER_SM = 8
+GEMV_MIN_GROUPS = 2  # groups per split: fewer loses to the ticket/atomics (sweep)
+# Sweep (H200 2026-12-01, the kernel alone): 64 columns, 4 warps, ~2 programs per SM took
+# 71-89 us on qkv and 137 us on gate_up against 88 / 188 at 128 columns, 8 warps.
+DEQUANT_BLOCK_N = 64
+DEQUANT_WARPS = 4
+DEQUANT_STAGES = 3
+DEQUANT_PROGRAMS_PER_SM = 2
+
+
+@dataclass(frozen=True)
+class GemvConfig:
+    """One launch configuration of the GEMV."""
+
+    block_m: int
+    block_n: int
+    split_k: int
+    num_warps: int
+    num_stages: int = 3
+
+
+_WS: dict[tuple[str, str], torch.Tensor] = {}
+
+
+def _scratch(kind: str, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A zeroed grow-only buffer of at least `numel` elements, one per (kind, device)."""
+    key = (kind, str(device))
+    buf = _WS.get(key)
+    if buf is None or buf.numel() < numel or buf.dtype != dtype:
+        buf = torch.zeros(max(numel, 1 << 16), dtype=dtype, device=device)
+        _WS[key] = buf
+    return buf
+
+
+def gemv_config(m: int, n: int, k: int, g: int, bounds: tuple[int, ...], sms: int,
+                block_n: int = GEMV_BLOCK_N, num_warps: int = GEMV_WARPS,
+                programs_per_sm: int = GEMV_PROGRAMS_PER_SM,
+                hip: bool = False) -> GemvConfig:  # fmt: skip
+    """Tile and split for an M <= 4 GEMV: split-K until ~programs_per_sm programs per SM."""
+    align = 0
+    for b in bounds:
+        align = gcd(align, b)
+    if hip and block_n == GEMV_BLOCK_N:
+        # gfx1201 AOT (Triton 3.9): 128 columns spill from M = 2 (195-256 VGPRs), 64 at M = 4;
+        # 64 at M = 2 and 32 at M = 4 stay spill-free (195 / 172 VGPRs).
+        block_n = 128 if m == 1 else (64 if m == 2 else 32)
+    bn = host._block_n(block_n, align or block_n)
+    tiles = -(-n // bn)
+    ngroups = k // g
+    split = max(1, min(ngroups // GEMV_MIN_GROUPS, -(-programs_per_sm * sms // tiles)))
+    per = -(-ngroups // split)
+    block_m = 1 if m == 1 else (2 if m == 2 else 4)
+    return GemvConfig(block_m, bn, -(-ngroups // per), num_warps)
+
+
+def gemv_w4a16(
+    args: tuple[torch.Tensor | None, ...],
+    x: torch.Tensor,
+    bounds: tuple[int, ...],
+    group_size: int,
+    bias: torch.Tensor | None,
+    rot: bool = GEMV_ROT,
+    config: GemvConfig | None = None,
+) -> torch.Tensor:
+    """The decode GEMV linear; args = (rot_hi, rot_lo, qweight, scales, zeros, gv_idx, gv_coef)."""
+    from .fast_kernels import gemv_w4a16_kernel
+
+    rot_hi, rot_lo, qweight, scales, zeros, gv_idx, gv_coef = args
+    m, k = x.shape
+    n = qweight.shape[1]
+    g = group_size
+    cfg = config or gemv_config(m, n, k, g, bounds, host.sm_count(x.device), hip=host._is_hip())
+    host.require(m <= cfg.block_m, "x rows", f"<= {cfg.block_m} for the GEMV", m)
+    use_rot = rot and gv_idx is not None and gv_coef is not None
+    if use_rot:
+        a, rs, stride_am = x, scales, x.stride(0)
+        gi, gc, krot = gv_idx, gv_coef, gv_idx.shape[1]  # type: ignore[union-attr]
+    else:
+        a, rs = host.rotate_scale(x, rot_hi, rot_lo, g)
+        stride_am, gi, gc, krot = k, qweight, scales, 1
+    out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    tiles = -(-n // cfg.block_n)
+    ws = cnt = out
+    if cfg.split_k > 1:
+        ws = _scratch("gemv_ws", m * n, torch.float32, x.device)
+        cnt = _scratch("gemv_cnt", tiles, torch.int32, x.device)
+    b = (*bounds, n, n)[:2]
+    gemv_w4a16_kernel[(tiles, cfg.split_k)](
+        a, rs, gi, gc, qweight, scales, zeros, bias if bias is not None else scales,
+        ws, cnt, out, m, n, k, b[0], b[1], stride_am,
+        HAS_BIAS=bias is not None, G=g, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+        SPLIT_K=cfg.split_k, ROT=use_rot, KROT=krot,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )  # fmt: skip
+    return out
+
+
+def dequant_rotate(
+    qweight: torch.Tensor,
+    qweight_hi: torch.Tensor | None,
+    scales: torch.Tensor,
+    zeros: torch.Tensor,
+    rot_hi: torch.Tensor,
+    rot_lo: torch.Tensor,
+    bounds: tuple[int, ...],
+    group_size: int,
+    out: torch.Tensor | None = None,
+    block_n: int = 0,
+    num_warps: int = 0,
+    nsplit: int = 0,
+) -> torch.Tensor:
+    """W' [K, N] fp16: each partition's rotated, dequantized weights (in the shared scratch)."""
+    from .fast_kernels import dequant_rotate_kernel
+
+    k, n = qweight.shape[0] * 8, qweight.shape[1]
+    g = group_size
+    p = rot_hi.shape[0]
+    if out is None:
+        out = _scratch("dequant_w", k * n, torch.float16, qweight.device)[: k * n].view(k, n)
+    b = (*bounds, n, n)[:2]
+    nsplit = nsplit or max(1, -(-DEQUANT_PROGRAMS_PER_SM * host.sm_count(qweight.device)
+                                // ((k // g) * p)))  # fmt: skip
+    dequant_rotate_kernel[(k // g, p, nsplit)](
+        qweight, qweight_hi if qweight_hi is not None else qweight, scales, zeros, rot_hi, rot_lo,
+        out, n, k, b[0], b[1], G=g, BLOCK_N=block_n or dequant_block_n(host._is_hip()),
+        BITS=5 if qweight_hi is not None else 4, NSPLIT=nsplit,
+        num_warps=num_warps or dequant_warps(host._is_hip()),
+        num_stages=dequant_stages(host._is_hip()),
+    )  # fmt: skip
+    return out
+
+
+def dequant_block_n(hip: bool) -> int:
+    """Columns per dequant block. gfx1201 (AOT, Triton 3.9): every 64-column build spilled
+    (3-5 VGPRs at 8 waves, 1-3 stages); 32 columns, 4 waves, 2 stages: 222-226, none."""
+    return 32 if hip else DEQUANT_BLOCK_N
+
+
+def dequant_warps(hip: bool) -> int:
+    """Warps (waves) per dequant program (see `dequant_block_n`)."""
+    return 4 if hip else DEQUANT_WARPS
+
+
+def dequant_stages(hip: bool) -> int:
+    """Software-pipelining depth of the dequant loop (see `dequant_block_n`)."""
+    return 2 if hip else DEQUANT_STAGES
+
+
+def cast_fp16(x: torch.Tensor) -> torch.Tensor:
+    """fp16(x) saturated at fp16's range, one launch (x contiguous)."""
+    from .fast_kernels import cast_fp16_kernel
+
+    x = x.contiguous()
+    y = torch.empty_like(x, dtype=torch.float16)
+    cast_fp16_kernel[(-(-x.numel() // 4096),)](x, y, x.numel(), BLOCK=4096, num_warps=4)
+    return y
+
+
+def dequant_linear(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    bias: torch.Tensor | None,
+) -> torch.Tensor:
+    """y = fp16(x) @ W' (+ bias) on the vendor GEMM, in x.dtype (x saturated at fp16's range)."""
+    x16 = x if x.dtype == torch.float16 else cast_fp16(x)
+    y = torch.mm(x16, w) if bias is None else torch.addmm(bias.to(torch.float16), x16, w)
+    return y if x.dtype == torch.float16 else y.to(x.dtype)
+
+
+def band(m: int) -> str:
+    """Which path serves M rows: "gemv", "mma" (host's tile kernels) or "dequant"."""
+    if m <= GEMV_MAX_M:
+        return "gemv"
+    if m >= DEQUANT_MIN_M:
+        return "dequant"
+    return "mma"

@@ -1,0 +1,247 @@
+"""Second-pass Triton kernels (issue 14): a split-K GEMV for the decode band and a fused
+dequantize + rotate of the weights for the prefill band.
+
+Why a GEMV at M <= 4 (not a 16-row MMA tile): at M = 1 the H200's ncu run of the MMA kernel showed
+the tensor pipe 15% active on 16-row tiles for a 1-row problem, the ALU doing the nibble unpack and
+128 registers capping occupancy at 25%. Here the product is fp32 FMAs on the unpacked codes, so the
+work per weight is what the unpack costs plus M FMAs, and the accumulator is small.
+
+Why the unpack is one LOP3 + one FADD per weight: nibble j of a word sits at bits 4j..4j+3; for
+j < 5, (w & (0xF << 4j)) | 0x4B000000 is the fp32 2^23 + c * 16^j exactly (the nibble lies inside
+the 23-bit mantissa, bits 0..22), so subtracting 2^23 gives c * 16^j with no shift and no int ->
+float convert; the 16^-j is folded into the activation (exact: a power of two). Nibbles 5..7 come
+from one shift of the word by 12 (bits 8..19 then). One shift per 8 weights instead of 8.
+
+Why the zero point is the row-sum correction: sum_k a_k (c_k - z) s = s * (sum_k a_k c_k) - s z rs
+with rs = sum_k a_k over the group (the prologue writes it for the fp16 values read here, or the
+kernel sums its own rotated values), so the loop touches only the codes.
+
+Why split-K ends in the kernel: each split adds its fp32 partial into a workspace with atomics,
+then takes a ticket on its column block's counter; the last split reads the sums back, writes the
+output (+ bias) in the output dtype and leaves the workspace and the counter zeroed for the next
+call. No memset and no cast launch per linear (BENCH.md 2026-11-29: 5-8 us of a 15-45 us op).
+
+Why the Givens layers can run inside the GEMV (ROT): a program needs the rotated activations of
+its own 128-channel groups only, and at M <= 4 applying krot pair layers to them is ~1% of the
+program's weight work; no prologue launch and no [P, M, K] round trip. The records are the
+existing gv tables (partner index, cos, signed sin per channel and layer, channel scales).
+
+Why the prefill path rotates the weights, not the activations: y = (x B_p) W = x (B_p W) with
+B_p the block-diagonal folded rotation; per group B_g W_g = (B_g @ (C_g - z)) * s (s is constant
+along a group's rows), so one kernel reads the int4 codes once, does the G x G rotation on the
+matrix unit against exact integer codes (hi + lo summed to one fp16 block: 11 bits, the rounding
+W' itself gets) and writes the fp16 W' once; the GEMM is then one vendor call on x itself for all
+partitions, and its cost does not grow with M the way the activation prologue's does.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .kernels import _ticket_finish
+
+MAGIC = tl.constexpr(0x4B000000)  # fp32 2^23
+MAGIC_F = tl.constexpr(8388608.0)
+
+
+@triton.jit
+def _nibble(q, q8, j: tl.constexpr):
+    """fp32 c_j * 16^(j if j < 5 else j - 3) of nibble j of each int32 word (module doc)."""
+    if j < 5:  # noqa: SIM108  (a Triton constexpr branch, kept explicit)
+        v = (q & (15 << (4 * j))) | MAGIC
+    else:
+        v = (q8 & (15 << (4 * (j - 3)))) | MAGIC
+    return v.to(tl.float32, bitcast=True) - MAGIC_F
+
+
+@triton.jit
+def _nibble_scale(j: tl.constexpr):
+    """The power of two that undoes `_nibble`'s 16^j (exact)."""
+    if j < 5:
+        e: tl.constexpr = 4 * j
+    else:
+        e: tl.constexpr = 4 * (j - 3)
+    return 1.0 / (1 << e)
+
+
+@triton.jit
+def _rotated_group(x_ptr, gi_ptr, gc_ptr, offs_m, m_mask, g, p, K, stride_xm,
+                   KROT: tl.constexpr, G: tl.constexpr):  # fmt: skip
+    """fp32 [BLOCK_M, G]: group g of x times the channel scales, then KROT Givens layers."""
+    offs_g = tl.arange(0, G)
+    ch = g * G + offs_g
+    x = tl.load(x_ptr + offs_m[:, None] * stride_xm + ch[None, :], mask=m_mask[:, None],
+                other=0.0).to(tl.float32)  # fmt: skip
+    coef = gc_ptr + p * (2 * KROT + 1) * K + ch
+    x = x * tl.load(coef)[None, :]
+    for r in tl.static_range(KROT):
+        idx = tl.load(gi_ptr + (p * KROT + r) * K + ch)
+        c = tl.load(coef + (1 + r) * K)
+        s = tl.load(coef + (1 + KROT + r) * K)
+        xp = tl.gather(x, tl.broadcast_to(idx[None, :], x.shape), 1)
+        x = x * c[None, :] + xp * s[None, :]
+    return x
+
+
+@triton.jit
+def gemv_w4a16_kernel(
+    a_ptr,  # ROT: x [M, K] (rows stride_am); else [P, M, K] fp16 prologue output (stride K)
+    rs_ptr,  # [P, M, K/G] fp32 row sums of a per group (unused with ROT)
+    gi_ptr,  # ROT: [P, KROT, K] int32 partner indices, else a dummy
+    gc_ptr,  # ROT: [P, 2 KROT + 1, K] fp32 channel scales, cos, signed sin, else a dummy
+    qw_ptr,  # [K/8, N] int32 codes packed along K (nibble s of word r = row 8r + s)
+    sc_ptr,  # [K/G, N] fp16 scales
+    zp_ptr,  # [K/G, N] uint8 zero codes
+    bias_ptr,  # [N] or a dummy
+    ws_ptr,  # SPLIT_K > 1: [>= M * N] fp32 workspace, zero on entry and on exit
+    cnt_ptr,  # SPLIT_K > 1: [>= N / BLOCK_N] int32 tickets, zero on entry and on exit
+    out_ptr,  # [M, N] output dtype
+    M,
+    N,
+    K,
+    b1,
+    b2,
+    stride_am,
+    HAS_BIAS: tl.constexpr,
+    G: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+    ROT: tl.constexpr,
+    KROT: tl.constexpr,
+):
+    """out[:M, n-block] = sum over this split's groups of a_p @ dequant(Q); module doc."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    n0 = pid_n * BLOCK_N
+    part = (n0 >= b1).to(tl.int32) + (n0 >= b2).to(tl.int32)
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < N
+    offs_m = tl.arange(0, BLOCK_M)
+    m_mask = offs_m < M
+    offs_r = tl.arange(0, G // 8)
+    ngroups = K // G
+    per = tl.cdiv(ngroups, SPLIT_K)
+    g0 = pid_k * per
+    g1 = tl.minimum(g0 + per, ngroups)
+    a_rows = (part * M + offs_m).to(tl.int64)
+    q_base = qw_ptr + offs_r[:, None] * N + offs_n[None, :]
+
+    acc = tl.zeros((BLOCK_M, G // 8, BLOCK_N), dtype=tl.float32)
+    zacc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for g in range(g0, g1):
+        q = tl.load(q_base + g * (G // 8) * N, mask=n_mask[None, :], other=0)
+        s = tl.load(sc_ptr + g * N + offs_n, mask=n_mask, other=0.0).to(tl.float32)
+        z = tl.load(zp_ptr + g * N + offs_n, mask=n_mask, other=0).to(tl.float32)
+        q8 = q >> 12
+        if ROT:
+            xg = _rotated_group(a_ptr, gi_ptr, gc_ptr, offs_m, m_mask, g, part, K, stride_am,
+                                KROT, G)  # fmt: skip
+            rs = tl.sum(xg, axis=1)
+            # channel 8r + j: split the trailing 8 = 2 x 2 x 2 into the 8 nibble planes
+            x3 = tl.reshape(xg, (BLOCK_M, G // 8, 4, 2))
+            e0, e1 = tl.split(x3)
+            e00, e10 = tl.split(tl.reshape(e0, (BLOCK_M, G // 8, 2, 2)))
+            e01, e11 = tl.split(tl.reshape(e1, (BLOCK_M, G // 8, 2, 2)))
+            a0, a4 = tl.split(e00)
+            a2, a6 = tl.split(e10)
+            a1, a5 = tl.split(e01)
+            a3, a7 = tl.split(e11)
+            d = a0[:, :, None] * _nibble(q, q8, 0)[None, :, :]
+            d += (a1 * _nibble_scale(1))[:, :, None] * _nibble(q, q8, 1)[None, :, :]
+            d += (a2 * _nibble_scale(2))[:, :, None] * _nibble(q, q8, 2)[None, :, :]
+            d += (a3 * _nibble_scale(3))[:, :, None] * _nibble(q, q8, 3)[None, :, :]
+            d += (a4 * _nibble_scale(4))[:, :, None] * _nibble(q, q8, 4)[None, :, :]
+            d += (a5 * _nibble_scale(5))[:, :, None] * _nibble(q, q8, 5)[None, :, :]
+            d += (a6 * _nibble_scale(6))[:, :, None] * _nibble(q, q8, 6)[None, :, :]
+            d += (a7 * _nibble_scale(7))[:, :, None] * _nibble(q, q8, 7)[None, :, :]
+        else:
+            rs = tl.load(rs_ptr + a_rows * ngroups + g, mask=m_mask, other=0.0)
+            a_base = a_ptr + a_rows[:, None] * K + g * G + (offs_r * 8)[None, :]
+            d = tl.zeros((BLOCK_M, G // 8, BLOCK_N), dtype=tl.float32)
+            for j in tl.static_range(8):
+                a = tl.load(a_base + j, mask=m_mask[:, None], other=0.0).to(tl.float32)
+                d += (a * _nibble_scale(j))[:, :, None] * _nibble(q, q8, j)[None, :, :]
+        acc += d * s[None, None, :]
+        zacc += rs[:, None] * (s * z)[None, :]
+    y = tl.sum(acc, axis=1) - zacc
+
+    out_offs = offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
+    mask = m_mask[:, None] & n_mask[None, :]
+    if SPLIT_K == 1:
+        if HAS_BIAS:
+            y += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+        tl.store(out_ptr + out_offs, y.to(out_ptr.dtype.element_ty), mask=mask)
+    else:
+        tl.atomic_add(ws_ptr + out_offs, y, mask=mask, sem="relaxed")
+        _ticket_finish(ws_ptr, out_ptr, cnt_ptr, bias_ptr, pid_n, out_offs, mask, offs_n, n_mask,
+                       HAS_BIAS, SPLIT_K, BLOCK_M, BLOCK_N)  # fmt: skip
+
+
+@triton.jit
+def dequant_rotate_kernel(
+    qw_ptr,  # [K/8, N] int32 codes packed along K
+    qh_ptr,  # BITS == 5: [K/32, N] int32 fifth-bit planes, else a dummy
+    sc_ptr,  # [K/G, N] fp16 scales
+    zp_ptr,  # [K/G, N] uint8 zero codes
+    rot_hi_ptr,  # [P, K/G, G, G] hi half of the folded blocks (x.dtype)
+    rot_lo_ptr,  # [P, K/G, G, G] lo half
+    w_ptr,  # [K, N] fp16 out: rows g*G.. hold B_g @ ((C_g - z) * s) for the column's partition
+    N,
+    K,
+    b1,
+    b2,
+    G: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BITS: tl.constexpr,
+    NSPLIT: tl.constexpr,
+):
+    """One program per (group, partition, column split): W'_g = (B_g @ (C_g - z)) * s.
+
+    The program loads its partition's G x G block once (hi + lo summed to fp16: 11 bits, the
+    rounding W' gets anyway) and walks its share of the partition's column blocks.
+    """
+    g = tl.program_id(0)
+    p = tl.program_id(1)
+    pid = tl.program_id(2)
+    lo_col = tl.where(p == 0, 0, tl.where(p == 1, b1, b2))
+    hi_col = tl.where(p == 0, b1, tl.where(p == 1, b2, N))
+    nblocks = tl.cdiv(hi_col - lo_col, BLOCK_N)
+    per = tl.cdiv(nblocks, NSPLIT)
+    ngroups = K // G
+    offs_g = tl.arange(0, G)
+    rot_off = ((p * ngroups + g) * G + offs_g[:, None]) * G + offs_g[None, :]
+    rot = (tl.load(rot_hi_ptr + rot_off).to(tl.float32)
+           + tl.load(rot_lo_ptr + rot_off).to(tl.float32)).to(tl.float16)  # fmt: skip
+    offs_w = tl.arange(0, G // 8)
+    shifts = (tl.arange(0, 8) * 4)[None, :, None]
+    for blk in range(pid * per, tl.minimum(pid * per + per, nblocks)):
+        offs_n = lo_col + blk * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_mask = offs_n < hi_col
+        q = tl.load(qw_ptr + (g * (G // 8) + offs_w)[:, None] * N + offs_n[None, :],
+                    mask=n_mask[None, :], other=0)  # fmt: skip
+        c = tl.reshape((q[:, None, :] >> shifts) & 0xF, (G, BLOCK_N))
+        if BITS == 5:
+            offs_h = tl.arange(0, G // 32)
+            h = tl.load(qh_ptr + (g * (G // 32) + offs_h)[:, None] * N + offs_n[None, :],
+                        mask=n_mask[None, :], other=0)  # fmt: skip
+            hs = tl.arange(0, 32)[None, :, None]
+            c = c | (tl.reshape((h[:, None, :] >> hs) & 1, (G, BLOCK_N)) << 4)
+        z = tl.load(zp_ptr + g * N + offs_n, mask=n_mask, other=0).to(tl.int32)
+        d = (c - z[None, :]).to(tl.float16)  # |c - z| <= 31: exact
+        # B_g's row index is x's channel k: xr_j = sum_k x_k B[k, j], so W' = B_g @ W_g.
+        acc = tl.dot(rot, d)
+        s = tl.load(sc_ptr + g * N + offs_n, mask=n_mask, other=0.0).to(tl.float32)
+        w = tl.clamp(acc * s[None, :], -65504.0, 65504.0).to(tl.float16)
+        tl.store(w_ptr + (g * G + offs_g)[:, None].to(tl.int64) * N + offs_n[None, :], w,
+                 mask=n_mask[None, :])  # fmt: skip
+
+
+@triton.jit
+def cast_fp16_kernel(x_ptr, y_ptr, numel, BLOCK: tl.constexpr):
+    """y = fp16(x), saturated at fp16's range (one pass; torch needs a clamp and a cast)."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < numel
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + offs, tl.clamp(x, -65504.0, 65504.0).to(tl.float16), mask=mask)

@@ -1,0 +1,85 @@
+"""CPU checks of the issue-14 kernels: the interpreter at small shapes (every path the dispatch
+can be forced to), and gfx1201 ahead-of-time builds of the kernels the launcher picks.
+
+gfx1201 budget: RDNA4 gives a SIMD 1536 VGPRs per lane in wave32, so a kernel of V VGPRs keeps
+min(16, 1536 // V) waves per SIMD; the asserted ceilings keep the occupancy these kernels were
+sized for (the dequant program's 8 waves at >= 6 waves per SIMD, the GEMV's 4 at >= 6).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import triton  # fails the module in CI when triton is missing: that is the point
+from paro_kernels.triton import aot
+
+_CHILD = """
+import torch
+from _triton_cases import bias, merged_layer, packed, reference, rel, runs
+from paro_kernels.triton import fast_host, host
+out = []
+for k, sizes, g, m, path, rot in [(256, [96], 128, 1, "gemv", False),
+                                  (384, [64, 32, 32], 128, 4, "gemv", True),
+                                  (256, [64, 32], 64, 3, "mma", False),
+                                  (384, [64, 32, 32], 128, 5, "dequant", False)]:
+    parts = merged_layer(k, sizes, g, seed=k + m, bias=m % 2 == 1)
+    prep = host.prepare(*packed(parts), runs(parts), g, dtype=torch.float16, device="cpu")
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.float16)
+    bb = bias(parts)
+    for _ in range(2):  # the second call finds the split-K workspace and tickets zeroed
+        if path == "gemv":
+            cfg = fast_host.gemv_config(m, sum(sizes), k, g, prep.bounds, 4, 32, 4, 2)
+            args = (prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales, prep.zeros,
+                    prep.gv_idx, prep.gv_coef)
+            y = fast_host.gemv_w4a16(args, x, prep.bounds, g, bb, rot=rot, config=cfg)
+        else:
+            y = host.w4a16_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
+                                  prep.zeros, prep.bounds, g, bb, path=path)
+        assert y.shape == (m, sum(sizes)) and y.dtype == torch.float16
+        out.append(rel(y, reference(x, parts, g)))
+print(max(out))
+"""
+
+
+def test_interpreter_every_path_matches_fp64_reference() -> None:
+    # fp16 activations: the interpreter runs dots in numpy, which has no bf16.
+    here = Path(__file__).parent
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    env["PYTHONPATH"] = os.pathsep.join([str(here), str(here.parents[1] / "kernels")])
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert float(out.stdout.strip().splitlines()[-1]) <= 1e-3  # fp16 output floor ~6e-4
+
+
+@pytest.mark.parametrize("bits", [4, 5])
+def test_aot_dequant_gfx1201(bits: int) -> None:
+    rep = aot.compile_dequant("gfx1201", 7168, 5120, 128, bits, (6144, 6656))
+    _check(rep, max_vgprs=256)
+
+
+def test_aot_gemv_gfx1201() -> None:
+    # Not picked by the dispatch today (GEMV_MAX_M = 0); kept buildable for the M = 1 path.
+    rep = aot.compile_gemv("gfx1201", 1, 7168, 5120, 128)
+    _check(rep, max_vgprs=256)
+
+
+def test_aot_ticket_gemm_gfx1201() -> None:
+    # The decode tile kernel with the in-kernel split-K finish (what M <= 16 runs).
+    rep = aot.compile_gemm("gfx1201", 1, 7168, 5120, 128)
+    assert "split_k=1," not in rep.config
+    assert rep.mma
+    _check(rep, max_vgprs=256)
+
+
+def _check(rep: aot.Report, max_vgprs: int) -> None:
+    assert rep.mma, rep
+    assert rep.spills == 0 and rep.scratch == 0, rep
+    assert rep.lds <= rep.lds_limit, rep
+    assert 0 < rep.vgprs <= max_vgprs and min(16, 1536 // rep.vgprs) >= 6, rep
+    assert triton.__version__
