@@ -10,7 +10,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from paroctl import knobs as knobs_mod
-from paroctl import state
+from paroctl import privilege, state
 from paroctl.errors import RuntimeFailure
 from paroctl.profiles import Profile, expand
 
@@ -189,6 +189,7 @@ def run_argv(profile: Profile) -> list[str]:
         argv += ["--security-opt", "no-new-privileges"]
     for group in container.group_add:
         argv += ["--group-add", group]
+    argv += privilege.engine_args(container)  # --cap-drop ALL, the profile's cap_add, --user
     argv += ["--ipc", container.ipc, "--shm-size", container.shm_size]
     argv += [
         "--publish",

@@ -24,12 +24,3 @@ def engine_args(container: Container) -> list[str]:
     if container.user:
         args += ["--user", container.user]
     return args
-
-
-def with_engine_args(run_argv: list[str], serve_argv: list[str], container: Container) -> list[str]:
-    """run_argv with engine_args before the image ref (once, if engine.run_argv lacks them)."""
-    image_at = len(run_argv) - len(serve_argv) - 1
-    head, tail = run_argv[:image_at], run_argv[image_at:]
-    if "--cap-drop" in head or "--user" in head:
-        return run_argv
-    return [*head, *engine_args(container), *tail]

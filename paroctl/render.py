@@ -203,11 +203,8 @@ def unit_context(profile: Profile) -> UnitContext:
 
 
 def _exec_argv(profile: Profile) -> list[str]:
-    """The .service's ExecStart argv: the engine's run argv with the least-privilege flags."""
-    serve = engine.serve_argv(profile)
-    if not profile.uses_engine:
-        return serve
-    return privilege.with_engine_args(engine.run_argv(profile), serve, profile.body.container)
+    """The .service's ExecStart argv: the engine's run argv (least privilege included)."""
+    return engine.run_argv(profile) if profile.uses_engine else engine.serve_argv(profile)
 
 
 def env_context(profile: Profile) -> EnvContext:

@@ -149,6 +149,7 @@ def switch(
         previous = previous_profile(before, load_profile, deps)
         if previous is not None and previous.name == target.name:
             previous = None  # rolling back to the profile that just failed cannot help
+        _preflight(target, deps)  # before the old serve is touched
         jr = journal.Journal.begin(live, target.name)
         if live:
             _stop_old(live, deps, jr)
@@ -183,6 +184,26 @@ def _untracked(
     for serve in found[1:]:
         stop_live(serve.as_live(), deps)
     return (found[0].as_live() if found else None), None
+
+
+def _preflight(target: Profile, deps: Deps) -> None:
+    """What can refuse a switch before it stops anything: the image is there and built for this
+    registry, and its doctor (vLLM finds the plugin, the methods and kernels load, the versions
+    match the labels) passed once for that image id."""
+    if not target.uses_engine or target.body.image is None:
+        return
+    from paroctl import doctor
+
+    ref = target.body.image.ref
+    try:
+        images.check_profile_image(target)
+        result = doctor.doctor_once(ref, engine.api_for(target, doctor.RUN_TIMEOUT_S))
+        result.raise_for_mismatch(ref)
+    except ParoctlError as exc:
+        raise SwitchFailed(
+            f"switch to {target.name} refused before anything was stopped: {exc.message}"
+        ) from exc
+    deps.events(Event("step", f"image {ref}: doctor ok" + (" (cached)" if result.cached else "")))
 
 
 def _before(interrupted: journal.Entry | None) -> Mapping[str, Any] | None:
@@ -350,6 +371,7 @@ def verify_running(
         if cpu_plan is not None and (wrong := cpu.log_problems(cpu_plan, watcher.snapshot())):
             raise RuntimeFailure("the serve did not take the CPU decision: " + "; ".join(wrong))
         images.check_boot_provenance(profile, watcher.snapshot())
+        images.check_boot_source(profile, watcher.snapshot())
         _sanity(profile, client)
     finally:
         client.close()

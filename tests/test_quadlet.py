@@ -200,9 +200,9 @@ def test_generated_service_runs_the_plain_services_container(
     assert got.options["--publish"] == [engine.publish_spec(prof)]
     assert Counter(got.options.get("--device", [])) == Counter(prof.body.container.devices)
     assert len(got.options["--volume"]) == 2
-    # Labels: asserted where the .container carries them (the templates gain them in #17).
-    if "\nLabel=" in render.render(prof, "quadlet").content:
-        assert Counter(got.options["--label"]) == Counter(plain.options["--label"])
+    # The labels `status`/`adopt` and the k8s pins read back: exactly the profile and its hash.
+    labels = [f"paroctl.profile={prof.name}", f"paroctl.profile-hash={prof.hash}"]
+    assert Counter(got.options["--label"]) == Counter(plain.options["--label"]) == Counter(labels)
     assert got.image == plain.image == prof.body.image.ref  # type: ignore[union-attr]
     assert got.argv == plain.argv == engine.serve_argv(prof)
 

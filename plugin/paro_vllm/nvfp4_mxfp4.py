@@ -78,6 +78,7 @@ def marker_line(state: _LoadState) -> str:
     """The boot marker: `layers=Q/T`, partitions by source kind requantized (`from=`) and left
     unquantized (`kept=`), the lm_head's form and the requant relRMS mean/max."""
     from . import __version__
+    from .provenance import marker_field
 
     mean, worst, _ = relrms_summary(state.errors)
     total = state.partitions + state.unquantized
@@ -85,7 +86,7 @@ def marker_line(state: _LoadState) -> str:
         f"paro-vllm: method={METHOD} backend={state.backend} exp={state.exp} "
         f"layers={state.partitions}/{total} from={_counts(state.kinds)} "
         f"kept={_counts(state.kept)} lm_head={state.lm_head} "
-        f"relrms_mean={mean:.4f} relrms_max={worst:.4f} version={__version__}"
+        f"relrms_mean={mean:.4f} relrms_max={worst:.4f} version={__version__} {marker_field()}"
     )
 
 

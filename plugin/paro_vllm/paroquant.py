@@ -70,15 +70,17 @@ STATE = _LoadState()
 def marker_line(backend: str, bits: int, quantized: int, total: int, act: str = "") -> str:
     """The boot marker profiles expect (`paro-vllm: method=paroquant ...`), act mode last.
 
-    The act fields come after `version=` so existing expect lines keep matching.
+    The act fields come after `version=` so existing expect lines keep matching; `source=` (the
+    image's source sha, paroctl compares it with the image label) is last.
     """
     from . import __version__
+    from .provenance import marker_field
 
     line = (
         f"paro-vllm: method={METHOD} backend={backend} bits={bits} "
         f"layers={quantized}/{total} version={__version__}"
     )
-    return f"{line} {act}" if act else line
+    return f"{line} {act} {marker_field()}" if act else f"{line} {marker_field()}"
 
 
 def act_label(knobs: Mapping[str, str], backend: str) -> str:

@@ -53,12 +53,13 @@ def marker_line(backend: str, act: str, quantized: int, total: int) -> str:
     by kind: MXFP4 (`from=`), left bf16 on vLLM's unquantized path (`kept=`), and the lm_head,
     which this method never claims (not a linear) and so is always bf16."""
     from . import __version__
+    from .provenance import marker_field
 
     kept = f"bf16:{total - quantized}" if total > quantized else "none"
     return (
         f"paro-vllm: method={METHOD} backend={backend} act={act} "
         f"layers={quantized}/{total} from=mxfp4:{quantized} kept={kept} lm_head=bf16 "
-        f"version={__version__}"
+        f"version={__version__} {marker_field()}"
     )
 
 

@@ -15,6 +15,11 @@ PATH = Path("/opt/paroctl/provenance.json")
 NONE = "none"  # outside a paroctl image (a host venv): nothing recorded
 
 
+def marker_field() -> str:
+    """The boot markers' last field: `source=<sha>` (`source=none` outside a paroctl image)."""
+    return f"source={source_sha()}"
+
+
 @functools.lru_cache(maxsize=4)
 def source_sha(path: Path = PATH) -> str:
     """The recorded source sha, `+dirty` when the checkout had changes; `none` when absent."""

@@ -20,6 +20,7 @@ from math import gcd
 
 import torch
 
+from .._contract import require
 from . import host
 
 # Dispatch bands, from the H200 runs of 2026-12-01 (kernels/BENCH.md, issue 14 section). The
@@ -103,10 +104,10 @@ def gemv_w4a16(
 
     rot_hi, rot_lo, qweight, scales, zeros, gv_idx, gv_coef = args
     m, k = x.shape
-    n = qweight.shape[1]
+    n = qweight.shape[1]  # type: ignore[union-attr]
     g = group_size
     cfg = config or gemv_config(m, n, k, g, bounds, host.sm_count(x.device), hip=host._is_hip())
-    host.require(m <= cfg.block_m, "x rows", f"<= {cfg.block_m} for the GEMV", m)
+    require(m <= cfg.block_m, "x rows", f"<= {cfg.block_m} for the GEMV", m)
     use_rot = rot and gv_idx is not None and gv_coef is not None
     if use_rot:
         a, rs, stride_am = x, scales, x.stride(0)

@@ -61,7 +61,7 @@ def _nibble_scale(j: tl.constexpr):
     if j < 5:
         e: tl.constexpr = 4 * j
     else:
-        e: tl.constexpr = 4 * (j - 3)
+        e: tl.constexpr = 4 * (j - 3)  # type: ignore[no-redef]  # one constexpr, two branches
     return 1.0 / (1 << e)
 
 
