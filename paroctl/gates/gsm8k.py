@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from paroctl.client import RequestFailed
 from paroctl.gates import data
-from paroctl.gates.base import GateContext, ItemError, Outcome
+from paroctl.gates.base import GateContext, Outcome
 from paroctl.gates.stats import wilson
 
 # --- scoring (pure) --------------------------------------------------------------------------
@@ -165,12 +166,12 @@ def _ask(ctx: GateContext, question: data.Question, shots: list[data.Question]) 
     }
     if mode == "chat":
         payload = {**common, "messages": chat_messages(question.question, shots)}
-        reply = ctx.requester.post("/v1/chat/completions", payload)
+        reply = ctx.client.post("/v1/chat/completions", payload)
         choice = reply.data["choices"][0]
         text = str(choice.get("message", {}).get("content") or "")
     else:
         payload = {**common, "prompt": completion_prompt(question.question, shots)}
-        reply = ctx.requester.post("/v1/completions", payload)
+        reply = ctx.client.post("/v1/completions", payload)
         choice = reply.data["choices"][0]
         text = str(choice.get("text") or "")
     usage = reply.data.get("usage") or {}
@@ -205,7 +206,7 @@ def run(ctx: GateContext) -> Outcome:
             try:
                 record = future.result()
                 outcome = outcome_of(record, metric)
-            except ItemError as exc:
+            except RequestFailed as exc:
                 # Never abort the run for one item: record it and carry on.
                 record = {"index": question.index, "error": exc.message, "faults": exc.faults}
                 outcome = "error"
