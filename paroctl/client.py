@@ -218,7 +218,13 @@ class Client:
             raise RequestFailed(f"{method} {url} -> HTTP {response.status_code}: {body}")
         return response
 
-    def _json(self, method: str, path: str, payload: Mapping[str, Any] | None) -> Reply:
+    def _json(
+        self,
+        method: str,
+        path: str,
+        payload: Mapping[str, Any] | None,
+        retries: int | None = None,
+    ) -> Reply:
         url = self.url(path)
 
         def call() -> tuple[dict[str, Any], float]:
@@ -232,7 +238,7 @@ class Client:
                 raise _Transient("bad body: not a JSON object")
             return data, time.perf_counter() - start
 
-        (data, seconds), faults = self._attempts(method, url, call)
+        (data, seconds), faults = self._attempts(method, url, call, retries)
         return Reply(data, faults, seconds)
 
     def _get(self, path: str, *, retries: int | None = None) -> requests.Response:
@@ -242,9 +248,9 @@ class Client:
 
     # --- public requests -------------------------------------------------------------------
 
-    def get(self, path: str) -> Reply:
-        """GET a JSON object under the retry policy."""
-        return self._json("GET", path, None)
+    def get(self, path: str, *, retries: int | None = None) -> Reply:
+        """GET a JSON object under the retry policy (retries: this call's own count)."""
+        return self._json("GET", path, None, retries)
 
     def post(self, path: str, payload: Mapping[str, Any]) -> Reply:
         """POST JSON and return the JSON object under the retry policy."""
@@ -293,9 +299,9 @@ class Client:
             time.sleep(poll_s)
         return time.monotonic() - start
 
-    def model_entries(self) -> dict[str, dict[str, Any]]:
+    def model_entries(self, *, retries: int | None = None) -> dict[str, dict[str, Any]]:
         """The /v1/models entries by served name (each with vLLM's max_model_len)."""
-        data = self.get("/v1/models").data
+        data = self.get("/v1/models", retries=retries).data
         return {str(entry.get("id")): dict(entry) for entry in data.get("data") or []}
 
     def models(self) -> list[str]:
@@ -305,7 +311,7 @@ class Client:
     def version(self) -> str | None:
         """The server's /version, or None when it has none (an older or a non-vLLM server)."""
         try:
-            return str(self._json("GET", "/version", None).data.get("version"))
+            return str(self.get("/version", retries=0).data.get("version"))
         except RuntimeFailure:
             return None
 

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from paroctl.results import Store
 
 NOTHING_LIVE = "nothing is live; run `paroctl switch NAME` first, or pass --url and --model"
+# A target that refuses twice is down: the run's own retries are for items, not for finding it.
+CONNECT_RETRIES = 1
 # The provenance of a run against an endpoint given by URL: no profile, no profile hash.
 EXTERNAL = "external"
 
@@ -71,7 +73,7 @@ def connect(live: Mapping[str, Any], client: Client) -> Target:
     """Verify /v1/models lists the live record's served names; never trust a stale pointer."""
     want = tuple(str(name) for name in live["served_names"])
     try:
-        entries = client.model_entries()
+        entries = client.model_entries(retries=CONNECT_RETRIES)
     except RuntimeFailure as exc:
         raise RuntimeFailure(
             f"{client.url('/v1/models')}: the live serve ({live['profile']}) does not answer "
@@ -88,7 +90,7 @@ def connect(live: Mapping[str, Any], client: Client) -> Target:
 def connect_external(client: Client, model: str) -> Target:
     """Verify an endpoint given by URL serves `model`; its provenance is "external"."""
     try:
-        entries = client.model_entries()
+        entries = client.model_entries(retries=CONNECT_RETRIES)
     except RuntimeFailure as exc:
         raise RuntimeFailure(
             f"{client.url('/v1/models')}: the endpoint does not answer ({exc.message}); "

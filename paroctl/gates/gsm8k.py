@@ -82,12 +82,17 @@ def score(response: str, reference: str) -> dict[str, Any]:
 # --- prompts (pure) --------------------------------------------------------------------------
 
 
-def fewshot(
-    train: Sequence[data.Question], index: int, k: int = NUM_FEWSHOT
-) -> list[data.Question]:
-    """The k training examples shown before test question `index` (fixed per question)."""
-    # Seeded per question, not from one shared stream: a resumed or reordered run asks the same.
-    return random.Random(f"{FEWSHOT_SEED}:{index}").sample(list(train), k)
+def fewshot_indices(n_train: int, n_questions: int, k: int = NUM_FEWSHOT) -> list[list[int]]:
+    """The training indices shown before each of the first n_questions test questions.
+
+    lm-eval's ContextSampler (lm_eval/api/samplers.py, 0.4.13) draws `rnd.sample(train, k)` from
+    one `Random(1234)` per task, once per test document in document order (the train split is not
+    the test split, so no eval doc is excluded and exactly k are drawn). `sample` picks by index,
+    so sampling range(n_train) walks the same stream; deriving every question's shots up front
+    keeps a resumed or reordered run asking exactly what a fresh run asks.
+    """
+    rnd = random.Random(FEWSHOT_SEED)
+    return [rnd.sample(range(n_train), k) for _ in range(n_questions)]
 
 
 def completion_prompt(question: str, shots: Sequence[data.Question]) -> str:
@@ -199,8 +204,11 @@ def run(ctx: GateContext) -> Outcome:
     # A resume redoes what is missing and what errored; answered items stand.
     pending = [q for q in questions if ctx.done.get(f"q{q.index}", {}).get("outcome") not in _FINAL]
     ctx.progress.start("gsm8k", len(questions), completed=len(questions) - len(pending))
+    shots = fewshot_indices(len(train), len(questions))
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        futures = {pool.submit(_ask, ctx, q, fewshot(train, q.index)): q for q in pending}
+        futures = {
+            pool.submit(_ask, ctx, q, [train[i] for i in shots[q.index]]): q for q in pending
+        }
         for future in as_completed(futures):
             question = futures[future]
             try:
