@@ -1,14 +1,17 @@
 """What drives switches and gates together: the one module above both.
 
 Gates never import the switch and the switch never imports gates; whatever needs both lives here.
-Today: the KLD gate's reference collection (switch to the reference profile through the switch
-protocol, collect its top-K prompt logprobs, switch the candidate back), handed to the gate as
-its reference source.
+The KLD gate's reference collection (switch to the reference profile through the switch protocol,
+collect its top-K prompt logprobs, switch the candidate back), handed to the gate as its reference
+source; and promotion (`paroctl switch NAME --gate GATES`): switch, run the gates cheapest first,
+stop at the first failure, roll back through the switch protocol, record one decision.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from paroctl.errors import StateError
@@ -76,3 +79,241 @@ def run_kld(options: Mapping[str, Any], **kwargs: Any) -> GateResult:
     from paroctl.gates import run_gate
 
     return run_gate("kld", options, kld_reference=kld_reference_by_switching, **kwargs)
+
+
+# --- promotion: switch, gate against the build it replaces, keep it or roll back -------------
+
+# Cheapest and most decisive first: a broken serve fails in seconds, not after GSM8K.
+ORDER = ("sanity", "greedy", "decode", "prefill", "concurrency", "kld", "gsm8k")
+# A promotion's gates are short versions unless the caller's options say otherwise.
+SHORT = {"gsm8k": {"limit": 200}, "kld": {"chunks": 32}}
+DECISIONS = {"promoted": "pass", "rolled back": "fail", "inconclusive": "unjudged"}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One gate of a promotion: pass / fail / inconclusive, its run and the evidence."""
+
+    gate: str
+    verdict: str
+    run_id: str | None
+    evidence: str
+    paired: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a promotion decided, every gate's verdict, and where the record is stored."""
+
+    target: str
+    previous: str | None
+    decision: str  # promoted | rolled back | inconclusive | planned
+    verdicts: tuple[Verdict, ...]
+    run_id: str | None
+    message: str
+
+    @property
+    def failed(self) -> bool:
+        """Whether the new build was refused (exit 1)."""
+        return self.decision == "rolled back"
+
+
+def gate_list(spec: str, profile: Profile) -> tuple[str, ...]:
+    """The gates a `--gate` spec names ("suite" or a comma list), cheapest first."""
+    from paroctl.gates import GATES
+
+    names = profile.body.gates.suite if spec == "suite" else tuple(spec.split(","))
+    unknown = [name for name in names if name not in GATES]
+    if unknown or not names:
+        raise StateError(
+            f"--gate {spec}: unknown gate {', '.join(unknown) or '(none)'}; "
+            f"use suite or a comma list of {', '.join(GATES)}"
+        )
+    return tuple(sorted(dict.fromkeys(names), key=ORDER.index))
+
+
+def decide(verdicts: Sequence[Verdict], rule: str) -> str:
+    """promoted / rolled back / inconclusive from the verdicts and the profile's rule."""
+    if any(v.verdict == "fail" for v in verdicts):
+        return "rolled back"
+    if any(v.verdict == "inconclusive" for v in verdicts):
+        return "promoted" if rule == "promote" else "inconclusive"
+    return "promoted"
+
+
+def plan_lines(target: Profile, previous: str | None, gates: Sequence[str]) -> list[str]:
+    """What `switch NAME --gate ... --dry-run` would do, step by step."""
+    back = f"switch back to {previous} (verified)" if previous else "stop (nothing was live)"
+    rule = target.body.gates.inconclusive
+    return [
+        f"switch {previous or '(nothing)'} -> {target.name} (verified by the switch)",
+        *[f"gate {name}" for name in gates],
+        f"on the first failed gate: stop, {back}",
+        f"on an inconclusive gate: {'promote' if rule == 'promote' else back} "
+        f"(gates.inconclusive: {rule})",
+    ]
+
+
+def run(
+    profile_name: str,
+    gates: str,
+    *,
+    dry_run: bool = False,
+    options: Mapping[str, Any] | None = None,
+    store_path: Path | None = None,
+) -> Decision:
+    """`paroctl switch NAME --gate GATES`: switch, gate, and keep the new build only if it holds."""
+    from paroctl import profiles, state
+
+    target = profiles.load(profile_name)
+    names = gate_list(gates, target)
+    live = state.read_live()
+    previous = str(live["profile"]) if live else None
+    if dry_run:
+        lines = plan_lines(target, previous, names)
+        return Decision(target.name, previous, "planned", (), None, "\n".join(lines))
+    from paroctl.gates.base import NoProgress
+
+    progress = NoProgress()
+    candidate = switch_to(target, progress)
+    verdicts: list[Verdict] = []
+    for name in names:
+        verdict = _gate(name, dict((options or {}).get(name) or {}), target, live, store_path)
+        verdicts.append(verdict)
+        if verdict.verdict == "fail":
+            break
+    decision = decide(verdicts, target.body.gates.inconclusive)
+    if decision != "promoted":
+        _roll_back(previous, progress)
+    return _record(target, candidate, live, decision, verdicts, store_path)
+
+
+def _gate(
+    name: str,
+    options: dict[str, Any],
+    target: Profile,
+    previous: Mapping[str, Any] | None,
+    store_path: Path | None,
+) -> Verdict:
+    from paroctl.errors import ParoctlError
+    from paroctl.gates import run_gate
+
+    opts = {**SHORT.get(name, {}), **options}
+    try:
+        result = run_gate(
+            name, opts, kld_reference=kld_reference_by_switching, store_path=store_path
+        )
+    except ParoctlError as exc:
+        # The gate could not measure: neither a pass nor a fail; the profile's rule decides.
+        return Verdict(name, "inconclusive", None, f"could not run: {exc.message}")
+    verdict = {"pass": "pass", "fail": "fail"}.get(result.status, "inconclusive")
+    if name != "gsm8k" or previous is None or verdict == "fail":
+        return Verdict(name, verdict, result.run_id, result.message)
+    paired = paired_gsm8k(result.run_id, previous, target.body.gates.gsm8k_margin, store_path)
+    if paired is None:
+        return Verdict(name, verdict, result.run_id, result.message + "; no paired run to compare")
+    # The absolute band still applies; the paired test can only make the verdict stricter,
+    # or decide where no band does.
+    combined = (
+        paired["verdict"] if verdict == "inconclusive" or paired["verdict"] != "pass" else verdict
+    )
+    evidence = (
+        f"{result.message}; paired with {paired['against']}: {paired['old_only']} right only "
+        f"before, {paired['new_only']} right only now of {paired['n']}, McNemar p "
+        f"{paired['p_value']:.3g}, loss {paired['loss']:+.1%} (margin {paired['margin']:.1%})"
+    )
+    return Verdict(name, combined, result.run_id, evidence, paired)
+
+
+def paired_gsm8k(
+    run_id: str, previous: Mapping[str, Any], margin: float, store_path: Path | None
+) -> dict[str, Any] | None:
+    """McNemar against the previous build's newest GSM8K run on the same prompts, if it has one."""
+    from dataclasses import asdict
+
+    from paroctl.gates import gsm8k, stats
+    from paroctl.results import open_store
+
+    with open_store(store_path) as store:
+        new = store.run(run_id)
+        assert new is not None
+        mine = new["summary"]
+        same = ("fewshot", "mode", "metric")
+        old = next(
+            (
+                run
+                for run in store.runs(gate="gsm8k")
+                if run["profile"] == previous["profile"]
+                and run["profile_hash"] == previous.get("hash")
+                and run["status"] in ("pass", "fail", "unjudged")
+                and all(run["summary"].get(k) == mine.get(k) for k in same)
+            ),
+            None,
+        )
+        if old is None:
+            return None
+        metric = str(mine["metric"])
+        before = gsm8k.correct_by_item(store.items(old["run_id"]), metric)
+        now = gsm8k.correct_by_item(store.items(run_id), metric)
+    paired = stats.paired_noninferiority(before, now, margin)
+    return {**asdict(paired), "against": old["run_id"], "margin": margin}
+
+
+def _roll_back(previous: str | None, progress: Progress) -> None:
+    from paroctl import profiles, state
+    from paroctl.switch import default_deps, stop_live
+
+    if previous is None:
+        live = state.read_live()
+        if live:
+            stop_live(live, default_deps())  # nothing was live before: leave nothing live
+        return
+    switch_to(profiles.load(previous), progress)
+
+
+def _record(
+    target: Profile,
+    candidate: Mapping[str, Any],
+    previous: Mapping[str, Any] | None,
+    decision: str,
+    verdicts: Sequence[Verdict],
+    store_path: Path | None,
+) -> Decision:
+    """One decision record in the results store: decision, every gate's evidence, the old runs."""
+    from dataclasses import asdict
+
+    from paroctl.gates.base import paroctl_version
+    from paroctl.results import Provenance, new_run_id, open_store
+
+    run_id = new_run_id("promote")
+    gates_text = "; ".join(f"{v.gate} {v.verdict}" for v in verdicts)
+    message = f"{decision}: {target.name} ({gates_text})"
+    with open_store(store_path) as store:
+        old_runs = (
+            [r["run_id"] for r in store.last_gate_results(previous["profile"])] if previous else []
+        )
+        provenance = Provenance(
+            profile=target.name,
+            profile_hash=candidate.get("hash"),
+            knobs=candidate.get("knobs") or {},
+            image=candidate.get("image"),
+            boot_id=candidate.get("boot_id"),
+            first_boot=candidate.get("first_boot"),
+            paroctl_version=paroctl_version(),
+            server_version=None,
+        )
+        store.start_run(run_id, "promote", provenance, {"gates": [v.gate for v in verdicts]})
+        summary = {
+            "decision": decision,
+            "rule": target.body.gates.inconclusive,
+            "gates": [asdict(v) for v in verdicts],
+            "previous": {
+                "profile": previous["profile"] if previous else None,
+                "hash": previous.get("hash") if previous else None,
+                "boot_id": previous.get("boot_id") if previous else None,
+                "run_ids": old_runs,
+            },
+        }
+        store.finish_run(run_id, DECISIONS[decision], summary, message=message)
+    prev_name = str(previous["profile"]) if previous else None
+    return Decision(target.name, prev_name, decision, tuple(verdicts), run_id, message)

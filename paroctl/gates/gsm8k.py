@@ -36,6 +36,8 @@ STOP = ("Question:", "</s>", "<|im_end|>")
 MAX_TOKENS = 256
 NUM_FEWSHOT = 5
 FEWSHOT_SEED = 1234
+# Stored in each run's summary: runs pair item by item only when they asked the same prompts.
+FEWSHOT_SCHEME = "lm-eval-stream:1234"
 
 
 def _pick(match: str | tuple[str, ...]) -> str:
@@ -148,6 +150,12 @@ def tally(items: Sequence[dict[str, Any]], metric: str) -> Tally:
     )
 
 
+def correct_by_item(items: Sequence[dict[str, Any]], metric: str) -> dict[str, bool]:
+    """Per answered item key, whether `metric` judged it right (errors are left out)."""
+    key = "strict_correct" if metric == "strict-match" else "flexible_correct"
+    return {str(i["key"]): bool(i.get(key)) for i in items if i.get("outcome") != "error"}
+
+
 def outcome_of(record: dict[str, Any], metric: str) -> str:
     """One item's outcome under the judged metric: correct, truncated, invalid or wrong."""
     key = "strict" if metric == "strict-match" else "flexible"
@@ -237,6 +245,7 @@ def _verdict(t: Tally, metric: str, floor: float | None, ctx: GateContext) -> Ou
         "errors": t.errors,
         "truncated": t.truncated,
         "invalid": t.invalid,
+        "fewshot": FEWSHOT_SCHEME,
         "faults_retried": sum(len(item.get("faults") or []) for item in ctx.done.values()),
         "min_lower_bound": floor,
     }
