@@ -199,6 +199,13 @@ def _endpoint(
     return Endpoint(url, model, api_key(key_file), bands)
 
 
+def _live_key(endpoint: Endpoint | None, key_file: Path | None) -> str | None:
+    """The API key for the live serve (an endpoint carries its own)."""
+    from paroctl.gates import api_key
+
+    return None if endpoint else api_key(key_file)
+
+
 class _Bar:
     """Gate progress as a rich bar with ETA on stderr."""
 
@@ -219,7 +226,11 @@ class _Bar:
 
 
 def _run_one(
-    name: str, options: dict[str, Any], resume: str | None, endpoint: Endpoint | None
+    name: str,
+    options: dict[str, Any],
+    resume: str | None,
+    endpoint: Endpoint | None,
+    key: str | None = None,
 ) -> GateResult:
     from rich.console import Console
     from rich.progress import (
@@ -239,7 +250,7 @@ def _run_one(
     console = Console(stderr=True)
     if not console.is_terminal:
         # A log file or a test runner gets the result lines only, not bar redraws.
-        return run(options, resume=resume, endpoint=endpoint)
+        return run(options, resume=resume, endpoint=endpoint, key=key)
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -250,7 +261,7 @@ def _run_one(
         console=console,
         transient=True,
     ) as progress:
-        return run(options, progress=_Bar(progress), resume=resume, endpoint=endpoint)
+        return run(options, progress=_Bar(progress), resume=resume, endpoint=endpoint, key=key)
 
 
 def _bind(run_gate: Callable[..., GateResult], name: str) -> Callable[..., GateResult]:
@@ -279,7 +290,8 @@ def _gate_command(name: str) -> click.Command:
         **raw: Any,
     ) -> None:
         endpoint = _endpoint(url, model, api_key_file, bands)
-        _report(_run_one(name, _options(raw), resume, endpoint))
+        key = _live_key(endpoint, api_key_file)
+        _report(_run_one(name, _options(raw), resume, endpoint, key))
 
     command.__doc__ = HELP[name]
     decorated: Callable[..., Any] = command
@@ -308,6 +320,7 @@ def _suite(url: str | None, model: str | None, api_key_file: Path | None, bands:
            **raw: Any) -> None:  # fmt: skip
     """The profile's gate suite (gates.suite), cheapest first; each option goes to every member."""
     endpoint = _endpoint(url, model, api_key_file, bands)
+    key = _live_key(endpoint, api_key_file)
     members = _suite_members(endpoint)
     if not members:
         raise RuntimeFailure("suite: no gates to run (gates.suite is empty); nothing measured")
@@ -316,7 +329,7 @@ def _suite(url: str | None, model: str | None, api_key_file: Path | None, bands:
     for member in members:
         mine = {k: v for k, v in options.items() if k in GATE_OPTIONS[member]}
         try:
-            result = _run_one(member, mine, None, endpoint)
+            result = _run_one(member, mine, None, endpoint, key)
         except ParoctlError as exc:
             raise RuntimeFailure(f"suite stopped at {member}: {exc.message}") from exc
         click.echo(_line(result))

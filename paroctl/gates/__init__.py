@@ -95,8 +95,12 @@ def run_gate(
     store_path: Path | None = None,
     endpoint: Endpoint | None = None,
     kld_reference: Callable[..., Any] | None = None,
+    key: str | None = None,
 ) -> GateResult:
-    """Run one gate against the live serve or an endpoint; ParoctlError when it cannot run."""
+    """Run one gate against the live serve or an endpoint; ParoctlError when it cannot run.
+
+    key: the API key for the live serve (an endpoint carries its own); sent, never stored.
+    """
     from paroctl.client import Client
     from paroctl.results import open_store
 
@@ -115,9 +119,8 @@ def run_gate(
             retries=int(opts.get("retries", 3)),
             backoff_s=float(opts.get("backoff_s", 0.5)),
             timeout_s=float(opts.get("timeout_s", 600.0)),
-            api_key=endpoint.api_key if endpoint else opts.pop("api_key", None),
+            api_key=endpoint.api_key if endpoint else key,
         )
-        opts.pop("api_key", None)
         with client:
             target = connect(live, client) if live else connect_external(client, str(opts["model"]))
             profile = _bands_profile(target, endpoint)
