@@ -343,10 +343,14 @@ def run(ctx: GateContext) -> Outcome:
             )
         probe_ids = _tokenize(ctx.client, ctx.target.model, probe(text))
         reference = source(ctx, Request(plan, chunks, key, text, probe_ids, note))
-    candidate = ctx.client
-    if reference.candidate_url and reference.candidate_url != ctx.target.base_url:
-        candidate = ctx.client.at(reference.candidate_url)
-    cand_rows = collect_side(ctx, candidate, plan.candidate, Request(plan, chunks, key, text, []))
+    moved = reference.candidate_url not in (None, ctx.target.base_url)
+    candidate = ctx.client.at(str(reference.candidate_url)) if moved else ctx.client
+    try:
+        asked = Request(plan, chunks, key, text, [])
+        cand_rows = collect_side(ctx, candidate, plan.candidate, asked)
+    finally:
+        if moved:
+            candidate.close()
     for index, (ref, cand) in enumerate(zip(reference.rows, cand_rows, strict=True)):
         chunk = kl_stats(ref, cand)
         ctx.record(
