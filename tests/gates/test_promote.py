@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from scipy.stats import binomtest
 
 from paroctl import profiles, promote, state
 from paroctl.errors import ProfileError, StateError
@@ -29,12 +28,7 @@ def test_mcnemar_exact_known_p_values(old_only: int, new_only: int, p: float) ->
     assert mcnemar_exact(old_only, new_only) == pytest.approx(p, rel=1e-12)
 
 
-def test_mcnemar_exact_matches_scipys_binomial_test() -> None:
-    for b in range(0, 25, 3):
-        for c in range(0, 40, 7):
-            if b + c:
-                want = binomtest(b, b + c, 0.5).pvalue
-                assert mcnemar_exact(b, c) == pytest.approx(want, rel=1e-9, abs=1e-15), (b, c)
+def test_mcnemar_exact_refuses_negative_counts() -> None:
     with pytest.raises(ValueError):
         mcnemar_exact(-1, 2)
 
