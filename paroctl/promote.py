@@ -114,8 +114,19 @@ class Decision:
 
     @property
     def failed(self) -> bool:
-        """Whether the new build was refused (exit 1)."""
+        """Whether a gate failed and the new build was rolled back (exit 1)."""
         return self.decision == "rolled back"
+
+    @property
+    def exit_code(self) -> int:
+        """0 promoted (or planned), 1 a gate failed, 2 the gates could not decide."""
+        return {"rolled back": 1, "inconclusive": 2}.get(self.decision, 0)
+
+    def lines(self) -> list[str]:
+        """The decision and each gate's verdict with its evidence, for the CLI to print."""
+        gates = [f"{v.gate}: {v.verdict.upper()} — {v.evidence}" for v in self.verdicts]
+        record = [f"decision record: {self.run_id} (paroctl results show)"] if self.run_id else []
+        return [*gates, self.message, *record]
 
 
 def gate_list(spec: str, profile: Profile) -> tuple[str, ...]:
