@@ -102,3 +102,17 @@ def test_the_inconclusive_rule_and_margin_are_validated(profile_dir: Path) -> No
     assert keys == {"gates.inconclusive", "gates.gsm8k_margin"}, info.value.problems
     (profile_dir / "ok.yaml").write_text(body + "gates:\n  inconclusive: promote\n")
     assert profiles.load("ok", profile_dir).body.gates.inconclusive == "promote"
+
+
+def test_decision_exit_codes_and_lines() -> None:
+    verdicts = (promote.Verdict("kld", "fail", "r1", "mean KL 1.2"),)
+    back = promote.Decision("new", "old", "rolled back", verdicts, "p1", "rolled back: new")
+    assert back.failed and back.exit_code == 1
+    assert back.lines() == [
+        "kld: FAIL — mean KL 1.2",
+        "rolled back: new",
+        "decision record: p1 (paroctl results show)",
+    ]
+    unsure = promote.Decision("new", "old", "inconclusive", (), "p2", "inconclusive: new")
+    assert not unsure.failed and unsure.exit_code == 2
+    assert promote.Decision("new", None, "promoted", (), "p3", "").exit_code == 0
