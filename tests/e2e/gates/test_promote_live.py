@@ -40,7 +40,7 @@ def box(
     demo.ensure_smollm2_paro(models, demo_parts.python)
     root = tmp_path_factory.mktemp("promote-box")
     prof_dir = root / "profiles"
-    cpu_box_profiles(prof_dir, (GOOD,))
+    cpu_box_profiles(prof_dir, ("cpu-demo", GOOD))  # cpu-demo: GOOD's own band names it
     bad_model = root / "models" / "SmolLM2-135M-Instruct-paro-corrupt"
     nibble_corrupter(demo.paro_model_dir(models), bad_model)
     corrupt = yaml.safe_load((prof_dir / f"{GOOD}.yaml").read_text())
