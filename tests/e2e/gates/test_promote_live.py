@@ -1,7 +1,7 @@
 """`paroctl switch NAME --gate` (promote.run) against real vLLM CPU serves through the switch
-protocol: a passing gate promotes; a deliberately corrupted build fails the KLD gate and the box
-ends on the previous serve, verified and live, with one decision record. Three boots in all: the
-KLD reference is the int4 build itself, collected while it is live (no switch for it)."""
+protocol: an inconclusive gate follows the profile's rule; a deliberately corrupted build fails
+the KLD gate and the box ends on the previous serve, verified and live, with one decision record.
+Three boots in all: the KLD reference is the int4 build itself, collected while it is live."""
 
 from __future__ import annotations
 
@@ -41,6 +41,9 @@ def box(
     root = tmp_path_factory.mktemp("promote-box")
     prof_dir = root / "profiles"
     cpu_box_profiles(prof_dir, ("cpu-demo", GOOD))  # cpu-demo: GOOD's own band names it
+    good = yaml.safe_load((prof_dir / f"{GOOD}.yaml").read_text())
+    good["gates"]["inconclusive"] = "promote"  # this box promotes what its gates cannot judge
+    (prof_dir / f"{GOOD}.yaml").write_text(yaml.safe_dump(good))
     bad_model = root / "models" / "SmolLM2-135M-Instruct-paro-corrupt"
     nibble_corrupter(demo.paro_model_dir(models), bad_model)
     corrupt = yaml.safe_load((prof_dir / f"{GOOD}.yaml").read_text())
@@ -78,19 +81,19 @@ def _record(run_id: str | None) -> dict[str, Any]:
     return run
 
 
-def test_a_passing_gate_promotes() -> None:
-    decision = promote.run(GOOD, "sanity")
+def test_an_inconclusive_gate_follows_the_profiles_rule() -> None:
+    # KLD of the int4 build against itself: its band is for cpu-demo, so the run is not judged
+    # (inconclusive), and this box's rule promotes. The reference is collected on the live int4
+    # serve itself (no switch) and stored: the next test's KLD gate scores against it.
+    decision = promote.run(GOOD, "kld", options={"kld": KLD})
     assert (decision.decision, decision.previous) == ("promoted", None), decision.message
-    assert [(v.gate, v.verdict) for v in decision.verdicts] == [("sanity", "pass")]
+    (kld,) = decision.verdicts
+    assert kld.verdict == "inconclusive" and "not judged" in kld.evidence, kld.evidence
+    assert "collected: no stored reference" in kld.evidence
     assert _answers() == ["smollm2-paro"]
     run = _record(decision.run_id)
-    assert run["gate"] == "promote" and run["status"] == "pass"
-    assert run["summary"]["decision"] == "promoted"
-    # The reference the next test's KLD gate scores against, collected on the live int4 serve.
-    args = ["--reference", GOOD, "--chunks", "8", "--chunk-tokens", "128", "--top-k", "20"]
-    kld = CliRunner().invoke(cli, ["gate", "kld", *args])
-    assert kld.exit_code == 0, kld.output
-    assert "collected: no stored reference" in kld.output
+    assert (run["gate"], run["status"]) == ("promote", "pass")
+    assert run["summary"]["decision"] == "promoted" and run["summary"]["rule"] == "promote"
 
 
 def test_a_corrupted_build_fails_kld_and_the_previous_serve_is_back() -> None:
