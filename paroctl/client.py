@@ -1,4 +1,12 @@
-"""OpenAI-compatible HTTP client for a vLLM serve: session, timeouts, retries, streaming, /metrics.
+"""The one HTTP client for an OpenAI-compatible serve: sessions, retries, streams, /metrics.
+
+Every request paroctl sends (the switch's checks, recovery, status, every gate) goes through
+`Client`. One retry policy for every method: connection errors, timeouts, 5xx answers, bodies
+that are not JSON and streams cut before `[DONE]` are retried up to `retries` times with
+exponential backoff, and each retried fault is recorded on the reply, so a gate can account for
+every fault it survived. A 4xx is never retried (the request itself is wrong). POSTs are retried
+too: every POST paroctl sends is a greedy read, so the worst a duplicate costs is server time;
+callers that must not retry (the switch's probes) pass `retries=0`.
 
 `requests` and `prometheus_client` are imported inside methods so that `paroctl --help` and
 the commands that never talk HTTP do not pay for them.
@@ -7,9 +15,11 @@ the commands that never talk HTTP do not pay for them.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from paroctl.errors import RuntimeFailure
 
@@ -18,13 +28,49 @@ if TYPE_CHECKING:
 
 # (labels, value) per sample, keyed by the sample name as exposed (counters keep `_total`).
 Metrics = dict[str, list[tuple[dict[str, str], float]]]
+T = TypeVar("T")
 
-_BODY_CHARS = 500
+_BODY_CHARS = 300
+_FAULT_CHARS = 160
 
 
-def _body_excerpt(response: requests.Response) -> str:
-    text = response.text.strip()
-    return text if len(text) <= _BODY_CHARS else text[:_BODY_CHARS] + "..."
+class RequestFailed(RuntimeFailure):
+    """A request failed for good (after its retries, or at once on a 4xx); `faults` lists each."""
+
+    def __init__(self, message: str, faults: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.faults = list(faults)
+
+
+class _Transient(Exception):
+    """A fault worth another attempt (a 5xx, a bad body, a stream cut short)."""
+
+
+@dataclass
+class Reply:
+    """A non-streamed JSON response, the seconds it took and the faults retried to get it."""
+
+    data: dict[str, Any]
+    faults: list[str]
+    seconds: float
+
+
+@dataclass
+class StreamReply:
+    """A streamed completion: chunk arrival times and texts, usage, and the faults retried."""
+
+    start: float
+    arrivals: list[float]
+    chunks: list[str]
+    completion_tokens: int
+    prompt_tokens: int
+    finish_reason: str | None
+    faults: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        """The whole streamed text."""
+        return "".join(self.chunks)
 
 
 def metric_value(metrics: Metrics, name: str, **labels: str) -> float:
@@ -34,6 +80,11 @@ def metric_value(metrics: Metrics, name: str, **labels: str) -> float:
         for sample_labels, value in metrics.get(name, [])
         if all(sample_labels.get(key) == want for key, want in labels.items())
     )
+
+
+def _short(text: str, most: int = _FAULT_CHARS) -> str:
+    text = text.strip()
+    return text if len(text) <= most else text[: most - 3] + "..."
 
 
 class Client:
@@ -53,25 +104,51 @@ class Client:
         self.timeout = (connect_timeout_s, timeout_s)
         self.retries = retries
         self.backoff_s = backoff_s
-        self.api_key = api_key
-        self._session: requests.Session | None = None
+        self._api_key = api_key
+        # requests.Session is not thread-safe: one pooled session per thread (gates fan out).
+        self._local = threading.local()
+        self._sessions: list[requests.Session] = []
+        self._lock = threading.Lock()
 
-    @property
-    def session(self) -> requests.Session:
-        """The pooled HTTP session, created on first use."""
-        if self._session is None:
+    def _session(self) -> requests.Session:
+        session: requests.Session | None = getattr(self._local, "session", None)
+        if session is None:
             import requests
 
-            self._session = requests.Session()
-            if self.api_key:
-                self._session.headers["Authorization"] = f"Bearer {self.api_key}"
-        return self._session
+            session = requests.Session()
+            if self._api_key:
+                session.headers["Authorization"] = f"Bearer {self._api_key}"
+            self._local.session = session
+            with self._lock:
+                self._sessions.append(session)
+        return session
+
+    def _drop_session(self) -> None:
+        # After a reset or a dropped connection a fresh pool is the safe next attempt.
+        session = getattr(self._local, "session", None)
+        if session is not None:
+            session.close()
+            self._local.session = None
+
+    def at(self, base_url: str) -> Client:
+        """A client for another address with this one's timeouts, retries and API key."""
+        connect_s, read_s = self.timeout
+        return Client(
+            base_url,
+            timeout_s=read_s,
+            connect_timeout_s=connect_s,
+            retries=self.retries,
+            backoff_s=self.backoff_s,
+            api_key=self._api_key,
+        )
 
     def close(self) -> None:
-        """Close the pooled connections."""
-        if self._session is not None:
-            self._session.close()
-            self._session = None
+        """Close every pooled connection of every thread."""
+        with self._lock:
+            sessions, self._sessions = self._sessions, []
+        for session in sessions:
+            session.close()
+        self._local = threading.local()
 
     def __enter__(self) -> Client:
         return self
@@ -83,66 +160,124 @@ class Client:
         """The absolute URL of an API path."""
         return f"{self.base_url}/{path.lstrip('/')}"
 
-    def _check(self, method: str, url: str, response: requests.Response) -> requests.Response:
-        if response.status_code >= 400:
-            raise RuntimeFailure(
-                f"{method} {url} -> HTTP {response.status_code}: {_body_excerpt(response)}"
-            )
-        return response
+    # --- the retry policy ------------------------------------------------------------------
 
-    def _get(self, path: str, *, retries: int | None = None) -> requests.Response:
+    def _attempts(
+        self, method: str, url: str, call: Callable[[], T], retries: int | None = None
+    ) -> tuple[T, list[str]]:
+        """Run call() under the retry policy; return its result and every fault retried."""
         import requests
 
-        url = self.url(path)
         attempts = 1 + (self.retries if retries is None else retries)
+        faults: list[str] = []
         for attempt in range(attempts):
             try:
-                response = self.session.get(url, timeout=self.timeout)
+                return call(), faults
+            except RequestFailed as exc:
+                # A 4xx: the faults retried before it still belong to this call.
+                exc.faults = faults + exc.faults
+                raise
+            except _Transient as exc:
+                faults.append(str(exc))
+            except requests.Timeout as exc:
+                faults.append(f"timeout: {type(exc).__name__}")
+                self._drop_session()
             except requests.ConnectionError as exc:
-                # Only connection failures are retried, and only on GETs: they are idempotent,
-                # and a serve that is just binding its port refuses for a moment.
-                if attempt + 1 >= attempts:
-                    raise RuntimeFailure(
-                        f"GET {url}: cannot connect after {attempts} attempts ({exc})"
-                    ) from exc
-                time.sleep(self.backoff_s * 2**attempt)
-                continue
+                # Includes resets and dropped connections; a fresh connection may succeed.
+                faults.append(f"connection: {_short(str(exc))}")
+                self._drop_session()
             except requests.RequestException as exc:
-                raise RuntimeFailure(f"GET {url}: {exc}") from exc
-            return self._check("GET", url, response)
-        raise AssertionError("unreachable")
+                faults.append(f"request: {_short(str(exc))}")
+                self._drop_session()
+            if attempt + 1 < attempts:
+                time.sleep(self.backoff_s * 2**attempt)
+        verb = "cannot connect" if faults[-1].startswith("connection") else "gave up"
+        raise RequestFailed(
+            f"{method} {url}: {verb} after {attempts} attempts ({faults[-1]})", faults
+        )
 
-    def _post(
-        self, path: str, payload: Mapping[str, Any], *, stream: bool = False
+    def _send(
+        self,
+        method: str,
+        url: str,
+        payload: Mapping[str, Any] | None,
+        *,
+        stream: bool = False,
+        timeout: tuple[float, float] | None = None,
     ) -> requests.Response:
-        import requests
+        """One attempt; a 5xx is transient, a 4xx fails the call for good."""
+        response = self._session().request(
+            method, url, json=payload, timeout=timeout or self.timeout, stream=stream
+        )
+        if response.status_code >= 500:
+            response.close()
+            raise _Transient(f"HTTP {response.status_code}")
+        if response.status_code >= 400:
+            body = _short(response.text, _BODY_CHARS)
+            response.close()
+            raise RequestFailed(f"{method} {url} -> HTTP {response.status_code}: {body}")
+        return response
 
+    def _json(
+        self,
+        method: str,
+        path: str,
+        payload: Mapping[str, Any] | None,
+        retries: int | None = None,
+    ) -> Reply:
         url = self.url(path)
-        try:
-            # No retry: a POST that reached the server may already be generating.
-            response = self.session.post(url, json=payload, timeout=self.timeout, stream=stream)
-        except requests.RequestException as exc:
-            raise RuntimeFailure(f"POST {url}: {exc}") from exc
-        return self._check("POST", url, response)
 
-    def _post_json(self, path: str, payload: Mapping[str, Any]) -> dict[str, Any]:
-        response = self._post(path, payload)
-        try:
-            data = response.json()
-        except ValueError as exc:
-            raise RuntimeFailure(f"POST {response.url}: response is not JSON") from exc
-        if not isinstance(data, dict):
-            raise RuntimeFailure(f"POST {response.url}: expected a JSON object")
-        return data
+        def call() -> tuple[dict[str, Any], float]:
+            start = time.perf_counter()
+            response = self._send(method, url, payload)
+            try:
+                data = response.json()
+            except ValueError as exc:
+                raise _Transient(f"bad body: HTTP {response.status_code} not JSON") from exc
+            if not isinstance(data, dict):
+                raise _Transient("bad body: not a JSON object")
+            return data, time.perf_counter() - start
+
+        (data, seconds), faults = self._attempts(method, url, call, retries)
+        return Reply(data, faults, seconds)
+
+    def _get(self, path: str, *, retries: int | None = None) -> requests.Response:
+        url = self.url(path)
+        response, _ = self._attempts("GET", url, lambda: self._send("GET", url, None), retries)
+        return response
+
+    # --- public requests -------------------------------------------------------------------
+
+    def get(self, path: str, *, retries: int | None = None) -> Reply:
+        """GET a JSON object under the retry policy (retries: this call's own count)."""
+        return self._json("GET", path, None, retries)
+
+    def post(self, path: str, payload: Mapping[str, Any]) -> Reply:
+        """POST JSON and return the JSON object under the retry policy."""
+        return self._json("POST", path, payload)
+
+    def stream(self, payload: Mapping[str, Any]) -> StreamReply:
+        """Stream a /v1/completions request with usage; a fault retries it from scratch."""
+        url = self.url("/v1/completions")
+        body = {**payload, "stream": True, "stream_options": {"include_usage": True}}
+
+        def call() -> StreamReply:
+            start = time.perf_counter()
+            return read_stream(self._send("POST", url, body, stream=True), start)
+
+        reply, faults = self._attempts("POST", url, call)
+        reply.faults = faults
+        return reply
 
     def health(self) -> bool:
         """Whether /health answers 200 right now (one attempt, no retries: callers poll)."""
         import requests
 
         try:
-            response = self.session.get(self.url("/health"), timeout=(1.0, 5.0))
+            response = self._session().get(self.url("/health"), timeout=(1.0, 5.0))
         except requests.RequestException:
             return False
+        response.close()
         return response.status_code == 200
 
     def wait_healthy(
@@ -164,10 +299,21 @@ class Client:
             time.sleep(poll_s)
         return time.monotonic() - start
 
+    def model_entries(self, *, retries: int | None = None) -> dict[str, dict[str, Any]]:
+        """The /v1/models entries by served name (each with vLLM's max_model_len)."""
+        data = self.get("/v1/models", retries=retries).data
+        return {str(entry.get("id")): dict(entry) for entry in data.get("data") or []}
+
     def models(self) -> list[str]:
         """The served model names listed by /v1/models."""
-        data = self._get("/v1/models").json()
-        return [str(entry["id"]) for entry in data.get("data", [])]
+        return list(self.model_entries())
+
+    def version(self) -> str | None:
+        """The server's /version, or None when it has none (an older or a non-vLLM server)."""
+        try:
+            return str(self.get("/version", retries=0).data.get("version"))
+        except RuntimeFailure:
+            return None
 
     def completion(
         self,
@@ -192,7 +338,7 @@ class Client:
             # A vLLM extension to the OpenAI schema, accepted at the top level.
             payload["prompt_logprobs"] = prompt_logprobs
         payload.update(extra)
-        return self._post_json("/v1/completions", payload)
+        return self.post("/v1/completions", payload).data
 
     def chat(
         self,
@@ -211,12 +357,12 @@ class Client:
         if max_tokens is not None:
             payload["max_tokens"] = max_tokens
         payload.update(extra)
-        return self._post_json("/v1/chat/completions", payload)
+        return self.post("/v1/chat/completions", payload).data
 
-    def tokenize(self, model: str, text: str) -> list[int]:
+    def tokenize(self, model: str, text: str, *, special: bool = True) -> list[int]:
         """Token ids of text under the served model's tokenizer (vLLM's /tokenize)."""
-        data = self._post_json("/tokenize", {"model": model, "prompt": text})
-        return [int(token) for token in data["tokens"]]
+        payload = {"model": model, "prompt": text, "add_special_tokens": special}
+        return [int(token) for token in self.post("/tokenize", payload).data["tokens"]]
 
     def stream_completion(
         self,
@@ -226,31 +372,10 @@ class Client:
         temperature: float = 0.0,
         **extra: Any,
     ) -> Iterator[tuple[float, str]]:
-        """Stream a completion, yielding (time.perf_counter() at arrival, text) per chunk."""
-        payload: dict[str, Any] = {
-            "model": model,
-            "prompt": prompt,
-            "max_tokens": max_tokens,
-            "temperature": temperature,
-            "stream": True,
-        }
-        payload.update(extra)
-        response = self._post("/v1/completions", payload, stream=True)
-        with response:
-            for raw in response.iter_lines():
-                now = time.perf_counter()
-                line = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
-                if not line.startswith("data:"):
-                    continue
-                data = line[len("data:") :].strip()
-                if data == "[DONE]":
-                    return
-                event = json.loads(data)
-                if "error" in event:
-                    raise RuntimeFailure(f"POST {response.url}: stream error {event['error']}")
-                for choice in event.get("choices", []):
-                    if choice.get("text"):
-                        yield now, str(choice["text"])
+        """Stream a completion; yield (time.perf_counter() at arrival, text) per chunk."""
+        payload = {"model": model, "prompt": prompt, "max_tokens": max_tokens}
+        reply = self.stream({**payload, "temperature": temperature, **extra})
+        yield from zip(reply.arrivals, reply.chunks, strict=True)
 
     def metrics(self) -> Metrics:
         """/metrics parsed with prometheus_client: sample name -> [(labels, value), ...]."""
@@ -264,3 +389,45 @@ class Client:
                     (dict(sample.labels), float(sample.value))
                 )
         return parsed
+
+
+def read_stream(response: requests.Response, start: float) -> StreamReply:
+    """Read an OpenAI server-sent-event stream to [DONE]; a stream cut short is transient."""
+    arrivals: list[float] = []
+    chunks: list[str] = []
+    usage: dict[str, Any] = {}
+    finish: str | None = None
+    done = False
+    with response:
+        for raw in response.iter_lines():
+            now = time.perf_counter()
+            line = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+            if not line.startswith("data:"):
+                continue
+            data = line[len("data:") :].strip()
+            if data == "[DONE]":
+                done = True
+                break
+            try:
+                event = json.loads(data)
+            except ValueError as exc:
+                raise _Transient(f"bad stream event: {_short(data, 80)}") from exc
+            if "error" in event:
+                raise _Transient(f"stream error: {_short(str(event['error']), 200)}")
+            for choice in event.get("choices") or []:
+                if choice.get("text"):
+                    arrivals.append(now)
+                    chunks.append(str(choice["text"]))
+                finish = choice.get("finish_reason") or finish
+            usage = event.get("usage") or usage
+    if not done:
+        # A transport fault, not a model answer.
+        raise _Transient("stream ended before [DONE]")
+    return StreamReply(
+        start=start,
+        arrivals=arrivals,
+        chunks=chunks,
+        completion_tokens=int(usage.get("completion_tokens", len(arrivals))),
+        prompt_tokens=int(usage.get("prompt_tokens", 0)),
+        finish_reason=finish,
+    )

@@ -268,6 +268,10 @@ class Gates(_Strict):
         ("sanity", "greedy", "gsm8k", "decode", "prefill", "concurrency"), min_length=1
     )
 
+    # `paroctl switch NAME --gate`: what an inconclusive gate means (default: keep the previous
+    # serve), and the GSM8K accuracy a build may give up against the one it replaces (paired).
+    inconclusive: Literal["keep-previous", "promote"] = "keep-previous"
+    gsm8k_margin: Fraction = 0.02
     gsm8k: Gsm8kBand | None = None
     decode: DecodeBand | None = None
     prefill: PrefillBand | None = None

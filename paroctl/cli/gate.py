@@ -1,8 +1,13 @@
-"""`paroctl gate NAME|suite`: gates against the live serve; exit 0 pass, 1 failed, 2 cannot run."""
+"""`paroctl gate NAME|suite`: gates against the live serve or an endpoint; exit 0/1/2.
+
+One click command per gate, each with only its own options (range-checked by click, so a bad
+value is refused before anything connects), plus the target options every gate shares.
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,12 +18,12 @@ from paroctl.errors import GateFailed, ParoctlError, RuntimeFailure
 if TYPE_CHECKING:
     from rich.progress import Progress as RichProgress
 
-    from paroctl.gates import GateResult
+    from paroctl.gates import Endpoint, GateResult
 
-GATE_NAMES = ("sanity", "gsm8k", "decode", "prefill", "concurrency", "greedy", "kld", "suite")
 # The profile's own bounds (profiles.MAX_TOKENS, the stream cap), not imported: --help stays light.
 MAX_TOKENS = 2**24
 MAX_STREAMS = 1024
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
 class IntList(click.ParamType[list[int]]):
@@ -54,6 +59,153 @@ def _finite(ctx: click.Context, param: click.Parameter, value: float | None) -> 
     return value
 
 
+def _http_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None and not value.startswith(("http://", "https://")):
+        raise click.BadParameter(f"expected an http:// or https:// address, got {value[:60]!r}")
+    return value
+
+
+PATH = click.Path(path_type=Path)
+CORPUS_HELP = "WikiText-2 wiki.test.raw (or its directory) the prompts are cut from."
+# Every gate option once; each gate's command takes the subset GATE_OPTIONS names.
+OPTIONS: dict[str, Decorator] = {
+    "limit": click.option(
+        "--limit", type=click.IntRange(1, 100_000), help="Questions to ask (default: the band's)."
+    ),
+    "concurrency": click.option(
+        "--concurrency",
+        type=click.IntRange(1, MAX_STREAMS),
+        help="Requests in flight (default 8 or the band's).",
+    ),
+    "data": click.option(
+        "--data", type=PATH, help="A GSM8K directory (test.jsonl, train.jsonl) or test file."
+    ),
+    "corpus": click.option("--corpus", type=PATH, help=CORPUS_HELP),
+    "kld_corpus": click.option(
+        "--corpus", help="wikitext2 (default) or a text FILE to score logprobs on."
+    ),
+    "mode": click.option(
+        "--mode", type=click.Choice(["chat", "completions"]), help="Prompt mode (default chat)."
+    ),
+    "metric": click.option(
+        "--metric",
+        type=click.Choice(["strict-match", "flexible-extract"]),
+        help="The judged metric (default: the band's).",
+    ),
+    "seed": click.option(
+        "--seed", type=click.IntRange(0, 2**32 - 1), help="Seed of the corpus slices (default 0)."
+    ),
+    "contexts": click.option(
+        "--contexts", type=IntList(MAX_TOKENS), help="Context lengths, e.g. 25,8192,32768."
+    ),
+    "lengths": click.option(
+        "--lengths", type=IntList(MAX_TOKENS), help="Prompt lengths, e.g. 2048,8192,16384."
+    ),
+    "streams": click.option(
+        "--streams", type=IntList(MAX_STREAMS), help="Stream counts, e.g. 1,2,4,8,16."
+    ),
+    "partial": click.option(
+        "--partial",
+        is_flag=True,
+        default=None,
+        help="Judge only the band points measured (else a subset of the band cannot pass).",
+    ),
+    "reps": click.option("--reps", type=click.IntRange(1, 1000), help="Repetitions per point."),
+    "gen": click.option("--gen", type=click.IntRange(1, 65536), help="Tokens to generate."),
+    "temperature": click.option(
+        "--temperature",
+        type=click.FloatRange(0.0, 10.0),
+        callback=_finite,
+        help="Sampling temperature (default greedy).",
+    ),
+    "against": click.option("--against", help="A run id of another build to compare hashes with."),
+    "reference": click.option(
+        "--reference", help="The reference profile (default: gates.kld.reference)."
+    ),
+    "chunks": click.option(
+        "--chunks", type=click.IntRange(1, 100_000), help="Corpus chunks to score (default 96)."
+    ),
+    "chunk_tokens": click.option(
+        "--chunk-tokens", type=click.IntRange(2, MAX_TOKENS), help="Tokens per chunk (default 128)."
+    ),
+    "top_k": click.option(
+        "--top-k",
+        type=click.IntRange(1, 2**20),
+        help="Prompt logprobs per position (default: the band's).",
+    ),
+}
+GATE_OPTIONS: dict[str, tuple[str, ...]] = {
+    "sanity": ("corpus", "seed"),
+    "gsm8k": ("limit", "concurrency", "data", "mode", "metric"),
+    "decode": ("contexts", "gen", "reps", "temperature", "seed", "corpus", "partial"),
+    "prefill": ("lengths", "reps", "seed", "corpus", "partial"),
+    "concurrency": ("streams", "gen", "seed", "corpus", "partial"),
+    "greedy": ("gen", "seed", "corpus", "against"),
+    "kld": ("reference", "kld_corpus", "chunks", "chunk_tokens", "top_k"),
+}
+# The suite passes its options to every member; kld's --corpus would clash with the timing gates'.
+SUITE_OPTIONS = tuple(
+    dict.fromkeys(o for opts in GATE_OPTIONS.values() for o in opts if o != "kld_corpus")
+)
+HELP = {
+    "sanity": "Known-answer chat and completion checks, and a long-context recall.",
+    "gsm8k": "GSM8K 5-shot, scored as lm-eval scores it; judged on the Wilson lower bound.",
+    "decode": "Decode speed (ms per step) at each context length.",
+    "prefill": "Prefill throughput (tokens/s) at each prompt length.",
+    "concurrency": "Aggregate decode throughput at each number of concurrent streams.",
+    "greedy": "Greedy output hashes, self-consistency, and agreement with another build's run.",
+    "kld": "Top-K prompt-logprob KL against a same-stack reference profile.",
+}
+
+
+def _target_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """The options every gate takes: which serve to gate, and how to authenticate."""
+    for decorator in reversed(
+        [
+            click.option(
+                "--url",
+                callback=_http_url,
+                help="Gate this OpenAI-compatible endpoint instead of the live serve "
+                "(needs --model; recorded with provenance 'external').",
+            ),
+            click.option("--model", help="With --url: the served model name to gate."),
+            click.option(
+                "--api-key-file",
+                type=PATH,
+                help="A file holding the API key (else PAROCTL_API_KEY), sent as a bearer token.",
+            ),
+            click.option(
+                "--bands",
+                metavar="PROFILE",
+                help="With --url: judge by this profile's gate bands (else unjudged).",
+            ),
+        ]
+    ):
+        func = decorator(func)
+    return func
+
+
+def _endpoint(
+    url: str | None, model: str | None, key_file: Path | None, bands: str | None
+) -> Endpoint | None:
+    from paroctl.gates import Endpoint, api_key
+
+    if (url is None) != (model is None):
+        raise click.UsageError("--url and --model go together")
+    if url is None or model is None:
+        if bands:
+            raise click.UsageError("--bands is for --url; the live serve is judged by its profile")
+        return None
+    return Endpoint(url, model, api_key(key_file), bands)
+
+
+def _live_key(endpoint: Endpoint | None, key_file: Path | None) -> str | None:
+    """The API key for the live serve (an endpoint carries its own)."""
+    from paroctl.gates import api_key
+
+    return None if endpoint else api_key(key_file)
+
+
 class _Bar:
     """Gate progress as a rich bar with ETA on stderr."""
 
@@ -73,7 +225,13 @@ class _Bar:
             self._progress.advance(self._task, steps)
 
 
-def _run_one(name: str, options: dict[str, Any], resume: str | None) -> GateResult:
+def _run_one(
+    name: str,
+    options: dict[str, Any],
+    resume: str | None,
+    endpoint: Endpoint | None,
+    key: str | None = None,
+) -> GateResult:
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -84,12 +242,15 @@ def _run_one(name: str, options: dict[str, Any], resume: str | None) -> GateResu
         TimeRemainingColumn,
     )
 
+    from paroctl import promote
     from paroctl.gates import run_gate
 
+    # On this box a KLD reference the store lacks is collected by switching; never on an endpoint.
+    run = promote.run_kld if name == "kld" and endpoint is None else _bind(run_gate, name)
     console = Console(stderr=True)
     if not console.is_terminal:
         # A log file or a test runner gets the result lines only, not bar redraws.
-        return run_gate(name, options, resume=resume)
+        return run(options, resume=resume, endpoint=endpoint, key=key)
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -100,105 +261,75 @@ def _run_one(name: str, options: dict[str, Any], resume: str | None) -> GateResu
         console=console,
         transient=True,
     ) as progress:
-        return run_gate(name, options, progress=_Bar(progress), resume=resume)
+        return run(options, progress=_Bar(progress), resume=resume, endpoint=endpoint, key=key)
+
+
+def _bind(run_gate: Callable[..., GateResult], name: str) -> Callable[..., GateResult]:
+    return lambda options, **kwargs: run_gate(name, options, **kwargs)
 
 
 def _line(result: GateResult) -> str:
     return f"{result.gate}: {result.status.upper()} — {result.message} (run {result.run_id})"
 
 
-@click.command("gate")
-@click.argument("name", type=click.Choice(GATE_NAMES))
-@click.option(
-    "--limit",
-    type=click.IntRange(1, 100_000),
-    help="gsm8k: questions to ask (default: the profile's band).",
-)
-@click.option(
-    "--concurrency",
-    type=click.IntRange(1, MAX_STREAMS),
-    help="gsm8k: requests in flight (default 8 or the band).",
-)
-@click.option(
-    "--data",
-    type=click.Path(path_type=Path),
-    help="gsm8k: a GSM8K directory (test.jsonl, train.jsonl) or test file.",
-)
-@click.option(
-    "--corpus",
-    type=click.Path(path_type=Path),
-    help="WikiText-2 wiki.test.raw (or its directory) for the timing gates' prompts; "
-    "kld: wikitext2 (default) or a text FILE.",
-)
-@click.option("--mode", type=click.Choice(["chat", "completions"]), help="gsm8k: prompt mode.")
-@click.option(
-    "--metric",
-    type=click.Choice(["strict-match", "flexible-extract"]),
-    help="gsm8k: judged metric.",
-)
-@click.option(
-    "--seed", type=click.IntRange(0, 2**32 - 1), help="Seed of the corpus slices (default 0)."
-)
-@click.option(
-    "--contexts", type=IntList(MAX_TOKENS), help="decode: context lengths, e.g. 25,8192,32768."
-)
-@click.option(
-    "--lengths", type=IntList(MAX_TOKENS), help="prefill: prompt lengths, e.g. 2048,8192,16384."
-)
-@click.option(
-    "--streams", type=IntList(MAX_STREAMS), help="concurrency: stream counts, e.g. 1,2,4,8,16."
-)
-@click.option(
-    "--partial",
-    is_flag=True,
-    default=None,
-    help="decode/prefill/concurrency: judge only the band points measured (else a subset of the "
-    "band cannot pass).",
-)
-@click.option("--reps", type=click.IntRange(1, 1000), help="decode/prefill: repetitions per point.")
-@click.option(
-    "--gen", type=click.IntRange(1, 65536), help="decode/concurrency/greedy: tokens to generate."
-)
-@click.option(
-    "--temperature",
-    type=click.FloatRange(0.0, 10.0),
-    callback=_finite,
-    help="decode: sampling temperature (default greedy).",
-)
-@click.option("--against", help="greedy: a run id of another build to compare hashes with.")
-@click.option("--reference", help="kld: the reference profile (default: gates.kld.reference).")
-@click.option(
-    "--chunks", type=click.IntRange(1, 100_000), help="kld: corpus chunks to score (default 96)."
-)
-@click.option(
-    "--chunk-tokens",
-    type=click.IntRange(2, MAX_TOKENS),
-    help="kld: tokens per chunk (default 128).",
-)
-@click.option(
-    "--top-k",
-    type=click.IntRange(1, 2**20),
-    help="kld: prompt logprobs per position (default: the band's).",
-)
-@click.option("--resume", "resume", metavar="RUN_ID", help="Finish a run that crashed.")
-def gate(name: str, resume: str | None, **raw: Any) -> None:
-    """Run a gate (or the suite) against the live serve and record the result."""
+def _options(raw: dict[str, Any]) -> dict[str, Any]:
     options = dict(raw)
     for key in ("data", "corpus"):
-        if options[key] is not None:
+        if isinstance(options.get(key), Path):
             options[key] = str(options[key])
-    if name != "suite":
-        _report(_run_one(name, options, resume))
-        return
-    if resume:
-        raise click.UsageError("--resume takes one gate's run id, not the suite")
-    members = _suite_members()
+    return options
+
+
+def _gate_command(name: str) -> click.Command:
+    def command(
+        resume: str | None,
+        url: str | None,
+        model: str | None,
+        api_key_file: Path | None,
+        bands: str | None,
+        **raw: Any,
+    ) -> None:
+        endpoint = _endpoint(url, model, api_key_file, bands)
+        key = _live_key(endpoint, api_key_file)
+        _report(_run_one(name, _options(raw), resume, endpoint, key))
+
+    command.__doc__ = HELP[name]
+    decorated: Callable[..., Any] = command
+    for option in reversed(GATE_OPTIONS[name]):
+        decorated = OPTIONS[option](decorated)
+    decorated = click.option("--resume", metavar="RUN_ID", help="Finish a run that crashed.")(
+        decorated
+    )
+    return click.command(name)(_target_options(decorated))
+
+
+@click.group("gate")
+def gate() -> None:
+    """Run a gate (or the suite) against the live serve or an endpoint; record the result.
+
+    Exit 0 when it passes (or is not judged), 1 when the model is outside its band, 2 when the
+    gate could not run.
+    """
+
+
+for _name in GATE_OPTIONS:
+    gate.add_command(_gate_command(_name))
+
+
+def _suite(url: str | None, model: str | None, api_key_file: Path | None, bands: str | None,
+           **raw: Any) -> None:  # fmt: skip
+    """The profile's gate suite (gates.suite), cheapest first; each option goes to every member."""
+    endpoint = _endpoint(url, model, api_key_file, bands)
+    key = _live_key(endpoint, api_key_file)
+    members = _suite_members(endpoint)
     if not members:
         raise RuntimeFailure("suite: no gates to run (gates.suite is empty); nothing measured")
+    options = _options(raw)
     failed: list[str] = []
     for member in members:
+        mine = {k: v for k, v in options.items() if k in GATE_OPTIONS[member]}
         try:
-            result = _run_one(member, options, None)
+            result = _run_one(member, mine, None, endpoint, key)
         except ParoctlError as exc:
             raise RuntimeFailure(f"suite stopped at {member}: {exc.message}") from exc
         click.echo(_line(result))
@@ -211,16 +342,26 @@ def gate(name: str, resume: str | None, **raw: Any) -> None:
     click.echo(f"suite: PASS ({len(members)} gates)")
 
 
-def _suite_members() -> tuple[str, ...]:
-    """The live profile's suite list (gates.suite), else the default order."""
+def _suite_command() -> click.Command:
+    decorated: Callable[..., Any] = _suite
+    for option in reversed(SUITE_OPTIONS):
+        decorated = OPTIONS[option](decorated)
+    return click.command("suite")(_target_options(decorated))
+
+
+gate.add_command(_suite_command())
+
+
+def _suite_members(endpoint: Endpoint | None) -> tuple[str, ...]:
+    """The judging profile's suite list (gates.suite), else the default order."""
     from paroctl import profiles, state
     from paroctl.gates import SUITE
 
-    live = state.read_live()
-    if not live:
+    name = endpoint.bands if endpoint else (state.read_live() or {}).get("profile")
+    if not name:
         return SUITE
     try:
-        return profiles.load(live["profile"]).body.gates.suite
+        return profiles.load(str(name)).body.gates.suite
     except ParoctlError:
         return SUITE
 

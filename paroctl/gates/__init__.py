@@ -6,21 +6,27 @@ import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from paroctl.errors import ProfileError, StateError
 from paroctl.gates.base import (
+    EXTERNAL,
     GateContext,
     NoProgress,
     Outcome,
     Progress,
-    Requester,
+    Target,
     base_url_of,
     connect,
+    connect_external,
     paroctl_version,
     read_target_record,
     wrap_failure,
 )
+
+if TYPE_CHECKING:
+    from paroctl.profiles import Profile
+    from paroctl.results import Store
 
 # name -> module; each module has run(ctx) -> Outcome. Imported only when its gate runs.
 GATES = {
@@ -55,6 +61,31 @@ class GateResult:
         return self.status == "fail"
 
 
+@dataclass(frozen=True)
+class Endpoint:
+    """An OpenAI-compatible endpoint given by URL instead of this box's live serve."""
+
+    url: str
+    model: str
+    api_key: str | None = None  # sent as a bearer token, never stored
+    bands: str | None = None  # a profile whose gate bands judge the run (else unjudged)
+
+
+def api_key(key_file: Path | None = None) -> str | None:
+    """The API key from --api-key-file, else PAROCTL_API_KEY, else None."""
+    from paroctl import state
+
+    if key_file is None:
+        return state.env("PAROCTL_API_KEY") or None
+    try:
+        key = key_file.expanduser().read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StateError(f"--api-key-file {key_file}: cannot read it ({exc})") from exc
+    if not key or len(key.split()) != 1:
+        raise StateError(f"--api-key-file {key_file}: expected one key on one line")
+    return key
+
+
 def run_gate(
     name: str,
     options: Mapping[str, Any] | None = None,
@@ -62,76 +93,54 @@ def run_gate(
     progress: Progress | None = None,
     resume: str | None = None,
     store_path: Path | None = None,
+    endpoint: Endpoint | None = None,
+    kld_reference: Callable[..., Any] | None = None,
+    key: str | None = None,
 ) -> GateResult:
-    """Run one gate against the live serve; StateError/RuntimeFailure when it cannot run."""
-    from paroctl import profiles
+    """Run one gate against the live serve or an endpoint; ParoctlError when it cannot run.
+
+    key: the API key for the live serve (an endpoint carries its own); sent, never stored.
+    """
     from paroctl.client import Client
-    from paroctl.results import Provenance, new_run_id, open_store
+    from paroctl.results import open_store
 
     if name not in GATES:
         raise StateError(f"no gate {name!r} (known: {', '.join(GATES)}, suite)")
-    live = read_target_record()
-    client = Client(base_url_of(live), retries=3)
     opts = {k: v for k, v in dict(options or {}).items() if v is not None}
+    if endpoint is not None:
+        # Stored with the run (never the key): a resume must reach the same endpoint and model.
+        opts.update(url=endpoint.url.rstrip("/"), model=endpoint.model)
+    live = read_target_record() if endpoint is None else None
     with open_store(store_path) as store:
-        target = connect(live, client)
-        try:
-            profile: profiles.Profile | None = profiles.load(target.profile)
-        except ProfileError:
-            # The profile file may be gone or broken since it booted: gate unjudged, still recorded.
-            profile = None
         if resume:
             run_id, opts = _resumable(store, resume, name, live, opts)
-            store.reopen_run(run_id)
-        else:
-            run_id = new_run_id(name)
-            provenance = Provenance(
-                profile=target.profile,
-                profile_hash=live.get("hash"),
-                knobs=live.get("knobs") or {},
-                image=live.get("image"),
-                boot_id=live.get("boot_id"),
-                first_boot=live.get("first_boot"),
-                paroctl_version=paroctl_version(),
-                server_version=target.server_version,
+        client = Client(
+            endpoint.url if endpoint else base_url_of(live or {}),
+            retries=int(opts.get("retries", 3)),
+            backoff_s=float(opts.get("backoff_s", 0.5)),
+            timeout_s=float(opts.get("timeout_s", 600.0)),
+            api_key=endpoint.api_key if endpoint else key,
+        )
+        with client:
+            target = connect(live, client) if live else connect_external(client, str(opts["model"]))
+            profile = _bands_profile(target, endpoint)
+            if resume:
+                store.reopen_run(run_id)
+            else:
+                run_id = new_run(store, name, target, opts)
+            ctx = GateContext(
+                target=target,
+                client=client,
+                store=store,
+                run_id=run_id,
+                options=opts,
+                profile=profile,
+                progress=progress or NoProgress(),
+                kld_reference=kld_reference,
             )
-            store.start_run(run_id, name, provenance, opts)
-        ctx = GateContext(
-            target=target,
-            client=client,
-            requester=Requester(
-                target.base_url,
-                retries=int(opts.get("retries", 3)),
-                backoff_s=float(opts.get("backoff_s", 0.5)),
-                timeout_s=float(opts.get("timeout_s", 600.0)),
-            ),
-            store=store,
-            run_id=run_id,
-            options=opts,
-            profile=profile,
-            progress=progress or NoProgress(),
-        )
-        if resume:
-            ctx.done = {item["key"]: item for item in store.items(run_id)}
-        module = importlib.import_module(GATES[name])
-        gate_run: Callable[[GateContext], Outcome] = module.run
-        try:
-            outcome = gate_run(ctx)
-        except Exception as exc:
-            error = wrap_failure(exc)
-            # Items stay stored; the run is marked error and can be finished with --resume.
-            store.finish_run(run_id, "error", {}, message=error.message)
-            client.close()
-            raise error from exc
-        store.finish_run(
-            run_id,
-            outcome.status,
-            outcome.summary,
-            headline_name=outcome.headline_name,
-            headline=outcome.headline,
-            message=outcome.message,
-        )
-    client.close()
+            if resume:
+                ctx.done = {item["key"]: item for item in store.items(run_id)}
+            outcome = _run_module(name, ctx)
     return GateResult(
         run_id=run_id,
         gate=name,
@@ -144,8 +153,66 @@ def run_gate(
     )
 
 
+def _bands_profile(target: Target, endpoint: Endpoint | None) -> Profile | None:
+    from paroctl import profiles
+
+    if endpoint is not None:
+        # An endpoint's bands come only from a profile named for them: it is not one of ours.
+        return profiles.load(endpoint.bands) if endpoint.bands else None
+    try:
+        return profiles.load(target.profile)
+    except ProfileError:
+        # The profile file may be gone or broken since it booted: gate unjudged, still recorded.
+        return None
+
+
+def new_run(store: Store, name: str, target: Target, opts: Mapping[str, Any]) -> str:
+    """Start a run in the store with the target's provenance; return its id."""
+    from paroctl.results import Provenance, new_run_id
+
+    live = target.live
+    run_id = new_run_id(name)
+    provenance = Provenance(
+        profile=target.profile,
+        profile_hash=None if target.external else live.get("hash"),
+        knobs=live.get("knobs") or {},
+        image=live.get("image"),
+        boot_id=live.get("boot_id"),
+        first_boot=live.get("first_boot"),
+        paroctl_version=paroctl_version(),
+        server_version=target.server_version,
+    )
+    store.start_run(run_id, name, provenance, dict(opts))
+    return run_id
+
+
+def _run_module(name: str, ctx: GateContext) -> Outcome:
+    module = importlib.import_module(GATES[name])
+    gate_run: Callable[[GateContext], Outcome] = module.run
+    try:
+        outcome = gate_run(ctx)
+    except Exception as exc:
+        error = wrap_failure(exc)
+        # Items stay stored; the run is marked error and can be finished with --resume.
+        ctx.store.finish_run(ctx.run_id, "error", {}, message=error.message)
+        raise error from exc
+    ctx.store.finish_run(
+        ctx.run_id,
+        outcome.status,
+        outcome.summary,
+        headline_name=outcome.headline_name,
+        headline=outcome.headline,
+        message=outcome.message,
+    )
+    return outcome
+
+
 def _resumable(
-    store: Any, run_id: str, name: str, live: Mapping[str, Any], opts: dict[str, Any]
+    store: Any,
+    run_id: str,
+    name: str,
+    live: Mapping[str, Any] | None,
+    opts: dict[str, Any],
 ) -> tuple[str, dict[str, Any]]:
     run = store.run(run_id)
     if run is None:
@@ -154,7 +221,14 @@ def _resumable(
         raise StateError(f"run {run['run_id']} is a {run['gate']} run, not {name}")
     if run["status"] not in ("running", "error"):
         raise StateError(f"run {run['run_id']} already finished ({run['status']}); nothing to do")
-    if run["profile"] != live["profile"] or run["profile_hash"] != live.get("hash"):
+    if live is None:
+        stored = (run["profile"], run["options"].get("url"), run["options"].get("model"))
+        if stored != (EXTERNAL, opts.get("url"), opts.get("model")):
+            raise StateError(
+                f"run {run['run_id']} was started on {stored[0]} {stored[1] or ''} "
+                f"{stored[2] or ''}; resume it with the same --url and --model"
+            )
+    elif run["profile"] != live["profile"] or run["profile_hash"] != live.get("hash"):
         raise StateError(
             f"run {run['run_id']} was started on {run['profile']} ({run['profile_hash']}); "
             f"the live serve is {live['profile']} ({live.get('hash')}): switch back to resume it"

@@ -7,8 +7,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from paroctl.client import RequestFailed, StreamReply
 from paroctl.gates import data
-from paroctl.gates.base import GateContext, ItemError, Outcome, StreamReply
+from paroctl.gates.base import GateContext, Outcome
 from paroctl.gates.prompts import corpus_ids, seeded, tokenize
 from paroctl.gates.stats import stream_timing
 from paroctl.gates.timing import capped, judge, spread_of, warm_up, with_note
@@ -34,7 +35,7 @@ def _stream(ctx: GateContext, prompt: list[int], gen: int, barrier: threading.Ba
         "ignore_eos": True,
     }
     barrier.wait()  # all streams leave together: the point is N in flight at once
-    return ctx.requester.stream(payload)
+    return ctx.client.stream(payload)
 
 
 def run(ctx: GateContext) -> Outcome:
@@ -61,7 +62,7 @@ def run(ctx: GateContext) -> Outcome:
             for future in futures:
                 try:
                     replies.append(future.result())
-                except ItemError as exc:
+                except RequestFailed as exc:
                     errors.append(exc.message)
         record: dict[str, Any] = {"streams": n, "errors": errors}
         if replies and not errors:

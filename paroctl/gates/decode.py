@@ -10,8 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from paroctl.client import RequestFailed
 from paroctl.gates import data
-from paroctl.gates.base import GateContext, ItemError, Outcome
+from paroctl.gates.base import GateContext, Outcome
 from paroctl.gates.prompts import corpus_ids, seeded
 from paroctl.gates.timing import (
     capped,
@@ -53,7 +54,7 @@ def run(ctx: GateContext) -> Outcome:
                 record = {"ctx": length, "rep": rep, **stream_record(reply, before, after)}
                 ctx.record(key, "ok", record)
                 records.append(record)
-            except ItemError as exc:
+            except RequestFailed as exc:
                 ctx.record(key, "error", {"ctx": length, "rep": rep, "error": exc.message})
             ctx.progress.advance()
         points[str(length)] = {

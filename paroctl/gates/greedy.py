@@ -12,9 +12,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from paroctl.client import RequestFailed
 from paroctl.errors import StateError
 from paroctl.gates import data
-from paroctl.gates.base import GateContext, ItemError, Outcome
+from paroctl.gates.base import GateContext, Outcome
 from paroctl.gates.prompts import corpus_ids, seeded, tokenize
 from paroctl.gates.stats import DIFFERS_FROM_OTHER, classify_greedy, text_hash
 
@@ -40,7 +41,7 @@ def _prompts(ctx: GateContext, gen: int) -> dict[str, list[int]]:
 
 def _generate(ctx: GateContext, prompt: list[int], gen: int) -> str:
     payload = {"model": ctx.target.model, "prompt": prompt, "max_tokens": gen, "temperature": 0.0}
-    reply = ctx.requester.post("/v1/completions", payload)
+    reply = ctx.client.post("/v1/completions", payload)
     return str(reply.data["choices"][0].get("text") or "")
 
 
@@ -57,7 +58,7 @@ def run(ctx: GateContext) -> Outcome:
         for key, prompt in prompts.items():
             try:
                 texts[key].append(_generate(ctx, prompt, gen))
-            except ItemError as exc:
+            except RequestFailed as exc:
                 errors.append(f"{key}: {exc.message}")
             ctx.progress.advance()
     for key, outs in texts.items():

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from paroctl.client import RequestFailed
 from paroctl.gates import data
-from paroctl.gates.base import GateContext, ItemError, Outcome
+from paroctl.gates.base import GateContext, Outcome
 from paroctl.gates.stats import wilson
 
 # --- scoring (pure) --------------------------------------------------------------------------
@@ -35,6 +36,8 @@ STOP = ("Question:", "</s>", "<|im_end|>")
 MAX_TOKENS = 256
 NUM_FEWSHOT = 5
 FEWSHOT_SEED = 1234
+# Stored in each run's summary: runs pair item by item only when they asked the same prompts.
+FEWSHOT_SCHEME = "lm-eval-stream:1234"
 
 
 def _pick(match: str | tuple[str, ...]) -> str:
@@ -81,12 +84,17 @@ def score(response: str, reference: str) -> dict[str, Any]:
 # --- prompts (pure) --------------------------------------------------------------------------
 
 
-def fewshot(
-    train: Sequence[data.Question], index: int, k: int = NUM_FEWSHOT
-) -> list[data.Question]:
-    """The k training examples shown before test question `index` (fixed per question)."""
-    # Seeded per question, not from one shared stream: a resumed or reordered run asks the same.
-    return random.Random(f"{FEWSHOT_SEED}:{index}").sample(list(train), k)
+def fewshot_indices(n_train: int, n_questions: int, k: int = NUM_FEWSHOT) -> list[list[int]]:
+    """The training indices shown before each of the first n_questions test questions.
+
+    lm-eval's ContextSampler (lm_eval/api/samplers.py, 0.4.13) draws `rnd.sample(train, k)` from
+    one `Random(1234)` per task, once per test document in document order (the train split is not
+    the test split, so no eval doc is excluded and exactly k are drawn). `sample` picks by index,
+    so sampling range(n_train) walks the same stream; deriving every question's shots up front
+    keeps a resumed or reordered run asking exactly what a fresh run asks.
+    """
+    rnd = random.Random(FEWSHOT_SEED)
+    return [rnd.sample(range(n_train), k) for _ in range(n_questions)]
 
 
 def completion_prompt(question: str, shots: Sequence[data.Question]) -> str:
@@ -142,6 +150,12 @@ def tally(items: Sequence[dict[str, Any]], metric: str) -> Tally:
     )
 
 
+def correct_by_item(items: Sequence[dict[str, Any]], metric: str) -> dict[str, bool]:
+    """Per answered item key, whether `metric` judged it right (errors are left out)."""
+    key = "strict_correct" if metric == "strict-match" else "flexible_correct"
+    return {str(i["key"]): bool(i.get(key)) for i in items if i.get("outcome") != "error"}
+
+
 def outcome_of(record: dict[str, Any], metric: str) -> str:
     """One item's outcome under the judged metric: correct, truncated, invalid or wrong."""
     key = "strict" if metric == "strict-match" else "flexible"
@@ -165,12 +179,12 @@ def _ask(ctx: GateContext, question: data.Question, shots: list[data.Question]) 
     }
     if mode == "chat":
         payload = {**common, "messages": chat_messages(question.question, shots)}
-        reply = ctx.requester.post("/v1/chat/completions", payload)
+        reply = ctx.client.post("/v1/chat/completions", payload)
         choice = reply.data["choices"][0]
         text = str(choice.get("message", {}).get("content") or "")
     else:
         payload = {**common, "prompt": completion_prompt(question.question, shots)}
-        reply = ctx.requester.post("/v1/completions", payload)
+        reply = ctx.client.post("/v1/completions", payload)
         choice = reply.data["choices"][0]
         text = str(choice.get("text") or "")
     usage = reply.data.get("usage") or {}
@@ -198,14 +212,17 @@ def run(ctx: GateContext) -> Outcome:
     # A resume redoes what is missing and what errored; answered items stand.
     pending = [q for q in questions if ctx.done.get(f"q{q.index}", {}).get("outcome") not in _FINAL]
     ctx.progress.start("gsm8k", len(questions), completed=len(questions) - len(pending))
+    shots = fewshot_indices(len(train), len(questions))
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        futures = {pool.submit(_ask, ctx, q, fewshot(train, q.index)): q for q in pending}
+        futures = {
+            pool.submit(_ask, ctx, q, [train[i] for i in shots[q.index]]): q for q in pending
+        }
         for future in as_completed(futures):
             question = futures[future]
             try:
                 record = future.result()
                 outcome = outcome_of(record, metric)
-            except ItemError as exc:
+            except RequestFailed as exc:
                 # Never abort the run for one item: record it and carry on.
                 record = {"index": question.index, "error": exc.message, "faults": exc.faults}
                 outcome = "error"
@@ -228,6 +245,7 @@ def _verdict(t: Tally, metric: str, floor: float | None, ctx: GateContext) -> Ou
         "errors": t.errors,
         "truncated": t.truncated,
         "invalid": t.invalid,
+        "fewshot": FEWSHOT_SCHEME,
         "faults_retried": sum(len(item.get("faults") or []) for item in ctx.done.values()),
         "min_lower_bound": floor,
     }

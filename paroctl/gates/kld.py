@@ -1,10 +1,10 @@
 """KLD: the live serve's top-K prompt logprobs against a same-stack reference profile.
 
 The corpus is tokenized once through the live serve's /tokenize and cut into identical token-id
-chunks, so both sides score exactly the same positions. The reference is collected by switching
-to its profile through the switch protocol (unless a stored collection matches every key), then
-the candidate -- the profile that was live when the gate started -- is switched back in and
-collected, and the box is left as it was found. Why same-stack: in the seed log every "served" KL
+chunks, so both sides score exactly the same positions. The gate scores against the stored
+reference whose key matches every setting, or one its context's reference source hands it
+(`paroctl.promote` collects it by switching to the reference profile and back: the gate itself
+never switches, so gates never import the switch). Why same-stack: in the seed log every "served" KL
 carried ~0.018 nats of another image's numerics until the reference ran on the candidate's stack.
 """
 
@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from paroctl import cpu, state
+from paroctl.client import Client
 from paroctl.errors import StateError
 from paroctl.gates import data
-from paroctl.gates.base import GateContext, Outcome, Requester, base_url_of
+from paroctl.gates.base import GateContext, Outcome
 from paroctl.gates.kl import KlStats, TokenRow, kl_stats
 from paroctl.profiles import Profile
 
@@ -178,7 +179,7 @@ def parse_prompt_logprobs(
 
 
 def collect(
-    requester: Requester, model: str, chunks: Chunks, top_k: int, step: Callable[[], None]
+    client: Client, model: str, chunks: Chunks, top_k: int, step: Callable[[], None]
 ) -> Rows:
     """Top-K prompt logprobs of every chunk, one request at a time (the same schedule each side)."""
     rows: Rows = []
@@ -191,7 +192,7 @@ def collect(
             "prompt_logprobs": top_k,
         }
         rows.append(
-            parse_prompt_logprobs(requester.post("/v1/completions", payload).data, chunk, top_k)
+            parse_prompt_logprobs(client.post("/v1/completions", payload).data, chunk, top_k)
         )
         step()
     return rows
@@ -261,127 +262,110 @@ def _corpus_text(corpus: str) -> str:
     return path.read_text(encoding="utf-8")
 
 
-def _tokenize(requester: Requester, model: str, text: str) -> list[int]:
-    payload = {"model": model, "prompt": text, "add_special_tokens": False}
-    return [int(t) for t in requester.post("/tokenize", payload).data["tokens"]]
+def _tokenize(client: Client, model: str, text: str) -> list[int]:
+    return client.tokenize(model, text, special=False)
 
 
 def _token_chunks(ctx: GateContext, plan: Plan, text: str) -> Chunks:
     # Tokenize only the prefix the chunks need (the whole WikiText-2 test set is ~1.3 MB).
     span = plan.chunks * plan.chunk_tokens * CHARS_PER_TOKEN
-    ids = _tokenize(ctx.requester, ctx.target.model, text[:span])
+    ids = _tokenize(ctx.client, ctx.target.model, text[:span])
     if len(ids) < plan.chunks * plan.chunk_tokens and span < len(text):
-        ids = _tokenize(ctx.requester, ctx.target.model, text)
+        ids = _tokenize(ctx.client, ctx.target.model, text)
     return cut_chunks(ids, plan.chunks, plan.chunk_tokens)
 
 
-class _Box:
-    """Switches through the protocol and remembers what it did, for the summary."""
-
-    def __init__(self, ctx: GateContext) -> None:
-        self.ctx = ctx
-        self.switches: list[str] = []
-        self.base_url = ctx.target.base_url
-        self.boot_id = ctx.target.live.get("boot_id")
-
-    def switch(self, profile: Profile) -> None:
-        """Make profile live (the switch protocol, with its rollback) and aim requests at it."""
-        from paroctl import profiles
-        from paroctl.switch import default_deps, switch
-
-        self.ctx.progress.start(f"switch to {profile.name}", 1)
-        record = switch(profile, default_deps(), load_profile=profiles.load)
-        self.ctx.progress.advance()
-        self.switches.append(profile.name)
-        self.base_url = base_url_of({"host": record.host, "port": record.port})
-        self.boot_id = record.boot_id
-
-    def requester(self) -> Requester:
-        """Requests to whatever this gate made live, with the run's retry settings."""
-        old = self.ctx.requester
-        return Requester(
-            self.base_url, retries=old.retries, backoff_s=old.backoff_s, timeout_s=old.timeout[1]
-        )
-
-
-def _collect_side(
-    ctx: GateContext, box: _Box, profile: Profile, chunks: Chunks, top_k: int
-) -> Rows:
-    ctx.progress.start(f"{profile.name}: top-{top_k} prompt logprobs", len(chunks))
-    return collect(
-        box.requester(), profile.body.model.served_names[0], chunks, top_k, ctx.progress.advance
-    )
-
-
-def _server_version(base_url: str) -> str | None:
-    from paroctl.client import Client
-
-    with Client(base_url, retries=1, timeout_s=10) as client:
-        try:
-            reply = client.session.get(client.url("/version"), timeout=client.timeout)
-            return str(reply.json().get("version")) if reply.ok else None
-        except Exception:
-            # No /version: the stack is unknown, stored as None, which never matches a known one.
-            return None
-
-
-def _probe(text: str) -> str:
+def probe(text: str) -> str:
+    """The corpus prefix both serves tokenize to prove they split text the same way."""
     return text[: 64 * CHARS_PER_TOKEN]
 
 
-def _check_tokenizer(box: _Box, reference: Profile, text: str, mine: list[int]) -> None:
+def check_tokenizer(client: Client, reference: Profile, text: str, mine: list[int]) -> None:
+    """StateError unless the reference serve tokenizes the probe as the candidate did."""
     # Token ids are only comparable when both serves split text the same way.
-    theirs = _tokenize(box.requester(), reference.body.model.served_names[0], _probe(text))
+    theirs = _tokenize(client, reference.body.model.served_names[0], probe(text))
     if mine != theirs:
         raise StateError(
             f"{reference.name} tokenizes differently from the candidate: the KL is undefined"
         )
 
 
+@dataclass(frozen=True)
+class Request:
+    """What the gate asks of a reference source: the plan, the chunks, the key, the corpus."""
+
+    plan: Plan
+    chunks: Chunks
+    key: dict[str, Any]
+    text: str
+    probe_ids: list[int]
+    why: str = ""  # why nothing stored fits ("collected: ..."), for the summary
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The reference rows the gate scores against, and what getting them did to the box."""
+
+    rows: Rows
+    note: str
+    switches: tuple[str, ...] = ()
+    # Where the candidate answers after a source switched away and back (its new boot).
+    candidate_url: str | None = None
+    candidate_boot_id: str | None = None
+
+
+# Collects a reference the store does not hold (paroctl.promote's switches to it and back).
+ReferenceSource = Callable[[GateContext, Request], Reference]
+
+
+def collect_side(ctx: GateContext, client: Client, profile: Profile, request: Request) -> Rows:
+    """One side's top-K prompt logprobs over the request's chunks, with progress."""
+    top_k = request.plan.top_k
+    ctx.progress.start(f"{profile.name}: top-{top_k} prompt logprobs", len(request.chunks))
+    model = profile.body.model.served_names[0]
+    return collect(client, model, request.chunks, top_k, ctx.progress.advance)
+
+
 def run(ctx: GateContext) -> Outcome:
-    """Collect (or reuse) the reference, collect the live candidate, and judge the KL."""
+    """Score the candidate against the stored reference, or one the context's source collects."""
     plan = _plan(ctx)
     text = _corpus_text(plan.corpus)
     chunks = _token_chunks(ctx, plan, text)
-    stack = ctx.target.server_version
-    key = cache_key(plan, _sha(text), _sha(json.dumps(chunks)), stack)
-    ref_rows, cache = load_reference(key, cache_dir())
-    box = _Box(ctx)
-    if ref_rows is None:
-        # The candidate's view of the probe, taken while it is still the one answering.
-        probe_ids = _tokenize(ctx.requester, ctx.target.model, _probe(text))
-        same = plan.reference.name == plan.candidate.name
-        if not same and plan.candidate.hash != ctx.target.live.get("hash"):
+    key = cache_key(plan, _sha(text), _sha(json.dumps(chunks)), ctx.target.server_version)
+    rows, note = load_reference(key, cache_dir())
+    reference = Reference(rows, note) if rows is not None else None
+    if reference is None:
+        source: ReferenceSource | None = ctx.kld_reference
+        if source is None:
             raise StateError(
-                f"{plan.candidate.name} changed since it booted (hash "
-                f"{ctx.target.live.get('hash')} -> {plan.candidate.hash}); switch to it first so "
-                "the gate can switch back to the same build"
+                f"kld: no stored reference fits ({note}); on the box, `paroctl gate kld` "
+                f"collects one by switching to {plan.reference.name} and back"
             )
-        if not same:
-            box.switch(plan.reference)
-        try:
-            _check_tokenizer(box, plan.reference, text, probe_ids)
-            ref_version = _server_version(box.base_url)
-            ref_rows = _collect_side(ctx, box, plan.reference, chunks, plan.top_k)
-            # Stored under the stack it really ran on: a cross-stack collection never matches later.
-            save_reference({**key, "server_version": ref_version}, ref_rows, cache_dir())
-        finally:
-            if not same:
-                box.switch(plan.candidate)  # back to what was live when the gate started
-    cand_rows = _collect_side(ctx, box, plan.candidate, chunks, plan.top_k)
-    for index, (ref, cand) in enumerate(zip(ref_rows, cand_rows, strict=True)):
+        probe_ids = _tokenize(ctx.client, ctx.target.model, probe(text))
+        reference = source(ctx, Request(plan, chunks, key, text, probe_ids, note))
+    moved = reference.candidate_url not in (None, ctx.target.base_url)
+    candidate = ctx.client.at(str(reference.candidate_url)) if moved else ctx.client
+    try:
+        asked = Request(plan, chunks, key, text, [])
+        cand_rows = collect_side(ctx, candidate, plan.candidate, asked)
+    finally:
+        if moved:
+            candidate.close()
+    for index, (ref, cand) in enumerate(zip(reference.rows, cand_rows, strict=True)):
         chunk = kl_stats(ref, cand)
         ctx.record(
             f"chunk-{index:03d}",
             "ok",
             {"positions": chunk.n, "mean_kl": chunk.kl.mean, "same_top": chunk.same_top.mean},
         )
-    stats = kl_stats([r for c in ref_rows for r in c], [r for c in cand_rows for r in c])
-    return _verdict(ctx, plan, stats, cache, box, key)
+    flat_ref = [r for c in reference.rows for r in c]
+    stats = kl_stats(flat_ref, [r for c in cand_rows for r in c])
+    boot_id = reference.candidate_boot_id or ctx.target.live.get("boot_id")
+    return _verdict(plan, stats, reference, boot_id, key)
 
 
 def _verdict(
-    ctx: GateContext, plan: Plan, stats: KlStats, cache: str, box: _Box, key: Mapping[str, Any]
+    plan: Plan, stats: KlStats, ref: Reference, boot_id: Any, key: Mapping[str, Any]
 ) -> Outcome:
     band = plan.candidate.body.gates.kld
     setup = (
@@ -391,7 +375,7 @@ def _verdict(
     numbers = (
         f"mean KL {stats.kl.mean:.4f} ± {stats.kl.stderr:.4f} nats (median {stats.kl_median:.4f}, "
         f"p99 {stats.kl_p99:.4f}, max {stats.kl_max:.4f}), same top {stats.same_top.mean:.1%}, "
-        f"RMS Δp {stats.delta_p_rms.mean:.1%} ({setup}; {cache})"
+        f"RMS Δp {stats.delta_p_rms.mean:.1%} ({setup}; {ref.note})"
     )
     summary: dict[str, Any] = {
         **stats.as_dict(),
@@ -401,10 +385,10 @@ def _verdict(
         "chunks": plan.chunks,
         "chunk_tokens": plan.chunk_tokens,
         "top_k": plan.top_k,
-        "cache": cache,
+        "cache": ref.note,
         "cache_key": dict(key),
-        "switches": box.switches,
-        "candidate_boot_id": box.boot_id,
+        "switches": list(ref.switches),
+        "candidate_boot_id": boot_id,
     }
     status = "unjudged"
     if band is None:

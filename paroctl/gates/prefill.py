@@ -10,8 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from paroctl.client import RequestFailed
 from paroctl.gates import data
-from paroctl.gates.base import GateContext, ItemError, Outcome
+from paroctl.gates.base import GateContext, Outcome
 from paroctl.gates.prompts import corpus_ids, seeded, tokenize
 from paroctl.gates.timing import (
     capped,
@@ -50,7 +51,7 @@ def run(ctx: GateContext) -> Outcome:
                 record = {"len": length, "rep": rep, **stream_record(reply, before, after)}
                 ctx.record(key, "ok", record)
                 records.append(record)
-            except ItemError as exc:
+            except RequestFailed as exc:
                 ctx.record(key, "error", {"len": length, "rep": rep, "error": exc.message})
             ctx.progress.advance()
         points[str(length)] = {

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from paroctl.client import RequestFailed
 from paroctl.gates import data
-from paroctl.gates.base import GateContext, ItemError, Outcome
+from paroctl.gates.base import GateContext, Outcome
 from paroctl.gates.prompts import corpus_ids, seeded, tokenize
 
 LONG_TARGET_TOKENS = 7000
@@ -65,11 +66,11 @@ def _ask(ctx: GateContext, check: Check) -> dict[str, Any]:
     common = {"model": ctx.target.model, "max_tokens": check.max_tokens, "temperature": 0.0}
     if check.kind == "chat":
         messages = [{"role": "user", "content": check.prompt}]
-        reply = ctx.requester.post("/v1/chat/completions", {**common, "messages": messages})
+        reply = ctx.client.post("/v1/chat/completions", {**common, "messages": messages})
         answer = str(reply.data["choices"][0]["message"].get("content") or "")
     else:
         prompt: str | list[int] = _long_prompt(ctx, check) if check.kind == "long" else check.prompt
-        reply = ctx.requester.post("/v1/completions", {**common, "prompt": prompt})
+        reply = ctx.client.post("/v1/completions", {**common, "prompt": prompt})
         answer = str(reply.data["choices"][0].get("text") or "")
     usage = reply.data.get("usage") or {}
     return {
@@ -89,7 +90,7 @@ def run(ctx: GateContext) -> Outcome:
         try:
             record = _ask(ctx, check)
             outcome = "ok" if record["ok"] else "wrong"
-        except ItemError as exc:
+        except RequestFailed as exc:
             record = {"kind": check.kind, "required": check.required, "error": exc.message}
             record["faults"] = exc.faults
             outcome = "error"

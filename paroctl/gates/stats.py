@@ -161,3 +161,49 @@ def classify_greedy(mine: Sequence[str], other: Sequence[str]) -> str:
     if len(set(mine)) == 1 and len(set(other)) == 1:
         return DIFFERS_FROM_OTHER
     return UNSTABLE
+
+
+@dataclass(frozen=True)
+class Paired:
+    """Two builds on the same items: discordant counts, McNemar's exact p, the verdict."""
+
+    n: int  # items both answered
+    old_only: int  # right before, wrong now
+    new_only: int  # wrong before, right now
+    p_value: float  # two-sided exact McNemar
+    loss: float  # (old_only - new_only) / n: the accuracy given up
+    verdict: str  # pass | fail | inconclusive
+
+
+def mcnemar_exact(old_only: int, new_only: int) -> float:
+    """Two-sided exact McNemar p-value: 2 P(X <= min) for X ~ Bin(discordant, 1/2), capped at 1."""
+    if old_only < 0 or new_only < 0:
+        raise ValueError(f"negative counts {old_only}, {new_only}")
+    total = old_only + new_only
+    if total == 0:
+        return 1.0
+    low = min(old_only, new_only)
+    tail = sum(math.comb(total, k) for k in range(low + 1)) / 2**total
+    return float(min(1.0, 2 * tail))
+
+
+def paired_noninferiority(
+    old: Mapping[str, bool], new: Mapping[str, bool], margin: float, alpha: float = 0.05
+) -> Paired:
+    """Judge the new build against the old on the items both answered.
+
+    pass: it gives up at most `margin` accuracy; fail: it gives up more and McNemar says the
+    difference is real (p < alpha); inconclusive: it gives up more, but the items cannot tell.
+    """
+    keys = sorted(set(old) & set(new))
+    old_only = sum(1 for k in keys if old[k] and not new[k])
+    new_only = sum(1 for k in keys if new[k] and not old[k])
+    p = mcnemar_exact(old_only, new_only)
+    loss = (old_only - new_only) / len(keys) if keys else 0.0
+    if not keys:
+        verdict = "inconclusive"
+    elif loss <= margin:
+        verdict = "pass"
+    else:
+        verdict = "fail" if p < alpha else "inconclusive"
+    return Paired(len(keys), old_only, new_only, p, loss, verdict)

@@ -6,7 +6,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from paroctl.gates.base import GateContext, StreamReply, counters
+from paroctl.client import StreamReply
+from paroctl.gates.base import GateContext, counters
 from paroctl.gates.stats import (
     SPEC_ACCEPTED,
     SPEC_DRAFT_TOKENS,
@@ -30,7 +31,7 @@ def capped(points: Iterable[int], cap: int) -> list[int]:
 
 def warm_up(ctx: GateContext) -> None:
     """One short untimed request: the first request after boot pays lazy initialisation."""
-    ctx.requester.post(
+    ctx.client.post(
         "/v1/completions",
         {"model": ctx.target.model, "prompt": "Hello", "max_tokens": 4, "temperature": 0.0},
     )
@@ -55,7 +56,7 @@ def timed_stream(
     if seed is not None:
         payload["seed"] = seed
     before = counters(ctx.metrics(), COUNTERS)
-    reply = ctx.requester.stream(payload)
+    reply = ctx.client.stream(payload)
     after = counters(ctx.metrics(), COUNTERS)
     return reply, before, after
 

@@ -87,3 +87,47 @@ def test_report_writes_markdown_and_plots(tmp_path: Path) -> None:
     )
     assert only.exit_code == 0
     assert "cpu-demo-alt" not in (tmp_path / "o" / "report.md").read_text()
+
+
+def _help(*gate: str) -> str:
+    result = CliRunner().invoke(cli, ["gate", *gate, "--help"])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_each_gate_help_shows_only_its_own_options() -> None:
+    gsm = _help("gsm8k")
+    assert "--limit" in gsm and "--mode" in gsm and "--contexts" not in gsm
+    assert "--chunks" not in gsm and "gsm8k:" not in gsm  # no other gate's options or labels
+    decode = _help("decode")
+    assert "--contexts" in decode and "--limit" not in decode and "--streams" not in decode
+    kld = _help("kld")
+    assert "--top-k" in kld and "--gen" not in kld
+    for name in ("sanity", "gsm8k", "decode", "prefill", "concurrency", "greedy", "kld", "suite"):
+        text = _help(name)
+        assert all(opt in text for opt in ("--url", "--model", "--api-key-file", "--bands"))
+    suite = _help("suite")
+    assert "--limit" in suite and "--contexts" in suite and "--resume" not in suite
+    listed = _help()
+    assert all(name in listed for name in ("gsm8k", "kld", "suite"))
+
+
+def test_endpoint_options_are_checked_before_connecting(tmp_path: Path) -> None:
+    from paroctl import net
+
+    def run(*args: str) -> tuple[int, str]:
+        result = CliRunner().invoke(cli, ["gate", "sanity", *args])
+        return result.exit_code, result.output
+
+    code, out = run("--url", "ftp://box", "--model", "m")
+    assert code == 2 and "Invalid value for '--url'" in out
+    code, out = run("--url", "http://box:8000")
+    assert code == 2 and "--url and --model go together" in out
+    code, out = run("--bands", "cpu-demo")
+    assert code == 2 and "--bands is for --url" in out
+    missing = tmp_path / "no-key"
+    code, out = run("--url", "http://box:8000", "--model", "m", "--api-key-file", str(missing))
+    assert code == 2 and f"--api-key-file {missing}: cannot read it" in out
+    url = f"http://127.0.0.1:{net.free_port()}"
+    code, out = run("--url", url, "--model", "m")
+    assert code == 2 and f"{url}/v1/models: the endpoint does not answer" in out

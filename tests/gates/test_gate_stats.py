@@ -88,11 +88,13 @@ def test_completion_prompt_is_lm_eval_format() -> None:
     assert messages[-1]["content"] == "Question: Q?\nAnswer:"
 
 
-def test_fewshot_is_fixed_per_question() -> None:
-    train = [Question(i, f"q{i}", f"a{i}") for i in range(100)]
-    assert gsm8k.fewshot(train, 3) == gsm8k.fewshot(train, 3)
-    assert gsm8k.fewshot(train, 3) != gsm8k.fewshot(train, 4)
-    assert len(gsm8k.fewshot(train, 3)) == 5
+def test_fewshot_is_one_seeded_stream_in_document_order() -> None:
+    import random
+
+    # lm-eval's sampler: one Random(1234), k=5 drawn per test document, in order.
+    rnd = random.Random(1234)
+    expected = [rnd.sample(range(100), 5) for _ in range(4)]
+    assert gsm8k.fewshot_indices(100, 4) == expected
 
 
 def test_tally_counts_errors_truncated_invalid_separately() -> None:

@@ -98,6 +98,7 @@ class FaultProxy:
         self.stall_s = stall_s
         self.slow_s = slow_s
         self.injected: Counter[str] = Counter()
+        self.heads: list[bytes] = []  # the first request head of every connection
         self._lock = threading.Lock()
         self._server = socket.create_server(("127.0.0.1", 0))
         self.port = self._server.getsockname()[1]
@@ -125,6 +126,8 @@ class FaultProxy:
                 return
             head += chunk
         method, path = head.split(b" ", 2)[:2]
+        with self._lock:
+            self.heads.append(head.split(b"\r\n\r\n")[0])
         fault = None
         if method == b"POST" and b"completions" in path:
             with self._lock:
@@ -170,13 +173,13 @@ def _pipe(src: socket.socket, dst: socket.socket) -> None:
 
 
 @pytest.fixture
-def fault_proxy(live: CpuServe) -> Iterator[type[FaultProxy]]:
+def fault_proxy(live_cpu_serve: CpuServe) -> Iterator[type[FaultProxy]]:
     """The FaultProxy class, bound to the live serve by the test; every instance is closed after."""
     made: list[FaultProxy] = []
 
     class Bound(FaultProxy):
         def __init__(self, plan: list[str], **kwargs: float) -> None:
-            super().__init__((live.spec.host, live.spec.port), plan, **kwargs)
+            super().__init__((live_cpu_serve.spec.host, live_cpu_serve.spec.port), plan, **kwargs)
             made.append(self)
 
     yield Bound

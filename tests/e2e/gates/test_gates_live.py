@@ -178,3 +178,39 @@ def test_faults_through_a_real_proxy_lose_no_item(
         [i["faults"] for i in run["items"]]
     )
     assert run["summary"]["faults_retried"] == 5
+
+
+def test_any_endpoint_by_url_with_a_key_is_gated_as_external(
+    live_cpu_serve: CpuServe,
+    gate_data: Path,
+    fault_proxy: type[FaultProxy],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    # No live record: the serve is reached only through its URL (via a pass-through proxy that
+    # shows what was sent), as a cluster Service or any OpenAI-compatible endpoint would be.
+    proxy = fault_proxy([])
+    url, model = f"http://127.0.0.1:{proxy.port}", live_cpu_serve.served_name
+    monkeypatch.setenv("PAROCTL_API_KEY", "sk-from-env")
+    sanity = _gate("sanity", "--url", url, "--model", model)
+    assert sanity.exit_code == 0, sanity.output
+    run = _only_run("sanity")
+    assert (run["profile"], run["profile_hash"], run["boot_id"]) == ("external", None, None)
+    assert (run["options"]["url"], run["options"]["model"]) == (url, model)
+    assert run["server_version"] == "0.32.0" and run["status"] == "pass"
+    key_file = tmp_path / "key"
+    key_file.write_text("sk-from-file\n")
+    gsm = _gate("gsm8k", "--url", url, "--model", model, "--limit", "2", "--api-key-file",
+                str(key_file), "--mode", "completions")  # fmt: skip
+    assert gsm.exit_code == 0, gsm.output
+    assert _only_run("gsm8k")["status"] == "unjudged"  # no bands named: an endpoint is not ours
+    auth = [line for head in proxy.heads for line in head.split(b"\r\n")
+            if line.lower().startswith(b"authorization:")]  # fmt: skip
+    assert auth and set(auth) == {b"Authorization: Bearer sk-from-env",
+                                  b"Authorization: Bearer sk-from-file"}  # fmt: skip
+    assert len(auth) == len(proxy.heads)  # every connection carried a key
+    stored = b"".join(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and p != key_file)
+    assert b"sk-from" not in stored  # the key is sent, never stored
+    wrong = _gate("sanity", "--url", url, "--model", "nope")
+    assert wrong.exit_code == 2
+    assert f"{url} serves ['{model}'], not --model 'nope'" in wrong.output

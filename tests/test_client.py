@@ -1,0 +1,132 @@
+"""paroctl.client's one retry policy, bearer key and stream reader, against a real HTTP server.
+
+The server is the standard library's, on loopback, scripted per path: the faults it plays (5xx,
+a stream cut before [DONE], a 4xx) are what a real serve or proxy sends, and a vLLM CPU serve
+cannot be made to send them on cue. The same client against the real serve, faults injected by a
+real TCP proxy, is tests/e2e/gates/test_gates_live.py.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from paroctl import net
+from paroctl.client import Client, RequestFailed
+
+
+class Script:
+    """Per path, the answers still to play (status, body); then 200 with the default body."""
+
+    def __init__(self) -> None:
+        self.plans: dict[str, list[tuple[int, bytes]]] = {}
+        self.seen: list[tuple[str, str, str | None]] = []  # method, path, Authorization
+
+
+def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def _answer(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            self.rfile.read(length)
+            script.seen.append((self.command, self.path, self.headers.get("Authorization")))
+            plan = script.plans.get(self.path) or []
+            status, body = plan.pop(0) if plan else (200, _default(self.path))
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = _answer
+
+    return Handler
+
+
+def _default(path: str) -> bytes:
+    if path == "/v1/completions":
+        return _sse(["he", "llo"], done=True)
+    if path == "/metrics":
+        return b'vllm:num_requests_running{model_name="m"} 2.0\n'
+    if path == "/v1/models":
+        return json.dumps({"data": [{"id": "m", "max_model_len": 2048}]}).encode()
+    return b'{"ok": true}'
+
+
+def _sse(texts: list[str], done: bool) -> bytes:
+    events = [{"choices": [{"text": t, "finish_reason": None}]} for t in texts]
+    events.append({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": len(texts)}})
+    lines = [f"data: {json.dumps(e)}\n\n" for e in events] + (["data: [DONE]\n\n"] if done else [])
+    return "".join(lines).encode()
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[str, Script]]:
+    script = Script()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(script))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}", script
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_every_request_carries_the_bearer_key(server: tuple[str, Script]) -> None:
+    url, script = server
+    with Client(url, api_key="sk-test") as client:
+        assert client.health()
+        assert client.models() == ["m"]
+        client.post("/v1/chat/completions", {"model": "m"})
+        assert client.stream({"model": "m", "prompt": "x"}).text == "hello"
+        assert client.metrics()["vllm:num_requests_running"] == [({"model_name": "m"}, 2.0)]
+    assert len(script.seen) == 5
+    assert {auth for _, _, auth in script.seen} == {"Bearer sk-test"}
+    with Client(url) as anonymous:
+        anonymous.post("/tokenize", {})
+    assert script.seen[-1][2] is None
+
+
+def test_transient_faults_are_retried_and_each_is_recorded(server: tuple[str, Script]) -> None:
+    url, script = server
+    script.plans["/x"] = [(503, b""), (502, b""), (200, b"not json")]
+    reply = Client(url, retries=3, backoff_s=0.01).post("/x", {})
+    assert reply.data == {"ok": True}
+    assert reply.faults == ["HTTP 503", "HTTP 502", "bad body: HTTP 200 not JSON"]
+    script.plans["/x"] = [(503, b""), (503, b"")]
+    with pytest.raises(RequestFailed) as info:
+        Client(url, retries=1, backoff_s=0.01).post("/x", {})
+    assert info.value.faults == ["HTTP 503", "HTTP 503"]
+    assert info.value.message == f"POST {url}/x: gave up after 2 attempts (HTTP 503)"
+
+
+def test_a_client_error_fails_at_once_naming_url_status_and_body(
+    server: tuple[str, Script],
+) -> None:
+    url, script = server
+    script.plans["/x"] = [(503, b""), (404, b'{"error": "no such model"}')]
+    with pytest.raises(RequestFailed) as info:
+        Client(url, retries=5, backoff_s=0.01).post("/x", {})
+    assert info.value.message == f'POST {url}/x -> HTTP 404: {{"error": "no such model"}}'
+    assert info.value.faults == ["HTTP 503"]  # the fault before it still belongs to the call
+    assert len(script.seen) == 2
+
+
+def test_a_stream_cut_before_done_is_retried_from_scratch(server: tuple[str, Script]) -> None:
+    url, script = server
+    script.plans["/v1/completions"] = [(200, _sse(["he"], done=False))]
+    reply = Client(url, backoff_s=0.01).stream({"model": "m", "prompt": "x"})
+    assert (reply.text, reply.chunks, reply.completion_tokens) == ("hello", ["he", "llo"], 2)
+    assert reply.faults == ["stream ended before [DONE]"]
+    assert len(reply.arrivals) == 2 and reply.prompt_tokens == 3
+
+
+def test_a_closed_port_cannot_connect_after_every_attempt() -> None:
+    url = f"http://127.0.0.1:{net.free_port()}"
+    with pytest.raises(RequestFailed, match=r"GET .*/v1/models: cannot connect after 2 attempts"):
+        Client(url, retries=1, backoff_s=0.01).models()
+    assert not Client(url).health()
