@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from paroctl import cpu, engine, journal, net, profiles, recovery, state
+from paroctl import cpu, engine, journal, net, profiles, recovery, secrets, state
 from paroctl import switch as switch_mod
 from paroctl.client import Client
 from paroctl.errors import ParoctlError, RuntimeFailure, StateError
@@ -89,7 +89,11 @@ def discover(
             pid, running = runtime.main_pid(profile.name), runtime.running_hash(profile.name)
         except (ParoctlError, OSError):
             continue  # no such runtime here (no systemd on this machine): nothing of it runs
-        healthy, names = _probe(body.serve.host, body.serve.port)
+        try:
+            key = secrets.api_key_for(profile)
+        except ParoctlError:
+            key = None  # its names then read as not answering; adopt/switch say why
+        healthy, names = _probe(body.serve.host, body.serve.port, key)
         found.append(Found(profile, pid, running, healthy, names))
     return found
 
@@ -104,8 +108,9 @@ def _loadable() -> list[Profile]:
     return loaded
 
 
-def _probe(host: str, port: int) -> tuple[bool, tuple[str, ...]]:
-    with Client(f"http://{net.connect_host(host)}:{port}", retries=0, timeout_s=5) as client:
+def _probe(host: str, port: int, key: str | None) -> tuple[bool, tuple[str, ...]]:
+    url = f"http://{net.connect_host(host)}:{port}"
+    with Client(url, retries=0, timeout_s=5, api_key=key) as client:
         try:
             healthy = client.health()
             return healthy, tuple(client.models()) if healthy else ()

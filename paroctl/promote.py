@@ -17,19 +17,25 @@ from typing import TYPE_CHECKING, Any
 from paroctl.errors import StateError
 
 if TYPE_CHECKING:
+    from paroctl.events import EventSink
     from paroctl.gates import GateResult
     from paroctl.gates.base import GateContext, Progress
     from paroctl.gates.kld import Reference, Request
     from paroctl.profiles import Profile
 
 
-def switch_to(profile: Profile, progress: Progress) -> Mapping[str, Any]:
+def switch_to(
+    profile: Profile,
+    progress: Progress,
+    events: EventSink | None = None,
+    timeout_s: float | None = None,
+) -> Mapping[str, Any]:
     """Make profile live through the switch protocol (its own rollback); return the live record."""
     from paroctl import profiles, state
     from paroctl.switch import default_deps, switch
 
     progress.start(f"switch to {profile.name}", 1)
-    switch(profile, default_deps(), load_profile=profiles.load)
+    switch(profile, default_deps(events), load_profile=profiles.load, timeout_s=timeout_s)
     progress.advance()
     live = state.read_live()
     if live is None:
@@ -172,6 +178,8 @@ def run(
     dry_run: bool = False,
     options: Mapping[str, Any] | None = None,
     store_path: Path | None = None,
+    events: EventSink | None = None,
+    timeout_s: float | None = None,
 ) -> Decision:
     """`paroctl switch NAME --gate GATES`: switch, gate, and keep the new build only if it holds."""
     from paroctl import profiles, state
@@ -186,7 +194,7 @@ def run(
     from paroctl.gates.base import NoProgress
 
     progress = NoProgress()
-    candidate = switch_to(target, progress)
+    candidate = switch_to(target, progress, events, timeout_s)
     verdicts: list[Verdict] = []
     for name in names:
         verdict = _gate(name, dict((options or {}).get(name) or {}), target, live, store_path)
@@ -195,7 +203,7 @@ def run(
             break
     decision = decide(verdicts, target.body.gates.inconclusive)
     if decision != "promoted":
-        _roll_back(previous, progress)
+        _roll_back(previous, progress, events)
     return _record(target, candidate, live, decision, verdicts, store_path)
 
 
@@ -270,16 +278,16 @@ def paired_gsm8k(
     return {**asdict(paired), "against": old["run_id"], "margin": margin}
 
 
-def _roll_back(previous: str | None, progress: Progress) -> None:
+def _roll_back(previous: str | None, progress: Progress, events: EventSink | None) -> None:
     from paroctl import profiles, state
     from paroctl.switch import default_deps, stop_live
 
     if previous is None:
         live = state.read_live()
         if live:
-            stop_live(live, default_deps())  # nothing was live before: leave nothing live
+            stop_live(live, default_deps(events))  # nothing was live before: leave nothing live
         return
-    switch_to(profiles.load(previous), progress)
+    switch_to(profiles.load(previous), progress, events)
 
 
 def _record(

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from paroctl import journal, net, state
+from paroctl import journal, net, secrets, state
 from paroctl.client import Client
 from paroctl.errors import ParoctlError, RuntimeFailure, StateError
 from paroctl.events import Event, EventSink
@@ -60,7 +60,8 @@ def inspect(runtime_for: RuntimeFor) -> Stranded | None:
 
 def _probe(serve: journal.Serve) -> tuple[bool, tuple[str, ...]]:
     url = f"http://{net.connect_host(serve.host)}:{serve.port}"
-    with Client(url, retries=0, timeout_s=5) as client:
+    key = secrets.api_key_named(serve.profile)
+    with Client(url, retries=0, timeout_s=5, api_key=key) as client:
         try:
             healthy = client.health()
             return healthy, tuple(client.models()) if healthy else ()

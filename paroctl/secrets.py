@@ -114,3 +114,19 @@ def api_key_for(profile: Profile) -> str | None:
     if not key:
         raise StateError(f"{path}: does not set {API_KEY_NAME} (named in container.secret_names)")
     return key
+
+
+def api_key_named(name: str | None) -> str | None:
+    """api_key_for the profile called name, for a serve known only by its record (live.json, the
+    journal); None when there is no such profile or it needs no key. An unreadable key still
+    raises: a serve that needs one cannot be verified without it."""
+    from paroctl import profiles
+    from paroctl.errors import ProfileError
+
+    if not name:
+        return None
+    try:
+        profile = profiles.load(name)
+    except ProfileError:
+        return None
+    return api_key_for(profile)

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
-from paroctl import cpu, engine, gpu, images, journal, net, recovery, render, state
+from paroctl import cpu, engine, gpu, images, journal, net, recovery, render, secrets, state
 from paroctl.client import Client, metric_value
 from paroctl.errors import ParoctlError, RuntimeFailure
 from paroctl.events import Event as Event
@@ -359,7 +359,9 @@ def verify_running(
     body = profile.body
     host, port = net.connect_host(body.serve.host), body.serve.port
     watcher = LogWatcher(runtime.logs(profile.name, follow=True), start, deps.events)
-    client = Client(f"http://{host}:{port}", retries=0, timeout_s=60)
+    client = Client(
+        f"http://{host}:{port}", retries=0, timeout_s=60, api_key=secrets.api_key_for(profile)
+    )
     try:
         health_s = _wait_healthy(profile, runtime, client, watcher, start, timeout_s)
         if jr is not None:
@@ -690,7 +692,11 @@ def _still_serving(live: Mapping[str, Any], deps: Deps) -> bool:
     runtime = deps.runtime_for(live.get("runtime", "local"), live.get("scope", "system"))
     if not runtime.is_active(live["profile"]):
         return False
-    client = Client(f"http://{net.connect_host(live['host'])}:{live['port']}", retries=0)
+    client = Client(
+        f"http://{net.connect_host(live['host'])}:{live['port']}",
+        retries=0,
+        api_key=secrets.api_key_named(live.get("profile")),
+    )
     try:
         return client.health() and sorted(client.models()) == sorted(live["served_names"])
     except RuntimeFailure:

@@ -201,9 +201,14 @@ def _endpoint(
 
 def _live_key(endpoint: Endpoint | None, key_file: Path | None) -> str | None:
     """The API key for the live serve (an endpoint carries its own)."""
+    from paroctl import secrets, state
     from paroctl.gates import api_key
 
-    return None if endpoint else api_key(key_file)
+    if endpoint:
+        return None
+    live = state.read_live() or {}
+    # Else the key the live serve's profile gives vLLM (its secrets file), as the switch sends.
+    return api_key(key_file) or secrets.api_key_named(live.get("profile"))
 
 
 class _Bar:

@@ -55,9 +55,21 @@ def interrupt_on_signals() -> Iterator[None]:
     type=click.FloatRange(min=1),
     help="Boot timeout in seconds [default: the profile's serve.boot_timeout_s].",
 )
+@click.option(
+    "--gate",
+    "gates",
+    metavar="GATES",
+    help="After the switch verifies, run these gates (a suite name or a comma list), cheapest "
+    "first; keep NAME only if they hold, else switch back to what was live.",
+)
 @click.option("--dry-run", is_flag=True, help="Print the exact actions; change nothing.")
 def switch_cmd(
-    name: str | None, resume: bool, no_rollback: bool, timeout: float | None, dry_run: bool
+    name: str | None,
+    resume: bool,
+    no_rollback: bool,
+    timeout: float | None,
+    gates: str | None,
+    dry_run: bool,
 ) -> None:
     """Make profile NAME the live serve; roll back to the previous one on failure."""
     from paroctl import adopt, journal, profiles, state
@@ -83,6 +95,9 @@ def switch_cmd(
         _echo_live(record)
         return
     assert name is not None
+    if gates:
+        _promote(name, gates, timeout, no_rollback, dry_run)
+        return
     target = profiles.load(name)  # validated completely before anything touches the box
     if dry_run:
         for line in switch_mod.plan(target, state.read_live(), journal.read()):
@@ -97,6 +112,28 @@ def switch_cmd(
             timeout_s=timeout,
         )
     _echo_live(record)
+
+
+def _promote(
+    name: str, gates: str, timeout: float | None, no_rollback: bool, dry_run: bool
+) -> None:
+    """`switch NAME --gate GATES`: paroctl/promote.py switches, gates and keeps or rolls back."""
+    from paroctl import promote
+    from paroctl.errors import GateFailed, RuntimeFailure
+
+    if no_rollback:
+        raise click.UsageError("--gate rolls back on a failed gate; it cannot take --no-rollback")
+    if dry_run:
+        decision = promote.run(name, gates, dry_run=True)
+    else:
+        with interrupt_on_signals(), _progress() as events:
+            decision = promote.run(name, gates, events=events, timeout_s=timeout)
+    for line in decision.lines():
+        click.echo(line)
+    if decision.exit_code == 1:
+        raise GateFailed(decision.message)
+    if decision.exit_code == 2:
+        raise RuntimeFailure(decision.message)
 
 
 def _describe(entry: journal_mod.Entry) -> str:
@@ -137,7 +174,7 @@ def adopt_cmd(name: str, timeout: float | None) -> None:
 @click.command(name="status")
 def status_cmd() -> None:
     """Show the live profile, its health, served names, KV tokens and last gate results."""
-    from paroctl import adopt, recovery, state
+    from paroctl import adopt, recovery, secrets, state
     from paroctl import switch as switch_mod
     from paroctl.client import Client, metric_value
     from paroctl.errors import ParoctlError
@@ -161,7 +198,8 @@ def status_cmd() -> None:
             click.echo("live: nothing (run `paroctl switch NAME`)")
         return
     host = "127.0.0.1" if live["host"] in ("0.0.0.0", "::") else live["host"]
-    with Client(f"http://{host}:{live['port']}", retries=0, timeout_s=5) as client:
+    key = secrets.api_key_named(live["profile"])
+    with Client(f"http://{host}:{live['port']}", retries=0, timeout_s=5, api_key=key) as client:
         try:
             healthy = client.health()
             names = client.models() if healthy else []

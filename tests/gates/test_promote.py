@@ -116,3 +116,23 @@ def test_decision_exit_codes_and_lines() -> None:
     unsure = promote.Decision("new", "old", "inconclusive", (), "p2", "inconclusive: new")
     assert not unsure.failed and unsure.exit_code == 2
     assert promote.Decision("new", None, "promoted", (), "p3", "").exit_code == 0
+
+
+def test_switch_gate_dry_run_through_the_cli_plans_and_changes_nothing() -> None:
+    from click.testing import CliRunner
+
+    from paroctl import state
+    from paroctl.cli.main import cli
+
+    plan = CliRunner().invoke(cli, ["switch", "cpu-demo-paro", "--gate", "sanity,kld", "--dry-run"])
+    assert plan.exit_code == 0, plan.output
+    assert plan.output.splitlines()[:3] == [
+        "switch (nothing) -> cpu-demo-paro (verified by the switch)",
+        "gate sanity",
+        "gate kld",
+    ]
+    assert state.read_live() is None
+    refused = CliRunner().invoke(
+        cli, ["switch", "cpu-demo-paro", "--gate", "sanity", "--no-rollback"]
+    )
+    assert refused.exit_code == 2 and "cannot take --no-rollback" in refused.output
