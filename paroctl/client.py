@@ -377,6 +377,30 @@ class Client:
         reply = self.stream({**payload, "temperature": temperature, **extra})
         yield from zip(reply.arrivals, reply.chunks, strict=True)
 
+    def completion_chunks(
+        self, model: str, prompt: str, max_tokens: int, temperature: float = 0.0
+    ) -> Iterator[str]:
+        """A completion's text as it arrives, one attempt, no retries: the caller may stop
+        early (closing the generator closes the connection, and vLLM aborts the request)."""
+        body = {
+            "model": model,
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "stream": True,
+        }
+        response = self._send("POST", self.url("/v1/completions"), body, stream=True)
+        try:
+            for _, event in stream_events(response):
+                if event is None:
+                    return
+                for choice in event.get("choices") or []:
+                    if choice.get("text"):
+                        yield str(choice["text"])
+            raise _Transient("stream ended before [DONE]")
+        except _Transient as exc:
+            raise RuntimeFailure(f"POST {self.url('/v1/completions')}: {exc}") from exc
+
     def metrics(self) -> Metrics:
         """/metrics parsed with prometheus_client: sample name -> [(labels, value), ...]."""
         from prometheus_client.parser import text_string_to_metric_families
@@ -391,13 +415,9 @@ class Client:
         return parsed
 
 
-def read_stream(response: requests.Response, start: float) -> StreamReply:
-    """Read an OpenAI server-sent-event stream to [DONE]; a stream cut short is transient."""
-    arrivals: list[float] = []
-    chunks: list[str] = []
-    usage: dict[str, Any] = {}
-    finish: str | None = None
-    done = False
+def stream_events(response: requests.Response) -> Iterator[tuple[float, dict[str, Any] | None]]:
+    """The server-sent events of an OpenAI stream as (arrival time, event), then (time, None)
+    for [DONE]; a bad or error event is transient. Closing the generator closes the response."""
     with response:
         for raw in response.iter_lines():
             now = time.perf_counter()
@@ -406,20 +426,34 @@ def read_stream(response: requests.Response, start: float) -> StreamReply:
                 continue
             data = line[len("data:") :].strip()
             if data == "[DONE]":
-                done = True
-                break
+                yield now, None
+                return
             try:
                 event = json.loads(data)
             except ValueError as exc:
                 raise _Transient(f"bad stream event: {_short(data, 80)}") from exc
             if "error" in event:
                 raise _Transient(f"stream error: {_short(str(event['error']), 200)}")
-            for choice in event.get("choices") or []:
-                if choice.get("text"):
-                    arrivals.append(now)
-                    chunks.append(str(choice["text"]))
-                finish = choice.get("finish_reason") or finish
-            usage = event.get("usage") or usage
+            yield now, event
+
+
+def read_stream(response: requests.Response, start: float) -> StreamReply:
+    """Read an OpenAI server-sent-event stream to [DONE]; a stream cut short is transient."""
+    arrivals: list[float] = []
+    chunks: list[str] = []
+    usage: dict[str, Any] = {}
+    finish: str | None = None
+    done = False
+    for now, event in stream_events(response):
+        if event is None:
+            done = True
+            break
+        for choice in event.get("choices") or []:
+            if choice.get("text"):
+                arrivals.append(now)
+                chunks.append(str(choice["text"]))
+            finish = choice.get("finish_reason") or finish
+        usage = event.get("usage") or usage
     if not done:
         # A transport fault, not a model answer.
         raise _Transient("stream ended before [DONE]")

@@ -629,7 +629,7 @@ def _sanity(profile: Profile, client: Client) -> None:
     """
     boot_cfg = profile.body.boot
     text = ""
-    for _, chunk in client.stream_completion(
+    for chunk in client.completion_chunks(
         profile.body.model.served_names[0],
         boot_cfg.sanity_prompt,
         max_tokens=SANITY_MAX_TOKENS,
