@@ -377,30 +377,6 @@ class Client:
         reply = self.stream({**payload, "temperature": temperature, **extra})
         yield from zip(reply.arrivals, reply.chunks, strict=True)
 
-    def completion_chunks(
-        self, model: str, prompt: str, max_tokens: int, temperature: float = 0.0
-    ) -> Iterator[str]:
-        """A completion's text as it arrives, one attempt, no retries: the caller may stop
-        early (closing the generator closes the connection, and vLLM aborts the request)."""
-        body = {
-            "model": model,
-            "prompt": prompt,
-            "max_tokens": max_tokens,
-            "temperature": temperature,
-            "stream": True,
-        }
-        response = self._send("POST", self.url("/v1/completions"), body, stream=True)
-        try:
-            for _, event in stream_events(response):
-                if event is None:
-                    return
-                for choice in event.get("choices") or []:
-                    if choice.get("text"):
-                        yield str(choice["text"])
-            raise _Transient("stream ended before [DONE]")
-        except _Transient as exc:
-            raise RuntimeFailure(f"POST {self.url('/v1/completions')}: {exc}") from exc
-
     def metrics(self) -> Metrics:
         """/metrics parsed with prometheus_client: sample name -> [(labels, value), ...]."""
         from prometheus_client.parser import text_string_to_metric_families

@@ -188,6 +188,9 @@ class Boot(_Strict):
     # case-insensitive substring of the answer, or a regex after `re:`.
     sanity_prompt: NonEmpty = "The capital of France is"
     sanity_expect: NonEmpty = "Paris"
+    # Tokens the sanity completion may use: 1 where the expected answer is the first token (the
+    # check then costs one forward pass; a switch pays it on every boot).
+    sanity_max_tokens: Small = 8
 
     @field_validator("expect", "forbid")
     @classmethod

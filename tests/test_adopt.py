@@ -63,27 +63,21 @@ def start_stub(profile: profiles.Profile, started_hash: str) -> int:
     return pid
 
 
-# --- the sanity check's cut-off (pure) ------------------------------------------------------------
+# --- the sanity check (pure) ------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
-    ("expect", "text", "final", "settled"),
+    ("expect", "text", "passes"),
     [
-        ("cold", " Cold", False, True),  # a substring, once seen, stays seen
-        ("cold", " co", False, False),
-        ("cold", " warm.", True, False),
-        (r"re:\bcold\b", " cold", False, False),  # " coldness" may follow: wait one more chunk
-        (r"re:\bcold\b", " cold.", False, True),
-        (r"re:\bcold\b", " coldness", False, False),
-        (r"re:\bcold\b", " coldness", True, False),
-        (r"re:\bcold\b", " cold", True, True),  # the stream ended right after the answer
-        (r"re:^\s*(yes|no)\b", " yes,", False, True),
+        ("cold", " Cold", True),  # plain: case-insensitive substring
+        ("cold", " warm.", False),
+        (r"re:\bcold\b", " cold", True),  # the one-token answer the CPU profiles budget for
+        (r"re:\bcold\b", " coldness", False),
+        (r"re:^\s*(yes|no)\b", " yes,", True),
     ],
 )
-def test_sanity_settles_only_when_no_continuation_can_change_the_verdict(
-    expect: str, text: str, final: bool, settled: bool
-) -> None:
-    assert switch_mod.sanity_settled(expect, text, final=final) is settled
+def test_sanity_check(expect: str, text: str, passes: bool) -> None:
+    assert switch_mod.sanity_passes(expect, text) is passes
 
 
 # --- the runtimes' record of what a serve was started from --------------------------------------
