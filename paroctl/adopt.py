@@ -21,7 +21,6 @@ from typing import Any
 
 from paroctl import cpu, engine, journal, net, profiles, recovery, secrets, state
 from paroctl import switch as switch_mod
-from paroctl.client import Client
 from paroctl.errors import ParoctlError, RuntimeFailure, StateError
 from paroctl.events import Event
 from paroctl.profiles import Profile
@@ -93,7 +92,7 @@ def discover(
             key = secrets.api_key_for(profile)
         except ParoctlError:
             key = None  # its names then read as not answering; adopt/switch say why
-        healthy, names = _probe(body.serve.host, body.serve.port, key)
+        healthy, names = recovery.probe(body.serve.host, body.serve.port, key)
         found.append(Found(profile, pid, running, healthy, names))
     return found
 
@@ -106,16 +105,6 @@ def _loadable() -> list[Profile]:
         except ParoctlError:
             continue  # `profile validate` reports it; a broken file cannot be what runs
     return loaded
-
-
-def _probe(host: str, port: int, key: str | None) -> tuple[bool, tuple[str, ...]]:
-    url = f"http://{net.connect_host(host)}:{port}"
-    with Client(url, retries=0, timeout_s=5, api_key=key) as client:
-        try:
-            healthy = client.health()
-            return healthy, tuple(client.models()) if healthy else ()
-        except ParoctlError:
-            return False, ()
 
 
 def adopt(

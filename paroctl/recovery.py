@@ -59,8 +59,12 @@ def inspect(runtime_for: RuntimeFor) -> Stranded | None:
 
 
 def _probe(serve: journal.Serve) -> tuple[bool, tuple[str, ...]]:
-    url = f"http://{net.connect_host(serve.host)}:{serve.port}"
-    key = secrets.api_key_named(serve.profile)
+    return probe(serve.host, serve.port, secrets.api_key_named(serve.profile))
+
+
+def probe(host: str, port: int, key: str | None) -> tuple[bool, tuple[str, ...]]:
+    """Whether a serve answers /health, and the names its /v1/models lists (one attempt each)."""
+    url = f"http://{net.connect_host(host)}:{port}"
     with Client(url, retries=0, timeout_s=5, api_key=key) as client:
         try:
             healthy = client.health()
