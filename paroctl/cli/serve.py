@@ -198,7 +198,11 @@ def status_cmd() -> None:
             click.echo("live: nothing (run `paroctl switch NAME`)")
         return
     host = "127.0.0.1" if live["host"] in ("0.0.0.0", "::") else live["host"]
-    key = secrets.api_key_named(live["profile"])
+    try:
+        key = secrets.api_key_named(live["profile"])
+    except ParoctlError as exc:  # status still reports health and /metrics without the key
+        key = None
+        click.echo(f"note:    {exc.message}", err=True)
     with Client(f"http://{host}:{live['port']}", retries=0, timeout_s=5, api_key=key) as client:
         try:
             healthy = client.health()
