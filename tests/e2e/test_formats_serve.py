@@ -50,17 +50,18 @@ STABLE_NATS = 1e-4
 DECODE_TOKENS = 64
 V = r"version=\d+\.\d+\.\d+"
 R = r"0\.\d{4}"
+S = " source=none"  # the plugin runs from a host venv, not a paroctl image
 # The whole marker line per profile: method, backend, act mode, and the layers by kind.
 MARKER_RE = {
     "cpu-demo-int5": rf"paro-vllm: method=paroquant backend=reference bits=5 layers=210/210 {V} "
-    r"act=int8/group zpe=1$",
+    rf"act=int8/group zpe=1{S}$",
     "cpu-demo-mxfp4": r"paro-vllm: method=paroquant_mxfp4 backend=reference act=fp8 "
-    rf"layers=210/210 from=mxfp4:210 kept=none lm_head=bf16 {V}$",
+    rf"layers=210/210 from=mxfp4:210 kept=none lm_head=bf16 {V}{S}$",
     "cpu-demo-nvfp4": r"paro-vllm: method=nvfp4_mxfp4 backend=reference exp=mse "
     r"layers=209/210 from=fp8:132,nvfp4:77 kept=bf16:1 lm_head=bf16 "
-    rf"relrms_mean={R} relrms_max={R} {V}$",
+    rf"relrms_mean={R} relrms_max={R} {V}{S}$",
     INT4: rf"paro-vllm: method=paroquant backend=reference bits=4 layers=210/210 {V} "
-    r"act=fp8/token zpe=0$",
+    rf"act=fp8/token zpe=0{S}$",
 }
 MEASURED: dict[str, Any] = {}
 
