@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -153,19 +153,14 @@ def take(
             f"now (hash {target.hash}); `paroctl switch {target.name}` restarts it as the "
             "profile says"
         )
-    plan = cpu.plan_for(target)
-    applied = cpu.apply(target, plan)
     deps.events(Event("step", f"verifying the running {target.name} ({origin})"))
-    cache = Path(engine.layout(applied).cache_dir)
+    cache = Path(engine.layout(target).cache_dir)
     try:
-        return switch_mod.verify_running(
-            applied,
+        return _verify_where_it_runs(
+            target,
             deps,
-            runtime,
             jr=None,
-            start=time.monotonic(),
             timeout_s=timeout_s,
-            cpu_plan=plan,
             first_boot=not (cache.is_dir() and any(cache.iterdir())),
             started_at=datetime.now(UTC).isoformat(timespec="seconds"),
             origin=origin,
@@ -235,22 +230,14 @@ def _finish_boot(
 ) -> switch_mod.BootRecord:
     """Verify the serve the interrupted switch started, where it runs; roll back if it fails."""
     jr = journal.Journal.take_over(entry)
-    before: Mapping[str, Any] | None = (
-        {"profile": entry.from_profile, "hash": entry.from_hash} if entry.from_profile else None
-    )
-    previous = switch_mod.previous_profile(before, load_profile, deps)
+    previous = switch_mod.previous_profile(switch_mod.before(entry), load_profile, deps)
     deps.events(Event("step", f"resuming: verifying {target.name} where it runs"))
-    plan = cpu.plan_for(target)
-    runtime = deps.runtime_for(target.body.runtime.kind, target.body.runtime.scope)
     try:
-        record = switch_mod.verify_running(
-            cpu.apply(target, plan),
+        record = _verify_where_it_runs(
+            target,
             deps,
-            runtime,
             jr=jr,
-            start=time.monotonic(),
             timeout_s=timeout_s,
-            cpu_plan=plan,
             first_boot=True,  # unknown after the kill: its KV size is not trusted
             started_at=entry.started_at,
             origin="resume",
@@ -263,3 +250,30 @@ def _finish_boot(
         jr.clear()
         return record
     switch_mod.fail(target, previous, cause, deps, jr, rollback=rollback)
+
+
+def _verify_where_it_runs(
+    target: Profile,
+    deps: switch_mod.Deps,
+    *,
+    jr: journal.Journal | None,
+    timeout_s: float | None,
+    first_boot: bool,
+    started_at: str,
+    origin: str,
+) -> switch_mod.BootRecord:
+    """The boot's verification of target's running serve, with the CPU decision it booted with."""
+    plan = cpu.plan_for(target)
+    runtime = deps.runtime_for(target.body.runtime.kind, target.body.runtime.scope)
+    return switch_mod.verify_running(
+        cpu.apply(target, plan),
+        deps,
+        runtime,
+        jr=jr,
+        start=time.monotonic(),
+        timeout_s=timeout_s,
+        cpu_plan=plan,
+        first_boot=first_boot,
+        started_at=started_at,
+        origin=origin,
+    )

@@ -144,8 +144,8 @@ def switch(
             deps.events(Event("step", f"{target.name} is already live and answering"))
             return record_from_live(live)
         # After an interrupted switch nothing is live; what was live before it is the fallback.
-        before = live or _before(interrupted)
-        previous = previous_profile(before, load_profile, deps)
+        before_switch = live or before(interrupted)
+        previous = previous_profile(before_switch, load_profile, deps)
         if previous is not None and previous.name == target.name:
             previous = None  # rolling back to the profile that just failed cannot help
         _preflight(target, deps)  # before the old serve is touched
@@ -205,7 +205,8 @@ def _preflight(target: Profile, deps: Deps) -> None:
     deps.events(Event("step", f"image {ref}: doctor ok" + (" (cached)" if result.cached else "")))
 
 
-def _before(interrupted: journal.Entry | None) -> Mapping[str, Any] | None:
+def before(interrupted: journal.Entry | None) -> Mapping[str, Any] | None:
+    """What was live before an interrupted switch (its rollback target), as a live-like record."""
     if interrupted is None or interrupted.from_profile is None:
         return None
     return {"profile": interrupted.from_profile, "hash": interrupted.from_hash}
