@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from paroctl import checks, engine, knobs, privilege, state
 from paroctl.errors import RenderError
@@ -227,11 +228,14 @@ def env_context(profile: Profile) -> EnvContext:
     )
 
 
-def _template(name: str, context: dict[str, object]) -> str:
+@functools.cache
+def _environment(directory: str) -> Any:
+    """One Jinja environment per template directory: it compiles each template once per process
+    (and checks the file's mtime on every use, so an edited template is picked up)."""
     import jinja2
 
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(state.resource_path("units"))),
+        loader=jinja2.FileSystemLoader(directory),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,
@@ -240,6 +244,13 @@ def _template(name: str, context: dict[str, object]) -> str:
     )
     env.filters["unit_value"] = unit_value
     env.filters["env_value"] = env_value
+    return env
+
+
+def _template(name: str, context: dict[str, object]) -> str:
+    import jinja2
+
+    env = _environment(str(state.resource_path("units")))
     try:
         return env.get_template(name).render(**context)
     except jinja2.TemplateError as exc:

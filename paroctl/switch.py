@@ -367,14 +367,18 @@ def verify_running(
         if jr is not None:
             jr.step("verifying")
             _hold("verifying")
+        # The sanity completion is the one check that waits on the model: it runs while the
+        # others read what the boot produced; all must pass before anything is recorded.
+        sanity = _in_background(lambda: _sanity(profile, client), "paroctl-sanity")
         _check_identity(profile, client)
         watcher.wait_for("ready", timeout_s=5.0)
         _check_markers(profile, watcher)
-        if cpu_plan is not None and (wrong := cpu.log_problems(cpu_plan, watcher.snapshot())):
+        lines = watcher.snapshot()
+        if cpu_plan is not None and (wrong := cpu.log_problems(cpu_plan, lines)):
             raise RuntimeFailure("the serve did not take the CPU decision: " + "; ".join(wrong))
-        images.check_boot_provenance(profile, watcher.snapshot())
-        images.check_boot_source(profile, watcher.snapshot())
-        _sanity(profile, client)
+        images.check_boot_provenance(profile, lines)
+        images.check_boot_source(profile, lines)
+        sanity()
     finally:
         client.close()
     kv = watcher.kv_tokens
@@ -412,6 +416,31 @@ def verify_running(
     _record(deps, record.as_dict())
     deps.events(Event("step", f"{profile.name} is live", record.boot_s))
     return record
+
+
+def _in_background(work: Callable[[], None], name: str) -> Callable[[], None]:
+    """Start work in a daemon thread; the returned call waits for it and re-raises its error. A
+    check that fails first raises without waiting (the thread ends with its request, or with
+    the process: nothing waits on it at exit)."""
+    done = threading.Event()
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as exc:  # handed to the waiting thread, raised there
+            failed.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+
+    def wait() -> None:
+        done.wait()
+        if failed:
+            raise failed[0]
+
+    return wait
 
 
 def _hold(step: str) -> None:

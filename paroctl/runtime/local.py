@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import signal
 import subprocess
 import time
@@ -84,6 +85,23 @@ def group_members(pgid: int) -> list[int]:
         if _alive(info) and info is not None and info.pgid == pgid:
             members.append(info.pid)
     return members
+
+
+def wait_exit(pid: int, timeout: float) -> None:
+    """Return when pid exits (a pidfd wakes us at once: no poll interval to wait out) or after
+    timeout; where pidfds are missing (Linux < 5.3, or not allowed) it just sleeps timeout."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # gone already (ProcessLookupError), or no pidfd here
+        if os.path.exists(f"/proc/{pid}"):
+            time.sleep(timeout)
+        return
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        poller.poll(max(0, int(timeout * 1000)))
+    finally:
+        os.close(fd)
 
 
 class LocalRuntime:
@@ -202,11 +220,14 @@ class LocalRuntime:
         deadline = time.monotonic() + timeout
         while True:
             self._reap(pid)
-            if not group_members(pid):
+            members = group_members(pid)
+            if not members:
                 return True
-            if time.monotonic() >= deadline:
+            left = deadline - time.monotonic()
+            if left <= 0:
                 return False
-            time.sleep(POLL_S)
+            # The leader first (vLLM's API server outlives its engine): woken by its exit.
+            wait_exit(pid if pid in members else members[0], min(left, POLL_S))
 
     def stop(self, name: str, grace_s: float) -> None:
         """SIGTERM the serve's process group, SIGKILL it after grace_s, return once all are gone."""
