@@ -252,6 +252,6 @@ def _template(name: str, context: dict[str, object]) -> str:
 
     env = _environment(str(state.resource_path("units")))
     try:
-        return env.get_template(name).render(**context)
+        return str(env.get_template(name).render(**context))
     except jinja2.TemplateError as exc:
         raise RenderError(f"{Path('units') / name}: {exc}") from exc

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from paroctl import cpu, engine, gpu, images, journal, net, recovery, render, secrets, state
-from paroctl.client import Client, metric_value
+from paroctl.client import Client
 from paroctl.errors import ParoctlError, RuntimeFailure
 from paroctl.events import Event as Event
 from paroctl.events import EventSink as EventSink
@@ -42,6 +42,7 @@ PHASE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 POLL_S = 0.05
 DRAIN_TIMEOUT_S = 30.0
+RUNNING = "vllm:num_requests_running"
 DRAIN_POLL_S = 0.05  # a request just finished (or cut off, like the sanity check) leaves fast
 PORT_CLOSE_MARGIN_S = 30.0
 GPU_IDLE_MIB = 1024
@@ -370,6 +371,7 @@ def verify_running(
         # The sanity completion is the one check that waits on the model: it runs while the
         # others read what the boot produced; all must pass before anything is recorded.
         sanity = _in_background(lambda: _sanity(profile, client), "paroctl-sanity")
+        metrics = _in_background(lambda: _read_metrics(client, deps), "paroctl-metrics")
         _check_identity(profile, client)
         watcher.wait_for("ready", timeout_s=5.0)
         _check_markers(profile, watcher)
@@ -379,6 +381,7 @@ def verify_running(
         images.check_boot_provenance(profile, lines)
         images.check_boot_source(profile, lines)
         sanity()
+        metrics()
     finally:
         client.close()
     kv = watcher.kv_tokens
@@ -667,6 +670,16 @@ def _sanity(profile: Profile, client: Client) -> None:
         )
 
 
+def _read_metrics(client: Client, deps: Deps) -> None:
+    """Read /metrics once while the sanity completion runs: the stop's drain depends on it, and a
+    vLLM serve's first /metrics answer is slow (~0.3 s on a CPU box) while later ones take
+    ~15 ms, so the next switch's drain does not pay for it after the old serve was chosen."""
+    try:
+        client.gauges(RUNNING)
+    except RuntimeFailure as exc:
+        deps.events(Event("warn", f"/metrics does not answer ({exc}); a stop cannot drain"))
+
+
 def sanity_passes(expect: str, text: str) -> bool:
     """The sanity check (pure): a case-insensitive substring, or a regex after `re:`."""
     if expect.startswith("re:"):
@@ -681,7 +694,7 @@ def _drain(host: str, port: int, deps: Deps) -> None:
     shown: float | None = None
     try:
         while time.monotonic() < deadline:
-            running = metric_value(client.metrics(), "vllm:num_requests_running")
+            running = client.gauges(RUNNING)[RUNNING]
             if running <= 0:
                 return
             if running != shown:  # one line per change: a log is not a terminal's live line

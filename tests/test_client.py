@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from paroctl import net
-from paroctl.client import Client, RequestFailed
+from paroctl.client import Client, RequestFailed, sample_sums
 
 
 class Script:
@@ -130,3 +130,31 @@ def test_a_closed_port_cannot_connect_after_every_attempt() -> None:
     with pytest.raises(RequestFailed, match=r"GET .*/v1/models: cannot connect after 2 attempts"):
         Client(url, retries=1, backoff_s=0.01).models()
     assert not Client(url).health()
+
+
+def test_sample_sums_agree_with_the_prometheus_parser() -> None:
+    # The line scan the drain and status use, against prometheus_client's full parse, on text
+    # shaped like vLLM's (labels, a histogram, comments), with braces and quotes inside label
+    # values, a sample timestamp, and a metric that is absent.
+    text = (
+        "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+        "# TYPE vllm:num_requests_running gauge\n"
+        'vllm:num_requests_running{engine="0",model_name="m"} 2.0\n'
+        'vllm:num_requests_running{engine="1",model_name="we}ird \\"name\\" {x}"} 3.0\n'
+        "# TYPE vllm:num_requests_waiting gauge\n"
+        "vllm:num_requests_waiting 4 1700000000000\n"
+        "# TYPE vllm:e2e_request_latency_seconds histogram\n"
+        'vllm:e2e_request_latency_seconds_bucket{le="0.3",model_name="m"} 1.0\n'
+        'vllm:e2e_request_latency_seconds_bucket{le="+Inf",model_name="m"} 7.0\n'
+        'vllm:e2e_request_latency_seconds_count{model_name="m"} 7.0\n'
+        'vllm:e2e_request_latency_seconds_sum{model_name="m"} 2.5\n'
+    )
+    from prometheus_client.parser import text_string_to_metric_families
+
+    parsed: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            parsed[sample.name] = parsed.get(sample.name, 0.0) + float(sample.value)
+    names = [*parsed, "vllm:absent"]
+    assert sample_sums(text, names) == {**parsed, "vllm:absent": 0.0}
+    assert sample_sums(text, ["vllm:num_requests_running"]) == {"vllm:num_requests_running": 5.0}

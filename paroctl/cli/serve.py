@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 # A closed SSH session (SIGHUP) or a service manager's stop (SIGTERM) is an operator's Ctrl-C.
 INTERRUPT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+REQUEST_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 
 
 class Interrupted(KeyboardInterrupt):
@@ -176,7 +177,7 @@ def status_cmd() -> None:
     """Show the live profile, its health, served names, KV tokens and last gate results."""
     from paroctl import adopt, recovery, secrets, state
     from paroctl import switch as switch_mod
-    from paroctl.client import Client, metric_value
+    from paroctl.client import Client
     from paroctl.errors import ParoctlError
 
     stranded = recovery.inspect(switch_mod.default_runtime)
@@ -207,7 +208,7 @@ def status_cmd() -> None:
         try:
             healthy = client.health()
             names = client.models() if healthy else []
-            metrics = client.metrics() if healthy else None
+            metrics = client.gauges(*REQUEST_GAUGES) if healthy else None
         except ParoctlError:
             healthy, names, metrics = False, [], None
     kv = live.get("kv_tokens")
@@ -224,8 +225,7 @@ def status_cmd() -> None:
     )
     click.echo(f"serves:  {', '.join(names) or '-'}{match}")
     if metrics is not None:
-        running = metric_value(metrics, "vllm:num_requests_running")
-        waiting = metric_value(metrics, "vllm:num_requests_waiting")
+        running, waiting = (metrics[name] for name in REQUEST_GAUGES)
         click.echo(f"requests: {running:g} running, {waiting:g} waiting")
     flag = " (first boot: not trusted)" if live.get("first_boot") else ""
     click.echo(f"kv:      {kv:,} tokens{flag}" if kv else "kv:      unknown")
