@@ -6,10 +6,12 @@ switch's own checks), its marker line is checked field by field, and `paroctl ga
 against the bf16-checkpoint cpu-demo with the profile's real band. int4 (cpu-demo-paro) goes
 first: its run collects the reference through real switches (cpu-demo, then back), a second run
 reuses it and must agree to float dust, a checkpoint with its zero points in the wrong nibble
-order is refused by `paro-quant inspect` and, forced through, fails the real band; then int5,
-MXFP4-PARO and NVFP4->MXFP4 reuse the same reference, so the ordering int5 < int4 and the FP4
-formats is measured on one reference, not assumed. Seven CPU boots in all (this module replaces
-the separate kld and paro-serve modules, which booted thirteen for the same checks).
+order is refused by `paro-quant inspect`. Promotion (`paroctl switch NAME --gate kld`) keeps the
+int4 build when its band passes and, for the corrupted copy forced through, fails the real band
+and rolls back to int4 (booted again and verified). Then int5, MXFP4-PARO and NVFP4->MXFP4 reuse
+the same reference, so the ordering int5 < int4 and the FP4 formats is measured on one
+reference, not assumed. Eight CPU boots in all (this module replaces the separate kld,
+paro-serve and promote modules, which booted sixteen for the same checks).
 Measured numbers are printed at the end (run with -s).
 """
 
@@ -27,7 +29,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from paroctl import demo, net, profiles, state
+from paroctl import demo, net, profiles, promote, state
 from paroctl import switch as switch_mod
 from paroctl.cli.main import cli
 from paroctl.client import Client
@@ -39,6 +41,7 @@ pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 SHARED_DATA = REPO / "tests" / "data"  # the repository's copy (tests/data/README.md)
 ARGS = ("--reference", "cpu-demo", "--chunks", "8", "--chunk-tokens", "128", "--top-k", "20")
+KLD = {"reference": "cpu-demo", "chunks": 8, "chunk_tokens": 128, "top_k": 20}  # ARGS, for promote
 POSITIONS = 1016  # 8 chunks x 128 tokens, the first token of each has no logprob
 FORMATS = ("cpu-demo-int5", "cpu-demo-mxfp4", "cpu-demo-nvfp4")
 INT4 = "cpu-demo-paro"
@@ -232,7 +235,39 @@ def test_second_run_reuses_the_reference_and_agrees() -> None:
     assert state.read_live()["profile"] == INT4  # type: ignore[index]
 
 
-def test_corrupted_checkpoint_is_rejected_and_fails_the_band(demo_parts: Any) -> None:
+def _answers(name: str) -> list[str]:
+    with Client(f"http://127.0.0.1:{profiles.load(name).body.serve.port}", retries=0) as client:
+        return client.models()
+
+
+def _promotion(run_id: str | None) -> dict[str, Any]:
+    with open_store() as store:
+        run = store.run(str(run_id))
+    assert run is not None and run["gate"] == "promote"
+    return run
+
+
+def test_promote_keeps_int4_when_its_kld_gate_passes() -> None:
+    # `paroctl switch cpu-demo-paro --gate kld` with int4 live: the switch verifies it in place
+    # (no boot), the real band passes on the stored reference, and the build is kept.
+    before = state.read_live()
+    assert before is not None and before["profile"] == INT4
+    decision = promote.run(INT4, "kld", options={"kld": KLD})
+    assert decision.decision == "promoted", decision.message
+    (kld,) = decision.verdicts
+    assert kld.verdict == "pass" and "reused the stored reference" in kld.evidence, kld.evidence
+    assert "band: KL <= 0.4" in kld.evidence, kld.evidence
+    live = state.read_live()
+    assert live is not None and (live["profile"], live["boot_id"]) == (INT4, before["boot_id"])
+    run = _promotion(decision.run_id)
+    assert (run["profile"], run["status"]) == (INT4, "pass")
+    assert run["summary"]["decision"] == "promoted"
+    assert kld.run_id in {g["run_id"] for g in run["summary"]["gates"]}
+
+
+def test_corrupted_checkpoint_is_rejected_fails_the_band_and_is_rolled_back(
+    demo_parts: Any,
+) -> None:
     good = _last_run()["headline"]
     inspect = subprocess.run(
         [str(demo_parts.python), "-m", "paro_kernels.cli", "inspect", MEASURED["bad_model"]],
@@ -242,17 +277,34 @@ def test_corrupted_checkpoint_is_rejected_and_fails_the_band(demo_parts: Any) ->
     )
     assert inspect.returncode == 1, inspect.stdout + inspect.stderr
     assert "nibble order" in inspect.stdout and "Traceback" not in inspect.stderr
-    _switch(CORRUPT)  # forced through: the switch's sanity accepts any text for this one
-    result = CliRunner().invoke(cli, ["gate", "kld", *ARGS])
+    # Forced through `paroctl switch --gate kld` (its sanity accepts any text): the real band
+    # fails it and the box ends on int4 again, booted by the rollback and verified.
+    before = state.read_live()
+    assert before is not None and before["profile"] == INT4
+    decision = promote.run(CORRUPT, "kld", options={"kld": KLD})
+    assert decision.decision == "rolled back", decision.message
+    (kld,) = decision.verdicts
     bad = _last_run()
+    assert bad["run_id"] == kld.run_id and bad["profile"] == CORRUPT
     MEASURED["corrupt"] = {"kl": round(bad["headline"], 4), "same_top": bad["summary"]["same_top"]}
     # The reference's profile, image, stack, corpus and chunking are unchanged: no re-collection.
-    assert "reused the stored reference" in result.output
-    assert result.exit_code == 1, result.output
-    assert "kld: FAIL" in result.output and "band: KL <= 0.4" in result.output
+    assert kld.verdict == "fail" and "reused the stored reference" in kld.evidence, kld.evidence
+    assert "band: KL <= 0.4" in kld.evidence, kld.evidence
     # Top-20 KL saturates for a broken model; measured 1.21 vs 0.30, top-1 2% vs 60% (bf16).
     assert bad["headline"] > 3 * good, (bad["headline"], good)
     assert bad["summary"]["same_top"] < 0.2
+    live = state.read_live()
+    assert live is not None and live["profile"] == INT4
+    assert live["boot_id"] != before["boot_id"]  # booted again by the rollback, and verified
+    assert _answers(INT4) == ["smollm2-paro"]
+    run = _promotion(decision.run_id)
+    assert (run["status"], run["profile"]) == ("fail", CORRUPT)
+    summary = run["summary"]
+    assert summary["decision"] == "rolled back" and summary["previous"]["profile"] == INT4
+    assert summary["previous"]["boot_id"] == before["boot_id"]
+    assert summary["previous"]["run_ids"]  # the previous build's own runs, named
+    shown = CliRunner().invoke(cli, ["results", "show", str(decision.run_id)])
+    assert shown.exit_code == 0 and '"decision": "rolled back"' in shown.output
 
 
 @pytest.mark.parametrize("name", FORMATS)
