@@ -235,10 +235,11 @@ def fail(
     rollback: bool,
 ) -> NoReturn:
     """Keep the failed boot's log, stop it, bring previous back; the journal follows each step."""
+    started = _journaled_start(jr, target)
     jr.step("rolling-back", rolling_back=True)
     log = _keep_failed_log(target, deps, cause)
     where = f"the failed boot's log: {log}"
-    if not _stop_quietly(target, deps):
+    if started and not _stop_quietly(target, deps):
         # The journal stays: it is the only record of a serve that may still run.
         raise SwitchFailed(
             f"switch to {target.name} failed: {cause}\nand {target.name} could not be stopped; "
@@ -260,7 +261,7 @@ def fail(
     try:
         boot(previous, deps, timeout_s=None, jr=jr)
     except ParoctlError as again:
-        if _stop_quietly(previous, deps):
+        if not _journaled_start(jr, previous) or _stop_quietly(previous, deps):
             jr.clear()
         raise SwitchFailed(
             f"switch to {target.name} failed: {cause}\nthe rollback to {previous.name} "
@@ -802,6 +803,14 @@ def _record(deps: Deps, boot_record: Mapping[str, Any]) -> None:
         deps.record_boot(boot_record)
     except ParoctlError as exc:
         deps.events(Event("warn", f"boot not recorded in the results store: {exc.message}"))
+
+
+def _journaled_start(jr: journal.Journal, profile: Profile) -> bool:
+    """Whether this switch got as far as starting profile (the journal names it as the serve
+    from just before runtime.start on). A boot refused before that (its port held by another
+    process, a missing image) started nothing: there is nothing of ours to stop or wait for,
+    and the port's holder must not be waited out as if it were ours."""
+    return jr.entry.serve is not None and jr.entry.serve.profile == profile.name
 
 
 def _stop_quietly(profile: Profile, deps: Deps) -> bool:

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
 
 import pytest
 
-from paroctl import gpu, profiles, switch
+from paroctl import gpu, journal, profiles, state, switch
+from paroctl.switch import SwitchFailed
+
+REPO = Path(__file__).resolve().parents[1]
 
 VLLM_CPU_LOG = [
     "INFO 11-29 12:40:30 [cpu_model_runner.py:68] Starting to load model /m/SmolLM2...",
@@ -125,3 +133,36 @@ def test_progress_in_a_log_is_one_line_per_change(capsys: pytest.CaptureFixture[
         "- stopping cpu-demo",
         "warning: still busy",
     ]
+
+
+def test_a_port_held_by_another_process_fails_fast_and_leaves_no_journal(
+    profile_dir: Path, deadline: Callable[[float], AbstractContextManager[None]]
+) -> None:
+    # A real listener (not ours) on the profile's port, nothing live: the boot is refused before
+    # anything starts, so the failure path has nothing to stop and must not wait out the port's
+    # holder (it did: 30 s, then "could not be stopped" with a journal left behind).
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+
+    def answer() -> None:  # accepts every connection, as a serve would
+        with contextlib.suppress(OSError):
+            while True:
+                listener.accept()[0].close()
+
+    threading.Thread(target=answer, daemon=True).start()
+    text = (REPO / "profiles" / "cpu-demo.yaml").read_text()
+    (profile_dir / "cpu-demo.yaml").write_text(text + f"serve:\n  port: {port}\n")
+    try:
+        with deadline(10), pytest.raises(SwitchFailed) as failed:
+            switch.switch(
+                profiles.load("cpu-demo"), switch.default_deps(), load_profile=profiles.load
+            )
+    finally:
+        listener.close()
+    message = str(failed.value)
+    assert f"127.0.0.1:{port} is already in use by something paroctl does not run" in message
+    assert "nothing was live before, so the box is left stopped" in message
+    assert "could not be stopped" not in message
+    assert journal.read() is None and state.read_live() is None
