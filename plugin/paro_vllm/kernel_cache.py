@@ -7,10 +7,11 @@ vLLM's `apply` calls) on layers prepared by the plugin's own `prepare`, so every
 config the launcher picks for those shapes is visited; `paro_kernels.triton.precompile` runs
 them under its compile-only stand-in (see its docstring for why the cache keys are the JIT's).
 
-M buckets (`ms`): the CUDA/HIP-graph capture sizes (vLLM's default list up to the largest
-capture size), then the prefill band up to the chunk (max_num_batched_tokens) sampled at every
-multiple of 16 and the M just above it: Triton specializes an int on `== 1` and `% 16 == 0`,
-and every M threshold of the launcher is a multiple of 16, so both sides of each are visited.
+M buckets (`ms`): every M up to 16, the CUDA/HIP-graph capture sizes (vLLM's default list up
+to the largest capture size), then the prefill band up to the chunk (max_num_batched_tokens)
+sampled at every multiple of 16 and the M just above it: Triton specializes an int on `== 1`
+and `% 16 == 0`, and every M threshold of the launcher is a multiple of 16, so both sides of
+each are visited.
 
 The marker field `kernels=precompiled:N jit:M` (`marker_field`): the distinct kernel
 specializations this process's Triton layers need at those M (N + M of them), N found in the
@@ -27,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -62,14 +62,16 @@ def capture_sizes(max_size: int) -> list[int]:
 def ms(max_capture: int, chunk: int) -> list[int]:
     """The M buckets: capture sizes, then the prefill band sampled (module doc)."""
     band = {v for b in range(16 * (max_capture // 16 + 1), chunk + 1, 16) for v in (b, b + 1)}
-    return sorted({*capture_sizes(max_capture), *(v for v in band if v <= chunk), chunk})
+    small = range(1, min(16, chunk) + 1)  # eager serves every M: the decode band's classes
+    return sorted({*small, *capture_sizes(max_capture), *(v for v in band if v <= chunk), chunk})
 
 
 # --------------------------------------------------------------------------- layers -> calls
 
 
-def _prep(layer: Layer) -> object:
-    """The layer prepared by the plugin's own backend `prepare`, from synthetic checkpoint data."""
+def _prep(layer: Layer, device: str = "cpu") -> object:
+    """The layer prepared by the plugin's own backend `prepare`, from synthetic checkpoint data
+    (zero codes, unit scales, seeded rotations and MXFP4 blocks: the same layout on every run)."""
     from paro_kernels.triton import mx_host
 
     n, k, g = sum(layer.sizes), layer.k, layer.group_size
@@ -77,19 +79,21 @@ def _prep(layer: Layer) -> object:
     if layer.method == "paroquant":
         from . import triton_backend
 
-        z = torch.zeros
+        def z(*shape: int, dtype: torch.dtype) -> torch.Tensor:
+            return torch.zeros(*shape, dtype=dtype, device=device)
+
         hi: dict[str, Any] = {}
         if layer.bits == 5:
             hi = {"qweight_hi": z(k, n // 32, dtype=torch.int32),
                   "qzeros_hi": z(k // g, n // 32, dtype=torch.int32)}  # fmt: skip
         return triton_backend.prepare(
             z(k, n // 8, dtype=torch.int32), z(k // g, n // 8, dtype=torch.int32),
-            torch.ones(k // g, n, dtype=torch.float16), runs or [], g, torch.bfloat16,
-            layer.bits, **hi,
+            torch.ones(k // g, n, dtype=torch.float16, device=device), runs or [], g,
+            torch.bfloat16, layer.bits, **hi,
         )  # fmt: skip
     from . import mx_triton_backend
 
-    w, s = mx_host.random_checkpoint(n, k)
+    w, s = mx_host.random_checkpoint(n, k, device=device)
     return mx_triton_backend.prepare(w, s, runs, g if runs else 0, torch.bfloat16)
 
 
@@ -155,15 +159,13 @@ class Plan:
 # --------------------------------------------------------------------------- runtime
 
 
-def shipped_dir(target: str | None = None) -> Path:
-    """The shipped cache of this process's GPU target (PARO_KERNEL_CACHE overrides the root)."""
-    root = Path(os.environ.get("PARO_KERNEL_CACHE", str(SHIPPED_ROOT)))  # noqa: SIM112
+def shipped_dir(target: str | None = None, root: Path = SHIPPED_ROOT) -> Path:
+    """The shipped cache of `target` (the root, all targets, when None)."""
     return root / (target or "")
 
 
-def activate() -> None:
+def activate(root: Path = SHIPPED_ROOT) -> None:
     """Point Triton at the shipped cache (if this image has one); safe without a GPU."""
-    root = shipped_dir()
     if not root.is_dir():
         return
     try:
@@ -185,31 +187,48 @@ def _this_target(root: Path) -> Path | None:
     return root / str(name)
 
 
-_PROBED: list[str] = []
+# This process's Triton layers, one prepared layer per distinct shape (the probe's inputs).
+LAYERS: dict[Layer, object] = {}
+KNOBS: dict[str, str] = {}
+NONE_FIELD = "kernels=precompiled:0 jit:0"
 
 
-def marker_field(preps: list[tuple[Layer, object]], knobs: Mapping[str, str]) -> str:
-    """`kernels=precompiled:N jit:M` for this process's Triton layers (module doc)."""
-    if not preps:
-        return "kernels=precompiled:0 jit:0"
+def record(layer: Layer, prep: object, knobs: Mapping[str, str]) -> None:
+    """Note a layer prepared for the Triton kernels (the first of each shape is kept)."""
+    LAYERS.setdefault(layer, prep)
+    KNOBS.update(knobs)
+
+
+def marker_field() -> str:
+    """`kernels=precompiled:N jit:M` for this process's Triton layers (module doc).
+
+    N + M = the distinct kernel specializations those layers need at this serve's M buckets;
+    N were found in the shipped cache, M were not (compiled now, into the writable cache).
+    `kernels=unknown` when the probe itself failed (logged): a profile expecting jit:0 fails.
+    """
+    if not LAYERS:
+        return NONE_FIELD
+    try:
+        res = probe(LAYERS, KNOBS, ms(*_serve_buckets()))
+    except Exception:
+        log.exception("paro-vllm: kernel cache probe failed")
+        return "kernels=unknown"
+    return f"kernels=precompiled:{res.count('shipped')} jit:{len(res.keys) - res.count('shipped')}"
+
+
+def probe(layers: Mapping[Layer, object], knobs: Mapping[str, str], buckets: list[int]) -> Any:
+    """Walk the layers under the stand-in for this process's GPU; a `WalkResult`."""
+    import triton
     from paro_kernels.triton import precompile
     from triton.runtime.driver import driver
 
     t = driver.active.get_current_target()
     name = t.arch if t.backend == "hip" else f"sm{t.arch}"
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
     chip = precompile.Chip(str(name), t, sms)
-    buckets = ms(*_serve_buckets())
-    calls = []
-    for layer, prep in dict(preps).items():
-        calls += layer_calls(layer, prep, knobs, buckets)
-    import triton
-
+    calls = [c for layer, prep in layers.items() for c in layer_calls(layer, prep, knobs, buckets)]
     shipped = precompile._SHIPPED[0] if precompile._SHIPPED else None
-    res = precompile.walk(chip, calls, Path(triton.knobs.cache.dir), shipped)
-    field = f"kernels=precompiled:{res.count('shipped')} jit:{res.count('compiled') + res.count('local')}"
-    _PROBED.append(field)
-    return field
+    return precompile.walk(chip, calls, Path(triton.knobs.cache.dir), shipped)
 
 
 def _serve_buckets() -> tuple[int, int]:
@@ -222,7 +241,7 @@ def _serve_buckets() -> tuple[int, int]:
         eager = cfg.model_config is not None and cfg.model_config.enforce_eager
         chunk = cfg.scheduler_config.max_num_batched_tokens
         return (0 if eager else max(sizes, default=0)), int(chunk)
-    except Exception:  # noqa: BLE001  (no vLLM config: a test)
+    except Exception:
         return 512, 8192
 
 

@@ -102,6 +102,16 @@ def _name(filename: str) -> str:
     return filename.removeprefix("__grp__").removesuffix(".json")
 
 
+_OURS: set[str] = set()
+
+
+def _ours(name: str) -> bool:
+    """Whether `name` is one of our kernels (vLLM's own Triton kernels share the cache)."""
+    if not _OURS:
+        _OURS.update(kernel_names())
+    return name in _OURS
+
+
 class ShippedCacheManager(FileCacheManager):
     """Triton's file cache with the shipped, read-only kernel cache looked up first."""
 
@@ -110,11 +120,12 @@ class ShippedCacheManager(FileCacheManager):
         for root in _SHIPPED:
             grp = _shipped_group(root / self.key, filename)
             if grp is not None:
-                STATS.shipped[_name(filename)] += 1
-                STATS.keys[self.key] = "shipped"
+                if _ours(_name(filename)):
+                    STATS.shipped[_name(filename)] += 1
+                    STATS.keys[self.key] = "shipped"
                 return grp
         grp = super().get_group(filename)
-        if grp is not None:
+        if grp is not None and _ours(_name(filename)):
             STATS.local[_name(filename)] += 1
             STATS.keys[self.key] = "local"
         return grp
@@ -122,6 +133,8 @@ class ShippedCacheManager(FileCacheManager):
     def put_group(self, filename: str, group: dict[str, str]) -> str:
         """A compile finished: count it; log the first one of each kernel by name."""
         name = _name(filename)
+        if not _ours(name):
+            return str(super().put_group(filename, group))
         if not STATS.compiled[name]:
             log.warning("paro kernels: JIT compile of %s (not in the shipped kernel cache)", name)
         STATS.compiled[name] += 1
@@ -212,10 +225,9 @@ def standin(chip: Chip) -> Iterator[Callable[[torch.Tensor], torch.Tensor]]:
     """Compile-only context for `chip`; yields `fake(t)`: t's twin as a fake "cuda" tensor."""
     from torch._library.custom_ops import CustomOpDef
     from torch._subclasses.fake_tensor import FakeTensorMode
-
     from triton.runtime.driver import driver
 
-    import paro_kernels.triton.mx_ops  # noqa: F401  (its custom ops are unwrapped below)
+    import paro_kernels.triton.mx_ops
     import paro_kernels.triton.ops  # noqa: F401
 
     saved: list[tuple[Any, str, Any]] = []
@@ -281,10 +293,16 @@ class WalkResult:
         return sum(1 for v in self.keys.values() if v == where)
 
 
-def walk(chip: Chip, calls: Iterable[Call], cache_dir: Path, shipped: Path | None = None) -> WalkResult:
+def walk(
+    chip: Chip, calls: Iterable[Call], cache_dir: Path, shipped: Path | None = None
+) -> WalkResult:
     """Run each call (given `fake`) under the stand-in: every launch it makes is compiled into
     (or found in) the cache; returns the distinct keys it needed."""
-    saved_dir, saved_cls, saved_shipped = triton.knobs.cache.dir, triton.knobs.cache.manager_class, list(_SHIPPED)
+    saved_dir, saved_cls, saved_shipped = (
+        triton.knobs.cache.dir,
+        triton.knobs.cache.manager_class,
+        list(_SHIPPED),
+    )
     names: dict[str, str] = {}
 
     class _Naming(ShippedCacheManager):
@@ -351,11 +369,21 @@ def write_manifest(cache_dir: Path, chip: Chip, result: WalkResult, extra: dict[
     """The build's record beside the cache: target, Triton version, every needed key by name."""
     path = cache_dir / MANIFEST
     data = {
-        "target": chip.name, "triton": triton.__version__, "seconds": round(result.seconds, 1),
+        "target": chip.name, "triton": triton.__version__, "triton_key": triton_key_sha(),
+        "seconds": round(result.seconds, 1),
         "keys": {k: result.names[k] for k in sorted(result.keys)}, **extra,
     }  # fmt: skip
     path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     return path
+
+
+def triton_key_sha() -> str:
+    """sha256 of this Triton's `triton_key()` (its sources and libtriton): a cache's identity."""
+    import hashlib
+
+    from triton.runtime import cache
+
+    return hashlib.sha256(cache.triton_key().encode()).hexdigest()
 
 
 def read_manifest(cache_dir: Path) -> dict[str, Any]:

@@ -1,0 +1,62 @@
+"""The kernel cache built on CPU, used on the GPU: zero JIT compiles over the plan's shapes.
+
+PRECOMPILE_CACHE names the cache root (its `sm90/` built on CPU by kernels/precompile_h200.py)
+and PRECOMPILE_PLAN the plan it was built from. Every layer of the plan runs through the
+plugin's real Triton entry point (custom ops, real launches) at every M bucket; Triton's cache is
+routed through `ShippedCacheManager` with an empty writable cache, so each specialization is
+either a shipped hit or a compile, and the test requires zero compiles.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "plugin"))
+
+
+def test_shipped_cache_serves_every_launch_without_jit(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a GPU")
+    root, plan_path = os.environ.get("PRECOMPILE_CACHE"), os.environ.get("PRECOMPILE_PLAN")
+    if not root or not plan_path:
+        pytest.skip("PRECOMPILE_CACHE / PRECOMPILE_PLAN unset")
+    from paro_kernels.triton import precompile
+    from paro_vllm import activations, kernel_cache, mx_triton_backend, triton_backend
+
+    shipped = Path(root) / "sm90"
+    manifest = precompile.read_manifest(shipped)
+    print(f"manifest: triton {manifest.get('triton')} key {manifest.get('triton_key')}")
+    print(f"this GPU's triton key: {precompile.triton_key_sha()}")
+    precompile.activate(shipped, tmp_path / "writable")
+    precompile.STATS.reset()
+    plans = [
+        kernel_cache.Plan.from_json(d) for d in json.loads(Path(plan_path).read_text())["plans"]
+    ]
+    launches = 0
+    for plan in plans:
+        for layer in dict.fromkeys(plan.layers):
+            prep = kernel_cache._prep(layer, "cuda")
+            for m in plan.ms:
+                x = torch.randn(m, layer.k, device="cuda", dtype=torch.bfloat16)
+                if layer.method == "paroquant":
+                    act = activations.act_config(plan.knobs, m, layer.group_size)
+                    y = triton_backend.apply(prep, x, None, act)
+                else:
+                    y = mx_triton_backend.apply(prep, x, None, plan.knobs["PARO_ACT_FORMAT"])
+                assert y.shape == (m, sum(layer.sizes)) and bool(torch.isfinite(y).all())
+                launches += 1
+    torch.cuda.synchronize()
+    s = precompile.STATS
+    hits, jit = sum(s.shipped.values()), sum(s.compiled.values())
+    print(f"H200 kernel cache: {launches} linear calls, precompiled hits {hits} "
+          f"({len(manifest.get('keys', {}))} in the manifest), JIT compiles {jit} "
+          f"{dict(s.compiled)}, local {sum(s.local.values())}")  # fmt: skip
+    assert jit == 0 and not s.local, dict(s.compiled)
+    assert hits == len(manifest["keys"])
