@@ -274,35 +274,38 @@ def check(plans: list[Plan], target: str, cache: Path) -> list[str]:
     return sorted(f"{res.names[k]} {k}" for k, v in res.keys.items() if v != "shipped")
 
 
-def _plans(path: Path) -> list[Plan]:
+def _plans(path: Path) -> tuple[list[str], list[Plan]]:
     data = json.loads(path.read_text())
-    return [Plan.from_json(d) for d in data["plans"]]
+    return list(data.get("targets", [])), [Plan.from_json(d) for d in data["plans"]]
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`build` / `check` / `inventory` (the image build's step and the doctor's)."""
+    """`build` / `check` / `inventory`, per target of the plan (or --target) under --root."""
     ap = argparse.ArgumentParser(prog="python -m paro_vllm.kernel_cache")
     ap.add_argument("verb", choices=("build", "check", "inventory"))
     ap.add_argument("--plan", type=Path)
-    ap.add_argument("--target", default="gfx1201")
-    ap.add_argument("--cache", type=Path, default=None)
+    ap.add_argument("--target", action="append", default=[])
+    ap.add_argument("--root", type=Path, default=SHIPPED_ROOT)
     a = ap.parse_args(argv)
-    cache = a.cache or shipped_dir(a.target)
     from paro_kernels.triton import precompile
 
-    if a.verb == "build":
-        print(json.dumps(build(_plans(a.plan), a.target, cache)))
-        return 0
-    if a.verb == "inventory":
-        entries = precompile.inventory(cache)
-        for e in entries:
-            print(f"{e.name} {e.target} warps={e.num_warps} stages={e.num_stages} {e.key}")
-        print(f"kernel cache {cache}: {len(entries)} kernels")
-        return 0
-    gaps = check(_plans(a.plan), a.target, cache)
-    for g in gaps:
-        print(f"missing: {g}")
-    print(f"kernel cache {cache}: {len(gaps)} needed specializations missing")
+    targets, plans = _plans(a.plan) if a.plan else ([], [])
+    gaps = 0
+    for target in a.target or targets:
+        cache = shipped_dir(target, a.root)
+        if a.verb == "build":
+            print(json.dumps(build(plans, target, cache)), flush=True)
+        elif a.verb == "inventory":
+            entries = precompile.inventory(cache)
+            for e in entries:
+                print(f"{e.name} {e.target} warps={e.num_warps} stages={e.num_stages} {e.key}")
+            print(f"kernel cache {cache}: {len(entries)} kernels")
+        else:
+            missing = check(plans, target, cache)
+            for g in missing:
+                print(f"missing: {g}")
+            print(f"kernel cache {cache}: {len(missing)} needed specializations missing")
+            gaps += len(missing)
     return 1 if gaps else 0
 
 

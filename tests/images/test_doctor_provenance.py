@@ -79,7 +79,9 @@ KERNELS = "kernels=precompiled:38 jit:0"  # the field before source=, which stay
 
 
 def test_provenance_problem() -> None:
-    assert images.provenance_problem(LABELS, f"{MARKER} act=bf16 zpe=0 {KERNELS} source={SHA}") is None
+    assert (
+        images.provenance_problem(LABELS, f"{MARKER} act=bf16 zpe=0 {KERNELS} source={SHA}") is None
+    )
     other = images.provenance_problem(LABELS, f"{MARKER} {KERNELS} source={'b' * 40}")
     assert other == (
         f"the serve's paro-vllm was built from {'b' * 40}, its image's label says {SHA}: "

@@ -331,7 +331,9 @@ def test_triton_marker_names_the_served_mode(knobs: dict[str, str], label: str) 
     from paro_vllm import paroquant as pq
 
     assert pq.act_label(knobs, "triton") == label
-    assert pq.marker_line("triton", 5, 7, 7, label).endswith(f" {label} kernels=precompiled:0 jit:0 source=none")
+    assert pq.marker_line("triton", 5, 7, 7, label).endswith(
+        f" {label} kernels=precompiled:0 jit:0 source=none"
+    )
 
 
 @pytest.mark.parametrize(

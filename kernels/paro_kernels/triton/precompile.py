@@ -199,6 +199,23 @@ def _warm_run(orig: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
+def _getitem(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """Tensor indexing for fake "cuda" tensors on a CPU-only torch, whose indexing path asks
+    for a CUDA device guard: the view is taken on a meta twin and re-made with as_strided."""
+
+    def getitem(self: torch.Tensor, idx: Any) -> Any:
+        try:
+            return orig(self, idx)
+        except RuntimeError as e:
+            if "not linked with support for cuda" not in str(e):
+                raise
+        twin = torch.empty_strided(self.shape, self.stride(), dtype=self.dtype, device="meta")
+        v = orig(twin, idx)
+        return self.as_strided(v.shape, v.stride(), self.storage_offset() + v.storage_offset())
+
+    return getitem
+
+
 def _launcher_modules() -> list[Any]:
     import paro_kernels.triton as pkg
 
@@ -239,6 +256,7 @@ def standin(chip: Chip) -> Iterator[Callable[[torch.Tensor], torch.Tensor]]:
     prev = driver._active
     driver.set_active(_Driver(chip.target))  # type: ignore[arg-type]
     patch(JITFunction, "run", _warm_run(JITFunction.run))
+    patch(torch.Tensor, "__getitem__", _getitem(torch.Tensor.__getitem__))
     patch(torch.version, "hip", "precompile" if chip.hip else None)
     for m in _launcher_modules():
         if hasattr(m, "sm_count"):

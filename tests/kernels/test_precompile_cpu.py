@@ -1,0 +1,79 @@
+"""The gfx1201 kernel cache built on CPU (Triton's own layout) and checked for completeness.
+
+One build per session (~25 s here: about six gfx1201 compiles): SmolLM2-135M's qkv projection
+(the CPU demo's model: K = 576, partitions 576/192/192, G = 64) at M = 1..16 with the registry's
+activation knobs (fp8, per-group in the decode band), which visits every int specialization
+class of M (== 1, % 16 == 0, other). A removed entry must fail both checks: the doctor's
+(manifest against inventory) and the walk's (`kernel_cache.check`).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("triton")
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "plugin"))
+
+from paro_kernels.triton import precompile  # noqa: E402
+from paro_vllm import kernel_cache as kc  # noqa: E402
+
+PLAN = {
+    "name": "smollm2-qkv",
+    "ms": list(range(1, 17)),
+    "knobs": {},
+    "layers": [{"method": "paroquant", "sizes": [576, 192, 192], "k": 576, "group_size": 64}],
+}
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("kc") / "gfx1201"
+    t0 = time.monotonic()
+    summary = kc.build([kc.Plan.from_json(PLAN)], "gfx1201", out)
+    print(f"\ngfx1201 kernel cache build: {summary} in {time.monotonic() - t0:.1f} s")
+    return {"cache": out, "summary": summary}
+
+
+def test_build_holds_every_config_the_launcher_picks(built: dict[str, Any]) -> None:
+    cache = built["cache"]
+    entries = precompile.inventory(cache)
+    manifest = precompile.read_manifest(cache)
+    assert {e.target for e in entries} == {"hip:gfx1201"}
+    assert {e.name for e in entries} == {"rotate_quant_kernel", "w4a8_gemm_kernel"}
+    assert len(entries) == len(manifest["keys"]) == built["summary"]["keys"] >= 4
+    assert manifest["triton_key"] == precompile.triton_key_sha()
+    assert precompile.missing(cache, manifest["keys"]) == []
+    assert kc.check([kc.Plan.from_json(PLAN)], "gfx1201", cache) == []
+
+
+def test_a_removed_entry_fails_both_checks(built: dict[str, Any], tmp_path: Path) -> None:
+    cache = tmp_path / "gfx1201"
+    shutil.copytree(built["cache"], cache)
+    keys = precompile.read_manifest(cache)["keys"]
+    gone = sorted(keys)[0]
+    shutil.rmtree(cache / gone)
+    assert precompile.missing(cache, keys) == [gone]
+    # the launcher's own walk finds the same hole (and compiles it into its scratch cache)
+    assert kc.check([kc.Plan.from_json(PLAN)], "gfx1201", cache) == [f"{keys[gone]} {gone}"]
+
+
+def test_keys_depend_on_m_classes_not_on_every_m(built: dict[str, Any]) -> None:
+    # M = 2..15 share one specialization per kernel; 1 and 16 are their own (Triton's int rule).
+    plan = kc.Plan.from_json({**PLAN, "ms": [3, 7, 11]})
+    with_shipped = precompile.walk(
+        precompile.CHIPS["gfx1201"], plan.calls(), built["cache"] / "scratch", built["cache"]
+    )
+    assert with_shipped.count("shipped") == 2 and with_shipped.count("compiled") == 0
+
+
+def test_ms_cover_captures_and_both_sides_of_each_16_step() -> None:
+    got = kc.ms(8, 64)
+    assert got[:16] == list(range(1, 17)) and {32, 33, 48, 49, 64} <= set(got)
+    assert 34 not in got and max(got) == 64
+    assert kc.capture_sizes(24) == [1, 2, 4, 8, 16, 24]
