@@ -20,8 +20,8 @@ import pytest
 pytest.importorskip("triton")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "plugin"))
 
-from paro_kernels.triton import precompile  # noqa: E402
-from paro_vllm import kernel_cache as kc  # noqa: E402
+from paro_kernels.triton import precompile
+from paro_vllm import kernel_cache as kc
 
 PLAN = {
     "name": "smollm2-qkv",
