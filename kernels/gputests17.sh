@@ -13,13 +13,13 @@ python3 -c "import triton, torch; print('triton', triton.__version__, triton.__f
 python3 -c "from paro_kernels.triton import precompile as p; print('this triton_key', p.triton_key_sha())"
 grep '"triton' .kc17/sm90/paro-manifest.json
 echo "== carried cache (built on CPU, 3.6 cp311 + the cp312 libtriton hash)"
-timeout 200 "${t[@]}" > "$OUT/gpu17.log" 2>&1; rc=$?
+timeout 150 "${t[@]}" > "$OUT/gpu17.log" 2>&1; rc=$?
 grep -v "Warn\|warn" "$OUT/gpu17.log" | tail -8
 if [ $rc -ne 0 ]; then
   echo "== fallback: the same walk here (stand-in driver: CPU compiles), then the test again"
   export PRECOMPILE_PLAN=$root/tests/kernels/data/precompile_h200_plan_fallback.json
-  timeout 150 python3 kernels/precompile_h200.py --plan "$PRECOMPILE_PLAN" \
+  timeout 100 python3 kernels/precompile_h200.py --plan "$PRECOMPILE_PLAN" \
     --out /tmp/kc17/sm90 > "$OUT/gpu17-build.log" 2>&1; tail -1 "$OUT/gpu17-build.log"
-  PRECOMPILE_CACHE=/tmp/kc17 timeout 120 "${t[@]}" > "$OUT/gpu17b.log" 2>&1
+  PRECOMPILE_CACHE=/tmp/kc17 timeout 80 "${t[@]}" > "$OUT/gpu17b.log" 2>&1
   grep -v "Warn\|warn" "$OUT/gpu17b.log" | tail -8
 fi
