@@ -69,7 +69,7 @@ def ms(max_capture: int, chunk: int) -> list[int]:
 # --------------------------------------------------------------------------- layers -> calls
 
 
-def _prep(layer: Layer, device: str = "cpu") -> object:
+def _prep(layer: Layer, device: str = "cpu", wide: bool = False) -> object:
     """The layer prepared by the plugin's own backend `prepare`, from synthetic checkpoint data
     (zero codes, unit scales, seeded rotations and MXFP4 blocks: the same layout on every run)."""
     from paro_kernels.triton import mx_host
@@ -94,7 +94,17 @@ def _prep(layer: Layer, device: str = "cpu") -> object:
     from . import mx_triton_backend
 
     w, s = mx_host.random_checkpoint(n, k, device=device)
+    if wide:  # one column spanning 199 binades: no operand kind folds it exactly
+        s[0, :2] = torch.tensor([1, 200], dtype=torch.uint8)
     return mx_triton_backend.prepare(w, s, runs, g if runs else 0, torch.bfloat16)
+
+
+def preps(layer: Layer, device: str = "cpu") -> list[object]:
+    """Every prepared form whose data picks other kernels: for MXFP4 the folded GEMM and the
+    per-block one (chosen per weight by its exponent span, `mx_host.MxWeight.fold_ok`)."""
+    if layer.method == "paroquant":
+        return [_prep(layer, device)]
+    return [_prep(layer, device), _prep(layer, device, wide=True)]
 
 
 def layer_calls(
@@ -152,7 +162,8 @@ class Plan:
         """Every call of the walk, layer by layer."""
         out = []
         for layer in dict.fromkeys(self.layers):
-            out += layer_calls(layer, _prep(layer), self.knobs, self.ms)
+            for prep in preps(layer):
+                out += layer_calls(layer, prep, self.knobs, self.ms)
         return out
 
 

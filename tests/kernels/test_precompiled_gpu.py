@@ -13,11 +13,28 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 pytestmark = pytest.mark.gpu
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "plugin"))
+
+
+def _run_layer(plan: Any, layer: Any, prep: object) -> int:
+    """The layer at every M of the plan through the plugin's Triton entry point (real launches)."""
+    import torch
+    from paro_vllm import activations, mx_triton_backend, triton_backend
+
+    for m in plan.ms:
+        x = torch.randn(m, layer.k, device="cuda", dtype=torch.bfloat16)
+        if layer.method == "paroquant":
+            act = activations.act_config(plan.knobs, m, layer.group_size)
+            y = triton_backend.apply(prep, x, None, act)
+        else:
+            y = mx_triton_backend.apply(prep, x, None, plan.knobs["PARO_ACT_FORMAT"])
+        assert y.shape == (m, sum(layer.sizes))
+    return len(plan.ms)
 
 
 def test_shipped_cache_serves_every_launch_without_jit(tmp_path: Path) -> None:
@@ -28,7 +45,7 @@ def test_shipped_cache_serves_every_launch_without_jit(tmp_path: Path) -> None:
     if not root or not plan_path:
         pytest.skip("PRECOMPILE_CACHE / PRECOMPILE_PLAN unset")
     from paro_kernels.triton import precompile
-    from paro_vllm import activations, kernel_cache, mx_triton_backend, triton_backend
+    from paro_vllm import kernel_cache
 
     shipped = Path(root) / "sm90"
     manifest = precompile.read_manifest(shipped)
@@ -42,16 +59,8 @@ def test_shipped_cache_serves_every_launch_without_jit(tmp_path: Path) -> None:
     launches = 0
     for plan in plans:
         for layer in dict.fromkeys(plan.layers):
-            prep = kernel_cache._prep(layer, "cuda")
-            for m in plan.ms:
-                x = torch.randn(m, layer.k, device="cuda", dtype=torch.bfloat16)
-                if layer.method == "paroquant":
-                    act = activations.act_config(plan.knobs, m, layer.group_size)
-                    y = triton_backend.apply(prep, x, None, act)
-                else:
-                    y = mx_triton_backend.apply(prep, x, None, plan.knobs["PARO_ACT_FORMAT"])
-                assert y.shape == (m, sum(layer.sizes)) and bool(torch.isfinite(y).all())
-                launches += 1
+            for prep in kernel_cache.preps(layer, "cuda"):
+                launches += _run_layer(plan, layer, prep)
     torch.cuda.synchronize()
     s = precompile.STATS
     hits, jit = sum(s.shipped.values()), sum(s.compiled.values())
