@@ -106,9 +106,10 @@ _OURS: set[str] = set()
 
 
 def _ours(name: str) -> bool:
-    """Whether `name` is one of our kernels (vLLM's own Triton kernels share the cache)."""
-    if not _OURS:
-        _OURS.update(kernel_names())
+    """Whether `name` is one of our kernels (vLLM's own Triton kernels share the cache); a name
+    not seen yet rescans the loaded modules (a kernel being compiled has its module loaded)."""
+    if name not in _OURS:
+        _OURS.update(_loaded_kernel_names())
     return name in _OURS
 
 
@@ -223,12 +224,8 @@ def _launcher_modules() -> list[Any]:
     return [sys.modules[m] for m in names if sys.modules[m] is not None]
 
 
-def kernel_names() -> set[str]:
-    """The names of every Triton kernel of `paro_kernels.triton` (the counters' scope)."""
-    import importlib
-
-    for mod in ("kernels", "fast_kernels", "mx_kernels"):
-        importlib.import_module(f"paro_kernels.triton.{mod}")
+def _loaded_kernel_names() -> set[str]:
+    """The names of the Triton kernels of the loaded `paro_kernels.triton` modules."""
     return {
         v.fn.__name__
         for m in _launcher_modules()
