@@ -93,7 +93,7 @@ def kernels(report: dict[str, object], triton_needed: bool) -> list[str]:
     return out
 
 
-def kernel_cache(report: dict[str, object], plan_path: str) -> list[str]:
+def kernel_cache(report: dict[str, object], plan_path: str, root: str = "") -> list[str]:
     """The shipped kernel cache per target: inventory, and every config the build's walk needed.
 
     The build's manifest lists each specialization the launcher picked at the plan's shapes and
@@ -111,7 +111,7 @@ def kernel_cache(report: dict[str, object], plan_path: str) -> list[str]:
 
     out, inv = [], {}
     for target in targets:
-        cache = kc.shipped_dir(target)
+        cache = kc.shipped_dir(target, Path(root) if root else kc.SHIPPED_ROOT)
         entries = precompile.inventory(cache)
         names: dict[str, int] = {}
         for e in entries:
@@ -172,6 +172,7 @@ def main() -> int:
     for flag in ("--vllm", "--plugin", "--kernels", "--torch", "--triton-min", "--source-sha"):
         parser.add_argument(flag, default="")
     parser.add_argument("--kernel-plan", default=KERNEL_PLAN)
+    parser.add_argument("--kernel-cache-root", default="")
     args = parser.parse_args()
     report: dict[str, object] = {}
     steps: list[Callable[[], list[str]]] = [
@@ -179,7 +180,7 @@ def main() -> int:
         lambda: plugins(report),
         lambda: kernels(report, bool(args.triton_min)),
         lambda: expectations(args, report),
-        lambda: kernel_cache(report, args.kernel_plan),
+        lambda: kernel_cache(report, args.kernel_plan, args.kernel_cache_root),
     ]
     problems: list[str] = []
     for step in steps:

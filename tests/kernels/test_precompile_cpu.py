@@ -9,6 +9,8 @@ class of M (== 1, % 16 == 0, other). A removed entry must fail both checks: the 
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import shutil
 import sys
 import time
@@ -77,3 +79,35 @@ def test_ms_cover_captures_and_both_sides_of_each_16_step() -> None:
     assert got[:16] == list(range(1, 17)) and {32, 33, 48, 49, 64} <= set(got)
     assert 34 not in got and max(got) == 64
     assert kc.capture_sizes(24) == [1, 2, 4, 8, 16, 24]
+
+
+def _doctor() -> Any:
+    path = Path(__file__).resolve().parents[2] / "images" / "doctor.py"
+    spec = importlib.util.spec_from_file_location("paroctl_image_doctor", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_image_doctor_prints_the_inventory_and_fails_on_a_missing_config(
+    built: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doctor = _doctor()
+    plan = tmp_path / "kernel-plan.json"
+    plan.write_text(json.dumps({"targets": ["gfx1201"], "plans": [PLAN]}))
+    root = tmp_path / "root"
+    shutil.copytree(built["cache"], root / "gfx1201")
+    report: dict[str, object] = {}
+    assert doctor.kernel_cache(report, str(plan), str(root)) == []
+    n = built["summary"]["keys"]
+    assert report["kernel_cache"] == {
+        "gfx1201": {"kernels": n, "needed": n, "by_name": {"rotate_quant_kernel": n // 2,
+                                                           "w4a8_gemm_kernel": n // 2}}
+    }  # fmt: skip
+    assert f"kernel cache gfx1201: {n} kernels" in capsys.readouterr().out
+    gone = sorted((root / "gfx1201").glob("*/__grp__w4a8_gemm_kernel.json"))[0].parent
+    shutil.rmtree(gone)
+    (problem,) = doctor.kernel_cache({}, str(plan), str(root))
+    assert f"lacks 1 of the {n} launcher configs" in problem and gone.name in problem
+    assert doctor.kernel_cache({}, str(tmp_path / "absent.json"), str(root)) == []  # cpu kind
