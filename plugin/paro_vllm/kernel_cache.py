@@ -8,8 +8,8 @@ config the launcher picks for those shapes is visited; `paro_kernels.triton.prec
 them under its compile-only stand-in (see its docstring for why the cache keys are the JIT's).
 
 M buckets (`ms`): every M up to 16, the CUDA/HIP-graph capture sizes (vLLM's default list up
-to the largest capture size), then the prefill band up to the chunk (max_num_batched_tokens)
-sampled at every multiple of 16 and the M just above it: Triton specializes an int on `== 1`
+to the largest capture size), and every multiple of 16 up to the chunk (max_num_batched_tokens)
+with the M just above it: Triton specializes an int on `== 1`
 and `% 16 == 0`, and every M threshold of the launcher is a multiple of 16, so both sides of
 each are visited.
 
@@ -59,11 +59,14 @@ def capture_sizes(max_size: int) -> list[int]:
     return [s for s in sizes if s <= max_size]
 
 
-def ms(max_capture: int, chunk: int) -> list[int]:
-    """The M buckets: capture sizes, then the prefill band sampled (module doc)."""
-    band = {v for b in range(16 * (max_capture // 16 + 1), chunk + 1, 16) for v in (b, b + 1)}
+def ms(max_capture: int, chunk: int, captures: Iterable[int] | None = None) -> list[int]:
+    """The M buckets: capture sizes (vLLM's default list to max_capture, or the serve's own
+    `captures`), then the prefill band sampled (module doc)."""
+    caps = sorted(captures) if captures is not None else capture_sizes(max_capture)
+    # From 16 whatever the captures: an eager serve (or a smaller capture list) runs those Ms too.
+    band = {v for b in range(16, chunk + 1, 16) for v in (b, b + 1)}
     small = range(1, min(16, chunk) + 1)  # eager serves every M: the decode band's classes
-    return sorted({*small, *capture_sizes(max_capture), *(v for v in band if v <= chunk), chunk})
+    return sorted({*small, *caps, *(v for v in band if v <= chunk), chunk})
 
 
 # --------------------------------------------------------------------------- layers -> calls
@@ -198,15 +201,24 @@ def _this_target(root: Path) -> Path | None:
     return root / str(name)
 
 
-# This process's Triton layers, one prepared layer per distinct shape (the probe's inputs).
-LAYERS: dict[Layer, object] = {}
+# This process's Triton layers, one prepared layer per distinct shape and data-picked variant
+# (the probe's inputs).
+LAYERS: dict[tuple[Layer, tuple[bool, ...]], object] = {}
 KNOBS: dict[str, str] = {}
 NONE_FIELD = "kernels=precompiled:0 jit:0"
 
 
+def _variant(prep: object) -> tuple[bool, ...]:
+    """What in a prepared layer's data picks kernels: the MXFP4 weight's fold per operand kind
+    (the one data-dependent choice of the launcher today; `preps` builds both)."""
+    w = getattr(prep, "weight", None)
+    fold_ok = getattr(w, "fold_ok", None)
+    return tuple(bool(fold_ok(opk)) for opk in (0, 1, 2)) if callable(fold_ok) else ()
+
+
 def record(layer: Layer, prep: object, knobs: Mapping[str, str]) -> None:
-    """Note a layer prepared for the Triton kernels (the first of each shape is kept)."""
-    LAYERS.setdefault(layer, prep)
+    """Note a layer prepared for the Triton kernels (the first of each shape/variant is kept)."""
+    LAYERS.setdefault((layer, _variant(prep)), prep)
     KNOBS.update(knobs)
 
 
@@ -220,14 +232,19 @@ def marker_field() -> str:
     if not LAYERS:
         return NONE_FIELD
     try:
-        res = probe(LAYERS, KNOBS, ms(*_serve_buckets()))
+        captures, chunk = _serve_buckets()
+        res = probe(LAYERS, KNOBS, ms(0, chunk, captures))
     except Exception:
         log.exception("paro-vllm: kernel cache probe failed")
         return "kernels=unknown"
     return f"kernels=precompiled:{res.count('shipped')} jit:{len(res.keys) - res.count('shipped')}"
 
 
-def probe(layers: Mapping[Layer, object], knobs: Mapping[str, str], buckets: list[int]) -> Any:
+def probe(
+    layers: Mapping[tuple[Layer, tuple[bool, ...]], object],
+    knobs: Mapping[str, str],
+    buckets: list[int],
+) -> Any:
     """Walk the layers under the stand-in for this process's GPU; a `WalkResult`."""
     import triton
     from paro_kernels.triton import precompile
@@ -237,23 +254,22 @@ def probe(layers: Mapping[Layer, object], knobs: Mapping[str, str], buckets: lis
     name = t.arch if t.backend == "hip" else f"sm{t.arch}"
     sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
     chip = precompile.Chip(str(name), t, sms)
-    calls = [c for layer, prep in layers.items() for c in layer_calls(layer, prep, knobs, buckets)]
+    calls = [c for (la, _), prep in layers.items() for c in layer_calls(la, prep, knobs, buckets)]
     shipped = precompile._SHIPPED[0] if precompile._SHIPPED else None
     return precompile.walk(chip, calls, Path(triton.knobs.cache.dir), shipped)
 
 
-def _serve_buckets() -> tuple[int, int]:
-    """(largest capture size, prefill chunk) of this vLLM serve (eager: 0 captures)."""
+def _serve_buckets() -> tuple[list[int], int]:
+    """(graph capture sizes, prefill chunk) of this vLLM serve (eager: no captures)."""
     try:
         from vllm.config import get_current_vllm_config
 
         cfg = get_current_vllm_config()
-        sizes = cfg.compilation_config.cudagraph_capture_sizes or []
+        sizes = list(cfg.compilation_config.cudagraph_capture_sizes or [])
         eager = cfg.model_config is not None and cfg.model_config.enforce_eager
-        chunk = cfg.scheduler_config.max_num_batched_tokens
-        return (0 if eager else max(sizes, default=0)), int(chunk)
-    except Exception:
-        return 512, 8192
+        return ([] if eager else sizes), int(cfg.scheduler_config.max_num_batched_tokens)
+    except Exception:  # no vLLM config in this process (a test): the box's defaults
+        return capture_sizes(128), 8192
 
 
 # --------------------------------------------------------------------------- CLI (image build)

@@ -79,6 +79,8 @@ def test_ms_cover_captures_and_both_sides_of_each_16_step() -> None:
     assert got[:16] == list(range(1, 17)) and {32, 33, 48, 49, 64} <= set(got)
     assert 34 not in got and max(got) == 64
     assert kc.capture_sizes(24) == [1, 2, 4, 8, 16, 24]
+    # a serve's own capture list (the marker's probe reads vLLM's) replaces the default one
+    assert {24, 40} <= set(kc.ms(0, 64, [24, 40])) and 17 in kc.ms(0, 64, [24])
 
 
 def _doctor() -> Any:
