@@ -26,10 +26,12 @@ this resolves them inside the shipped key directory) and falls back to the writa
 TRITON_CACHE_DIR, where run-time compiles land. `STATS` counts shipped hits and compiles per
 kernel; the first compile of each kernel is logged by name.
 
-Measured (H200, 2026-12-01, kernels/gputests17.sh): the sm_90 cache of the 27B TP=2 plan
-(tests/kernels/data/precompile_h200_plan.json: 70 specializations, 37 MB, built on the CPU
-dev machine by Triton 3.6 in 239 s) served 8,296 linear calls through the plugin's Triton entry
-points with 70 shipped hits and 0 JIT compiles; the H200's triton_key equalled the manifest's.
+Measured (H200, 2026-12-01, kernels/gputests17.sh): the sm_90 cache of the 27B TP=2 plans
+(tests/kernels/data/precompile_h200_plan.json: W4A8 fp8/token, W4A16, MXFP4 fp8; 80
+specializations, 43 MB, built on the CPU dev machine by Triton 3.6 in 348 s) served 10,370
+linear calls through the plugin's Triton entry points with 80 shipped hits and 0 JIT compiles,
+then 240 calls at random unsampled prefill Ms with 0 JIT compiles; the H200's triton_key
+equalled the manifest's.
 """
 
 from __future__ import annotations
