@@ -244,19 +244,28 @@ def probe(
     layers: Mapping[tuple[Layer, tuple[bool, ...]], object],
     knobs: Mapping[str, str],
     buckets: list[int],
+    chip: Any = None,
+    shipped: Path | None = None,
+    cache_dir: Path | None = None,
 ) -> Any:
-    """Walk the layers under the stand-in for this process's GPU; a `WalkResult`."""
+    """Walk the layers under the stand-in (for this process's GPU unless `chip` is given) with
+    the active shipped and writable caches unless given; a `precompile.WalkResult`."""
     import triton
     from paro_kernels.triton import precompile
-    from triton.runtime.driver import driver
 
-    t = driver.active.get_current_target()
-    name = t.arch if t.backend == "hip" else f"sm{t.arch}"
-    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-    chip = precompile.Chip(str(name), t, sms)
+    if chip is None:
+        from triton.runtime.driver import driver
+
+        t = driver.active.get_current_target()
+        name = t.arch if t.backend == "hip" else f"sm{t.arch}"
+        dev = torch.cuda.current_device()
+        chip = precompile.Chip(
+            str(name), t, torch.cuda.get_device_properties(dev).multi_processor_count
+        )
     calls = [c for (la, _), prep in layers.items() for c in layer_calls(la, prep, knobs, buckets)]
-    shipped = precompile._SHIPPED[0] if precompile._SHIPPED else None
-    return precompile.walk(chip, calls, Path(triton.knobs.cache.dir), shipped)
+    if shipped is None and precompile._SHIPPED:
+        shipped = precompile._SHIPPED[0]
+    return precompile.walk(chip, calls, cache_dir or Path(triton.knobs.cache.dir), shipped)
 
 
 def _serve_buckets() -> tuple[list[int], int]:

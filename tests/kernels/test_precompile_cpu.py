@@ -113,3 +113,23 @@ def test_image_doctor_prints_the_inventory_and_fails_on_a_missing_config(
     (problem,) = doctor.kernel_cache({}, str(plan), str(root))
     assert f"lacks 1 of the {n} launcher configs" in problem and gone.name in problem
     assert doctor.kernel_cache({}, str(tmp_path / "absent.json"), str(root)) == []  # cpu kind
+
+
+def test_marker_probe_counts_this_process_layers(built: dict[str, Any], tmp_path: Path) -> None:
+    layer = kc.Plan.from_json(PLAN).layers[0]
+    kc.LAYERS.clear()
+    try:
+        assert kc.marker_field() == "kernels=precompiled:0 jit:0"  # no Triton layer
+        kc.record(layer, kc._prep(layer), kc.Plan.from_json(PLAN).knobs)
+        chip = precompile.CHIPS["gfx1201"]
+        res = kc.probe(kc.LAYERS, kc.KNOBS, list(range(1, 17)), chip, built["cache"], tmp_path)
+        assert (res.count("shipped"), len(res.keys)) == (built["summary"]["keys"],) * 2
+        # an empty shipped cache: the probe compiles what is absent (jit:M), a second finds it
+        # in the writable cache (a JIT of an earlier boot: still not shipped)
+        res = kc.probe(kc.LAYERS, kc.KNOBS, [2], chip, tmp_path / "empty", tmp_path)
+        assert (res.count("shipped"), res.count("compiled")) == (0, 2)
+        res = kc.probe(kc.LAYERS, kc.KNOBS, [2], chip, tmp_path / "empty", tmp_path)
+        assert (res.count("shipped"), res.count("local")) == (0, 2)
+        assert kc.marker_field() == "kernels=unknown"  # no GPU here: the probe fails, logged
+    finally:
+        kc.LAYERS.clear()
