@@ -541,6 +541,12 @@ class BuildPlan:
             if not wheelhouse_ready(house):
                 lines.append(f"#   {proc.describe(wheelhouse_command(house))}")
             lines.append(f"#   minus {', '.join(demo.VENV_REMOVE)}")
+        if self.request.kind != "cpu":
+            from paroctl import kernel_plans, profiles
+
+            kp = kernel_plans.image_plan(self.request.kind, self.request.arch, profiles.load_all())
+            names = ", ".join(p["name"] for p in kp["plans"]) or "none"
+            lines.append(f"# kernel plan (CONTEXT/kernel-plan.json) for {kp['targets']}: {names}")
         lines.append(
             f"# engine API (DOCKER_HOST): build(path=CONTEXT, dockerfile='Containerfile', "
             f"tag={self.request.tag!r}, labels=...); last step: doctor.py"
