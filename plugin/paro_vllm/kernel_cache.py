@@ -37,7 +37,6 @@ from typing import Any
 import torch
 
 SHIPPED_ROOT = Path("/opt/paroctl/kernel-cache")
-METHODS = ("paroquant", "paroquant_mxfp4", "nvfp4_mxfp4")
 log = logging.getLogger("paro_vllm")
 
 

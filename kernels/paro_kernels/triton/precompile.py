@@ -39,7 +39,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import sys
 import time
 import warnings
@@ -390,8 +389,12 @@ def missing(cache_dir: Path, needed: Iterable[str]) -> list[str]:
 def write_manifest(cache_dir: Path, chip: Chip, result: WalkResult, extra: dict[str, Any]) -> Path:
     """The build's record beside the cache: target, Triton version, every needed key by name."""
     path = cache_dir / MANIFEST
+    from triton._C.libtriton import get_cache_invalidating_env_vars
+
     data = {
         "target": chip.name, "triton": triton.__version__, "triton_key": triton_key_sha(),
+        # Part of every key: a serve whose environment sets others misses every entry.
+        "env_vars": dict(get_cache_invalidating_env_vars()),
         "seconds": round(result.seconds, 1),
         "keys": {k: result.names[k] for k in sorted(result.keys)}, **extra,
     }  # fmt: skip
@@ -415,8 +418,3 @@ def read_manifest(cache_dir: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
-
-
-def env_default_dir() -> Path:
-    """Where a fresh writable Triton cache goes when TRITON_CACHE_DIR is unset."""
-    return Path(os.path.expanduser("~/.triton/cache"))
