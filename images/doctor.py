@@ -21,6 +21,7 @@ from collections.abc import Callable
 METHODS = ("paroquant", "paroquant_mxfp4", "nvfp4_mxfp4")
 OVERRIDE = "nvfp4_mxfp4"
 PROVENANCE = "/opt/paroctl/provenance.json"
+KERNEL_PLAN = "/opt/paroctl/kernel-plan.json"  # written by the build (rocm/cuda images)
 
 
 def _release(version: str) -> str:
@@ -92,6 +93,52 @@ def kernels(report: dict[str, object], triton_needed: bool) -> list[str]:
     return out
 
 
+def kernel_cache(report: dict[str, object], plan_path: str, root: str = "") -> list[str]:
+    """The shipped kernel cache per target: inventory, and every config the build's walk needed.
+
+    The build's manifest lists each specialization the launcher picked at the plan's shapes and
+    M buckets; one absent from the cache, or a cache keyed on another Triton, is a problem.
+    """
+    try:
+        with open(plan_path) as handle:
+            targets = json.load(handle).get("targets", [])
+    except FileNotFoundError:
+        return []  # a kind without Triton kernels (cpu)
+    from pathlib import Path
+
+    from paro_kernels.triton import precompile
+    from paro_vllm import kernel_cache as kc
+
+    out, inv = [], {}
+    for target in targets:
+        cache = kc.shipped_dir(target, Path(root) if root else kc.SHIPPED_ROOT)
+        entries = precompile.inventory(cache)
+        names: dict[str, int] = {}
+        for e in entries:
+            names[e.name] = names.get(e.name, 0) + 1
+        manifest = precompile.read_manifest(Path(cache))
+        needed = manifest.get("keys", {})
+        inv[target] = {"kernels": len(entries), "by_name": names, "needed": len(needed)}
+        print(f"paroctl doctor: kernel cache {target}: {len(entries)} kernels {names}", flush=True)
+        if not manifest:
+            out.append(f"kernel cache {cache}: no manifest (the build step did not run)")
+            continue
+        if manifest.get("triton_key") != precompile.triton_key_sha():
+            built = manifest.get("triton")
+            out.append(
+                f"kernel cache {target} was built by another Triton build ({built}): "
+                "every kernel would compile at boot"
+            )
+        gaps = precompile.missing(Path(cache), needed)
+        if gaps:
+            out.append(
+                f"kernel cache {target} lacks {len(gaps)} of the {len(needed)} launcher configs "
+                f"it needs, first {needed[gaps[0]]} {gaps[0]}"
+            )
+    report["kernel_cache"] = inv
+    return out
+
+
 def expectations(args: argparse.Namespace, report: dict[str, object]) -> list[str]:
     """What was found against what the labels claim."""
     out = []
@@ -124,6 +171,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     for flag in ("--vllm", "--plugin", "--kernels", "--torch", "--triton-min", "--source-sha"):
         parser.add_argument(flag, default="")
+    parser.add_argument("--kernel-plan", default=KERNEL_PLAN)
+    parser.add_argument("--kernel-cache-root", default="")
     args = parser.parse_args()
     report: dict[str, object] = {}
     steps: list[Callable[[], list[str]]] = [
@@ -131,6 +180,7 @@ def main() -> int:
         lambda: plugins(report),
         lambda: kernels(report, bool(args.triton_min)),
         lambda: expectations(args, report),
+        lambda: kernel_cache(report, args.kernel_plan, args.kernel_cache_root),
     ]
     problems: list[str] = []
     for step in steps:

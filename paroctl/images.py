@@ -409,12 +409,18 @@ def assemble_context(
     labels: Mapping[str, str],
     progress: Progress | None = None,
 ) -> Path:
-    """Write Containerfile, the checks, provenance.json, wheels/ and, for cpu, wheelhouse/."""
+    """Write Containerfile, the checks, provenance.json, wheels/, for cpu wheelhouse/, for the
+    GPU kinds kernel-plan.json."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "Containerfile").write_text(containerfile)
     for script in CONTEXT_SCRIPTS:
         shutil.copy2(images_dir() / script, directory / script)
     (directory / PROVENANCE_FILE).write_text(provenance_json(labels))
+    if req.kind != "cpu":  # the kernels the image compiles ahead of time (paroctl/kernel_plans.py)
+        from paroctl import kernel_plans, profiles
+
+        plan = kernel_plans.image_plan(req.kind, req.arch, profiles.load_all())
+        (directory / kernel_plans.PLAN_FILE).write_text(json.dumps(plan, indent=1) + "\n")
     wheels = directory / "wheels"
     _report(progress, "building the paro-kernels and paro-vllm wheels")
     proc.run(
@@ -535,6 +541,12 @@ class BuildPlan:
             if not wheelhouse_ready(house):
                 lines.append(f"#   {proc.describe(wheelhouse_command(house))}")
             lines.append(f"#   minus {', '.join(demo.VENV_REMOVE)}")
+        if self.request.kind != "cpu":
+            from paroctl import kernel_plans, profiles
+
+            kp = kernel_plans.image_plan(self.request.kind, self.request.arch, profiles.load_all())
+            names = ", ".join(p["name"] for p in kp["plans"]) or "none"
+            lines.append(f"# kernel plan (CONTEXT/kernel-plan.json) for {kp['targets']}: {names}")
         lines.append(
             f"# engine API (DOCKER_HOST): build(path=CONTEXT, dockerfile='Containerfile', "
             f"tag={self.request.tag!r}, labels=...); last step: doctor.py"

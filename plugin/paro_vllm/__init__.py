@@ -52,6 +52,9 @@ def register() -> None:
 
     compat.register_config(paroquant_mxfp4.METHOD, paroquant_mxfp4.ParoMxfp4Config)
     compat.register_config(nvfp4_mxfp4.METHOD, nvfp4_mxfp4.NvFp4MxFp4Config)
+    from . import kernel_cache
+
+    kernel_cache.activate()  # the image's precompiled kernels, where it ships them
     _registered = True
     logging.getLogger("paro_vllm").debug(
         "paro-vllm %s registered %r on vLLM %s", __version__, METHOD, compat.vllm_version()

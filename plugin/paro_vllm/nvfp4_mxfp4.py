@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from . import _vllm_compat as compat
-from . import activations, mx_triton_backend
+from . import activations, kernel_cache, mx_triton_backend
 from .knobs import read_env
 from .paroquant import TorchConfigBase, resolve_backend
 
@@ -74,7 +74,7 @@ def relrms_summary(errors: dict[str, float]) -> tuple[float, float, str]:
     return sum(errors.values()) / len(errors), errors[worst], worst
 
 
-def marker_line(state: _LoadState) -> str:
+def marker_line(state: _LoadState, kernels: str = "kernels=precompiled:0 jit:0") -> str:
     """The boot marker: `layers=Q/T`, partitions by source kind requantized (`from=`) and left
     unquantized (`kept=`), the lm_head's form and the requant relRMS mean/max."""
     from . import __version__
@@ -86,7 +86,8 @@ def marker_line(state: _LoadState) -> str:
         f"paro-vllm: method={METHOD} backend={state.backend} exp={state.exp} "
         f"layers={state.partitions}/{total} from={_counts(state.kinds)} "
         f"kept={_counts(state.kept)} lm_head={state.lm_head} "
-        f"relrms_mean={mean:.4f} relrms_max={worst:.4f} version={__version__} {marker_field()}"
+        f"relrms_mean={mean:.4f} relrms_max={worst:.4f} version={__version__} {kernels} "
+        f"{marker_field()}"
     )
 
 
@@ -104,7 +105,7 @@ def _maybe_emit_marker() -> None:
         worst,
         where,
     )
-    line = marker_line(STATE)
+    line = marker_line(STATE, kernel_cache.marker_field())
     MARKERS.append(line)
     log.info(line)
 
@@ -373,6 +374,11 @@ class NvFp4MxFp4LinearMethod(compat.LinearMethodBase):
             if why is not None:
                 raise ValueError(f"paro-vllm: {prefix}: PARO_BACKEND=triton: {why}")
             layer.paro_mx = mx_triton_backend.prepare(weight, scale)
+            kernel_cache.record(
+                kernel_cache.Layer(METHOD, tuple(layer.paro_partition_sizes), weight.shape[1] * 2,
+                                   4, 0, getattr(layer, "bias", None) is not None),
+                layer.paro_mx, self.quant_config.knobs,
+            )  # fmt: skip
         else:
             layer.paro_wt = w.float().t().contiguous()
         STATE.errors[prefix] = err

@@ -25,7 +25,7 @@ import torch
 from torch.nn import Parameter
 
 from . import _vllm_compat as compat
-from . import activations, reference_backend, triton_backend
+from . import activations, kernel_cache, reference_backend, triton_backend
 from .knobs import read_env
 
 METHOD = "paroquant"
@@ -67,11 +67,15 @@ class _LoadState:
 STATE = _LoadState()
 
 
-def marker_line(backend: str, bits: int, quantized: int, total: int, act: str = "") -> str:
+def marker_line(
+    backend: str, bits: int, quantized: int, total: int, act: str = "",
+    kernels: str = kernel_cache.NONE_FIELD,
+) -> str:  # fmt: skip
     """The boot marker profiles expect (`paro-vllm: method=paroquant ...`), act mode last.
 
-    The act fields come after `version=` so existing expect lines keep matching; `source=` (the
-    image's source sha, paroctl compares it with the image label) is last.
+    The act fields come after `version=` so existing expect lines keep matching; then
+    `kernels=precompiled:N jit:M` (kernel_cache.marker_field); `source=` (the image's source
+    sha, paroctl compares it with the image label) is last.
     """
     from . import __version__
     from .provenance import marker_field
@@ -80,7 +84,8 @@ def marker_line(backend: str, bits: int, quantized: int, total: int, act: str = 
         f"paro-vllm: method={METHOD} backend={backend} bits={bits} "
         f"layers={quantized}/{total} version={__version__}"
     )
-    return f"{line} {act} {marker_field()}" if act else f"{line} {marker_field()}"
+    mode = f" {act}" if act else ""
+    return f"{line}{mode} {kernels} {marker_field()}"
 
 
 def act_label(knobs: Mapping[str, str], backend: str) -> str:
@@ -107,6 +112,7 @@ def _maybe_emit_marker() -> None:
         STATE.projections,
         STATE.projections + STATE.unquantized,
         STATE.act,
+        kernel_cache.marker_field(),
     )
     STATE.emitted = True
     STATE.lines.append(line)
@@ -435,6 +441,11 @@ class ParoQuantLinearMethod(compat.LinearMethodBase):
                 cfg.bits, _data(layer, "qweight_hi"), _data(layer, "qzeros_hi"),
             )  # fmt: skip
             layer.paro_n = sum(sizes)
+            kernel_cache.record(
+                kernel_cache.Layer(METHOD, tuple(sizes), k, cfg.bits, cfg.group_size,
+                                   getattr(layer, "bias", None) is not None),
+                layer.paro_triton, cfg.knobs,
+            )  # fmt: skip
             STATE.processed += 1
             _maybe_emit_marker()
             return

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from . import _vllm_compat as compat
-from . import activations, mx_triton_backend, reference_backend
+from . import activations, kernel_cache, mx_triton_backend, reference_backend
 from .knobs import read_env
 from .paroquant import TorchConfigBase, resolve_backend, rotation_loader, rotation_runs
 
@@ -48,7 +48,9 @@ STATE = _LoadState()
 MARKERS: list[str] = []
 
 
-def marker_line(backend: str, act: str, quantized: int, total: int) -> str:
+def marker_line(
+    backend: str, act: str, quantized: int, total: int, kernels: str = kernel_cache.NONE_FIELD
+) -> str:
     """The boot marker profiles expect (`paro-vllm: method=paroquant_mxfp4 ...`), with the layers
     by kind: MXFP4 (`from=`), left bf16 on vLLM's unquantized path (`kept=`), and the lm_head,
     which this method never claims (not a linear) and so is always bf16."""
@@ -59,7 +61,7 @@ def marker_line(backend: str, act: str, quantized: int, total: int) -> str:
     return (
         f"paro-vllm: method={METHOD} backend={backend} act={act} "
         f"layers={quantized}/{total} from=mxfp4:{quantized} kept={kept} lm_head=bf16 "
-        f"version={__version__} {marker_field()}"
+        f"version={__version__} {kernels} {marker_field()}"
     )
 
 
@@ -68,7 +70,9 @@ def _maybe_emit_marker() -> None:
     if STATE.emitted or STATE.processed < STATE.created:
         return
     total = STATE.partitions + STATE.unquantized
-    line = marker_line(STATE.backend, STATE.act, STATE.partitions, total)
+    line = marker_line(
+        STATE.backend, STATE.act, STATE.partitions, total, kernel_cache.marker_field()
+    )
     STATE.emitted = True
     MARKERS.append(line)
     log.info(line)
@@ -248,6 +252,11 @@ class ParoMxfp4LinearMethod(compat.LinearMethodBase):
             layer.paro_mx = mx_triton_backend.prepare(
                 layer.weight.data, layer.weight_scale.data, runs, cfg.group_size, dtype
             )
+            kernel_cache.record(
+                kernel_cache.Layer(METHOD, tuple(sizes), k, 4, cfg.group_size,
+                                   getattr(layer, "bias", None) is not None),
+                layer.paro_mx, cfg.knobs,
+            )  # fmt: skip
         else:
             # fp32 W^T: e2m1 * 2**e is exact in fp32 (only the scale range could be exceeded).
             wt = mxfp4_dequantize(layer.weight.data, layer.weight_scale.data).float().t()

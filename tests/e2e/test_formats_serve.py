@@ -53,7 +53,8 @@ STABLE_NATS = 1e-4
 DECODE_TOKENS = 64
 V = r"version=\d+\.\d+\.\d+"
 R = r"0\.\d{4}"
-S = " source=none"  # the plugin runs from a host venv, not a paroctl image
+# reference backend (no Triton kernels), and a host venv, not a paroctl image
+S = " kernels=precompiled:0 jit:0 source=none"
 # The whole marker line per profile: method, backend, act mode, and the layers by kind.
 MARKER_RE = {
     "cpu-demo-int5": rf"paro-vllm: method=paroquant backend=reference bits=5 layers=210/210 {V} "

@@ -175,7 +175,10 @@ def test_the_plugin_reads_the_source_sha_of_the_label(cpu_image: BuiltImage) -> 
     assert done.returncode == 0, done.stderr
     labels = cpu_image.info.labels
     assert done.stdout.strip() == images.labelled_source(labels)
-    marker = f"paro-vllm: method=paroquant backend=reference version=0.1.0 source={done.stdout}"
+    marker = (
+        "paro-vllm: method=paroquant backend=reference version=0.1.0 "
+        f"kernels=precompiled:0 jit:0 source={done.stdout}"
+    )
     assert images.provenance_problem(labels, marker) is None
 
 

@@ -75,11 +75,14 @@ def test_provenance_file_round_trips_to_the_marker_field(tmp_path: Path) -> None
 
 
 MARKER = "paro-vllm: method=paroquant backend=triton bits=4 layers=210/210 version=0.1.0"
+KERNELS = "kernels=precompiled:38 jit:0"  # the field before source=, which stays last
 
 
 def test_provenance_problem() -> None:
-    assert images.provenance_problem(LABELS, f"{MARKER} act=bf16 zpe=0 source={SHA}") is None
-    other = images.provenance_problem(LABELS, f"{MARKER} source={'b' * 40}")
+    assert (
+        images.provenance_problem(LABELS, f"{MARKER} act=bf16 zpe=0 {KERNELS} source={SHA}") is None
+    )
+    other = images.provenance_problem(LABELS, f"{MARKER} {KERNELS} source={'b' * 40}")
     assert other == (
         f"the serve's paro-vllm was built from {'b' * 40}, its image's label says {SHA}: "
         "a plugin other than the image's is serving"
@@ -91,7 +94,11 @@ def test_provenance_problem() -> None:
 
 
 def test_boot_source_problems_read_every_marker_and_nothing_else() -> None:
-    lines = ["INFO vLLM up", f"{MARKER} source={SHA}", f"{MARKER} act=int8/group zpe=1 source=b"]
+    lines = [
+        "INFO vLLM up",
+        f"{MARKER} {KERNELS} source={SHA}",
+        f"{MARKER} act=int8/group zpe=1 {KERNELS} source=b",
+    ]
     (problem,) = images.boot_source_problems(LABELS, lines)
     assert "built from b, its image's label says" in problem
     assert images.boot_source_problems(LABELS, ["no marker here"]) == []

@@ -205,6 +205,15 @@ def test_cli_dry_run_prints_labels_and_containerfile() -> None:
     assert "# label paroctl.arch=9.0" in lines
     assert "# label paroctl.kind=cuda" in lines
     assert "FROM docker.io/vllm/vllm-openai:v0.32.0" in lines
+    # no box profile serves on a cuda image: its kernel cache holds no plan
+    assert "# kernel plan (CONTEXT/kernel-plan.json) for ['sm90']: none" in lines
+
+
+def test_rocm_dry_run_names_the_profiles_its_kernels_are_compiled_for() -> None:
+    result = CliRunner().invoke(cli, ["image", "build", "rocm", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    want = "# kernel plan (CONTEXT/kernel-plan.json) for ['gfx1201']: "
+    assert want + "nvfp4, paro-int4, paro-int5, paro-mxfp4" in result.output.splitlines()
 
 
 def test_venv_from_replaces_the_install_stage_and_is_labelled(tmp_path: Path) -> None:

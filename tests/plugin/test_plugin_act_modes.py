@@ -214,7 +214,7 @@ def test_marker_shows_the_served_activation_mode(built: dict[Any, Any]) -> None:
     for bits, zpe in ((4, "0"), (5, "1")):
         assert built[bits, zpe][2] == [
             f"paro-vllm: method=paroquant backend=reference bits={bits} layers=2/2 "
-            f"version=0.1.0 act=int8/group zpe={zpe} source=none"
+            f"version=0.1.0 act=int8/group zpe={zpe} kernels=precompiled:0 jit:0 source=none"
         ]
 
 
@@ -233,4 +233,4 @@ def test_act_label(knobs: dict, backend: str, label: str) -> None:
     assert line.startswith(
         f"paro-vllm: method=paroquant backend={backend} bits=4 layers=210/210 version="
     )
-    assert line.endswith(f" {label} source=none")
+    assert line.endswith(f" {label} kernels=precompiled:0 jit:0 source=none")

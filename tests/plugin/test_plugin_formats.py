@@ -273,10 +273,11 @@ def test_mxfp4_boot_marker_counts_every_partition(mx_layers: dict[str, Any]) -> 
 
     assert mx_layers["markers"] == [
         "paro-vllm: method=paroquant_mxfp4 backend=reference act=fp8 layers=7/7 from=mxfp4:7 "
-        "kept=none lm_head=bf16 version=0.1.0 source=none"
+        "kept=none lm_head=bf16 version=0.1.0 kernels=precompiled:0 jit:0 source=none"
     ]
     assert marker_line("reference", "int8", 210, 211).endswith(
-        "layers=210/211 from=mxfp4:210 kept=bf16:1 lm_head=bf16 version=0.1.0 source=none"
+        "layers=210/211 from=mxfp4:210 kept=bf16:1 lm_head=bf16 version=0.1.0 "
+        "kernels=precompiled:0 jit:0 source=none"
     )
 
 
@@ -395,7 +396,7 @@ def test_nvfp4_requant_reports_every_layer_and_the_marker(nv_layers: dict[str, A
     assert " from=fp8:1,nvfp4:6 kept=none lm_head=bf16 relrms_mean=0." in line
     mean = sum(st.errors.values()) / 4
     assert f"relrms_mean={mean:.4f} relrms_max={max(st.errors.values()):.4f} " in line
-    assert line.endswith(" version=0.1.0 source=none")
+    assert line.endswith(" version=0.1.0 kernels=precompiled:0 jit:0 source=none")
 
 
 def test_nvfp4_requant_weights_are_the_mxfp4_of_the_checkpoint(nv_layers: dict[str, Any]) -> None:

@@ -135,7 +135,7 @@ def test_apply_keeps_leading_dims(layers: dict[str, Any]) -> None:
 def test_marker_counts_projections() -> None:
     assert marker_line("reference", 4, 210, 210) == (
         "paro-vllm: method=paroquant backend=reference bits=4 layers=210/210 version=0.1.0 "
-        "source=none"  # outside a paroctl image
+        "kernels=precompiled:0 jit:0 source=none"  # reference backend; outside a paroctl image
     )
     assert STATE.projections >= 7 and STATE.emitted in (True, False)
 
@@ -331,7 +331,9 @@ def test_triton_marker_names_the_served_mode(knobs: dict[str, str], label: str) 
     from paro_vllm import paroquant as pq
 
     assert pq.act_label(knobs, "triton") == label
-    assert pq.marker_line("triton", 5, 7, 7, label).endswith(f" {label} source=none")
+    assert pq.marker_line("triton", 5, 7, 7, label).endswith(
+        f" {label} kernels=precompiled:0 jit:0 source=none"
+    )
 
 
 @pytest.mark.parametrize(
