@@ -24,14 +24,16 @@ from .._contract import require
 from . import host
 
 # Dispatch bands, from the H200 runs of 2026-12-01 (kernels/BENCH.md, issue 14 sections).
-# Second pass: the GEMV (`gemv2`, block prologue + FMA GEMV) serves M <= GEMV_MAX_M. Its sweep
-# (device run 1 of the second pass, GEMV alone): M = 1 13.1 / 24.5 / 15.7 us on qkv / gate_up /
-# down (best of kw 8 or 8 programs per SM) against the tile kernels' 26.7 / 44.2 / 28.2 as
-# served; at M = 4 its best (the matrix-unit path) 24.0 / 51.6 / 28.0 us plus a 4.3-7.8 us
-# prologue against the tile kernels' 27.5 us (qkv), so M >= 3 stays on the tile kernels. The
-# dequant path wins at M = 2048 on every 27B shape (qkv 381 us against the tile kernels' 595,
-# gate_up 731 / 1324) and loses at M = 256 (qkv 162 / 111): its ~70-120 us weight pass is fixed
-# per call. 1024 is the interpolated crossover (not measured there).
+# Second pass: the GEMV (`gemv2`: block prologue + FMA GEMV) serves M <= GEMV_MAX_M. Run 2 (as
+# served, M = 1): qkv 19.9 / o_proj 10.5 / gate_up 27.9 / down 19.4 / in_proj 18.6 us against the
+# tile kernels' 25.4 / 15.5 / 42.8 / 28.5 / 28.2 in the same run. M = 2 as served was cut by the
+# budget: the GEMV alone took 16.5 / 10.1 / 31.8 / 19.8 / 17.7 us there (+ a 4.6-9.0 us prologue)
+# against the 16-row tile kernels' M = 1 times (interpolated: o_proj may lose by ~3 us). At M = 4
+# the GEMV's best (run 1: the matrix-unit path 24.0 / - / 51.6 / 28.0 us + prologue) loses to the
+# tile kernels (qkv 27.5 as served), and at M = 16 it ties them (run 2: within 0-5%), so M >= 3
+# stays on the tile kernels. The dequant path wins at M = 2048 on every 27B shape (qkv 381 us
+# against the tile kernels' 595, gate_up 731 / 1324) and loses at M = 256 (qkv 162 / 111): its
+# ~70-120 us weight pass is fixed per call. 1024 is the interpolated crossover (not measured).
 GEMV_MAX_M = 2
 DEQUANT_MIN_M = 1024
 GEMV_ROT = False  # the Givens layers inside the GEMV instead of the block prologue
@@ -147,12 +149,13 @@ def gemv_w4a16(
 
 # gemv2 (the second-pass GEMV, `fast_kernels.gemv2_w4a16_kernel`): FMA path up to GEMV2_FMA_MAX_M
 # rows, the 16-row matrix-unit path above.
-# Sweep (second pass, run 1): 4 warps x 4 columns per thread (512 columns) won at M = 1 and 4
-# (2 warps / 256 columns 20.7 vs 15.7 us on qkv; 8 warps 16.9); 8 word rows per chunk beat 4 at
-# M = 1 (qkv 14.2 vs 15.7, gate_up 24.5 vs 29.7, down 15.7 vs 19.2) and 2 won at M = 4 (26.4 vs
-# 39.4); more programs won (8 per SM: qkv 13.1 vs 15.7, gate_up 25.0 vs 29.7; ncu at 4 per SM:
-# 0.45 waves, 10.5% achieved occupancy, latency-bound); the pipelining depth did not matter.
-# The matrix-unit path (M > 4): 4 warps, 256 columns best (qkv M = 16 29.7 us).
+# Sweeps (second pass, GEMV alone; BENCH.md): 4 warps x 4 columns per thread (512 columns) won
+# (run 1: 2 warps / 256 columns 20.7 vs 15.7 us on qkv M = 1; 8 warps 16.9); more programs won
+# (8 per SM: qkv 13.1 vs 15.7; ncu at 4 per SM: 0.45 waves, 10.5% achieved occupancy); the
+# pipelining depth did not matter. Run 2 (8 per SM): 8 word rows per chunk at M = 1 (qkv 12.6,
+# gate_up 22.7, down 15.1 us; kw 4 within +-4%), 4 at M = 2 (qkv 16.5 vs 17.8 at kw 8, gate_up
+# 31.8 vs 39.2, down 19.8 vs 22.1), 2 at M = 3-4 (run 1: qkv 26.4 vs 39.4 at kw 4).
+# The matrix-unit path (M > 4): 4 warps, 256 columns best (run 1: qkv M = 16 29.7 us).
 GEMV2_FMA_MAX_M = 4
 GEMV2_WARPS = 4
 GEMV2_BLOCK_N = 512
@@ -176,6 +179,7 @@ def gemv2_config(m: int, n: int, k: int, g: int, bounds: tuple[int, ...], sms: i
     align = 0
     for b in bounds:
         align = gcd(align, b)
+    host._block_n(16, align or 16)  # refuses boundaries off the 16-column grid, as the tiles do
     bn = block_n or (GEMV2_DOT_BLOCK_N if use_dot else GEMV2_BLOCK_N)
     while bn > 16 and ((align and align % bn) or bn > 2 * n):
         bn //= 2
