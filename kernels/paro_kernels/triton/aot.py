@@ -103,15 +103,20 @@ def compile_gemm(target: str, m: int, n: int, k: int, g: int, zp_rowsum: bool = 
 
 
 def compile_prologue(target: str, m: int, g: int) -> Report:
-    """Build the rotate + scale prologue at the block the launcher picks for M rows."""
+    """Build the rotate + scale prologue at the block the launcher picks for M rows (at the
+    GEMV's M, `fast_host.band`, its fp32 nibble-scaled output)."""
+    from . import fast_host
+
     block_m = prologue_block_m(m, hip=target == "gfx1201")
+    scaled = fast_host.band(m, g) == "gemv"
     sig = {
-        "x_ptr": "*bf16", "rot_hi_ptr": "*bf16", "rot_lo_ptr": "*bf16", "xr_ptr": "*fp16",
+        "x_ptr": "*bf16", "rot_hi_ptr": "*bf16", "rot_lo_ptr": "*bf16",
+        "xr_ptr": "*fp32" if scaled else "*fp16",
         "rs_ptr": "*fp32", "M": "i32", "K": "i32", "stride_xm": "i32",
     }  # fmt: skip
-    c = _compile(kernels.rotate_scale_kernel, sig, {"G": g, "BLOCK_M": block_m}, target,
-                 prologue_warps(block_m), 1)  # fmt: skip
-    return _report("rotate_scale", target, f"BLOCK_M={block_m}", c)
+    const = {"G": g, "BLOCK_M": block_m, "NIBBLE_SCALED": scaled}
+    c = _compile(kernels.rotate_scale_kernel, sig, const, target, prologue_warps(block_m), 1)
+    return _report("rotate_scale", target, f"BLOCK_M={block_m} NIBBLE_SCALED={scaled}", c)
 
 
 def compile_givens(target: str, m: int, g: int, krot: int = 8) -> Report:
