@@ -145,7 +145,7 @@ def bench_cell(name: str, n: int, k: int, sizes: tuple[int, ...], m: int, reps: 
              "bytes": 2 * k * n + 2 * m * k + 2 * m * n}]  # fmt: skip
     del wd
     for vname, kind, build, act in cell_variants(m):
-        if vname in skip or (vname.startswith("path-gemv") and m > 4):
+        if vname in skip or (vname.startswith("path-gemv-rot") and m > 4):
             continue
         err, us = "", float("nan")
         try:
@@ -207,6 +207,81 @@ def sweep_gemv(reps: int) -> list[dict[str, Any]]:
     return out
 
 
+GEMV2_SWEEP_FINAL: dict[str, list[dict[str, Any]]] = {
+    # second run: the two winners of run 1 combined, and more programs
+    "fma": [dict(kw=8, programs_per_sm=8), dict(kw=4, programs_per_sm=8),
+            dict(kw=8, programs_per_sm=16), dict(kw=4, programs_per_sm=16),
+            dict(kw=8, programs_per_sm=4), dict(kw=2, programs_per_sm=8)],
+    "dot": [],
+}  # fmt: skip
+GEMV2_SWEEP: dict[str, list[dict[str, Any]]] = {
+    # (FMA) warps / kw / programs per SM / stages; (DOT) warps / block_n / pps / stages
+    "fma": [dict(num_warps=4, kw=4), dict(num_warps=4, kw=8), dict(num_warps=4, kw=2),
+            dict(num_warps=4, kw=4, programs_per_sm=2), dict(num_warps=4, kw=4, programs_per_sm=8),
+            dict(num_warps=4, kw=4, num_stages=3), dict(num_warps=4, kw=4, num_stages=1),
+            dict(num_warps=2, kw=4, block_n=256), dict(num_warps=8, kw=4, block_n=1024)],
+    "dot": [dict(num_warps=4, block_n=128), dict(num_warps=4, block_n=128, programs_per_sm=2),
+            dict(num_warps=4, block_n=128, programs_per_sm=8), dict(num_warps=4, block_n=256),
+            dict(num_warps=2, block_n=64), dict(num_warps=4, block_n=128, num_stages=3),
+            dict(num_warps=8, block_n=256), dict(num_warps=4, block_n=64)],
+}  # fmt: skip
+
+
+def sweep_gemv2(reps: int, shapes: tuple[str, ...] = ("qkv", "gate_up", "down"),
+                ms: tuple[int, ...] = (1, 4, 16),
+                table: dict[str, list[dict[str, Any]]] | None = None,
+                ) -> list[dict[str, Any]]:  # fmt: skip
+    """The second-pass GEMV alone (prologue outputs made once) at candidate configs."""
+    from .triton import fast_host, host
+
+    dev = torch.device("cuda")
+    out = []
+    for name in shapes:
+        _, n, k, sizes = next(s for s in b.SHAPES if s[0] == name)
+        preps = [b._random_prep(n, k, sizes, 4, dev) for _ in range(b.copies(_bytes_w4(n, k, 0)))]
+        for m in ms:
+            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+            p0 = preps[0]
+            pro = {dot: host.rotate_scale(x, p0.rot_hi, p0.rot_lo, G, nibble_scaled=not dot)
+                   for dot in (False, True)}  # fmt: skip
+            kinds = (["fma"] if m <= 4 else []) + ["dot"]
+            for kind in kinds:
+                for kw in (table or GEMV2_SWEEP)[kind]:
+                    cfg = fast_host.gemv2_config(m, n, k, G, b._bounds(sizes), 132,
+                                                 dot=kind == "dot", **kw)  # fmt: skip
+                    xr, rs = pro[cfg.dot]
+                    fns = [functools.partial(
+                        fast_host.gemv2_w4a16, xr, rs, p.qweight, p.scales, p.zeros, p.bounds,
+                        G, torch.bfloat16, None, cfg) for p in preps]  # fmt: skip
+                    try:
+                        us = b._time(b.cycling(fns), reps)
+                    except Exception as e:
+                        us = float("nan")
+                        print("sweep error", type(e).__name__, str(e)[:300])
+                    nb = _bytes_w4(n, k, m)
+                    out.append(
+                        {
+                            "shape": name,
+                            "m": m,
+                            "kind": kind,
+                            **dataclasses.asdict(cfg),
+                            "us": us,
+                            "hbm_pct_4p3": nb / 4.3e12 / (us * 1e-6) * 100,
+                        }
+                    )
+                    print(
+                        f"gemv2 {name} M={m} {cfg}: {us:.2f} us "
+                        f"{out[-1]['hbm_pct_4p3']:.0f}% of 4.3 TB/s",
+                        flush=True,
+                    )
+            fns = [functools.partial(host.rotate_scale, x, p.rot_hi, p.rot_lo, G,
+                                     nibble_scaled=True) for p in preps]  # fmt: skip
+            us = b._time(b.cycling(fns), reps)
+            out.append({"shape": name, "m": m, "kind": "prologue", "us": us})
+            print(f"prologue {name} M={m}: {us:.2f} us", flush=True)
+    return out
+
+
 def sweep_dequant(reps: int) -> list[dict[str, Any]]:
     """The prefill dequantize + rotate kernel alone at candidate (BLOCK_N, warps, splits)."""
     from .triton import fast_host
@@ -245,6 +320,7 @@ def check(dev: str = "cuda") -> list[str]:
 
     out = []
     for k, sizes, m in [(1024, [512, 128, 128], 1), (2304, [2048, 256], 3), (640, [1000], 4),
+                        (1024, [512, 128, 128], 9), (2304, [2048, 256], 16),
                         (1024, [256, 128], 300), (1536, [208, 136], 257)]:  # fmt: skip
         parts = merged_layer(k, sizes, G if k % 128 == 0 else 64, seed=k, bias=True)
         g = G if k % 128 == 0 else 64
@@ -252,7 +328,7 @@ def check(dev: str = "cuda") -> list[str]:
         x = torch.randn(m, k).to(torch.bfloat16)
         ref = reference(x, parts, g)
         for path in ("gemv", "mma", "dequant"):
-            if path == "gemv" and m > 4:
+            if path == "gemv" and m > 16:
                 continue
             y = host.w4a16_linear(x.to(dev), prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
                                   prep.zeros, prep.bounds, g, bias(parts).to(dev), prep.gv_idx,
@@ -272,6 +348,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--budget-s", type=float, default=0)
     ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--sweep2", action="store_true", help="the second-pass GEMV's configs")
+    ap.add_argument("--sweep3", action="store_true", help="the GEMV's final-run configs")
     ap.add_argument("--skip", default="", help="comma-separated variant names not to run")
     ap.add_argument("--gemlite-config", default="")
     ap.add_argument("--only-check", action="store_true")
@@ -291,6 +369,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.sweep:
         meta["sweep_dequant"] = sweep_dequant(args.reps)
         meta["sweep"] = sweep_gemv(args.reps)
+    if args.sweep2:
+        meta["sweep_gemv2"] = sweep_gemv2(args.reps)
+    if args.sweep3:
+        meta["sweep_gemv2_final"] = sweep_gemv2(
+            args.reps, ("qkv", "gate_up", "down", "o_proj", "in_proj"), (1, 2), GEMV2_SWEEP_FINAL
+        )
+    if args.sweep2 or args.sweep3:
+        with open(args.out, "w") as f:
+            json.dump(meta, f, indent=1)
     skip = set(filter(None, args.skip.split(",")))
     cells = b._cells(args.shapes.split(","), [int(v) for v in args.ms.split(",")])
     for name, n, k, sizes, m in cells:

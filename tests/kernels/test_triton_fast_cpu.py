@@ -3,7 +3,7 @@ can be forced to), and gfx1201 ahead-of-time builds of the kernels the launcher 
 
 gfx1201 budget: RDNA4 gives a SIMD 1536 VGPRs per lane in wave32, so a kernel of V VGPRs keeps
 min(16, 1536 // V) waves per SIMD; the asserted ceilings keep the occupancy these kernels were
-sized for (the dequant program's 8 waves at >= 6 waves per SIMD, the GEMV's 4 at >= 6).
+sized for (the dequant program's 8 waves at >= 6 waves per SIMD, the GEMVs' 4 at >= 6).
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from _triton_cases import bias, merged_layer, packed, reference, rel, runs
 from paro_kernels.triton import fast_host, host
 out = []
 for k, sizes, g, m, path, rot in [(256, [96], 128, 1, "gemv", False),
+                                  (384, [64, 32, 32], 64, 2, "gemv", False),
+                                  (256, [80, 48], 128, 5, "gemv-dot", False),
                                   (384, [64, 32, 32], 128, 4, "gemv", True),
                                   (256, [64, 32], 64, 3, "mma", False),
                                   (384, [64, 32, 32], 128, 5, "dequant", False)]:
@@ -31,8 +33,12 @@ for k, sizes, g, m, path, rot in [(256, [96], 128, 1, "gemv", False),
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.float16)
     bb = bias(parts)
     for _ in range(2):  # the second call finds the split-K workspace and tickets zeroed
-        if path == "gemv":
-            cfg = fast_host.gemv_config(m, sum(sizes), k, g, prep.bounds, 4, 32, 4, 2)
+        if path.startswith("gemv"):
+            if rot:
+                cfg = fast_host.gemv_config(m, sum(sizes), k, g, prep.bounds, 4, 32, 4, 2)
+            else:  # the second-pass GEMV (FMA path, or the matrix-unit path's plain-op unpack)
+                cfg = fast_host.gemv2_config(m, sum(sizes), k, g, prep.bounds, 4,
+                                             dot=path == "gemv-dot")
             args = (prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales, prep.zeros,
                     prep.gv_idx, prep.gv_coef)
             y = fast_host.gemv_w4a16(args, x, prep.bounds, g, bb, rot=rot, config=cfg)
@@ -64,9 +70,20 @@ def test_aot_dequant_gfx1201(bits: int) -> None:
 
 
 def test_aot_gemv_gfx1201() -> None:
-    # Not picked by the dispatch today (GEMV_MAX_M = 0); kept buildable for the M = 1 path.
+    # The first-pass GEMV: only the Givens-inside variant (`rot=True`) still runs it.
     rep = aot.compile_gemv("gfx1201", 1, 7168, 5120, 128)
     _check(rep, max_vgprs=256)
+
+
+@pytest.mark.parametrize(("m", "max_vgprs"), [(1, 160), (2, 224)])
+def test_aot_gemv2_gfx1201(m: int, max_vgprs: int) -> None:
+    # The second-pass GEMV at the M the dispatch gives it (fast_host.GEMV_MAX_M): FMA loop,
+    # no spills; M = 1 keeps >= 9 waves per SIMD (149 VGPRs with Triton 3.9), M = 2 >= 6 (218).
+    from paro_kernels.triton import fast_host
+
+    assert m <= fast_host.GEMV_MAX_M
+    rep = aot.compile_gemv2("gfx1201", m, 7168, 5120, 128, (6144, 6656))
+    _check(rep, max_vgprs=max_vgprs)
 
 
 def test_aot_ticket_gemm_gfx1201() -> None:

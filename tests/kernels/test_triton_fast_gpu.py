@@ -1,8 +1,9 @@
 """The issue-14 paths on the GPU against the fp64 reference (marked gpu: never in CI).
 
 Every path the M-band dispatch can pick, forced one at a time (`path=`), across tile
-boundaries, odd N and K, 1-3 partitions and both group sizes: the decode GEMV (block prologue,
-and the Givens layers inside), the tile kernels with the in-kernel split-K finish, and the
+boundaries, odd N and K, 1-3 partitions and both group sizes: the decode GEMV (block prologue:
+the second-pass FMA path at M <= 4, its 16-row matrix-unit path at M = 16 (G = 64 goes to the
+tile kernels there); and the first pass's Givens layers inside), the tile kernels with the in-kernel split-K finish, and the
 prefill dequantize + rotate + cuBLAS (int4, and int5's fifth bits).
 """
 
@@ -25,7 +26,7 @@ from _triton_cases import (
 pytestmark = pytest.mark.gpu
 
 CASES = W4A16_CASES  # tile-boundary and odd N, K not a multiple of the split, 1-3 parts
-PATH_MS = {"gemv": [1, 2, 3, 4], "mma": [1, 5, 16, 17], "dequant": [1, 17, 256, 300]}
+PATH_MS = {"gemv": [1, 2, 3, 4, 16], "mma": [1, 5, 16, 17], "dequant": [1, 17, 256, 300]}
 
 
 def _prep(k: int, sizes: list[int], g: int, b: bool):  # type: ignore[no-untyped-def]

@@ -103,15 +103,20 @@ def compile_gemm(target: str, m: int, n: int, k: int, g: int, zp_rowsum: bool = 
 
 
 def compile_prologue(target: str, m: int, g: int) -> Report:
-    """Build the rotate + scale prologue at the block the launcher picks for M rows."""
+    """Build the rotate + scale prologue at the block the launcher picks for M rows (at the
+    GEMV's M, `fast_host.band`, its fp32 nibble-scaled output)."""
+    from . import fast_host
+
     block_m = prologue_block_m(m, hip=target == "gfx1201")
+    scaled = fast_host.band(m, g) == "gemv"
     sig = {
-        "x_ptr": "*bf16", "rot_hi_ptr": "*bf16", "rot_lo_ptr": "*bf16", "xr_ptr": "*fp16",
+        "x_ptr": "*bf16", "rot_hi_ptr": "*bf16", "rot_lo_ptr": "*bf16",
+        "xr_ptr": "*fp32" if scaled else "*fp16",
         "rs_ptr": "*fp32", "M": "i32", "K": "i32", "stride_xm": "i32",
     }  # fmt: skip
-    c = _compile(kernels.rotate_scale_kernel, sig, {"G": g, "BLOCK_M": block_m}, target,
-                 prologue_warps(block_m), 1)  # fmt: skip
-    return _report("rotate_scale", target, f"BLOCK_M={block_m}", c)
+    const = {"G": g, "BLOCK_M": block_m, "NIBBLE_SCALED": scaled}
+    c = _compile(kernels.rotate_scale_kernel, sig, const, target, prologue_warps(block_m), 1)
+    return _report("rotate_scale", target, f"BLOCK_M={block_m} NIBBLE_SCALED={scaled}", c)
 
 
 def compile_givens(target: str, m: int, g: int, krot: int = 8) -> Report:
@@ -207,3 +212,30 @@ def compile_dequant(target: str, n: int, k: int, g: int, bits: int = 4,
                  fast_host.dequant_warps(target == "gfx1201"),
                  fast_host.dequant_stages(target == "gfx1201"))  # fmt: skip
     return _report(f"dequant_rotate_w{bits}", target, f"BLOCK_N={bn}", c)
+
+
+def compile_gemv2(target: str, m: int, n: int, k: int, g: int,
+                  bounds: tuple[int, ...] = ()) -> Report:  # fmt: skip
+    """Build the second-pass decode GEMV at the config its launcher picks. FMA path (M <= 4):
+    `mma` reports that the loop stayed free of a matrix instruction, as designed; above, the
+    16-row matrix-unit path must have one."""
+    from . import fast_host, fast_kernels
+
+    hip = target == "gfx1201"
+    cfg = fast_host.gemv2_config(m, n, k, g, bounds, sms=64 if hip else 132, hip=hip)
+    sig = {
+        "a_ptr": "*fp16" if cfg.dot else "*fp32", "rs_ptr": "*fp32", "qw_ptr": "*i32",
+        "sc_ptr": "*fp16", "zp_ptr": "*u8", "bias_ptr": "*bf16", "ws_ptr": "*fp32",
+        "cnt_ptr": "*i32", "out_ptr": "*bf16",
+        "M": "i32", "N": "i32", "K": "i32", "b1": "i32", "b2": "i32",
+    }  # fmt: skip
+    const = {
+        "HAS_BIAS": False, "G": g, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "KW": cfg.kw,
+        "SPLIT_K": cfg.split_k, "DOT": cfg.dot, "ASM": not hip,
+    }  # fmt: skip
+    c = _compile(fast_kernels.gemv2_w4a16_kernel, sig, const, target, cfg.num_warps,
+                 cfg.num_stages)  # fmt: skip
+    name = f"gemv2_w4a16_{'dot' if cfg.dot else 'fma'}"
+    pattern = None if cfg.dot else r"(v_wmma|wgmma|mma\.sync)"
+    rep = _report(name, target, str(cfg), c, pattern)
+    return rep if cfg.dot else Report(**{**rep.__dict__, "mma": not rep.mma})

@@ -23,14 +23,18 @@ import torch
 from .._contract import require
 from . import host
 
-# Dispatch bands, from the H200 runs of 2026-12-01 (kernels/BENCH.md, issue 14 section). The
-# GEMV is off (0): at M = 1 its best sweep config took 28.4 / 53.8 / 31.9 us on qkv / gate_up /
-# down against the tile kernels' 25.5 / 43.2 / 28.1 (ncu gate_up: 135 registers, 17% achieved
-# occupancy, DRAM 20%), and at M = 4 2-3x longer. The dequant path wins at M = 2048 on every
-# 27B shape (qkv 381 us against the tile kernels' 595, gate_up 731 / 1324) and loses at M = 256
-# (qkv 162 / 111): its ~70-120 us weight pass is fixed per call. 1024 is the interpolated
-# crossover (not measured there).
-GEMV_MAX_M = 0
+# Dispatch bands, from the H200 runs of 2026-12-01 (kernels/BENCH.md, issue 14 sections).
+# Second pass: the GEMV (`gemv2`: block prologue + FMA GEMV) serves M <= GEMV_MAX_M. Run 2 (as
+# served, M = 1): qkv 19.9 / o_proj 10.5 / gate_up 27.9 / down 19.4 / in_proj 18.6 us against the
+# tile kernels' 25.4 / 15.5 / 42.8 / 28.5 / 28.2 in the same run. M = 2 as served was cut by the
+# budget: the GEMV alone took 16.5 / 10.1 / 31.8 / 19.8 / 17.7 us there (+ a 4.6-9.0 us prologue)
+# against the 16-row tile kernels' M = 1 times (interpolated: o_proj may lose by ~3 us). At M = 4
+# the GEMV's best (run 1: the matrix-unit path 24.0 / - / 51.6 / 28.0 us + prologue) loses to the
+# tile kernels (qkv 27.5 as served), and at M = 16 it ties them (run 2: within 0-5%), so M >= 3
+# stays on the tile kernels. The dequant path wins at M = 2048 on every 27B shape (qkv 381 us
+# against the tile kernels' 595, gate_up 731 / 1324) and loses at M = 256 (qkv 162 / 111): its
+# ~70-120 us weight pass is fixed per call. 1024 is the interpolated crossover (not measured).
+GEMV_MAX_M = 2
 DEQUANT_MIN_M = 1024
 GEMV_ROT = False  # the Givens layers inside the GEMV instead of the block prologue
 GEMV_BLOCK_N = 128
@@ -54,6 +58,8 @@ class GemvConfig:
     split_k: int
     num_warps: int
     num_stages: int = 3
+    kw: int = 16  # gemv2: int32 word rows per chunk
+    dot: bool = False  # gemv2: fp16 planes on the matrix unit (16-row tile)
 
 
 _WS: dict[tuple[str, str], torch.Tensor] = {}
@@ -99,13 +105,22 @@ def gemv_w4a16(
     rot: bool = GEMV_ROT,
     config: GemvConfig | None = None,
 ) -> torch.Tensor:
-    """The decode GEMV linear; args = (rot_hi, rot_lo, qweight, scales, zeros, gv_idx, gv_coef)."""
+    """The decode GEMV linear; args = (rot_hi, rot_lo, qweight, scales, zeros, gv_idx, gv_coef).
+
+    Without `rot`: the block prologue, then the second-pass GEMV (`gemv2_w4a16`; `config` a
+    `gemv2_config`). With `rot` (and the tables): the first-pass GEMV with the Givens layers.
+    """
     from .fast_kernels import gemv_w4a16_kernel
 
     rot_hi, rot_lo, qweight, scales, zeros, gv_idx, gv_coef = args
     m, k = x.shape
     n = qweight.shape[1]  # type: ignore[union-attr]
     g = group_size
+    if not (rot and gv_idx is not None and gv_coef is not None):
+        cfg2 = config or gemv2_config(m, n, k, g, bounds, host.sm_count(x.device),
+                                      hip=host._is_hip())  # fmt: skip
+        xr, rs = host.rotate_scale(x, rot_hi, rot_lo, g, nibble_scaled=not cfg2.dot)  # type: ignore[arg-type]
+        return gemv2_w4a16(xr, rs, qweight, scales, zeros, bounds, g, x.dtype, bias, cfg2)  # type: ignore[arg-type]
     cfg = config or gemv_config(m, n, k, g, bounds, host.sm_count(x.device), hip=host._is_hip())
     require(m <= cfg.block_m, "x rows", f"<= {cfg.block_m} for the GEMV", m)
     use_rot = rot and gv_idx is not None and gv_coef is not None
@@ -127,6 +142,98 @@ def gemv_w4a16(
         ws, cnt, out, m, n, k, b[0], b[1], stride_am,
         HAS_BIAS=bias is not None, G=g, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
         SPLIT_K=cfg.split_k, ROT=use_rot, KROT=krot,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )  # fmt: skip
+    return out
+
+
+# gemv2 (the second-pass GEMV, `fast_kernels.gemv2_w4a16_kernel`): FMA path up to GEMV2_FMA_MAX_M
+# rows, the 16-row matrix-unit path above.
+# Sweeps (second pass, GEMV alone; BENCH.md): 4 warps x 4 columns per thread (512 columns) won
+# (run 1: 2 warps / 256 columns 20.7 vs 15.7 us on qkv M = 1; 8 warps 16.9); more programs won
+# (8 per SM: qkv 13.1 vs 15.7; ncu at 4 per SM: 0.45 waves, 10.5% achieved occupancy); the
+# pipelining depth did not matter. Run 2 (8 per SM): 8 word rows per chunk at M = 1 (qkv 12.6,
+# gate_up 22.7, down 15.1 us; kw 4 within +-4%), 4 at M = 2 (qkv 16.5 vs 17.8 at kw 8, gate_up
+# 31.8 vs 39.2, down 19.8 vs 22.1), 2 at M = 3-4 (run 1: qkv 26.4 vs 39.4 at kw 4).
+# The matrix-unit path (M > 4): 4 warps, 256 columns best (run 1: qkv M = 16 29.7 us).
+GEMV2_FMA_MAX_M = 4
+GEMV2_WARPS = 4
+GEMV2_BLOCK_N = 512
+GEMV2_KW = {1: 8, 2: 4, 3: 2, 4: 2}
+GEMV2_DOT_WARPS = 4
+GEMV2_DOT_BLOCK_N = 256
+GEMV2_PROGRAMS_PER_SM = 8
+GEMV2_STAGES = 2
+
+
+def gemv2_config(m: int, n: int, k: int, g: int, bounds: tuple[int, ...], sms: int,
+                 num_warps: int = 0, block_n: int = 0, kw: int = 0, dot: bool | None = None,
+                 programs_per_sm: int = 0, num_stages: int = 0,
+                 hip: bool = False) -> GemvConfig:  # fmt: skip
+    """Tile and split of the second-pass GEMV (the section note in fast_kernels): FMA path
+    BLOCK_N / (32 num_warps) adjacent columns per thread (16-byte loads), narrower where a
+    partition boundary needs it; split-K until about `programs_per_sm` programs per SM."""
+    use_dot = (m > GEMV2_FMA_MAX_M) if dot is None else dot
+    require(not use_dot or g == 128, "group_size", "128 for the GEMV's matrix-unit path", g)
+    nw = num_warps or (GEMV2_DOT_WARPS if use_dot else GEMV2_WARPS)
+    align = 0
+    for b in bounds:
+        align = gcd(align, b)
+    host._block_n(16, align or 16)  # refuses boundaries off the 16-column grid, as the tiles do
+    bn = block_n or (GEMV2_DOT_BLOCK_N if use_dot else GEMV2_BLOCK_N)
+    while bn > 16 and ((align and align % bn) or bn > 2 * n):
+        bn //= 2
+    kw_ = 16 if use_dot else (kw or GEMV2_KW.get(m, 2))
+    kw_ = min(kw_, g // 8)
+    tiles = -(-n // bn)
+    ngroups = k // g
+    pps = programs_per_sm or GEMV2_PROGRAMS_PER_SM
+    split = max(1, min(ngroups, -(-pps * sms // tiles)))
+    per = -(-ngroups // split)
+    block_m = 16 if use_dot else (1 if m == 1 else 2 if m == 2 else 4)
+    return GemvConfig(block_m, bn, -(-ngroups // per), nw, num_stages or GEMV2_STAGES, kw_,
+                      use_dot)  # fmt: skip
+
+
+def gemv2_w4a16(
+    xr: torch.Tensor,
+    rs: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor,
+    bounds: tuple[int, ...],
+    group_size: int,
+    out_dtype: torch.dtype,
+    bias: torch.Tensor | None = None,
+    config: GemvConfig | None = None,
+) -> torch.Tensor:
+    """The second-pass GEMV on the prologue outputs xr [P, M, K] (fp16 for the matrix-unit
+    path, fp32 nibble-scaled for the FMA path: `host.rotate_scale(nibble_scaled=...)`),
+    rs [P, M, K/G] fp32 -> y [M, N] out_dtype."""
+    import os
+
+    from .fast_kernels import gemv2_w4a16_kernel
+
+    _, m, k = xr.shape
+    n = qweight.shape[1]
+    hip = host._is_hip()
+    cfg = config or gemv2_config(m, n, k, group_size, bounds, host.sm_count(xr.device), hip=hip)
+    require(m <= cfg.block_m, "x rows", f"<= {cfg.block_m} for the GEMV", m)
+    want = torch.float16 if cfg.dot else torch.float32
+    require(xr.dtype == want, "xr dtype", f"{want} for this GEMV path", xr.dtype)
+    out = torch.empty(m, n, dtype=out_dtype, device=xr.device)
+    tiles = -(-n // cfg.block_n)
+    ws = cnt = out
+    if cfg.split_k > 1:
+        ws = _scratch("gemv_ws", m * n, torch.float32, xr.device)
+        cnt = _scratch("gemv_cnt", tiles, torch.int32, xr.device)
+    b = (*bounds, n, n)[:2]
+    asm = not hip and os.environ.get("TRITON_INTERPRET", "0") != "1"
+    gemv2_w4a16_kernel[(tiles, cfg.split_k)](
+        xr, rs, qweight, scales, zeros, bias if bias is not None else scales, ws, cnt, out,
+        m, n, k, b[0], b[1],
+        HAS_BIAS=bias is not None, G=group_size, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+        KW=cfg.kw, SPLIT_K=cfg.split_k, DOT=cfg.dot, ASM=asm,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     return out
@@ -204,9 +311,9 @@ def dequant_linear(
     return y if x.dtype == torch.float16 else y.to(x.dtype)
 
 
-def band(m: int) -> str:
+def band(m: int, group_size: int = 128) -> str:
     """Which path serves M rows: "gemv", "mma" (host's tile kernels) or "dequant"."""
-    if m <= GEMV_MAX_M:
+    if m <= (GEMV_MAX_M if group_size == 128 else min(GEMV_MAX_M, GEMV2_FMA_MAX_M)):
         return "gemv"
     if m >= DEQUANT_MIN_M:
         return "dequant"

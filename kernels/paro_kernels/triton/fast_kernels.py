@@ -245,3 +245,229 @@ def cast_fp16_kernel(x_ptr, y_ptr, numel, BLOCK: tl.constexpr):
     mask = offs < numel
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     tl.store(y_ptr + offs, tl.clamp(x, -65504.0, 65504.0).to(tl.float16), mask=mask)
+
+
+# --------------------------------------------------------------------------- decode GEMV, pass 2
+#
+# Why this shape (issue 14, second pass; the first GEMV above lost at 135 registers, 17% occupancy,
+# 20% DRAM): one program owns BLOCK_N = 128 * num_warps columns, so a warp's 32 threads each load
+# 4 adjacent int32 words (one 16-byte load) per word row and the KW word rows of a chunk stay
+# inside the thread: the K reduction is in-thread FMAs, never a cross-warp reduction in the loop.
+# The zero point is subtracted inside the unpack (2^23 + z 16^e is one constant per column and
+# exponent), so no row sums are read; the group scale multiplies the chunk's partial once.
+# Split-K only as far as needed to fill the SMs; the splits meet in the ticket finish.
+
+_FP16_PAIR_ASM = tl.constexpr("""
+{
+.reg .b32 t, u;
+lop3.b32 t, $8, 0x000F000F, 0x64006400, 0xea;
+sub.f16x2 t, t, $9;
+mov.b32 {$0, $4}, t;
+lop3.b32 t, $8, 0x00F000F0, 0x64006400, 0xea;
+sub.f16x2 t, t, $10;
+mov.b32 {$1, $5}, t;
+shr.u32 u, $8, 8;
+lop3.b32 t, u, 0x000F000F, 0x64006400, 0xea;
+sub.f16x2 t, t, $9;
+mov.b32 {$2, $6}, t;
+lop3.b32 t, u, 0x00F000F0, 0x64006400, 0xea;
+sub.f16x2 t, t, $10;
+mov.b32 {$3, $7}, t;
+}
+""")
+
+
+@triton.jit
+def _unpack_fp16_minus_z(q, z1, z16):
+    """The 8 nibble planes of int32 words as fp16 (c_j - z) * 16^(j % 2), 1.1 ops per weight.
+
+    (w & 0x000F000F) | 0x64006400 is the fp16 pair (1024 + c_0, 1024 + c_4); the 0x00F000F0 mask
+    gives 1024 + 16 c (exact); one sub.f16x2 of (1024 + z) (or 1024 + 16 z) leaves c - z exactly.
+    z1 / z16: int32 words holding that fp16 pair, per column.
+    """
+    return tl.inline_asm_elementwise(
+        _FP16_PAIR_ASM,
+        "=h,=h,=h,=h,=h,=h,=h,=h,r,r,r",
+        [q, z1, z16],
+        dtype=(tl.float16,) * 8,
+        is_pure=True,
+        pack=1,
+    )
+
+
+@triton.jit
+def _plane(q, zi, j: tl.constexpr):
+    """Plain-op twin of one `_unpack_fp16_minus_z` plane (exact: |c - z| * 16 <= 240)."""
+    c = ((q >> (4 * j)) & 15) - zi[None, :]
+    if j % 2 == 1:
+        c = c * 16
+    return c.to(tl.float16)
+
+
+@triton.jit
+def _unpack_fp16_minus_z_ops(q, zi):
+    """`_unpack_fp16_minus_z` without inline assembly (ROCm, the interpreter)."""
+    return (_plane(q, zi, 0), _plane(q, zi, 1), _plane(q, zi, 2), _plane(q, zi, 3),
+            _plane(q, zi, 4), _plane(q, zi, 5), _plane(q, zi, 6), _plane(q, zi, 7))  # fmt: skip
+
+
+@triton.jit
+def _act(ar, offs_r, j: tl.constexpr, row: tl.constexpr, M, K):
+    """fp32 [KW]: channels 8r + j of the chunk for activation row `row` (0 past M), already
+    times the nibble's 2^-e (the prologue's NIBBLE_SCALED output)."""
+    return tl.load(ar + row * K + offs_r * 8 + j, mask=(offs_r * 0 + row) < M, other=0.0)
+
+
+@triton.jit
+def _fma_chunk(q, ar, offs_r, M, K, d0, d1, d2, d3, BLOCK_M: tl.constexpr):
+    """d_row += a_row[8r + j] * c_j (fp32 FMAs) over one chunk; the zero point comes after."""
+    # The magic exponent OR-ed in once per word (nibbles 0..4, and 5..7 after one shift), so each
+    # nibble is one AND with a single immediate (a second constant would cost a MOV per weight).
+    t0 = (q & 0x000FFFFF) | MAGIC
+    t8 = ((q >> 12) & 0x000FFF00) | MAGIC
+    for j in tl.static_range(8):
+        if j < 5:  # noqa: SIM108  (a Triton constexpr branch, kept explicit)
+            v = t0 & (MAGIC | (15 << (4 * j)))
+        else:
+            v = t8 & (MAGIC | (15 << (4 * (j - 3))))
+        w = v.to(tl.float32, bitcast=True) - MAGIC_F  # c_j 16^e exactly
+        d0 += _act(ar, offs_r, j, 0, M, K)[:, None] * w
+        if BLOCK_M > 1:
+            d1 += _act(ar, offs_r, j, 1, M, K)[:, None] * w
+        if BLOCK_M > 2:
+            d2 += _act(ar, offs_r, j, 2, M, K)[:, None] * w
+            d3 += _act(ar, offs_r, j, 3, M, K)[:, None] * w
+    return d0, d1, d2, d3
+
+
+@triton.jit
+def _row_sum(rs_ptr, row0, row: tl.constexpr, M, ngroups, g):
+    """The prologue's fp32 row sum of group g for activation row `row` (0 past M)."""
+    return tl.load(rs_ptr + (row0 + row) * ngroups + g, mask=row < M, other=0.0)
+
+
+@triton.jit
+def gemv2_w4a16_kernel(
+    a_ptr,  # [P, M, K] prologue output: DOT fp16; else fp32 NIBBLE_SCALED (host.rotate_scale)
+    rs_ptr,  # [P, M, K/G] fp32 row sums of the fp16 values per group (the FMA path's zero point)
+    qw_ptr,  # [K/8, N] int32 codes packed along K (nibble s of word r = row 8r + s)
+    sc_ptr,  # [K/G, N] fp16 scales
+    zp_ptr,  # [K/G, N] uint8 zero codes
+    bias_ptr,  # [N] or a dummy
+    ws_ptr,  # SPLIT_K > 1: [>= M * N] fp32 workspace, zero on entry and on exit
+    cnt_ptr,  # SPLIT_K > 1: [>= N / BLOCK_N] int32 tickets, zero on entry and on exit
+    out_ptr,  # [M, N] output dtype
+    M,
+    N,
+    K,
+    b1,
+    b2,
+    HAS_BIAS: tl.constexpr,
+    G: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    KW: tl.constexpr,  # FMA: int32 word rows per chunk (8 KW channels); divides G / 8
+    SPLIT_K: tl.constexpr,
+    DOT: tl.constexpr,  # fp16 planes on the matrix unit (BLOCK_M = 16, G = 128) instead of FMAs
+    ASM: tl.constexpr,  # DOT's unpack as PTX (NVIDIA); else plain ops (ROCm, the interpreter)
+):
+    """out[:M, n-block] = sum over this split's groups of a_p @ dequant(Q); section note above."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    n0 = pid_n * BLOCK_N
+    part = (n0 >= b1).to(tl.int32) + (n0 >= b2).to(tl.int32)
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < N
+    offs_m = tl.arange(0, BLOCK_M)
+    m_mask = offs_m < M
+    ngroups = K // G
+    per = tl.cdiv(ngroups, SPLIT_K)
+    g0 = pid_k * per
+    g1 = tl.minimum(g0 + per, ngroups)
+    row0 = (part * M).to(tl.int64)
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if DOT:
+        offs_r = tl.arange(0, G // 8)
+        q_base = qw_ptr + offs_r[:, None] * N + offs_n[None, :]
+        a_base = a_ptr + (row0 + offs_m)[:, None] * K + (offs_r * 8)[None, :]
+        am = m_mask[:, None]
+        for g in range(g0, g1):
+            q = tl.load(q_base + g * (G // 8) * N, mask=n_mask[None, :], other=0)
+            s = tl.load(sc_ptr + g * N + offs_n, mask=n_mask, other=0.0).to(tl.float32)
+            zi = tl.load(zp_ptr + g * N + offs_n, mask=n_mask, other=0).to(tl.int32)
+            ak = a_base + g * G
+            if ASM:
+                z1 = tl.broadcast_to(((zi | 0x6400) * 65537)[None, :], q.shape)
+                z16 = tl.broadcast_to((((zi << 4) | 0x6400) * 65537)[None, :], q.shape)
+                p0, p1, p2, p3, p4, p5, p6, p7 = _unpack_fp16_minus_z(q, z1, z16)
+            else:
+                p0, p1, p2, p3, p4, p5, p6, p7 = _unpack_fp16_minus_z_ops(q, zi)
+            ev = tl.dot(tl.load(ak + 0, mask=am, other=0.0), p0)
+            ev = tl.dot(tl.load(ak + 2, mask=am, other=0.0), p2, ev)
+            ev = tl.dot(tl.load(ak + 4, mask=am, other=0.0), p4, ev)
+            ev = tl.dot(tl.load(ak + 6, mask=am, other=0.0), p6, ev)
+            od = tl.dot(tl.load(ak + 1, mask=am, other=0.0), p1)
+            od = tl.dot(tl.load(ak + 3, mask=am, other=0.0), p3, od)
+            od = tl.dot(tl.load(ak + 5, mask=am, other=0.0), p5, od)
+            od = tl.dot(tl.load(ak + 7, mask=am, other=0.0), p7, od)
+            acc += (ev + od * 0.0625) * s[None, :]
+    else:
+        # Rows unrolled on 2-D tiles (a 3-D [M, KW, N] product gets a layout that round-trips
+        # every weight through shared memory); per-column vectors stay [1, BLOCK_N] so they
+        # share the weight tile's layout; the zero point is the row-sum correction.
+        offs_r = tl.arange(0, KW)
+        q_base = qw_ptr + offs_r[:, None] * N + offs_n[None, :]
+        a_row0 = a_ptr + row0 * K
+        nm2 = n_mask[None, :]
+        acc0 = tl.zeros((1, BLOCK_N), dtype=tl.float32)
+        acc1 = tl.zeros((1, BLOCK_N), dtype=tl.float32)
+        acc2 = tl.zeros((1, BLOCK_N), dtype=tl.float32)
+        acc3 = tl.zeros((1, BLOCK_N), dtype=tl.float32)
+        for g in range(g0, g1):
+            d0 = tl.zeros((KW, BLOCK_N), dtype=tl.float32)
+            d1 = tl.zeros((KW, BLOCK_N), dtype=tl.float32)
+            d2 = tl.zeros((KW, BLOCK_N), dtype=tl.float32)
+            d3 = tl.zeros((KW, BLOCK_N), dtype=tl.float32)
+            for ci in tl.static_range(G // (8 * KW)):
+                q = tl.load(q_base + (g * (G // 8) + ci * KW) * N, mask=nm2, other=0)
+                ar = a_row0 + g * G + ci * KW * 8
+                d0, d1, d2, d3 = _fma_chunk(q, ar, offs_r, M, K, d0, d1, d2, d3, BLOCK_M)
+            s = tl.load(sc_ptr + g * N + offs_n[None, :], mask=nm2, other=0.0).to(tl.float32)
+            sz = s * tl.load(zp_ptr + g * N + offs_n[None, :], mask=nm2, other=0).to(tl.float32)
+            acc0 += (
+                tl.sum(d0, axis=0, keep_dims=True) * s
+                - _row_sum(rs_ptr, row0, 0, M, ngroups, g) * sz
+            )
+            if BLOCK_M > 1:
+                acc1 += (
+                    tl.sum(d1, axis=0, keep_dims=True) * s
+                    - _row_sum(rs_ptr, row0, 1, M, ngroups, g) * sz
+                )
+            if BLOCK_M > 2:
+                acc2 += (
+                    tl.sum(d2, axis=0, keep_dims=True) * s
+                    - _row_sum(rs_ptr, row0, 2, M, ngroups, g) * sz
+                )
+                acc3 += (
+                    tl.sum(d3, axis=0, keep_dims=True) * s
+                    - _row_sum(rs_ptr, row0, 3, M, ngroups, g) * sz
+                )
+        acc = tl.where(offs_m[:, None] == 0, acc0, acc)
+        if BLOCK_M > 1:
+            acc = tl.where(offs_m[:, None] == 1, acc1, acc)
+        if BLOCK_M > 2:
+            acc = tl.where(offs_m[:, None] == 2, acc2, acc)
+            acc = tl.where(offs_m[:, None] == 3, acc3, acc)
+
+    out_offs = offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
+    mask = m_mask[:, None] & n_mask[None, :]
+    if SPLIT_K == 1:
+        y = acc
+        if HAS_BIAS:
+            y += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+        tl.store(out_ptr + out_offs, y.to(out_ptr.dtype.element_ty), mask=mask)
+    else:
+        tl.atomic_add(ws_ptr + out_offs, acc, mask=mask, sem="relaxed")
+        _ticket_finish(ws_ptr, out_ptr, cnt_ptr, bias_ptr, pid_n, out_offs, mask, offs_n, n_mask,
+                       HAS_BIAS, SPLIT_K, BLOCK_M, BLOCK_N)  # fmt: skip

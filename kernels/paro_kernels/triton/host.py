@@ -341,21 +341,25 @@ def rotate_scale(
     gv_idx: torch.Tensor | None = None,
     gv_coef: torch.Tensor | None = None,
     workspace: torch.Tensor | None = None,
+    nibble_scaled: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Fused rotate + channel-scale prologue: x [M, K] -> (xr [P, M, K] fp16, rs [P, M, K/G]).
 
     With the Givens tables it applies the pair rotations (and zeroes `workspace` on the way);
-    otherwise the folded blocks (and `workspace` must be None).
+    otherwise the folded blocks (and `workspace` must be None). `nibble_scaled` (blocks only):
+    xr fp32 with each channel times its nibble's 2^-e (the issue-14 GEMV's input).
     """
     from .kernels import givens_rotate_kernel, rotate_scale_kernel
 
     m, k = x.shape
     p, g = rot_hi.shape[0], group_size
-    xr = torch.empty(p, m, k, dtype=torch.float16, device=x.device)
+    xr = torch.empty(p, m, k, dtype=torch.float32 if nibble_scaled else torch.float16,
+                     device=x.device)  # fmt: skip
     rs = torch.empty(p, m, k // g, dtype=torch.float32, device=x.device)
     block_m = prologue_block_m(m)
     grid = (triton_cdiv(m, block_m), k // g, p)
     if gv_idx is not None and gv_coef is not None:
+        require(not nibble_scaled, "nibble_scaled", "False with the Givens tables", True)
         nprog = grid[0] * grid[1] * grid[2]
         numel = 0 if workspace is None else workspace.numel()
         zb = 0 if numel == 0 else max(16, 1 << (triton_cdiv(numel, nprog) - 1).bit_length())
@@ -368,7 +372,7 @@ def rotate_scale(
     require(workspace is None, "workspace", "None without the Givens tables", "a tensor")
     rotate_scale_kernel[grid](
         x, rot_hi, rot_lo, xr, rs, m, k, x.stride(0), G=g, BLOCK_M=block_m,
-        num_warps=prologue_warps(block_m),
+        NIBBLE_SCALED=nibble_scaled, num_warps=prologue_warps(block_m),
     )  # fmt: skip
     return xr, rs
 
@@ -533,7 +537,9 @@ def w4a16_linear(
     )
     m, k = x.shape
     n = qweight.shape[1]
-    route = path or fast_host.band(m)
+    route = path or fast_host.band(m, group_size)
+    if route == "gemv" and m > fast_host.GEMV2_FMA_MAX_M and group_size != 128:
+        route = "mma"  # the GEMV's matrix-unit path needs G = 128
     if route == "gemv":
         args = (rot_hi, rot_lo, qweight, scales, zeros, gv_idx, gv_coef)
         return fast_host.gemv_w4a16(args, x, bounds, group_size, bias)

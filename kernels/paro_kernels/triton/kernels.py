@@ -56,8 +56,14 @@ def rotate_scale_kernel(
     stride_xm,
     G: tl.constexpr,
     BLOCK_M: tl.constexpr,
+    NIBBLE_SCALED: tl.constexpr = False,
 ):
-    """One program per (row block, group, partition): xr = x_g @ (hi + lo), then the row sums."""
+    """One program per (row block, group, partition): xr = x_g @ (hi + lo), then the row sums.
+
+    NIBBLE_SCALED (the issue-14 GEMV's input): xr is fp32, channel k times 2^-e with e the
+    offset of its nibble field in `fast_kernels._nibble` (exact), so the GEMV multiplies raw
+    magic-number floats; the row sums stay those of the fp16 values.
+    """
     pid_m = tl.program_id(0)
     g = tl.program_id(1)
     p = tl.program_id(2)
@@ -75,7 +81,12 @@ def rotate_scale_kernel(
     acc = tl.dot(x, tl.load(rot_lo_ptr + rot_off), acc)
     xr = tl.clamp(acc, -FP16_MAX, FP16_MAX).to(tl.float16)
     row = p * M + offs_m
-    tl.store(xr_ptr + row[:, None] * K + g * G + offs_g[None, :], xr, mask=m_mask[:, None])
+    out = xr
+    if NIBBLE_SCALED:
+        jj = offs_g % 8
+        e = tl.where(jj < 5, 4 * jj, 4 * (jj - 3))
+        out = xr.to(tl.float32) * ((127 - e) << 23).to(tl.float32, bitcast=True)[None, :]
+    tl.store(xr_ptr + row[:, None] * K + g * G + offs_g[None, :], out, mask=m_mask[:, None])
     tl.store(rs_ptr + row * ngroups + g, tl.sum(xr.to(tl.float32), axis=1), mask=m_mask)
 
 
