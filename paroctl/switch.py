@@ -680,9 +680,11 @@ def _sanity(profile: Profile, client: Client) -> None:
 
 
 def _read_metrics(client: Client, deps: Deps) -> None:
-    """Read /metrics once while the sanity completion runs: the stop's drain depends on it, and a
-    vLLM serve's first /metrics answer is slow (~0.3 s on a CPU box) while later ones take
-    ~15 ms, so the next switch's drain does not pay for it after the old serve was chosen."""
+    """Read /metrics once while the sanity completion runs: the stop's drain depends on it, and
+    a vLLM serve's first /metrics answer is slow (~0.3 s of its API server, once; later ones
+    ~15 ms). Asked here it overlaps the model's forward pass, where the next switch's drain would
+    pay all of it. It must be answered, not just asked: a request dropped unanswered (measured:
+    sent, then closed) leaves the first answer slow."""
     try:
         client.gauges(RUNNING)
     except RuntimeFailure as exc:
