@@ -1,7 +1,8 @@
 """The kernel cache built on CPU, used on the GPU: zero JIT compiles over the plan's shapes.
 
 PRECOMPILE_CACHE names the cache root (its `sm90/` built on CPU by kernels/precompile_h200.py)
-and PRECOMPILE_PLAN the plan it was built from. Every layer of the plan runs through the
+and PRECOMPILE_PLAN the plan it was built from; unset, the test builds the small plan's cache
+itself on this machine's CPU first. Every layer of the plan runs through the
 plugin's real Triton entry point (custom ops, real launches) at every M bucket; Triton's cache is
 routed through `ShippedCacheManager` with an empty writable cache, so each specialization is
 either a shipped hit or a compile, and the test requires zero compiles.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,9 @@ import pytest
 pytestmark = pytest.mark.gpu
 EXTRA_MS = 24
 CAPTURE = 128  # the plans' largest capture size
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "plugin"))
+REPO = Path(__file__).resolve().parents[2]
+DATA = Path(__file__).resolve().parent / "data"
+sys.path.insert(0, str(REPO / "plugin"))
 
 
 def _run_layer(plan: Any, layer: Any, prep: object, ms: list[int]) -> int:
@@ -41,12 +45,23 @@ def _run_layer(plan: Any, layer: Any, prep: object, ms: list[int]) -> int:
 
 
 def test_shipped_cache_serves_every_launch_without_jit(tmp_path: Path) -> None:
-    torch = pytest.importorskip("torch")
+    import torch
+
     if not torch.cuda.is_available():
-        pytest.skip("needs a GPU")
+        pytest.skip("needs a CUDA GPU to launch the kernels: torch.cuda.is_available() is False")
     root, plan_path = os.environ.get("PRECOMPILE_CACHE"), os.environ.get("PRECOMPILE_PLAN")
     if not root or not plan_path:
-        pytest.skip("PRECOMPILE_CACHE / PRECOMPILE_PLAN unset")
+        # No cache carried in (kernels/gputests17.sh carries the one built on another CPU):
+        # build the small plan's cache here on this machine's CPU, with the same walk.
+        root, plan_path = str(tmp_path / "cache"), str(DATA / "precompile_h200_plan_fallback.json")
+        build = subprocess.run(
+            [sys.executable, str(REPO / "kernels" / "precompile_h200.py"), "--plan", plan_path,
+             "--out", str(Path(root) / "sm90")],
+            capture_output=True, text=True, timeout=900,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                [str(REPO / "kernels"), str(REPO / "plugin"), os.environ.get("PYTHONPATH", "")])},
+        )  # fmt: skip
+        assert build.returncode == 0, build.stdout[-2000:] + build.stderr[-2000:]
     from paro_kernels.triton import precompile
     from paro_vllm import kernel_cache
 
