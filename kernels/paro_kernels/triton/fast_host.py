@@ -75,6 +75,19 @@ def _scratch(kind: str, numel: int, dtype: torch.dtype, device: torch.device) ->
     return buf
 
 
+def _gemv_buffers(
+    m: int, n: int, cfg: GemvConfig, dtype: torch.dtype, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """(out [M, N], split-K fp32 workspace, tickets, column tiles) of one GEMV launch; without
+    split-K the workspace and tickets are unused (out stands in for them)."""
+    out = torch.empty(m, n, dtype=dtype, device=device)
+    tiles = -(-n // cfg.block_n)
+    if cfg.split_k == 1:
+        return out, out, out, tiles
+    ws = _scratch("gemv_ws", m * n, torch.float32, device)
+    return out, ws, _scratch("gemv_cnt", tiles, torch.int32, device), tiles
+
+
 def gemv_config(m: int, n: int, k: int, g: int, bounds: tuple[int, ...], sms: int,
                 block_n: int = GEMV_BLOCK_N, num_warps: int = GEMV_WARPS,
                 programs_per_sm: int = GEMV_PROGRAMS_PER_SM,
@@ -130,12 +143,7 @@ def gemv_w4a16(
     else:
         a, rs = host.rotate_scale(x, rot_hi, rot_lo, g)
         stride_am, gi, gc, krot = k, qweight, scales, 1
-    out = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    tiles = -(-n // cfg.block_n)
-    ws = cnt = out
-    if cfg.split_k > 1:
-        ws = _scratch("gemv_ws", m * n, torch.float32, x.device)
-        cnt = _scratch("gemv_cnt", tiles, torch.int32, x.device)
+    out, ws, cnt, tiles = _gemv_buffers(m, n, cfg, x.dtype, x.device)
     b = (*bounds, n, n)[:2]
     gemv_w4a16_kernel[(tiles, cfg.split_k)](
         a, rs, gi, gc, qweight, scales, zeros, bias if bias is not None else scales,
@@ -221,12 +229,7 @@ def gemv2_w4a16(
     require(m <= cfg.block_m, "x rows", f"<= {cfg.block_m} for the GEMV", m)
     want = torch.float16 if cfg.dot else torch.float32
     require(xr.dtype == want, "xr dtype", f"{want} for this GEMV path", xr.dtype)
-    out = torch.empty(m, n, dtype=out_dtype, device=xr.device)
-    tiles = -(-n // cfg.block_n)
-    ws = cnt = out
-    if cfg.split_k > 1:
-        ws = _scratch("gemv_ws", m * n, torch.float32, xr.device)
-        cnt = _scratch("gemv_cnt", tiles, torch.int32, xr.device)
+    out, ws, cnt, tiles = _gemv_buffers(m, n, cfg, out_dtype, xr.device)
     b = (*bounds, n, n)[:2]
     asm = not hip and os.environ.get("TRITON_INTERPRET", "0") != "1"
     gemv2_w4a16_kernel[(tiles, cfg.split_k)](
