@@ -68,6 +68,11 @@ log "pytest"
 # The venv's tools (hadolint, paroctl) on PATH, as in an activated venv.
 export PATH="$PWD/$VENV/bin:$PATH"
 rc=0
-"$VENV/bin/python" -m pytest -m "not gpu" "$@" || rc=$?
+# Two workers, a module (or a group of modules sharing a session resource) at a time, the
+# heaviest first: tests/conftest.py (work_group, HEAVY_FIRST). PAROCTL_TEST_WORKERS=0 runs serially.
+workers=${PAROCTL_TEST_WORKERS:-2}
+xdist=()
+if [ "$workers" != 0 ]; then xdist=(-n "$workers" --dist loadgroup --no-loadscope-reorder); fi
+"$VENV/bin/python" -m pytest -m "not gpu" "${xdist[@]}" "$@" || rc=$?
 phase "pytest"
 exit $rc

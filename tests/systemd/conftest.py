@@ -43,6 +43,7 @@ BOOT_TIMEOUT_S = 600.0  # two cores shared with other serves: a cold boot took 1
 
 # Measured numbers, printed in the terminal summary (tests add their own).
 TIMINGS: dict[str, float] = {}
+TIMINGS_KEY = "systemd box timings"
 
 
 @dataclass
@@ -229,8 +230,23 @@ def sd_profiles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ProfileDir:
     return ProfileDir(directory)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Carry the box timings on each teardown report: under xdist they are measured in a worker
+    and printed by the controller."""
+    outcome = yield
+    if call.when == "teardown" and TIMINGS:
+        outcome.get_result().user_properties.append((TIMINGS_KEY, dict(TIMINGS)))  # type: ignore[attr-defined]
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if TIMINGS:
+    timings: dict[str, float] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            for key, value in getattr(report, "user_properties", ()):
+                if key == TIMINGS_KEY:
+                    timings.update(value)
+    if timings:
         terminalreporter.section("systemd box timings")
-        for key, value in TIMINGS.items():
+        for key, value in timings.items():
             terminalreporter.write_line(f"{key}: {value:.1f}")
