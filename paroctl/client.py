@@ -412,6 +412,15 @@ class Client:
         reply = self.stream({**payload, "temperature": temperature, **extra})
         yield from zip(reply.arrivals, reply.chunks, strict=True)
 
+    def load(self) -> int:
+        """vLLM's /load: the requests in flight on its generation routes (counted only by a serve
+        started with --enable-server-load-tracking; 0 otherwise)."""
+        value = self.get("/load", retries=0).data.get("server_load")
+        if not isinstance(value, int) or isinstance(value, bool):
+            shown = str(value)[:60]
+            raise RuntimeFailure(f"{self.url('/load')}: no server_load count in {shown!r}")
+        return value
+
     def gauges(self, *names: str) -> dict[str, float]:
         """/metrics' sum of samples for each name (see sample_sums): the drain's and status's
         request counts, without a full parse."""

@@ -7,11 +7,13 @@ idempotent, so tests and CI call these before each use.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from paroctl import proc, state
@@ -87,6 +89,20 @@ def ensure_tools(tools: Sequence[str] = tuple(APT_PACKAGES)) -> list[str]:
     return packages
 
 
+@contextlib.contextmanager
+def _host_lock(what: str) -> Iterator[None]:
+    """Hold an exclusive lock, shared by every process on this host, around a check-then-act step
+    (start dockerd, build an image): two paroctl processes (or two test workers) doing it at once
+    would start two daemons that fight over containerd, or race two builds of one tag."""
+    path = Path(tempfile.gettempdir()) / f"paroctl-{what}.lock"
+    with open(path, "a+b") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def engine_ready() -> bool:
     """Whether `docker info` reaches a daemon right now."""
     return proc.run(["docker", "info"], timeout=30, check=False).returncode == 0
@@ -95,6 +111,13 @@ def engine_ready() -> bool:
 def ensure_engine(log_path: Path | None = None, timeout_s: float = DAEMON_TIMEOUT_S) -> bool:
     """Make `docker info` work, starting dockerd in the background if needed; True if started."""
     if engine_ready():
+        return False
+    with _host_lock("dockerd"):
+        return _start_engine(log_path, timeout_s)
+
+
+def _start_engine(log_path: Path | None, timeout_s: float) -> bool:
+    if engine_ready():  # another process started it while this one waited for the lock
         return False
     if not is_root() or shutil.which("dockerd") is None:
         raise RuntimeFailure(
@@ -129,6 +152,13 @@ def image_exists(ref: str) -> bool:
 
 def ensure_base_image(ref: str = BASE_IMAGE, suite: str = SUITE) -> bool:
     """Build the Debian base image (debootstrap + `docker import`) unless present; True if built."""
+    if image_exists(ref):
+        return False
+    with _host_lock("image-build"):
+        return _build_base_image(ref, suite)
+
+
+def _build_base_image(ref: str, suite: str) -> bool:
     if image_exists(ref):
         return False
     if shutil.which("debootstrap") is None:
@@ -180,7 +210,10 @@ def ensure_systemd_image(
     built = ensure_base_image(base)
     if image_exists(ref):
         return built
-    build_image(ref, systemd_containerfile(base, extra))
+    with _host_lock("image-build"):
+        if image_exists(ref):
+            return built
+        build_image(ref, systemd_containerfile(base, extra))
     return True
 
 

@@ -87,6 +87,9 @@ def forwarded_env(profile: Profile) -> dict[str, str]:
     return out
 
 
+LOAD_TRACKING_FLAG = "--enable-server-load-tracking"
+
+
 def serve_argv(profile: Profile) -> list[str]:
     """The vLLM OpenAI server command line, as the serve (container or host) sees it."""
     body, serve = profile.body, profile.body.serve
@@ -134,6 +137,9 @@ def serve_argv(profile: Profile) -> list[str]:
         argv += ["--max-logprobs", str(serve.max_logprobs)]
     if serve.mode == "eval":
         argv.append("--enforce-eager")
+    # /load then counts the requests in flight (vLLM >= 0.8.5): the switch's drain reads it in a
+    # few ms, where /metrics costs ~0.3 s of the API server on its first answer (switch._drain).
+    argv.append(LOAD_TRACKING_FLAG)
     if serve.speculative:
         spec = serve.speculative
         drafter = (

@@ -43,6 +43,9 @@ PHASE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 POLL_S = 0.05
 DRAIN_TIMEOUT_S = 30.0
 RUNNING = "vllm:num_requests_running"
+# How a serve started with engine.LOAD_TRACKING_FLAG says so in its boot log (vLLM's
+# "non-default args: {...}" line): its drain may then read /load.
+LOAD_TRACKED = "'enable_server_load_tracking': True"
 ALIVE_CHECK_S = 0.25  # how often a boot's process is asked whether it still runs
 DRAIN_POLL_S = 0.05  # a request just finished (or cut off, like the sanity check) leaves fast
 PORT_CLOSE_MARGIN_S = 30.0
@@ -82,6 +85,9 @@ class BootRecord:
     since: str = field(default="")
     cpu: dict[str, Any] | None = None  # a CPU box: the dtype/cores/KV decision it booted with
     origin: str = "switch"  # "switch", "adopt" (started outside paroctl) or "resume"
+    # What the stop's drain reads: "load" (/load, when the boot log shows load tracking on) or
+    # "metrics" (/metrics' running gauge; also what a record without this field gets).
+    drain: str = "metrics"
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict (JSON-able)."""
@@ -280,7 +286,7 @@ def stop_live(live: Mapping[str, Any], deps: Deps) -> None:
     name, host, port = live["profile"], net.connect_host(live["host"]), int(live["port"])
     runtime = deps.runtime_for(live.get("runtime", "local"), live.get("scope", "system"))
     start = time.monotonic()
-    _drain(host, port, deps)
+    _drain(host, port, deps, via=str(live.get("drain", "metrics")))
     deps.events(Event("step", f"stopping {name}"))
     grace = float(live.get("grace_s", 30))
     runtime.stop(name, grace)
@@ -373,7 +379,12 @@ def verify_running(
         # The sanity completion is the one check that waits on the model: it runs while the
         # others read what the boot produced; all must pass before anything is recorded.
         sanity = _in_background(lambda: _sanity(profile, client), "paroctl-sanity")
-        metrics = _in_background(lambda: _read_metrics(client, deps), "paroctl-metrics")
+        drain = "load" if any(LOAD_TRACKED in line for line in watcher.snapshot()) else "metrics"
+        metrics = (
+            _in_background(lambda: _read_metrics(client, deps), "paroctl-metrics")
+            if drain == "metrics"
+            else lambda: None
+        )
         _check_identity(profile, client)
         watcher.wait_for("ready", timeout_s=5.0)
         _check_markers(profile, watcher)
@@ -414,6 +425,7 @@ def verify_running(
         since=datetime.now(UTC).isoformat(timespec="seconds"),
         cpu=cpu_plan.as_dict() if cpu_plan else None,
         origin=origin,
+        drain=drain,
     )
     if jr is not None:
         jr.step("recorded")
@@ -680,11 +692,11 @@ def _sanity(profile: Profile, client: Client) -> None:
 
 
 def _read_metrics(client: Client, deps: Deps) -> None:
-    """Read /metrics once while the sanity completion runs: the stop's drain depends on it, and
-    a vLLM serve's first /metrics answer is slow (~0.3 s of its API server, once; later ones
-    ~15 ms). Asked here it overlaps the model's forward pass, where the next switch's drain would
-    pay all of it. It must be answered, not just asked: a request dropped unanswered (measured:
-    sent, then closed) leaves the first answer slow."""
+    """Read /metrics once while the sanity completion runs, for a serve whose drain reads it (no
+    load tracking): a vLLM serve's first /metrics answer is slow (~0.3 s of its API server, once;
+    later ones ~15 ms). Asked here it overlaps the model's forward pass, where the next switch's
+    drain would pay all of it. It must be answered, not just asked: a request dropped unanswered
+    (measured: sent, then closed) leaves the first answer slow."""
     try:
         client.gauges(RUNNING)
     except RuntimeFailure as exc:
@@ -698,18 +710,21 @@ def sanity_passes(expect: str, text: str) -> bool:
     return expect.lower() in text.lower()
 
 
-def _drain(host: str, port: int, deps: Deps) -> None:
-    """Let running requests finish (bounded) so a stop does not cut a client off mid-answer."""
+def _drain(host: str, port: int, deps: Deps, via: str = "metrics") -> None:
+    """Let running requests finish (bounded) so a stop does not cut a client off mid-answer.
+    via "load": /load's requests in flight (a few ms a read; every generation request the API
+    server holds, queued ones included); "metrics": /metrics' running gauge."""
     client = Client(f"http://{host}:{port}", retries=0, timeout_s=5)
     deadline = time.monotonic() + DRAIN_TIMEOUT_S
     shown: float | None = None
+    what = "requests in flight" if via == "load" else "requests running"
     try:
         while time.monotonic() < deadline:
-            running = client.gauges(RUNNING)[RUNNING]
+            running = float(client.load()) if via == "load" else client.gauges(RUNNING)[RUNNING]
             if running <= 0:
                 return
             if running != shown:  # one line per change: a log is not a terminal's live line
-                deps.events(Event("progress", f"draining: {running:g} requests running"))
+                deps.events(Event("progress", f"draining: {running:g} {what}"))
                 shown = running
             time.sleep(DRAIN_POLL_S)
         deps.events(Event("warn", f"still busy after {DRAIN_TIMEOUT_S:g} s; stopping anyway"))

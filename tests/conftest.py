@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import pytest
 
@@ -97,10 +98,11 @@ def deadline() -> Callable[[float], AbstractContextManager[None]]:
     return _deadline
 
 
-# --- the parallel run (tests/run.sh: pytest -n 2 --dist loadgroup --no-loadscope-reorder) --------
-# A module is the unit of work: its tests run in order on one worker and share its module fixtures.
-# Modules that share a session resource form one group, so it is built once: the systemd
-# container, the session's CPU serve, the plugin's vllm-venv fixtures.
+# --- the parallel run (tests/run.sh: pytest -n 2 --no-loadscope-reorder) ------------------------
+# A group is the unit of work: its tests run in order on one worker and share its module and
+# session fixtures. A group is a module, or several modules that share a session resource so it
+# is built once: the systemd container (two dockerd starting at once fail), the session's CPU
+# serve, the plugin's vllm-venv fixtures.
 SHARED_GROUPS = (
     ("tests/systemd/", "systemd"),
     ("tests/e2e/gates/", "cpu-serve"),
@@ -121,18 +123,28 @@ HEAVY_FIRST = (
 
 
 def work_group(nodeid: str) -> str:
-    """The xdist group of a test: its shared group, else its module."""
+    """The group of a test: its shared group, else its module."""
     module = nodeid.split("::", 1)[0]
     return next((name for prefix, name in SHARED_GROUPS if module.startswith(prefix)), module)
 
 
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test with its group and put the heavy groups first (a stable sort)."""
+    """The heavy groups first (a stable sort: the order within a group is kept)."""
     rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(work_group(item.nodeid)))
     items.sort(key=lambda item: rank.get(work_group(item.nodeid), len(rank)))
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's scope scheduler with work_group as the scope (its loadgroup marker does not group
+    under pytest 9.2, which no longer reads the node id it rewrites)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return work_group(nodeid)
+
+    return GroupScheduling(config, log)
 
 
 # --- per-module wall times (CI prints them: tests/run.sh, issue 19) --------------------------------

@@ -72,7 +72,7 @@ rc=0
 # heaviest first: tests/conftest.py (work_group, HEAVY_FIRST). PAROCTL_TEST_WORKERS=0 runs serially.
 workers=${PAROCTL_TEST_WORKERS:-2}
 xdist=()
-if [ "$workers" != 0 ]; then xdist=(-n "$workers" --dist loadgroup --no-loadscope-reorder); fi
+if [ "$workers" != 0 ]; then xdist=(-n "$workers" --no-loadscope-reorder); fi
 "$VENV/bin/python" -m pytest -m "not gpu" "${xdist[@]}" "$@" || rc=$?
 phase "pytest"
 exit $rc

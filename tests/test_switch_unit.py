@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import threading
 from collections.abc import Callable
@@ -88,13 +89,30 @@ def test_plan_names_every_step() -> None:
     assert lines[-1] == "on failure: keep the log, stop cpu-demo-alt, restart cpu-demo"
 
 
-def test_drain_reports_each_change_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A busy serve polled many times prints one line per running count, not one per poll."""
+@pytest.mark.parametrize(
+    ("via", "path", "what"),
+    [("metrics", "/metrics", "requests running"), ("load", "/load", "requests in flight")],
+)
+def test_drain_reports_each_change_once(
+    monkeypatch: pytest.MonkeyPatch, via: str, path: str, what: str
+) -> None:
+    """A busy serve polled many times prints one line per count, not one per poll; the drain
+    reads only the endpoint its record names (any other path answers 404 and ends it early)."""
     counts = iter([7, 7, 7, 7, 3, 3, 7, 0])
+    asked: list[str] = []
 
-    class Metrics(BaseHTTPRequestHandler):
+    class Serve(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            body = f"vllm:num_requests_running {next(counts)}\n".encode()
+            asked.append(self.path)
+            if self.path != path:
+                self.send_error(404)
+                return
+            count = next(counts)
+            body = (
+                f"vllm:num_requests_running {count}\n".encode()
+                if via == "metrics"
+                else json.dumps({"server_load": count}).encode()
+            )
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -103,20 +121,21 @@ def test_drain_reports_each_change_once(monkeypatch: pytest.MonkeyPatch) -> None
         def log_message(self, *args: object) -> None:
             pass
 
-    server = HTTPServer(("127.0.0.1", 0), Metrics)
+    server = HTTPServer(("127.0.0.1", 0), Serve)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     monkeypatch.setattr(switch, "DRAIN_POLL_S", 0.001)
     events: list[switch.Event] = []
     deps = switch.Deps(runtime_for=lambda kind, scope: None, events=events.append)  # type: ignore[arg-type,return-value]
     try:
-        switch._drain("127.0.0.1", server.server_address[1], deps)
+        switch._drain("127.0.0.1", server.server_address[1], deps, via=via)
     finally:
         server.shutdown()
     assert [e.message for e in events] == [
-        "draining: 7 requests running",
-        "draining: 3 requests running",
-        "draining: 7 requests running",
+        f"draining: 7 {what}",
+        f"draining: 3 {what}",
+        f"draining: 7 {what}",
     ]
+    assert set(asked) == {path} and len(asked) == 8
 
 
 def test_progress_in_a_log_is_one_line_per_change(capsys: pytest.CaptureFixture[str]) -> None:

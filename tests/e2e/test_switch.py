@@ -3,15 +3,18 @@ SIGKILL mid-boot, two switches at once, stop. Tests run in order and share one b
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import pytest
+import requests
 
 from paroctl import cpu, net, profiles, state
 from paroctl import switch as switch_mod
@@ -22,6 +25,7 @@ from paroctl.runtime.local import LocalRuntime
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
+DRAINED_TOKENS = 48
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +92,36 @@ def test_a_then_b_then_a(box: dict[str, str]) -> None:
     assert any(e.message.startswith(shown) for e in events if e.kind == "step")
     assert {"starting", "loading weights", "kv cache sized", "ready"} <= set(first.phases)
     assert next(e.message for e in events if e.kind == "phase") == "starting"
-    second = do_switch("cpu-demo-alt")
+    # The boot log shows load tracking on, so the stop's drain reads /load (not /metrics).
+    assert first.drain == "load" and state.read_live()["drain"] == "load"  # type: ignore[index]
+    # A request in flight when the switch starts is drained, not cut off: it finishes whole.
+    answer: list[str] = []
+    arrived = threading.Event()
+
+    def long_answer() -> None:  # read as it streams: the first chunk proves it is in flight
+        body = {
+            "model": "smollm2-demo",
+            "prompt": "Once upon a time",
+            "max_tokens": DRAINED_TOKENS,
+            "ignore_eos": True,
+            "stream": True,
+        }
+        url = f"http://127.0.0.1:{box['port']}/v1/completions"
+        with requests.post(url, json=body, stream=True, timeout=120) as reply:
+            for line in reply.iter_lines():
+                if line.startswith(b"data: {"):
+                    answer.append(json.loads(line[6:])["choices"][0]["text"])
+                    arrived.set()
+
+    streamer = threading.Thread(target=long_answer, daemon=True)
+    streamer.start()
+    assert arrived.wait(60), "the streamed completion never started"
+    events.clear()
+    second = do_switch("cpu-demo-alt", events)
+    streamer.join(timeout=60)
+    drained = [e.message for e in events if e.kind == "progress"]
+    assert drained and drained[0] == "draining: 1 requests in flight", drained
+    assert len(answer) >= DRAINED_TOKENS, f"cut off after {len(answer)} chunks"
     assert answering(box["port"]) == ["smollm2-alt"]
     assert state.read_live()["profile"] == "cpu-demo-alt"  # type: ignore[index]
     assert state.read_live()["cpu"]["dtype"] == decided.dtype  # type: ignore[index]
