@@ -185,3 +185,26 @@ def test_a_port_held_by_another_process_fails_fast_and_leaves_no_journal(
     assert "nothing was live before, so the box is left stopped" in message
     assert "could not be stopped" not in message
     assert journal.read() is None and state.read_live() is None
+
+
+def test_systemd_runtime_without_systemd_says_so_without_a_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where systemd is not the init system (sd_booted's /run/systemd/system is absent), asking a
+    unit's state fails at once with the reason; no systemctl process is started. With a prefix
+    (systemd elsewhere: a container, ssh) the local check does not apply."""
+    from paroctl import proc
+    from paroctl.errors import RuntimeFailure
+    from paroctl.runtime import systemd
+
+    monkeypatch.setattr(systemd, "SYSTEMD_BOOTED", tmp_path / "run-systemd-system")
+    ran: list[list[str]] = []
+    monkeypatch.setattr(proc, "run", lambda argv, **kw: ran.append(list(argv)))
+    with pytest.raises(RuntimeFailure) as info:
+        systemd.SystemdRuntime().is_active("paro-int5")
+    assert "no systemd runs on this machine" in info.value.message
+    assert "paroctl-paro-int5.service" in info.value.message
+    assert ran == []
+    with contextlib.suppress(Exception):
+        systemd.SystemdRuntime(prefix=("docker", "exec", "box")).is_active("paro-int5")
+    assert ran and ran[0][:3] == ["docker", "exec", "box"]

@@ -161,6 +161,10 @@ def split_cursor(text: str) -> tuple[list[str], str | None]:
     return lines, None
 
 
+# Present exactly when systemd is the init system (sd_booted(3)).
+SYSTEMD_BOOTED = Path("/run/systemd/system")
+
+
 class SystemdRuntime:
     """Serves as systemd units `paroctl-<name>.service`, driven through systemctl/journalctl.
 
@@ -196,6 +200,13 @@ class SystemdRuntime:
 
     def show(self, name: str, *props: str) -> dict[str, str]:
         """Selected `systemctl show` properties of the unit (a missing unit reads inactive)."""
+        if not self.prefix and not SYSTEMD_BOOTED.is_dir():
+            # sd_booted(3)'s test: asking systemctl here only costs a process (~15 ms) to learn
+            # the same thing; `paroctl status` and a first switch ask once per systemd profile.
+            raise RuntimeFailure(
+                f"no systemd runs on this machine ({SYSTEMD_BOOTED} is absent): "
+                f"cannot query {unit_for(name)}"
+            )
         argv = self.systemctl("show", "-p", ",".join(props), "--", unit_for(name))
         return parse_show(proc.run(argv, timeout=SHOW_TIMEOUT_S).stdout)
 
