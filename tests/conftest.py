@@ -100,26 +100,21 @@ def deadline() -> Callable[[float], AbstractContextManager[None]]:
 
 # --- the parallel run (tests/run.sh: pytest -n 2 --no-loadscope-reorder) ------------------------
 # A group is the unit of work: its tests run in order on one worker and share its module and
-# session fixtures. A group is a module, or several modules that share a session resource so it
-# is built once: the systemd container (two dockerd starting at once fail), the session's CPU
-# serve, the plugin's vllm-venv fixtures.
+# session fixtures. Every module that boots a vLLM serve (or a container of one) is in one group,
+# "serves", so a single worker runs them one after another: two serves booting at once on the
+# 2-core box hung a worker process's start for the whole 300 s boot timeout (measured in a
+# parallel run on 2026-12-01: three rollback boots failed that way), and the systemd container
+# and the session's CPU serve are built once. The other worker runs every other module (kernel
+# interpreter and AOT builds, fuzzing, renders: ~8 of the serial run's 55 min) beside it.
 SHARED_GROUPS = (
-    ("tests/systemd/", "systemd"),
-    ("tests/e2e/gates/", "cpu-serve"),
-    ("tests/e2e/test_cpu_serve.py", "cpu-serve"),
+    ("tests/e2e/", "serves"),
+    ("tests/systemd/", "serves"),
+    ("tests/images/test_cpu_image_e2e.py", "serves"),
+    ("tests/images/test_podman_socket_e2e.py", "serves"),
     ("tests/plugin/", "plugin"),
 )
-# The longest groups first (wall times of the serial run on the 2-core AVX2 EPYC, 2026-12-01:
-# systemd 811 s, formats 632 s, switch 555 s, journal 369 s, cpu-serve ~350 s, CPU image 138 s),
-# so the two workers' loads even out; every other module keeps its collection order after them.
-HEAVY_FIRST = (
-    "systemd",
-    "tests/e2e/test_formats_serve.py",
-    "tests/e2e/test_switch.py",
-    "tests/e2e/test_switch_journal.py",
-    "cpu-serve",
-    "tests/images/test_cpu_image_e2e.py",
-)
+# The serves first: they are the critical path; the rest fills the other worker.
+HEAVY_FIRST = ("serves",)
 
 
 def work_group(nodeid: str) -> str:
