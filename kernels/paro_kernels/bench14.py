@@ -321,6 +321,14 @@ DEQUANT3_SWEEP: list[dict[str, Any]] = [
     dict(trans=True, block_n=32, num_warps=4, num_stages=2, programs_per_sm=8),
     dict(trans=True, block_n=256, num_warps=8, num_stages=2, programs_per_sm=2),
 ]
+DEQUANT3_SWEEP_RUN2: list[dict[str, Any]] = [
+    # the balanced split (the same column blocks per program in every partition)
+    dict(trans=True, block_n=64, num_warps=4, num_stages=3, programs_per_sm=4),
+    dict(trans=True, block_n=64, num_warps=4, num_stages=3, programs_per_sm=8),
+    dict(trans=True, block_n=64, num_warps=4, num_stages=4, programs_per_sm=4),
+    dict(trans=True, block_n=64, num_warps=4, num_stages=2, programs_per_sm=8),
+    dict(trans=True, block_n=64, num_warps=4, num_stages=3, programs_per_sm=2),
+]
 PROLOGUE3_SWEEP: list[dict[str, int]] = [
     dict(slice_=128, num_warps=4), dict(slice_=64, num_warps=4), dict(slice_=32, num_warps=4),
     dict(slice_=16, num_warps=4), dict(slice_=32, num_warps=2), dict(slice_=16, num_warps=2),
@@ -328,7 +336,9 @@ PROLOGUE3_SWEEP: list[dict[str, int]] = [
 ]  # fmt: skip
 
 
-def sweep_dequant3(reps: int, shapes: tuple[str, ...]) -> list[dict[str, Any]]:
+def sweep_dequant3(
+    reps: int, shapes: tuple[str, ...], table: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
     """Third pass: the prefill weight pass alone (bf16 W'), both kernels at candidate configs."""
     from .triton import fast_host
 
@@ -339,7 +349,7 @@ def sweep_dequant3(reps: int, shapes: tuple[str, ...]) -> list[dict[str, Any]]:
         preps = [b._random_prep(n, k, sizes, 4, dev) for _ in range(b.copies(_bytes_w4(n, k, 0)))]
         w = torch.empty(k, n, dtype=torch.bfloat16, device=dev)
         nb = k * n // 2 + (k // G) * n * 3 + 2 * k * n  # codes + scales + zeros in, W' out
-        for kw in DEQUANT3_SWEEP:
+        for kw in table or DEQUANT3_SWEEP:
             fns = [functools.partial(
                 fast_host.dequant_rotate, p.qweight, None, p.scales, p.zeros, p.rot_hi, p.rot_lo,
                 p.bounds, G, w, **kw) for p in preps]  # fmt: skip
@@ -443,6 +453,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--skip-prefill", default="", help="variants not run at M >= 1024")
     ap.add_argument("--sweep4", action="store_true",
                     help="the third pass: dequant kernels and sliced prologues alone")  # fmt: skip
+    ap.add_argument("--sweep5", action="store_true", help="the dequant kernel's balanced split")
     ap.add_argument("--sweep-shapes", default="qkv,o_proj,gate_up,down,in_proj")
     ap.add_argument("--gemlite-config", default="")
     ap.add_argument("--only-check", action="store_true")
@@ -472,7 +483,10 @@ def main(argv: list[str] | None = None) -> None:
         sh = tuple(args.sweep_shapes.split(","))
         meta["sweep_dequant3"] = sweep_dequant3(args.reps, sh)
         meta["sweep_prologue3"] = sweep_prologue3(args.reps, sh, (1, 2))
-    if args.sweep2 or args.sweep3 or args.sweep4:
+    if args.sweep5:
+        sh = tuple(args.sweep_shapes.split(","))
+        meta["sweep_dequant3_run2"] = sweep_dequant3(args.reps, sh, DEQUANT3_SWEEP_RUN2)
+    if args.sweep2 or args.sweep3 or args.sweep4 or args.sweep5:
         with open(args.out, "w") as f:
             json.dump(meta, f, indent=1)
     skip = set(filter(None, args.skip.split(",")))

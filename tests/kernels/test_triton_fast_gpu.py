@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 from _triton_cases import (
+    BF16_W_FLOOR,
     W4A16_CASES,
     bias,
     hi_planes,
@@ -52,10 +53,11 @@ def test_path_matches_fp64_reference(k: int, sizes: list[int], g: int, path: str
     torch.cuda.synchronize()
     assert y.shape == (m, sum(sizes)) and y.dtype == torch.bfloat16
     want = reference(x, parts, g)
-    assert rel(y, want) <= 2e-3
+    tol = BF16_W_FLOOR if path == "dequant" else 2e-3  # dequant: bf16 W' (third pass)
+    assert rel(y, want) <= tol
     # The split-K workspace and tickets were left zeroed, so a second call is as good (its
     # atomics may add in another order: bf16 ties may flip, hence not bit-equal).
-    assert rel(again, want) <= 2e-3
+    assert rel(again, want) <= tol
     from paro_kernels.triton import fast_host
 
     for (kind, _), buf in fast_host._WS.items():
@@ -92,7 +94,8 @@ def test_dequant_int5(m: int) -> None:
                                      prep.rot_hi, prep.rot_lo, prep.bounds, g, dtype=dtype,
                                      trans=trans)  # fmt: skip
         y = fast_host.dequant_linear(x.cuda(), w, bias(parts).cuda())  # type: ignore[union-attr]
-        assert y.dtype == torch.bfloat16 and rel(y, want) <= 2e-3, (trans, dtype)
+        tol = BF16_W_FLOOR if dtype == torch.bfloat16 else 2e-3
+        assert y.dtype == torch.bfloat16 and rel(y, want) <= tol, (trans, dtype)
 
 
 @pytest.mark.parametrize(("k", "sizes", "g"), [CASES[0], CASES[-1]])
@@ -108,7 +111,7 @@ def test_dequant_kernels_agree(k: int, sizes: list[int], g: int) -> None:
         w = fast_host.dequant_rotate(prep.qweight, None, prep.scales, prep.zeros, prep.rot_hi,
                                      prep.rot_lo, prep.bounds, g, dtype=dtype, trans=trans)  # fmt: skip
         y = fast_host.dequant_linear(x.cuda(), w, bias(parts).cuda())  # type: ignore[union-attr]
-        assert rel(y, want) <= 2e-3, (trans, dtype)
+        assert rel(y, want) <= (BF16_W_FLOOR if dtype == torch.bfloat16 else 2e-3), (trans, dtype)
 
 
 def test_every_output_written_and_rows_independent() -> None:

@@ -49,10 +49,15 @@ DEQUANT_STAGES = 3
 DEQUANT_PROGRAMS_PER_SM = 2
 # Third pass: the transposed kernel (codes in the dot's register operand, the block in shared
 # memory) and W' in x.dtype (no fp16 casts of x and y). TBD by the H200 sweep.
+# Sweep (H200 2026-12-01, run 1 of pass 3, the weight pass alone, bf16 W'; one split count per
+# partition then): the old kernel 121.7 / 31.4 / 137.0 / 83.1 / 94.7 us (qkv / o_proj / gate_up /
+# down / in_proj), the transposed one at 64 columns, 4 warps, 3 stages, 4 programs per SM 72.6 /
+# 27.7 / 115.4 / 65.5 / 67.1 (best or within 12% of the best of 9 configs on every shape: 128
+# columns or 8 warps 1.1-2x slower, 2 stages +5-18%, 1 stage +12-30%).
 DEQUANT_TRANS = True
 DEQUANT_T_BLOCK_N = 64
 DEQUANT_T_WARPS = 4
-DEQUANT_T_STAGES = 2
+DEQUANT_T_STAGES = 3
 DEQUANT_T_PROGRAMS_PER_SM = 4
 
 
@@ -184,9 +189,13 @@ GEMV2_PROGRAMS_PER_SM = 8
 GEMV2_STAGES = 2
 
 
-# The decode prologue (FMA GEMV's input), sliced: G / PROLOGUE_SLICE programs per group. TBD
-# by the H200 sweep.
-PROLOGUE_SLICE = 32
+# The decode prologue (FMA GEMV's input), sliced: G / PROLOGUE_SLICE programs per group.
+# Sweep (H200 2026-12-01, pass 3 run 1, prologue alone, M = 1 / 2): the block kernel qkv 5.21 /
+# 8.08, o_proj 4.21 / 9.53, gate_up 4.13 / 3.94, down 3.97 / 3.85, in_proj 4.07 / 3.93 us; 64
+# channels, 4 warps 5.02 / 5.30, 3.20 / 9.40, 4.00 / 3.89, 3.54 / 3.77, 3.76 / 3.87 (16 channels
+# 4.3-8.2: too little work per program; 32: within noise of 64 but 4 partial sums per group,
+# which cost the GEMV 0.1-1.0 us at M = 1).
+PROLOGUE_SLICE = 64
 PROLOGUE_SLICE_WARPS = 4
 
 
@@ -323,14 +332,27 @@ def dequant_rotate(
     use_t = dequant_trans(hip) if trans is None else trans
     b = (*bounds, n, n)[:2]
     pps = programs_per_sm or dequant_programs_per_sm(hip, use_t)
+    bn = block_n or dequant_block_n(hip, use_t)
+    qh = qweight_hi if qweight_hi is not None else qweight
+    bits = 5 if qweight_hi is not None else 4
+    nw, ns = num_warps or dequant_warps(hip, use_t), num_stages or dequant_stages(hip, use_t)
+    if use_t:
+        # the same blocks per program in every partition, ~pps programs per SM in all
+        blocks = [-(-(hi - lo) // bn) for lo, hi in zip((0, *bounds), (*bounds, n), strict=True)]
+        per = max(1, -(-sum(blocks) * (k // g) // (pps * host.sm_count(qweight.device))))
+        if nsplit:
+            per = -(-max(blocks) // nsplit)
+        progs = [-(-nb // per) for nb in blocks]
+        c = [sum(progs[:1]), sum(progs[:2])]
+        dequant_rotate_t_kernel[(k // g, sum(progs))](
+            qweight, qh, scales, zeros, rot_hi, rot_lo, out, n, k, b[0], b[1], per, c[0], c[1],
+            G=g, BLOCK_N=bn, BITS=bits, num_warps=nw, num_stages=ns,
+        )  # fmt: skip
+        return out
     nsplit = nsplit or max(1, -(-pps * host.sm_count(qweight.device) // ((k // g) * p)))
-    kernel = dequant_rotate_t_kernel if use_t else dequant_rotate_kernel
-    kernel[(k // g, p, nsplit)](
-        qweight, qweight_hi if qweight_hi is not None else qweight, scales, zeros, rot_hi, rot_lo,
-        out, n, k, b[0], b[1], G=g, BLOCK_N=block_n or dequant_block_n(hip, use_t),
-        BITS=5 if qweight_hi is not None else 4, NSPLIT=nsplit,
-        num_warps=num_warps or dequant_warps(hip, use_t),
-        num_stages=num_stages or dequant_stages(hip, use_t),
+    dequant_rotate_kernel[(k // g, p, nsplit)](
+        qweight, qh, scales, zeros, rot_hi, rot_lo, out, n, k, b[0], b[1],
+        G=g, BLOCK_N=bn, BITS=bits, NSPLIT=nsplit, num_warps=nw, num_stages=ns,
     )  # fmt: skip
     return out
 

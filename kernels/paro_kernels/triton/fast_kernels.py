@@ -253,10 +253,12 @@ def dequant_rotate_t_kernel(
     K,
     b1,
     b2,
+    per,  # column blocks per program, the same in every partition
+    c1,  # programs of partition 0 (along axis 1)
+    c2,  # programs of partitions 0 and 1
     G: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BITS: tl.constexpr,
-    NSPLIT: tl.constexpr,
 ):
     """`dequant_rotate_kernel` transposed: W'_g^T = ((C_g - z)^T @ B_g^T) * s per column block.
 
@@ -265,15 +267,17 @@ def dequant_rotate_t_kernel(
     memory as the other operand (ncu: 168 registers, 13% occupancy, DRAM 13%). Here the codes
     are unpacked straight into the register operand and the loop-invariant block is the shared
     one, loaded once per program; the [BLOCK_N, G] product is stored transposed (columns
-    contiguous in W').
+    contiguous in W'). Every program walks `per` column blocks of one partition (grid axis 1
+    holds each partition's programs in turn), so a small partition does not leave the large
+    one's programs with most of the work (qkv: 6144 / 512 / 512).
     """
     g = tl.program_id(0)
-    p = tl.program_id(1)
-    pid = tl.program_id(2)
+    pid = tl.program_id(1)
+    p = (pid >= c1).to(tl.int32) + (pid >= c2).to(tl.int32)
+    pid = pid - tl.where(p == 0, 0, tl.where(p == 1, c1, c2))
     lo_col = tl.where(p == 0, 0, tl.where(p == 1, b1, b2))
     hi_col = tl.where(p == 0, b1, tl.where(p == 1, b2, N))
     nblocks = tl.cdiv(hi_col - lo_col, BLOCK_N)
-    per = tl.cdiv(nblocks, NSPLIT)
     ngroups = K // G
     offs_g = tl.arange(0, G)
     # rot_t[k, j] = B_g[j, k] (stored row j, column k)
