@@ -48,6 +48,14 @@ def _ours(n: int, k: int, sizes: tuple[int, ...], m: int, dev: torch.device, pat
     if rot:
         preps = [_with_givens(p, k, len(sizes), dev) for p in preps]
     x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+    if fmt.startswith("a8-"):  # the A8 kernels themselves (prologue + group GEMM), no route
+
+        def a8(p: Any) -> object:
+            q, asc, rs = host.rotate_quant(x, p.rot_hi, p.rot_lo, G, fmt[3:], "group")
+            return host.w4a8_gemm(q, asc, rs, p.qweight, None, p.scales, p.zeros, p.bounds, G,
+                                  x.dtype)  # fmt: skip
+
+        return b.cycling([functools.partial(a8, p) for p in preps])
     if fmt != "bf16":
         return b.cycling([functools.partial(host.linear_a8, p, x, None, fmt, "group", fmt == "int5")
                           for p in preps])  # fmt: skip
@@ -119,6 +127,8 @@ def cell_variants(m: int) -> list[tuple[str, str, Callable[..., Callable[[], obj
     ]
     if m <= 16:
         v += [
+            ("path-w4a8-int8-a8", "path",
+             lambda n, k, s, m, d: _ours(n, k, s, m, d, None, fmt="a8-int8"), 2),
             ("path-gemv-blocks", "path", lambda n, k, s, m, d: _ours(n, k, s, m, d, "gemv"), 2),
             ("path-gemv-rot", "path",
              lambda n, k, s, m, d: _ours(n, k, s, m, d, "gemv", rot=True), 2),
