@@ -417,6 +417,30 @@ def sweep_prologue3(
     return out
 
 
+def ab_prologue(reps: int, shapes: tuple[str, ...], ms: tuple[int, ...]) -> list[dict[str, Any]]:
+    """Third pass: the W4A16 op as served at decode M with the sliced prologue (the shipped
+    PROLOGUE_SLICE) against the block prologue (0), alternating, twice each."""
+    from .triton import fast_host, host
+
+    dev = torch.device("cuda")
+    out = []
+    shipped = fast_host.PROLOGUE_SLICE
+    for name in shapes:
+        _, n, k, sizes = next(s for s in b.SHAPES if s[0] == name)
+        preps = [b._random_prep(n, k, sizes, 4, dev) for _ in range(b.copies(_bytes_w4(n, k, 0)))]
+        for m in ms:
+            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+            fn = b.cycling([functools.partial(host.linear, p, x) for p in preps])
+            for rep in range(2):
+                for sl in (shipped, 0):
+                    fast_host.PROLOGUE_SLICE = sl
+                    us = b._time(fn, reps)
+                    out.append({"shape": name, "m": m, "slice": sl, "rep": rep, "us": us})
+                    print(f"ab {name} M={m} slice={sl} rep={rep}: {us:.2f} us", flush=True)
+    fast_host.PROLOGUE_SLICE = shipped
+    return out
+
+
 def check(dev: str = "cuda") -> list[str]:
     """Fast correctness smoke of every path against the fp64 reference (goal shapes are slow)."""
     import sys
@@ -464,13 +488,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sweep4", action="store_true",
                     help="the third pass: dequant kernels and sliced prologues alone")  # fmt: skip
     ap.add_argument("--sweep5", action="store_true", help="the dequant kernel's balanced split")
+    ap.add_argument("--ab-prologue", action="store_true",
+                    help="as served at M = 1, 2: sliced vs block prologue; stop")  # fmt: skip
     ap.add_argument("--sweep-shapes", default="qkv,o_proj,gate_up,down,in_proj")
     ap.add_argument("--gemlite-config", default="")
     ap.add_argument("--only-check", action="store_true")
     args = ap.parse_args(argv)
     torch.manual_seed(0)
     t0 = time.monotonic()
-    meta: dict[str, Any] = {"check": check()}
+    meta: dict[str, Any] = {"check": [] if args.ab_prologue else check()}
     if args.only_check:
         return
     if args.gemlite_config:
@@ -493,6 +519,11 @@ def main(argv: list[str] | None = None) -> None:
         sh = tuple(args.sweep_shapes.split(","))
         meta["sweep_dequant3"] = sweep_dequant3(args.reps, sh)
         meta["sweep_prologue3"] = sweep_prologue3(args.reps, sh, (1, 2))
+    if args.ab_prologue:
+        meta["ab_prologue"] = ab_prologue(args.reps, tuple(args.sweep_shapes.split(",")), (1, 2))
+        with open(args.out, "w") as f:
+            json.dump(meta, f, indent=1)
+        return
     if args.sweep5:
         sh = tuple(args.sweep_shapes.split(","))
         meta["sweep_dequant3_run2"] = sweep_dequant3(args.reps, sh, DEQUANT3_SWEEP_RUN2)
