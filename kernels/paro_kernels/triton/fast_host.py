@@ -35,6 +35,9 @@ from . import host
 # stays on the tile kernels. The dequant path wins at M = 2048 on every 27B shape (qkv 381 us
 # against the tile kernels' 595, gate_up 731 / 1324) and loses at M = 256 (qkv 162 / 111): its
 # ~70-120 us weight pass is fixed per call. 1024 is the interpolated crossover (not measured).
+# Third pass: the weight pass is now ~25-75 us (bf16 W', no casts; see DEQUANT_TRANS), so the
+# crossover has likely moved below 1024 (predicted qkv M = 256: ~60 + ~32 us cuBLAS against the
+# tile kernels' 111); not measured in this pass, so the band start stays.
 GEMV_MAX_M = 2
 DEQUANT_MIN_M = 1024
 GEMV_ROT = False  # the Givens layers inside the GEMV instead of the block prologue
@@ -55,6 +58,10 @@ DEQUANT_PROGRAMS_PER_SM = 2
 # down / in_proj), the transposed one at 64 columns, 4 warps, 3 stages, 4 programs per SM 72.6 /
 # 27.7 / 115.4 / 65.5 / 67.1 (best or within 12% of the best of 9 configs on every shape: 128
 # columns or 8 warps 1.1-2x slower, 2 stages +5-18%, 1 stage +12-30%).
+# Run 3 (balanced split, as served, bf16 x / W' / y, cuBLAS bf16 in the same run): M = 2048
+# qkv 268.6 us vs cuBLAS 208.4 (0.78x), o_proj 0.77x, gate_up 0.77x, down 0.75x, in_proj 0.77x;
+# M = 8192 0.84-0.93x (pass 2's fp16 path: 0.53-0.73x). ncu (qkv M = 2048): 55.9 us, 158
+# registers, 15.5% achieved occupancy, DRAM 29% (the old kernel 119.6 us, 168, 13%, 13%).
 DEQUANT_TRANS = True
 DEQUANT_T_BLOCK_N = 64
 DEQUANT_T_WARPS = 4
@@ -195,7 +202,9 @@ GEMV2_STAGES = 2
 # 8.08, o_proj 4.21 / 9.53, gate_up 4.13 / 3.94, down 3.97 / 3.85, in_proj 4.07 / 3.93 us; 64
 # channels, 4 warps 5.02 / 5.30, 3.20 / 9.40, 4.00 / 3.89, 3.54 / 3.77, 3.76 / 3.87 (16 channels
 # 4.3-8.2: too little work per program; 32: within noise of 64 but 4 partial sums per group,
-# which cost the GEMV 0.1-1.0 us at M = 1).
+# which cost the GEMV 0.1-1.0 us at M = 1). As served (A/B in one run, twice each, M = 1):
+# qkv 17.0-17.7 vs 18.6-19.0 us with the block prologue, o_proj 10.1-10.8 vs 10.9-11.3, in_proj
+# 18.2-18.3 vs 19.7, down 18.9-19.7 vs 18.7-18.9, gate_up 29.7-30.0 vs 28.7-28.8 (the one loss).
 PROLOGUE_SLICE = 64
 PROLOGUE_SLICE_WARPS = 4
 
@@ -428,8 +437,10 @@ def band(m: int, group_size: int = 128) -> str:
 # where the 16-bit-activation paths are faster they serve the layer unquantized-activation (more
 # accurate than A8, the same weight bytes). H200 2026-12-01, as served: W4A8 int8 at M = 1 took
 # qkv 35.7 us against the W4A16 GEMV's 19.9 (BENCH.md, pass 2), and in prefill 0.26-0.29x
-# cuBLAS against dequant + cuBLAS's 0.53-0.73x (pass 1). gfx1201 keeps A8 (its fp8/int8 WMMA
-# runs at twice bf16; not measured here).
+# cuBLAS against dequant + cuBLAS's 0.53-0.73x (pass 1). Pass 3, run 3 (same run): the A8
+# kernels at M = 1 34.9 / 22.5 / 59.7 / 38.0 / 37.1 us (qkv / o_proj / gate_up / down / in_proj)
+# against the routed op's 18.0 / 9.8 / 29.4 / 19.7 / 21.2; at M = 2048 the routed op 0.75-0.77x
+# cuBLAS. gfx1201 keeps A8 (its fp8/int8 WMMA runs at twice bf16; not measured here).
 A8_ROUTE = True
 
 
