@@ -35,7 +35,7 @@ from . import host
 # stays on the tile kernels. The dequant path wins at M = 2048 on every 27B shape (qkv 381 us
 # against the tile kernels' 595, gate_up 731 / 1324) and loses at M = 256 (qkv 162 / 111): its
 # ~70-120 us weight pass is fixed per call. 1024 is the interpolated crossover (not measured).
-# Third pass: the weight pass is now ~25-75 us (bf16 W', no casts; see DEQUANT_TRANS), so the
+# Third pass: the weight pass + casts went from ~170 to ~60 us on qkv (see DEQUANT_TRANS), so the
 # crossover has likely moved below 1024 (predicted qkv M = 256: ~60 + ~32 us cuBLAS against the
 # tile kernels' 111); not measured in this pass, so the band start stays.
 GEMV_MAX_M = 2
