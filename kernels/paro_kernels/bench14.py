@@ -1,7 +1,8 @@
 """Issue-14 benchmark: our ops as served and by path, against every W4 peer, in one run.
 
     python -m paro_kernels.bench14 --out DIR/bench14.json [--shapes qkv,gate_up] [--ms 1,16]
-        [--budget-s 300] [--sweep] [--gemlite-config FILE] [--only-check]
+        [--budget-s 300] [--sweep|--sweep4|--ab-prologue] [--skip V,..] [--skip-prefill V,..]
+        [--gemlite-config FILE] [--only-check]
 
 Per (shape, M): cuBLAS bf16, `torch._weight_int4pack_mm` (g128), GemLite A16W4 / A8W4 g128 (when
 importable; autotune pinned by --gemlite-config, written back after the run), fp8
@@ -331,14 +332,6 @@ DEQUANT3_SWEEP: list[dict[str, Any]] = [
     dict(trans=True, block_n=32, num_warps=4, num_stages=2, programs_per_sm=8),
     dict(trans=True, block_n=256, num_warps=8, num_stages=2, programs_per_sm=2),
 ]
-DEQUANT3_SWEEP_RUN2: list[dict[str, Any]] = [
-    # the balanced split (the same column blocks per program in every partition)
-    dict(trans=True, block_n=64, num_warps=4, num_stages=3, programs_per_sm=4),
-    dict(trans=True, block_n=64, num_warps=4, num_stages=3, programs_per_sm=8),
-    dict(trans=True, block_n=64, num_warps=4, num_stages=4, programs_per_sm=4),
-    dict(trans=True, block_n=64, num_warps=4, num_stages=2, programs_per_sm=8),
-    dict(trans=True, block_n=64, num_warps=4, num_stages=3, programs_per_sm=2),
-]
 PROLOGUE3_SWEEP: list[dict[str, int]] = [
     dict(slice_=128, num_warps=4), dict(slice_=64, num_warps=4), dict(slice_=32, num_warps=4),
     dict(slice_=16, num_warps=4), dict(slice_=32, num_warps=2), dict(slice_=16, num_warps=2),
@@ -487,7 +480,6 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--skip-prefill", default="", help="variants not run at M >= 1024")
     ap.add_argument("--sweep4", action="store_true",
                     help="the third pass: dequant kernels and sliced prologues alone")  # fmt: skip
-    ap.add_argument("--sweep5", action="store_true", help="the dequant kernel's balanced split")
     ap.add_argument("--ab-prologue", action="store_true",
                     help="as served at M = 1, 2: sliced vs block prologue; stop")  # fmt: skip
     ap.add_argument("--sweep-shapes", default="qkv,o_proj,gate_up,down,in_proj")
@@ -524,10 +516,7 @@ def main(argv: list[str] | None = None) -> None:
         with open(args.out, "w") as f:
             json.dump(meta, f, indent=1)
         return
-    if args.sweep5:
-        sh = tuple(args.sweep_shapes.split(","))
-        meta["sweep_dequant3_run2"] = sweep_dequant3(args.reps, sh, DEQUANT3_SWEEP_RUN2)
-    if args.sweep2 or args.sweep3 or args.sweep4 or args.sweep5:
+    if args.sweep2 or args.sweep3 or args.sweep4:
         with open(args.out, "w") as f:
             json.dump(meta, f, indent=1)
     skip = set(filter(None, args.skip.split(",")))
