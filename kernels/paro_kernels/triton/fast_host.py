@@ -35,9 +35,13 @@ from . import host
 # stays on the tile kernels. The dequant path wins at M = 2048 on every 27B shape (qkv 381 us
 # against the tile kernels' 595, gate_up 731 / 1324) and loses at M = 256 (qkv 162 / 111): its
 # ~70-120 us weight pass is fixed per call. 1024 is the interpolated crossover (not measured).
-# Third pass: the weight pass + casts went from ~170 to ~60 us on qkv (see DEQUANT_TRANS), so the
-# crossover has likely moved below 1024 (predicted qkv M = 256: ~60 + ~32 us cuBLAS against the
-# tile kernels' 111); not measured in this pass, so the band start stays.
+# Third pass: the weight pass + casts went from ~170 to ~60 us on qkv (see DEQUANT_TRANS), and
+# the crossover moved: run 5 (H200 2026-12-01, as served by path) dequant + cuBLAS beats the tile
+# kernels at M = 256 on every 27B shape (qkv 90.4 vs 111.5 us, o_proj 42.9 / 70.1, gate_up
+# 190.6 / 257.7, down 107.4 / 185.3, in_proj 97.2 / 112.1; at 512 and 1024 by 1.5-2.3x). The
+# band start stays at 1024 in this pass only because the GPU tests of the moved band (M = 300
+# cases at the bf16-W' floor) could not be re-run in the device time left; 256 is the measured
+# next step (below 256 not measured: pass 1 had the tile kernels ahead at M = 64).
 GEMV_MAX_M = 2
 DEQUANT_MIN_M = 1024
 GEMV_ROT = False  # the Givens layers inside the GEMV instead of the block prologue
