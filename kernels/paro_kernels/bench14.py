@@ -1,7 +1,8 @@
 """Issue-14 benchmark: our ops as served and by path, against every W4 peer, in one run.
 
     python -m paro_kernels.bench14 --out DIR/bench14.json [--shapes qkv,gate_up] [--ms 1,16]
-        [--budget-s 300] [--sweep] [--gemlite-config FILE] [--only-check]
+        [--budget-s 300] [--sweep|--sweep4|--ab-prologue] [--skip V,..] [--skip-prefill V,..]
+        [--gemlite-config FILE] [--only-check]
 
 Per (shape, M): cuBLAS bf16, `torch._weight_int4pack_mm` (g128), GemLite A16W4 / A8W4 g128 (when
 importable; autotune pinned by --gemlite-config, written back after the run), fp8
@@ -48,6 +49,14 @@ def _ours(n: int, k: int, sizes: tuple[int, ...], m: int, dev: torch.device, pat
     if rot:
         preps = [_with_givens(p, k, len(sizes), dev) for p in preps]
     x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+    if fmt.startswith("a8-"):  # the A8 kernels themselves (prologue + group GEMM), no route
+
+        def a8(p: Any) -> object:
+            q, asc, rs = host.rotate_quant(x, p.rot_hi, p.rot_lo, G, fmt[3:], "group")
+            return host.w4a8_gemm(q, asc, rs, p.qweight, None, p.scales, p.zeros, p.bounds, G,
+                                  x.dtype)  # fmt: skip
+
+        return b.cycling([functools.partial(a8, p) for p in preps])
     if fmt != "bf16":
         return b.cycling([functools.partial(host.linear_a8, p, x, None, fmt, "group", fmt == "int5")
                           for p in preps])  # fmt: skip
@@ -119,6 +128,8 @@ def cell_variants(m: int) -> list[tuple[str, str, Callable[..., Callable[[], obj
     ]
     if m <= 16:
         v += [
+            ("path-w4a8-int8-a8", "path",
+             lambda n, k, s, m, d: _ours(n, k, s, m, d, None, fmt="a8-int8"), 2),
             ("path-gemv-blocks", "path", lambda n, k, s, m, d: _ours(n, k, s, m, d, "gemv"), 2),
             ("path-gemv-rot", "path",
              lambda n, k, s, m, d: _ours(n, k, s, m, d, "gemv", rot=True), 2),
@@ -308,6 +319,121 @@ def sweep_dequant(reps: int) -> list[dict[str, Any]]:
     return out
 
 
+DEQUANT3_SWEEP: list[dict[str, Any]] = [
+    # (kernel, BLOCK_N, warps, stages, programs per SM); the first: the pass-2 default, bf16 out
+    dict(trans=False, block_n=64, num_warps=4, num_stages=3, programs_per_sm=2),
+    dict(trans=True, block_n=64, num_warps=4, num_stages=2, programs_per_sm=4),
+    dict(trans=True, block_n=64, num_warps=4, num_stages=1, programs_per_sm=4),
+    dict(trans=True, block_n=64, num_warps=4, num_stages=3, programs_per_sm=4),
+    dict(trans=True, block_n=64, num_warps=4, num_stages=2, programs_per_sm=8),
+    dict(trans=True, block_n=64, num_warps=4, num_stages=2, programs_per_sm=2),
+    dict(trans=True, block_n=128, num_warps=4, num_stages=2, programs_per_sm=4),
+    dict(trans=True, block_n=128, num_warps=8, num_stages=2, programs_per_sm=4),
+    dict(trans=True, block_n=32, num_warps=4, num_stages=2, programs_per_sm=8),
+    dict(trans=True, block_n=256, num_warps=8, num_stages=2, programs_per_sm=2),
+]
+PROLOGUE3_SWEEP: list[dict[str, int]] = [
+    dict(slice_=128, num_warps=4), dict(slice_=64, num_warps=4), dict(slice_=32, num_warps=4),
+    dict(slice_=16, num_warps=4), dict(slice_=32, num_warps=2), dict(slice_=16, num_warps=2),
+    dict(slice_=64, num_warps=2),
+]  # fmt: skip
+
+
+def sweep_dequant3(
+    reps: int, shapes: tuple[str, ...], table: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """Third pass: the prefill weight pass alone (bf16 W'), both kernels at candidate configs."""
+    from .triton import fast_host
+
+    dev = torch.device("cuda")
+    out = []
+    for name in shapes:
+        _, n, k, sizes = next(s for s in b.SHAPES if s[0] == name)
+        preps = [b._random_prep(n, k, sizes, 4, dev) for _ in range(b.copies(_bytes_w4(n, k, 0)))]
+        w = torch.empty(k, n, dtype=torch.bfloat16, device=dev)
+        nb = k * n // 2 + (k // G) * n * 3 + 2 * k * n  # codes + scales + zeros in, W' out
+        for kw in table or DEQUANT3_SWEEP:
+            fns = [functools.partial(
+                fast_host.dequant_rotate, p.qweight, None, p.scales, p.zeros, p.rot_hi, p.rot_lo,
+                p.bounds, G, w, **kw) for p in preps]  # fmt: skip
+            try:
+                us = b._time(b.cycling(fns), reps)
+            except Exception as e:
+                us = float("nan")
+                print("sweep error", type(e).__name__, str(e)[:300])
+            out.append(
+                {"shape": name, **kw, "us": us, "hbm_pct_4p3": nb / 4.3e12 / (us * 1e-6) * 100}
+            )
+            print(f"dequant3 {name} {kw}: {us:.1f} us {out[-1]['hbm_pct_4p3']:.0f}%", flush=True)
+    return out
+
+
+def sweep_prologue3(
+    reps: int, shapes: tuple[str, ...], ms: tuple[int, ...]
+) -> list[dict[str, Any]]:
+    """Third pass: the decode prologue alone, the block kernel against the sliced one, and the
+    GEMV behind the sliced prologue's partial row sums."""
+    from .triton import fast_host, host
+
+    dev = torch.device("cuda")
+    out = []
+    for name in shapes:
+        _, n, k, sizes = next(s for s in b.SHAPES if s[0] == name)
+        preps = [b._random_prep(n, k, sizes, 4, dev) for _ in range(b.copies(_bytes_w4(n, k, 0)))]
+        for m in ms:
+            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+            fns: list[Any] = [functools.partial(host.rotate_scale, x, p.rot_hi, p.rot_lo, G,
+                                                nibble_scaled=True) for p in preps]  # fmt: skip
+            cands: list[tuple[str, list[Any]]] = [("blocks", fns)]
+            for kw in PROLOGUE3_SWEEP:
+                sf = [functools.partial(fast_host.rotate_slices, x, p.rot_hi, p.rot_lo, G, **kw)
+                      for p in preps]  # fmt: skip
+                cands.append((f"slice{kw['slice_']}w{kw['num_warps']}", sf))
+            for label, fs in cands:
+                try:
+                    us = b._time(b.cycling(fs), reps)
+                except Exception as e:
+                    us = float("nan")
+                    print("sweep error", type(e).__name__, str(e)[:300])
+                out.append({"shape": name, "m": m, "kind": "prologue", "variant": label, "us": us})
+                print(f"prologue3 {name} M={m} {label}: {us:.2f} us", flush=True)
+            p0 = preps[0]
+            for label, (xr, rs) in (
+                ("gemv-blocks", host.rotate_scale(x, p0.rot_hi, p0.rot_lo, G, nibble_scaled=True)),
+                ("gemv-sliced", fast_host.rotate_slices(x, p0.rot_hi, p0.rot_lo, G)),
+            ):
+                gf = [functools.partial(fast_host.gemv2_w4a16, xr, rs, p.qweight, p.scales, p.zeros,
+                                        p.bounds, G, torch.bfloat16) for p in preps]  # fmt: skip
+                us = b._time(b.cycling(gf), reps)
+                out.append({"shape": name, "m": m, "kind": "gemv", "variant": label, "us": us})
+                print(f"gemv3 {name} M={m} {label}: {us:.2f} us", flush=True)
+    return out
+
+
+def ab_prologue(reps: int, shapes: tuple[str, ...], ms: tuple[int, ...]) -> list[dict[str, Any]]:
+    """Third pass: the W4A16 op as served at decode M with the sliced prologue (the shipped
+    PROLOGUE_SLICE) against the block prologue (0), alternating, twice each."""
+    from .triton import fast_host, host
+
+    dev = torch.device("cuda")
+    out = []
+    shipped = fast_host.PROLOGUE_SLICE
+    for name in shapes:
+        _, n, k, sizes = next(s for s in b.SHAPES if s[0] == name)
+        preps = [b._random_prep(n, k, sizes, 4, dev) for _ in range(b.copies(_bytes_w4(n, k, 0)))]
+        for m in ms:
+            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+            fn = b.cycling([functools.partial(host.linear, p, x) for p in preps])
+            for rep in range(2):
+                for sl in (shipped, 0):
+                    fast_host.PROLOGUE_SLICE = sl
+                    us = b._time(fn, reps)
+                    out.append({"shape": name, "m": m, "slice": sl, "rep": rep, "us": us})
+                    print(f"ab {name} M={m} slice={sl} rep={rep}: {us:.2f} us", flush=True)
+    fast_host.PROLOGUE_SLICE = shipped
+    return out
+
+
 def check(dev: str = "cuda") -> list[str]:
     """Fast correctness smoke of every path against the fp64 reference (goal shapes are slow)."""
     import sys
@@ -351,12 +477,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sweep2", action="store_true", help="the second-pass GEMV's configs")
     ap.add_argument("--sweep3", action="store_true", help="the GEMV's final-run configs")
     ap.add_argument("--skip", default="", help="comma-separated variant names not to run")
+    ap.add_argument("--skip-prefill", default="", help="variants not run at M >= 1024")
+    ap.add_argument("--sweep4", action="store_true",
+                    help="the third pass: dequant kernels and sliced prologues alone")  # fmt: skip
+    ap.add_argument("--ab-prologue", action="store_true",
+                    help="as served at M = 1, 2: sliced vs block prologue; stop")  # fmt: skip
+    ap.add_argument("--sweep-shapes", default="qkv,o_proj,gate_up,down,in_proj")
     ap.add_argument("--gemlite-config", default="")
     ap.add_argument("--only-check", action="store_true")
+    ap.add_argument("--no-check", action="store_true", help="skip the correctness smoke")
     args = ap.parse_args(argv)
     torch.manual_seed(0)
     t0 = time.monotonic()
-    meta: dict[str, Any] = {"check": check()}
+    meta: dict[str, Any] = {"check": [] if args.ab_prologue or args.no_check else check()}
     if args.only_check:
         return
     if args.gemlite_config:
@@ -375,7 +508,16 @@ def main(argv: list[str] | None = None) -> None:
         meta["sweep_gemv2_final"] = sweep_gemv2(
             args.reps, ("qkv", "gate_up", "down", "o_proj", "in_proj"), (1, 2), GEMV2_SWEEP_FINAL
         )
-    if args.sweep2 or args.sweep3:
+    if args.sweep4:
+        sh = tuple(args.sweep_shapes.split(","))
+        meta["sweep_dequant3"] = sweep_dequant3(args.reps, sh)
+        meta["sweep_prologue3"] = sweep_prologue3(args.reps, sh, (1, 2))
+    if args.ab_prologue:
+        meta["ab_prologue"] = ab_prologue(args.reps, tuple(args.sweep_shapes.split(",")), (1, 2))
+        with open(args.out, "w") as f:
+            json.dump(meta, f, indent=1)
+        return
+    if args.sweep2 or args.sweep3 or args.sweep4:
         with open(args.out, "w") as f:
             json.dump(meta, f, indent=1)
     skip = set(filter(None, args.skip.split(",")))
@@ -384,7 +526,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.budget_s and time.monotonic() - t0 > args.budget_s:
             meta["not_run"].append(f"{name}@{m}")
             continue
-        rows = bench_cell(name, n, k, sizes, m, args.reps, bw, skip)
+        pskip = set(filter(None, args.skip_prefill.split(","))) if m >= 1024 else set()
+        rows = bench_cell(name, n, k, sizes, m, args.reps, bw, skip | pskip)
         meta["rows"] += rows
         for r in rows:
             print(f"{r['shape']} M={r['m']} {r['variant']}: {r['us']:.1f} us "

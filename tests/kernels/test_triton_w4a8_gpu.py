@@ -15,6 +15,7 @@ import functools
 import pytest
 import torch
 from _triton_cases import (
+    BF16_W_FLOOR,
     bias,
     exact_gemm,
     hi_planes,
@@ -74,7 +75,7 @@ def _prep(k: int, sizes: list[int], g: int, bits: int):  # type: ignore[no-untyp
 def test_w4a8_linear_matches_fp64(
     k: int, sizes: list[int], g: int, m: int, fmt: str, scale: str, zpe: bool, bits: int
 ) -> None:
-    from paro_kernels.triton import host, ops
+    from paro_kernels.triton import fast_host, host, ops
 
     parts, prep = _prep(k, sizes, g, bits)
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m + k)).to(torch.bfloat16)
@@ -98,9 +99,43 @@ def test_w4a8_linear_matches_fp64(
     assert rel(y, exact_gemm(q, asc, parts, g, bits)) <= 2e-3
     # end to end through the custom op vs the independent fp64 reference
     y2 = ops.linear_a8(prep, xc, bb, fmt, scale, zpe)
+    route = fast_host.a8_route(m, g, bits == 5, host._is_hip())
+    if route is not None:
+        # the band where the 16-bit-activation path serves the layer: the W4A16 reference
+        tol = BF16_W_FLOOR if route == "dequant" else 2e-3
+        assert rel(y2, _a16_reference(x, parts, g, bits)) <= tol
+        return
     r = reference_a8(x, parts, g, bits, fmt, scale)
     noise = rel(r, reference(x, parts, g) if bits == 4 else r)  # act-quant noise (int4 only)
     assert rel(y2, r) <= 5e-3 and (bits == 5 or rel(y2, r) <= 0.3 * noise)
+
+
+def _a16_reference(x: torch.Tensor, parts, g: int, bits: int) -> torch.Tensor:  # type: ignore[no-untyped-def]
+    if bits == 4:
+        return reference(x, parts, g)
+    return torch.cat([ref.paro_linear_ref(x, *p.args(), 5, g, p.bias, **p.hi()) for p in parts], 1)
+
+
+@pytest.mark.parametrize("bits", [4, 5])
+@pytest.mark.parametrize("m", [1, 2, 1030])
+def test_a16_bands_serve_w4a8(m: int, bits: int) -> None:
+    # NVIDIA: the decode GEMV (int4) and dequant + cuBLAS (int4, int5) serve W4A8 calls in their
+    # bands, at the bf16 floor of the unquantized-activation linear; elsewhere the A8 kernels.
+    from paro_kernels.triton import fast_host, host
+
+    k, sizes, g = 1024, [512, 128, 128], 128
+    parts, prep = _prep(k, sizes, g, bits)
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.bfloat16)
+    route = fast_host.a8_route(m, g, bits == 5, host._is_hip())
+    assert route == (None if host._is_hip() or (bits == 5 and m < 1024) else
+                     "dequant" if m >= 1024 else "gemv")  # fmt: skip
+    bb = bias(parts).cuda()  # type: ignore[union-attr]
+    for fmt in ("int8", "fp8"):
+        y = host.linear_a8(prep, x.cuda(), bb, fmt, "group", bits == 5)
+        want = _a16_reference(x, parts, g, bits) if route else reference_a8(x, parts, g, bits,
+                                                                            fmt, "group")  # fmt: skip
+        tol = {"gemv": 2e-3, "dequant": BF16_W_FLOOR}.get(route or "", 5e-3)
+        assert rel(y, want) <= tol, fmt
 
 
 @pytest.mark.parametrize("fmt", ["fp8", "int8"])

@@ -223,6 +223,7 @@ def compile_gemv2(target: str, m: int, n: int, k: int, g: int,
 
     hip = target == "gfx1201"
     cfg = fast_host.gemv2_config(m, n, k, g, bounds, sms=64 if hip else 132, hip=hip)
+    sl = fast_host.prologue_slice(hip)
     sig = {
         "a_ptr": "*fp16" if cfg.dot else "*fp32", "rs_ptr": "*fp32", "qw_ptr": "*i32",
         "sc_ptr": "*fp16", "zp_ptr": "*u8", "bias_ptr": "*bf16", "ws_ptr": "*fp32",
@@ -232,6 +233,7 @@ def compile_gemv2(target: str, m: int, n: int, k: int, g: int,
     const = {
         "HAS_BIAS": False, "G": g, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "KW": cfg.kw,
         "SPLIT_K": cfg.split_k, "DOT": cfg.dot, "ASM": not hip,
+        "RS": g // min(sl, g) if sl and not cfg.dot else 1,
     }  # fmt: skip
     c = _compile(fast_kernels.gemv2_w4a16_kernel, sig, const, target, cfg.num_warps,
                  cfg.num_stages)  # fmt: skip

@@ -4,9 +4,10 @@ Shape contract: that of `host.w4a16_linear` (the same tensors of a `Prepared` la
 
     gemv (M <= GEMV_MAX_M)   x [M, K] -> prologue (blocks) or, ROT, the Givens tables inside the
                              GEMV; y [M, N] in x.dtype, split-K summed in the kernel
-    dequant (M >= DEQUANT_MIN_M)  W' [K, N] fp16 = rotated, dequantized weights in one reused
-                             scratch per device, then y = fp16(x) @ W' through torch (cuBLAS /
-                             hipBLASLt), cast to x.dtype
+    dequant (M >= DEQUANT_MIN_M)  W' [K, N] in x.dtype = rotated, dequantized weights in one
+                             reused scratch per device, then y = x @ W' through torch (cuBLAS /
+                             hipBLASLt): no casts (bf16 W' is the bf16 floor of a bf16-weight
+                             GEMM: 2.2-2.7e-3 relative in the H200 tests, fp16 W' 1.7e-3)
 
 Workspaces (module-level, per device, grow-only): the GEMV's fp32 split-K sums and int32 tickets,
 which every launch leaves zeroed, and the W' scratch. One stream at a time may use them (vLLM runs
@@ -34,6 +35,13 @@ from . import host
 # stays on the tile kernels. The dequant path wins at M = 2048 on every 27B shape (qkv 381 us
 # against the tile kernels' 595, gate_up 731 / 1324) and loses at M = 256 (qkv 162 / 111): its
 # ~70-120 us weight pass is fixed per call. 1024 is the interpolated crossover (not measured).
+# Third pass: the weight pass + casts went from ~170 to ~60 us on qkv (see DEQUANT_TRANS), and
+# the crossover moved: run 5 (H200 2026-12-01, as served by path) dequant + cuBLAS beats the tile
+# kernels at M = 256 on every 27B shape (qkv 90.4 vs 111.5 us, o_proj 42.9 / 70.1, gate_up
+# 190.6 / 257.7, down 107.4 / 185.3, in_proj 97.2 / 112.1; at 512 and 1024 by 1.5-2.3x). The
+# band start stays at 1024 in this pass only because the GPU tests of the moved band (M = 300
+# cases at the bf16-W' floor) could not be re-run in the device time left; 256 is the measured
+# next step (below 256 not measured: pass 1 had the tile kernels ahead at M = 64).
 GEMV_MAX_M = 2
 DEQUANT_MIN_M = 1024
 GEMV_ROT = False  # the Givens layers inside the GEMV instead of the block prologue
@@ -47,6 +55,22 @@ DEQUANT_BLOCK_N = 64
 DEQUANT_WARPS = 4
 DEQUANT_STAGES = 3
 DEQUANT_PROGRAMS_PER_SM = 2
+# Third pass: the transposed kernel (codes in the dot's register operand, the block in shared
+# memory) and W' in x.dtype (no fp16 casts of x and y). TBD by the H200 sweep.
+# Sweep (H200 2026-12-01, run 1 of pass 3, the weight pass alone, bf16 W'; one split count per
+# partition then): the old kernel 121.7 / 31.4 / 137.0 / 83.1 / 94.7 us (qkv / o_proj / gate_up /
+# down / in_proj), the transposed one at 64 columns, 4 warps, 3 stages, 4 programs per SM 72.6 /
+# 27.7 / 115.4 / 65.5 / 67.1 (best or within 12% of the best of 9 configs on every shape: 128
+# columns or 8 warps 1.1-2x slower, 2 stages +5-18%, 1 stage +12-30%).
+# Run 3 (balanced split, as served, bf16 x / W' / y, cuBLAS bf16 in the same run): M = 2048
+# qkv 268.6 us vs cuBLAS 208.4 (0.78x), o_proj 0.77x, gate_up 0.77x, down 0.75x, in_proj 0.77x;
+# M = 8192 0.84-0.93x (pass 2's fp16 path: 0.53-0.73x). ncu (qkv M = 2048): 55.9 us, 158
+# registers, 15.5% achieved occupancy, DRAM 29% (the old kernel 119.6 us, 168, 13%, 13%).
+DEQUANT_TRANS = True
+DEQUANT_T_BLOCK_N = 64
+DEQUANT_T_WARPS = 4
+DEQUANT_T_STAGES = 3
+DEQUANT_T_PROGRAMS_PER_SM = 4
 
 
 @dataclass(frozen=True)
@@ -132,7 +156,10 @@ def gemv_w4a16(
     if not (rot and gv_idx is not None and gv_coef is not None):
         cfg2 = config or gemv2_config(m, n, k, g, bounds, host.sm_count(x.device),
                                       hip=host._is_hip())  # fmt: skip
-        xr, rs = host.rotate_scale(x, rot_hi, rot_lo, g, nibble_scaled=not cfg2.dot)  # type: ignore[arg-type]
+        if not cfg2.dot and prologue_slice(host._is_hip()):
+            xr, rs = rotate_slices(x, rot_hi, rot_lo, g)  # type: ignore[arg-type]
+        else:
+            xr, rs = host.rotate_scale(x, rot_hi, rot_lo, g, nibble_scaled=not cfg2.dot)  # type: ignore[arg-type]
         return gemv2_w4a16(xr, rs, qweight, scales, zeros, bounds, g, x.dtype, bias, cfg2)  # type: ignore[arg-type]
     cfg = config or gemv_config(m, n, k, g, bounds, host.sm_count(x.device), hip=host._is_hip())
     require(m <= cfg.block_m, "x rows", f"<= {cfg.block_m} for the GEMV", m)
@@ -172,6 +199,50 @@ GEMV2_DOT_WARPS = 4
 GEMV2_DOT_BLOCK_N = 256
 GEMV2_PROGRAMS_PER_SM = 8
 GEMV2_STAGES = 2
+
+
+# The decode prologue (FMA GEMV's input), sliced: G / PROLOGUE_SLICE programs per group.
+# Sweep (H200 2026-12-01, pass 3 run 1, prologue alone, M = 1 / 2): the block kernel qkv 5.21 /
+# 8.08, o_proj 4.21 / 9.53, gate_up 4.13 / 3.94, down 3.97 / 3.85, in_proj 4.07 / 3.93 us; 64
+# channels, 4 warps 5.02 / 5.30, 3.20 / 9.40, 4.00 / 3.89, 3.54 / 3.77, 3.76 / 3.87 (16 channels
+# 4.3-8.2: too little work per program; 32: within noise of 64 but 4 partial sums per group,
+# which cost the GEMV 0.1-1.0 us at M = 1). As served (A/B in one run, twice each, M = 1):
+# qkv 17.0-17.7 vs 18.6-19.0 us with the block prologue, o_proj 10.1-10.8 vs 10.9-11.3, in_proj
+# 18.2-18.3 vs 19.7, down 18.9-19.7 vs 18.7-18.9, gate_up 29.7-30.0 vs 28.7-28.8 (the one loss).
+PROLOGUE_SLICE = 64
+PROLOGUE_SLICE_WARPS = 4
+
+
+def prologue_slice(hip: bool) -> int:
+    """Output channels per program of the sliced decode prologue; 0: the block prologue
+    (gfx1201 keeps the kernel its AOT budget was measured on)."""
+    return 0 if hip else PROLOGUE_SLICE
+
+
+def rotate_slices(
+    x: torch.Tensor,
+    rot_hi: torch.Tensor,
+    rot_lo: torch.Tensor,
+    group_size: int,
+    slice_: int = 0,
+    num_warps: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sliced decode prologue: x [M <= 16, K] -> (xr [P, M, K] fp32 nibble-scaled,
+    rs [P, M, K/G * G/slice] fp32 partial row sums), as `host.rotate_scale(nibble_scaled=True)`
+    but with the row sums split per slice (the GEMV's RS)."""
+    from .fast_kernels import rotate_slice_kernel
+
+    m, k = x.shape
+    require(m <= 16, "x rows", "<= 16 for the sliced prologue", m)
+    p, g = rot_hi.shape[0], group_size
+    sl = min(slice_ or PROLOGUE_SLICE, g)
+    xr = torch.empty(p, m, k, dtype=torch.float32, device=x.device)
+    rs = torch.empty(p, m, (k // g) * (g // sl), dtype=torch.float32, device=x.device)
+    rotate_slice_kernel[(k // g, p, g // sl)](
+        x, rot_hi, rot_lo, xr, rs, m, k, x.stride(0), G=g, BLOCK_M=16, SLICE=sl,
+        num_warps=num_warps or PROLOGUE_SLICE_WARPS,
+    )  # fmt: skip
+    return xr, rs
 
 
 def gemv2_config(m: int, n: int, k: int, g: int, bounds: tuple[int, ...], sms: int,
@@ -216,8 +287,8 @@ def gemv2_w4a16(
     config: GemvConfig | None = None,
 ) -> torch.Tensor:
     """The second-pass GEMV on the prologue outputs xr [P, M, K] (fp16 for the matrix-unit
-    path, fp32 nibble-scaled for the FMA path: `host.rotate_scale(nibble_scaled=...)`),
-    rs [P, M, K/G] fp32 -> y [M, N] out_dtype."""
+    path, fp32 nibble-scaled for the FMA path: `host.rotate_scale(nibble_scaled=...)` or
+    `rotate_slices`), rs [P, M, K/G * RS] fp32 -> y [M, N] out_dtype."""
     import os
 
     from .fast_kernels import gemv2_w4a16_kernel
@@ -232,11 +303,12 @@ def gemv2_w4a16(
     out, ws, cnt, tiles = _gemv_buffers(m, n, cfg, out_dtype, xr.device)
     b = (*bounds, n, n)[:2]
     asm = not hip and os.environ.get("TRITON_INTERPRET", "0") != "1"
+    parts_rs = rs.shape[-1] // (k // group_size)  # the sliced prologue's partial sums per group
     gemv2_w4a16_kernel[(tiles, cfg.split_k)](
         xr, rs, qweight, scales, zeros, bias if bias is not None else scales, ws, cnt, out,
         m, n, k, b[0], b[1],
         HAS_BIAS=bias is not None, G=group_size, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        KW=cfg.kw, SPLIT_K=cfg.split_k, DOT=cfg.dot, ASM=asm,
+        KW=cfg.kw, SPLIT_K=cfg.split_k, DOT=cfg.dot, ASM=asm, RS=parts_rs,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     return out
@@ -255,42 +327,81 @@ def dequant_rotate(
     block_n: int = 0,
     num_warps: int = 0,
     nsplit: int = 0,
+    dtype: torch.dtype = torch.float16,
+    trans: bool | None = None,
+    num_stages: int = 0,
+    programs_per_sm: int = 0,
 ) -> torch.Tensor:
-    """W' [K, N] fp16: each partition's rotated, dequantized weights (in the shared scratch)."""
-    from .fast_kernels import dequant_rotate_kernel
+    """W' [K, N] in `dtype` (that of `out` when given): each partition's rotated, dequantized
+    weights (in the shared scratch); `trans` picks `dequant_rotate_t_kernel` (default: per
+    platform, `dequant_trans`)."""
+    from .fast_kernels import dequant_rotate_kernel, dequant_rotate_t_kernel
 
     k, n = qweight.shape[0] * 8, qweight.shape[1]
     g = group_size
     p = rot_hi.shape[0]
+    hip = host._is_hip()
     if out is None:
-        out = _scratch("dequant_w", k * n, torch.float16, qweight.device)[: k * n].view(k, n)
+        out = _scratch("dequant_w", k * n, dtype, qweight.device)[: k * n].view(k, n)
+    use_t = dequant_trans(hip) if trans is None else trans
     b = (*bounds, n, n)[:2]
-    nsplit = nsplit or max(1, -(-DEQUANT_PROGRAMS_PER_SM * host.sm_count(qweight.device)
-                                // ((k // g) * p)))  # fmt: skip
+    pps = programs_per_sm or dequant_programs_per_sm(hip, use_t)
+    bn = block_n or dequant_block_n(hip, use_t)
+    qh = qweight_hi if qweight_hi is not None else qweight
+    bits = 5 if qweight_hi is not None else 4
+    nw, ns = num_warps or dequant_warps(hip, use_t), num_stages or dequant_stages(hip, use_t)
+    if use_t:
+        # the same blocks per program in every partition, ~pps programs per SM in all
+        blocks = [-(-(hi - lo) // bn) for lo, hi in zip((0, *bounds), (*bounds, n), strict=True)]
+        per = max(1, -(-sum(blocks) * (k // g) // (pps * host.sm_count(qweight.device))))
+        if nsplit:
+            per = -(-max(blocks) // nsplit)
+        progs = [-(-nb // per) for nb in blocks]
+        c = [sum(progs[:1]), sum(progs[:2])]
+        dequant_rotate_t_kernel[(k // g, sum(progs))](
+            qweight, qh, scales, zeros, rot_hi, rot_lo, out, n, k, b[0], b[1], per, c[0], c[1],
+            G=g, BLOCK_N=bn, BITS=bits, num_warps=nw, num_stages=ns,
+        )  # fmt: skip
+        return out
+    nsplit = nsplit or max(1, -(-pps * host.sm_count(qweight.device) // ((k // g) * p)))
     dequant_rotate_kernel[(k // g, p, nsplit)](
-        qweight, qweight_hi if qweight_hi is not None else qweight, scales, zeros, rot_hi, rot_lo,
-        out, n, k, b[0], b[1], G=g, BLOCK_N=block_n or dequant_block_n(host._is_hip()),
-        BITS=5 if qweight_hi is not None else 4, NSPLIT=nsplit,
-        num_warps=num_warps or dequant_warps(host._is_hip()),
-        num_stages=dequant_stages(host._is_hip()),
+        qweight, qh, scales, zeros, rot_hi, rot_lo, out, n, k, b[0], b[1],
+        G=g, BLOCK_N=bn, BITS=bits, NSPLIT=nsplit, num_warps=nw, num_stages=ns,
     )  # fmt: skip
     return out
 
 
-def dequant_block_n(hip: bool) -> int:
+def dequant_trans(hip: bool) -> bool:
+    """The transposed dequant kernel (`dequant_rotate_t_kernel`) on NVIDIA; gfx1201 keeps the
+    kernel its AOT budget was measured on."""
+    return not hip and DEQUANT_TRANS
+
+
+def dequant_programs_per_sm(hip: bool, trans: bool = False) -> int:
+    """Programs per SM the column splits aim for (see `dequant_block_n`)."""
+    return DEQUANT_T_PROGRAMS_PER_SM if trans and not hip else DEQUANT_PROGRAMS_PER_SM
+
+
+def dequant_block_n(hip: bool, trans: bool = False) -> int:
     """Columns per dequant block. gfx1201 (AOT, Triton 3.9): every 64-column build spilled
     (3-5 VGPRs at 8 waves, 1-3 stages); 32 columns, 4 waves, 2 stages: 222-226, none."""
-    return 32 if hip else DEQUANT_BLOCK_N
+    if hip:
+        return 32
+    return DEQUANT_T_BLOCK_N if trans else DEQUANT_BLOCK_N
 
 
-def dequant_warps(hip: bool) -> int:
+def dequant_warps(hip: bool, trans: bool = False) -> int:
     """Warps (waves) per dequant program (see `dequant_block_n`)."""
-    return 4 if hip else DEQUANT_WARPS
+    if hip:
+        return 4
+    return DEQUANT_T_WARPS if trans else DEQUANT_WARPS
 
 
-def dequant_stages(hip: bool) -> int:
+def dequant_stages(hip: bool, trans: bool = False) -> int:
     """Software-pipelining depth of the dequant loop (see `dequant_block_n`)."""
-    return 2 if hip else DEQUANT_STAGES
+    if hip:
+        return 2
+    return DEQUANT_T_STAGES if trans else DEQUANT_STAGES
 
 
 def cast_fp16(x: torch.Tensor) -> torch.Tensor:
@@ -308,7 +419,10 @@ def dequant_linear(
     w: torch.Tensor,
     bias: torch.Tensor | None,
 ) -> torch.Tensor:
-    """y = fp16(x) @ W' (+ bias) on the vendor GEMM, in x.dtype (x saturated at fp16's range)."""
+    """y = x @ W' (+ bias) on the vendor GEMM, in x.dtype. W' in x.dtype: one call, no casts;
+    an fp16 W' with bf16 x: fp16(x) (saturated at fp16's range), cast back."""
+    if w.dtype == x.dtype:
+        return torch.mm(x, w) if bias is None else torch.addmm(bias.to(x.dtype), x, w)
     x16 = x if x.dtype == torch.float16 else cast_fp16(x)
     y = torch.mm(x16, w) if bias is None else torch.addmm(bias.to(torch.float16), x16, w)
     return y if x.dtype == torch.float16 else y.to(x.dtype)
@@ -321,3 +435,25 @@ def band(m: int, group_size: int = 128) -> str:
     if m >= DEQUANT_MIN_M:
         return "dequant"
     return "mma"
+
+
+# W4A8 / W5A8 on NVIDIA (the same Prepared weights: int4 codes, fp16 scales, u8 zeros, blocks):
+# where the 16-bit-activation paths are faster they serve the layer unquantized-activation (more
+# accurate than A8, the same weight bytes). H200 2026-12-01, as served: W4A8 int8 at M = 1 took
+# qkv 35.7 us against the W4A16 GEMV's 19.9 (BENCH.md, pass 2), and in prefill 0.26-0.29x
+# cuBLAS against dequant + cuBLAS's 0.53-0.73x (pass 1). Pass 3, run 3 (same run): the A8
+# kernels at M = 1 34.9 / 22.5 / 59.7 / 38.0 / 37.1 us (qkv / o_proj / gate_up / down / in_proj)
+# against the routed op's 18.0 / 9.8 / 29.4 / 19.7 / 21.2; at M = 2048 the routed op 0.75-0.77x
+# cuBLAS. gfx1201 keeps A8 (its fp8/int8 WMMA runs at twice bf16; not measured here).
+A8_ROUTE = True
+
+
+def a8_route(m: int, group_size: int, int5: bool, hip: bool) -> str | None:
+    """The 16-bit path ("gemv" | "dequant") that serves a W4A8 / W5A8 call of M rows, or None
+    (the A8 kernels)."""
+    if hip or not A8_ROUTE:
+        return None
+    route = band(m, group_size)
+    if route == "gemv" and not int5 and m <= GEMV2_FMA_MAX_M:
+        return "gemv"
+    return "dequant" if route == "dequant" else None

@@ -233,9 +233,80 @@ def dequant_rotate_kernel(
         # B_g's row index is x's channel k: xr_j = sum_k x_k B[k, j], so W' = B_g @ W_g.
         acc = tl.dot(rot, d)
         s = tl.load(sc_ptr + g * N + offs_n, mask=n_mask, other=0.0).to(tl.float32)
-        w = tl.clamp(acc * s[None, :], -65504.0, 65504.0).to(tl.float16)
-        tl.store(w_ptr + (g * G + offs_g)[:, None].to(tl.int64) * N + offs_n[None, :], w,
-                 mask=n_mask[None, :])  # fmt: skip
+        w = acc * s[None, :]
+        if w_ptr.dtype.element_ty == tl.float16:
+            w = tl.clamp(w, -65504.0, 65504.0)
+        tl.store(w_ptr + (g * G + offs_g)[:, None].to(tl.int64) * N + offs_n[None, :],
+                 w.to(w_ptr.dtype.element_ty), mask=n_mask[None, :])  # fmt: skip
+
+
+@triton.jit
+def dequant_rotate_t_kernel(
+    qw_ptr,  # [K/8, N] int32 codes packed along K
+    qh_ptr,  # BITS == 5: [K/32, N] int32 fifth-bit planes, else a dummy
+    sc_ptr,  # [K/G, N] fp16 scales
+    zp_ptr,  # [K/G, N] uint8 zero codes
+    rot_hi_ptr,  # [P, K/G, G, G] hi half of the folded blocks (x.dtype)
+    rot_lo_ptr,  # [P, K/G, G, G] lo half
+    w_ptr,  # [K, N] bf16/fp16 out, as `dequant_rotate_kernel`
+    N,
+    K,
+    b1,
+    b2,
+    per,  # column blocks per program, the same in every partition
+    c1,  # programs of partition 0 (along axis 1)
+    c2,  # programs of partitions 0 and 1
+    G: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BITS: tl.constexpr,
+):
+    """`dequant_rotate_kernel` transposed: W'_g^T = ((C_g - z)^T @ B_g^T) * s per column block.
+
+    Why transposed (issue 14, third pass): there the G x G block was the dot's register operand
+    (64 registers a thread at 4 warps) and each freshly unpacked code tile went through shared
+    memory as the other operand (ncu: 168 registers, 13% occupancy, DRAM 13%). Here the codes
+    are unpacked straight into the register operand and the loop-invariant block is the shared
+    one, loaded once per program; the [BLOCK_N, G] product is stored transposed (columns
+    contiguous in W'). Every program walks `per` column blocks of one partition (grid axis 1
+    holds each partition's programs in turn), so a small partition does not leave the large
+    one's programs with most of the work (qkv: 6144 / 512 / 512).
+    """
+    g = tl.program_id(0)
+    pid = tl.program_id(1)
+    p = (pid >= c1).to(tl.int32) + (pid >= c2).to(tl.int32)
+    pid = pid - tl.where(p == 0, 0, tl.where(p == 1, c1, c2))
+    lo_col = tl.where(p == 0, 0, tl.where(p == 1, b1, b2))
+    hi_col = tl.where(p == 0, b1, tl.where(p == 1, b2, N))
+    nblocks = tl.cdiv(hi_col - lo_col, BLOCK_N)
+    ngroups = K // G
+    offs_g = tl.arange(0, G)
+    # rot_t[k, j] = B_g[j, k] (stored row j, column k)
+    rot_off = ((p * ngroups + g) * G + offs_g[None, :]) * G + offs_g[:, None]
+    rot_t = (tl.load(rot_hi_ptr + rot_off).to(tl.float32)
+             + tl.load(rot_lo_ptr + rot_off).to(tl.float32)).to(tl.float16)  # fmt: skip
+    offs_w = tl.arange(0, G // 8)
+    shifts = (tl.arange(0, 8) * 4)[None, None, :]
+    for blk in range(pid * per, tl.minimum(pid * per + per, nblocks)):
+        offs_n = lo_col + blk * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_mask = offs_n < hi_col
+        q = tl.load(qw_ptr + (g * (G // 8) + offs_w)[None, :] * N + offs_n[:, None],
+                    mask=n_mask[:, None], other=0)  # fmt: skip
+        c = tl.reshape((q[:, :, None] >> shifts) & 0xF, (BLOCK_N, G))
+        if BITS == 5:
+            offs_h = tl.arange(0, G // 32)
+            h = tl.load(qh_ptr + (g * (G // 32) + offs_h)[None, :] * N + offs_n[:, None],
+                        mask=n_mask[:, None], other=0)  # fmt: skip
+            hs = tl.arange(0, 32)[None, None, :]
+            c = c | (tl.reshape((h[:, :, None] >> hs) & 1, (BLOCK_N, G)) << 4)
+        z = tl.load(zp_ptr + g * N + offs_n, mask=n_mask, other=0).to(tl.int32)
+        d = (c - z[:, None]).to(tl.float16)  # |c - z| <= 31: exact
+        acc = tl.dot(d, rot_t)  # [n, j] = sum_k (c - z)[k, n] B_g[j, k]
+        s = tl.load(sc_ptr + g * N + offs_n, mask=n_mask, other=0.0).to(tl.float32)
+        w = acc * s[:, None]
+        if w_ptr.dtype.element_ty == tl.float16:
+            w = tl.clamp(w, -65504.0, 65504.0)
+        tl.store(w_ptr + (g * G + offs_g)[None, :].to(tl.int64) * N + offs_n[:, None],
+                 w.to(w_ptr.dtype.element_ty), mask=n_mask[:, None])  # fmt: skip
 
 
 @triton.jit
@@ -341,15 +412,63 @@ def _fma_chunk(q, ar, offs_r, M, K, d0, d1, d2, d3, BLOCK_M: tl.constexpr):
 
 
 @triton.jit
-def _row_sum(rs_ptr, row0, row: tl.constexpr, M, ngroups, g):
-    """The prologue's fp32 row sum of group g for activation row `row` (0 past M)."""
-    return tl.load(rs_ptr + (row0 + row) * ngroups + g, mask=row < M, other=0.0)
+def _row_sum(rs_ptr, row0, row: tl.constexpr, M, ngroups, g, RS: tl.constexpr):
+    """The prologue's fp32 row sum of group g for activation row `row` (0 past M); RS > 1:
+    the sum of the sliced prologue's RS partial sums."""
+    if RS == 1:
+        return tl.load(rs_ptr + (row0 + row) * ngroups + g, mask=row < M, other=0.0)
+    offs = ((row0 + row) * ngroups + g) * RS + tl.arange(0, RS)
+    return tl.sum(tl.load(rs_ptr + offs, mask=(offs * 0 + row) < M, other=0.0), axis=0)
+
+
+@triton.jit
+def rotate_slice_kernel(
+    x_ptr,  # [M, K] bf16/fp16, rows stride_xm, unit stride along K
+    rot_hi_ptr,  # [P, K/G, G, G] x.dtype: hi part of diag(cs_g) R_g^T
+    rot_lo_ptr,  # [P, K/G, G, G] x.dtype: lo part
+    xr_ptr,  # [P, M, K] fp32 out, nibble-scaled (as rotate_scale_kernel(NIBBLE_SCALED=True))
+    rs_ptr,  # [P, M, K/G, G/SLICE] fp32 out: row sums of each slice's fp16 values
+    M,
+    K,
+    stride_xm,
+    G: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    SLICE: tl.constexpr,
+):
+    """The decode GEMV's prologue, one program per (group, partition, slice of SLICE output
+    channels): xr[:, slice] = x_g @ (hi + lo)[:, slice].
+
+    Why sliced (issue 14, third pass): one program per 128-channel group read the whole 64 KB
+    G x G block pair and did the 16 x 128 x 128 dots alone (ncu, gate_up M = 1: 151 registers,
+    6% achieved occupancy, 5.0 us for 22% of DRAM); G / SLICE programs per group each read a
+    column slice of the blocks, so the same bytes come with G / SLICE times the loads in flight.
+    """
+    g = tl.program_id(0)
+    p = tl.program_id(1)
+    sl = tl.program_id(2)
+    ngroups = K // G
+    offs_m = tl.arange(0, BLOCK_M)
+    m_mask = offs_m < M
+    offs_g = tl.arange(0, G)
+    offs_j = sl * SLICE + tl.arange(0, SLICE)
+    x = tl.load(x_ptr + offs_m[:, None] * stride_xm + g * G + offs_g[None, :],
+                mask=m_mask[:, None], other=0.0)  # fmt: skip
+    rot_off = ((p * ngroups + g) * G + offs_g[:, None]) * G + offs_j[None, :]
+    acc = tl.dot(x, tl.load(rot_hi_ptr + rot_off))
+    acc = tl.dot(x, tl.load(rot_lo_ptr + rot_off), acc)
+    xr = tl.clamp(acc, -65504.0, 65504.0).to(tl.float16).to(tl.float32)
+    jj = offs_j % 8
+    e = tl.where(jj < 5, 4 * jj, 4 * (jj - 3))
+    out = xr * ((127 - e) << 23).to(tl.float32, bitcast=True)[None, :]
+    row = p * M + offs_m
+    tl.store(xr_ptr + row[:, None] * K + g * G + offs_j[None, :], out, mask=m_mask[:, None])
+    tl.store(rs_ptr + (row * ngroups + g) * (G // SLICE) + sl, tl.sum(xr, axis=1), mask=m_mask)
 
 
 @triton.jit
 def gemv2_w4a16_kernel(
     a_ptr,  # [P, M, K] prologue output: DOT fp16; else fp32 NIBBLE_SCALED (host.rotate_scale)
-    rs_ptr,  # [P, M, K/G] fp32 row sums of the fp16 values per group (the FMA path's zero point)
+    rs_ptr,  # [P, M, K/G, RS] fp32 row sums of the fp16 values per group (the FMA zero point)
     qw_ptr,  # [K/8, N] int32 codes packed along K (nibble s of word r = row 8r + s)
     sc_ptr,  # [K/G, N] fp16 scales
     zp_ptr,  # [K/G, N] uint8 zero codes
@@ -370,6 +489,7 @@ def gemv2_w4a16_kernel(
     SPLIT_K: tl.constexpr,
     DOT: tl.constexpr,  # fp16 planes on the matrix unit (BLOCK_M = 16, G = 128) instead of FMAs
     ASM: tl.constexpr,  # DOT's unpack as PTX (NVIDIA); else plain ops (ROCm, the interpreter)
+    RS: tl.constexpr = 1,  # FMA: partial row sums per group in rs (the sliced prologue's)
 ):
     """out[:M, n-block] = sum over this split's groups of a_p @ dequant(Q); section note above."""
     pid_n = tl.program_id(0)
@@ -437,21 +557,21 @@ def gemv2_w4a16_kernel(
             sz = s * tl.load(zp_ptr + g * N + offs_n[None, :], mask=nm2, other=0).to(tl.float32)
             acc0 += (
                 tl.sum(d0, axis=0, keep_dims=True) * s
-                - _row_sum(rs_ptr, row0, 0, M, ngroups, g) * sz
+                - _row_sum(rs_ptr, row0, 0, M, ngroups, g, RS) * sz
             )
             if BLOCK_M > 1:
                 acc1 += (
                     tl.sum(d1, axis=0, keep_dims=True) * s
-                    - _row_sum(rs_ptr, row0, 1, M, ngroups, g) * sz
+                    - _row_sum(rs_ptr, row0, 1, M, ngroups, g, RS) * sz
                 )
             if BLOCK_M > 2:
                 acc2 += (
                     tl.sum(d2, axis=0, keep_dims=True) * s
-                    - _row_sum(rs_ptr, row0, 2, M, ngroups, g) * sz
+                    - _row_sum(rs_ptr, row0, 2, M, ngroups, g, RS) * sz
                 )
                 acc3 += (
                     tl.sum(d3, axis=0, keep_dims=True) * s
-                    - _row_sum(rs_ptr, row0, 3, M, ngroups, g) * sz
+                    - _row_sum(rs_ptr, row0, 3, M, ngroups, g, RS) * sz
                 )
         acc = tl.where(offs_m[:, None] == 0, acc0, acc)
         if BLOCK_M > 1:

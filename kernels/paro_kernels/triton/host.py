@@ -545,7 +545,7 @@ def w4a16_linear(
         return fast_host.gemv_w4a16(args, x, bounds, group_size, bias)
     if route == "dequant":
         w = fast_host.dequant_rotate(
-            qweight, None, scales, zeros, rot_hi, rot_lo, bounds, group_size
+            qweight, None, scales, zeros, rot_hi, rot_lo, bounds, group_size, dtype=x.dtype
         )
         return fast_host.dequant_linear(x, w, bias)
     cfg = pick_config(m, n, k, group_size, bounds, sm_count(x.device))
@@ -706,7 +706,9 @@ def w4a8_linear(
 ) -> torch.Tensor:
     """y = act_quant((x * cs_p) R_p^T) dequant(Q)^T (+ bias) per run; contract in module doc.
 
-    Two launches (+ a memset and cast under split-K): the fused prologue and the group GEMM.
+    Two launches (+ a memset and cast under split-K): the fused prologue and the group GEMM;
+    on NVIDIA the bands of `fast_host.a8_route` take the 16-bit-activation paths instead (the
+    same weight tensors: no activation quantization there).
     """
     check_linear(x, rot_hi, rot_lo, qweight, scales, zeros, bounds, group_size, bias)
     require(act_format in ACT_FORMATS, "act_format", ACT_FORMATS, act_format)
@@ -717,6 +719,16 @@ def w4a8_linear(
         check_tensor(qweight_hi, "qweight_hi", dtype=torch.int32, shape=[k // 32, n])
         require(qweight_hi.device == x.device and qweight_hi.is_contiguous(), "qweight_hi",
                 "contiguous on x's device", qweight_hi.device)  # fmt: skip
+    from . import fast_host
+
+    route = fast_host.a8_route(x.shape[0], group_size, qweight_hi is not None, _is_hip())
+    if route == "gemv":
+        args = (rot_hi, rot_lo, qweight, scales, zeros, None, None)
+        return fast_host.gemv_w4a16(args, x, bounds, group_size, bias)
+    if route == "dequant":
+        w = fast_host.dequant_rotate(qweight, qweight_hi, scales, zeros, rot_hi, rot_lo, bounds,
+                                     group_size, dtype=x.dtype)  # fmt: skip
+        return fast_host.dequant_linear(x, w, bias)
     q, asc, rs = rotate_quant(x, rot_hi, rot_lo, group_size, act_format, act_scale)
     return w4a8_gemm(
         q, asc, rs, qweight, qweight_hi, scales, zeros, bounds, group_size, x.dtype, bias,
