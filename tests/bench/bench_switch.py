@@ -19,7 +19,7 @@ import time
 
 import requests
 
-from paroctl import profiles
+from paroctl import profiles, state
 from paroctl import switch as switch_mod
 from paroctl.runtime.local import LocalRuntime, group_members
 
@@ -114,6 +114,9 @@ def main() -> None:
             f"health noticed +{rows[-1]['health_detect'] * 1000:.0f} ms"
         )
     watcher.stop_flag = True
+    live = state.read_live()
+    if live is not None:  # leave the box as found: the last serve would hold the demo's port
+        switch_mod.stop_live(live, switch_mod.default_deps())
     total = sum(r["overhead"] for r in rows)
     print(
         f"\nparoctl overhead over {len(rows)} switches: {total:.2f} s in total, "
