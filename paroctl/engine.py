@@ -137,8 +137,9 @@ def serve_argv(profile: Profile) -> list[str]:
         argv += ["--max-logprobs", str(serve.max_logprobs)]
     if serve.mode == "eval":
         argv.append("--enforce-eager")
-    # /load then counts the requests in flight (vLLM >= 0.8.5): the switch's drain reads it in a
-    # few ms, where /metrics costs ~0.3 s of the API server on its first answer (switch._drain).
+    # /load then counts the requests in flight (vLLM >= 0.8.5), queued ones included: the
+    # switch's drain reads a few bytes in 3-6 ms instead of /metrics' ~50 KB (20-30 ms; its first
+    # answer took 0.37 s in one measurement: switch._read_metrics) (switch._drain).
     argv.append(LOAD_TRACKING_FLAG)
     if serve.speculative:
         spec = serve.speculative
