@@ -46,9 +46,18 @@ def _ours(n: int, k: int, sizes: tuple[int, ...], m: int, dev: torch.device, pat
     from .triton import fast_host, host
 
     preps = [b._random_prep(n, k, sizes, 4, dev) for _ in range(b.copies(_bytes_w4(n, k, 0)))]
-    if rot:
-        preps = [_with_givens(p, k, len(sizes), dev) for p in preps]
+    # as the plugin prepares a layer: the Givens tables and the W4A8 channel maxima beside it
+    # (random here; `path-gemv-blocks` drops the tables: the prologue path)
+    preps = [dataclasses.replace(_with_givens(p, k, len(sizes), dev),
+                                 w8_amax=torch.rand(n, device=dev) + 0.5) for p in preps]  # fmt: skip
     x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+    if fmt.startswith("w8-"):  # the 8-bit vendor GEMM path of W4A8 prefill, forced
+
+        def w8(p: Any) -> object:
+            return fast_host.w8_linear(x, p.qweight, None, p.scales, p.zeros, p.rot_hi, p.rot_lo,
+                                       p.bounds, G, p.w8_amax, None, fmt[3:])  # fmt: skip
+
+        return b.cycling([functools.partial(w8, p) for p in preps])
     if fmt.startswith("a8-"):  # the A8 kernels themselves (prologue + group GEMM), no route
 
         def a8(p: Any) -> object:
@@ -62,11 +71,15 @@ def _ours(n: int, k: int, sizes: tuple[int, ...], m: int, dev: torch.device, pat
                           for p in preps])  # fmt: skip
 
     def call(p: Any) -> object:
-        if path == "gemv":
-            args = (p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros, p.gv_idx, p.gv_coef)
+        if path == "gemv":  # the prologue GEMV (blocks / sliced), or rot: the first pass's
+            args = (p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros, p.gv_idx if rot else None,
+                    p.gv_coef if rot else None)  # fmt: skip
             return fast_host.gemv_w4a16(args, x, p.bounds, G, None, rot=rot)
+        if path == "gemv-rot2":
+            return fast_host.gemv2_w4a16_rot(x, p.gv_idx, p.gv_coef, p.qweight, p.scales,
+                                             p.zeros, p.bounds, G)  # fmt: skip
         return host.w4a16_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros, p.bounds,
-                                 G, path=path)  # fmt: skip
+                                 G, None, p.gv_idx, p.gv_coef, path=path)  # fmt: skip
 
     return b.cycling([functools.partial(call, p) for p in preps])
 
@@ -137,6 +150,10 @@ def cell_variants(m: int) -> list[tuple[str, str, Callable[..., Callable[[], obj
         ]  # fmt: skip
     if m >= 64:
         v += [
+            ("path-w8-fp8", "path", lambda n, k, s, m, d: _ours(n, k, s, m, d, None, fmt="w8-fp8"),
+             2),
+            ("path-w8-int8", "path",
+             lambda n, k, s, m, d: _ours(n, k, s, m, d, None, fmt="w8-int8"), 2),
             ("path-mma", "path", lambda n, k, s, m, d: _ours(n, k, s, m, d, "mma"), 2),
             ("path-dequant", "path", lambda n, k, s, m, d: _ours(n, k, s, m, d, "dequant"), 2),
         ]
@@ -290,6 +307,49 @@ def sweep_gemv2(reps: int, shapes: tuple[str, ...] = ("qkv", "gate_up", "down"),
             us = b._time(b.cycling(fns), reps)
             out.append({"shape": name, "m": m, "kind": "prologue", "us": us})
             print(f"prologue {name} M={m}: {us:.2f} us", flush=True)
+    return out
+
+
+ROT2_SWEEP: list[dict[str, Any]] = [
+    # the Givens-inside FMA GEMV (fourth pass): word rows per chunk, programs per SM, warps
+    dict(kw=8, programs_per_sm=8), dict(kw=4, programs_per_sm=8), dict(kw=16, programs_per_sm=8),
+    dict(kw=8, programs_per_sm=16), dict(kw=8, programs_per_sm=4),
+]  # fmt: skip
+
+
+def sweep_rot2(reps: int, shapes: tuple[str, ...], ms: tuple[int, ...]) -> list[dict[str, Any]]:
+    """Fourth pass: the Givens-inside GEMV at candidate configs, the prologue GEMV as served
+    (sliced prologue + GEMV) beside it, per (shape, M)."""
+    from .triton import fast_host
+
+    dev = torch.device("cuda")
+    out = []
+    for name in shapes:
+        _, n, k, sizes = next(s for s in b.SHAPES if s[0] == name)
+        preps = [_with_givens(b._random_prep(n, k, sizes, 4, dev), k, len(sizes), dev)
+                 for _ in range(b.copies(_bytes_w4(n, k, 0)))]  # fmt: skip
+        for m in ms:
+            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+            old = [functools.partial(fast_host.gemv_w4a16, (p.rot_hi, p.rot_lo, p.qweight,
+                   p.scales, p.zeros, None, None), x, p.bounds, G, None) for p in preps]  # fmt: skip
+            cands: list[tuple[str, Any, list[Any]]] = [("prologue-gemv", None, old)]
+            for kw in ROT2_SWEEP:
+                cfg = fast_host.gemv2_config(m, n, k, G, b._bounds(sizes), 132, dot=False, **kw)
+                fs = [functools.partial(fast_host.gemv2_w4a16_rot, x, p.gv_idx, p.gv_coef,
+                      p.qweight, p.scales, p.zeros, p.bounds, G, None, cfg) for p in preps]  # fmt: skip
+                cands.append((str(kw), cfg, fs))
+            for label, cfg, fs in cands:
+                try:
+                    us = b._time(b.cycling(fs), reps)
+                except Exception as e:
+                    us = float("nan")
+                    print("sweep error", type(e).__name__, str(e)[:300])
+                nb = _bytes_w4(n, k, m)
+                out.append({"shape": name, "m": m, "variant": label, "us": us,
+                            "cfg": None if cfg is None else dataclasses.asdict(cfg),
+                            "hbm_pct_4p3": nb / 4.3e12 / (us * 1e-6) * 100})  # fmt: skip
+                print(f"rot2 {name} M={m} {label}: {us:.2f} us {out[-1]['hbm_pct_4p3']:.0f}%",
+                      flush=True)  # fmt: skip
     return out
 
 
@@ -482,6 +542,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="the third pass: dequant kernels and sliced prologues alone")  # fmt: skip
     ap.add_argument("--ab-prologue", action="store_true",
                     help="as served at M = 1, 2: sliced vs block prologue; stop")  # fmt: skip
+    ap.add_argument("--sweep5", action="store_true",
+                    help="the fourth pass: the Givens-inside GEMV's configs, M = 1, 2")  # fmt: skip
     ap.add_argument("--sweep-shapes", default="qkv,o_proj,gate_up,down,in_proj")
     ap.add_argument("--gemlite-config", default="")
     ap.add_argument("--only-check", action="store_true")
@@ -512,6 +574,10 @@ def main(argv: list[str] | None = None) -> None:
         sh = tuple(args.sweep_shapes.split(","))
         meta["sweep_dequant3"] = sweep_dequant3(args.reps, sh)
         meta["sweep_prologue3"] = sweep_prologue3(args.reps, sh, (1, 2))
+    if args.sweep5:
+        meta["sweep_rot2"] = sweep_rot2(args.reps, tuple(args.sweep_shapes.split(",")), (1, 2))
+        with open(args.out, "w") as f:
+            json.dump(meta, f, indent=1)
     if args.ab_prologue:
         meta["ab_prologue"] = ab_prologue(args.reps, tuple(args.sweep_shapes.split(",")), (1, 2))
         with open(args.out, "w") as f:

@@ -1,7 +1,7 @@
 """One op on one cell between cudaProfilerStart/Stop, for Nsight Compute (issue 14's before/after).
 
     ncu --clock-control none --profile-from-start off --csv --metrics ... \
-        python -m paro_kernels.profile14 gate_up 1 gemv [bf16|int8]
+        python -m paro_kernels.profile14 gate_up 1 gemv|gemv-prologue|dequant [bf16|int8]
 
 The op runs once outside the profiled range (compiles, fills caches of the launcher), then once
 inside it, on random weights of the bench's layout.
@@ -24,14 +24,23 @@ def main(argv: list[str]) -> None:
     act = argv[3] if len(argv) > 3 else "bf16"
     _, n, k, sizes = next(s for s in b.SHAPES if s[0] == name)
     dev = torch.device("cuda")
+    import dataclasses
+
+    from .bench14 import _with_givens
+
     prep = b._random_prep(n, k, sizes, 4, dev)
+    # as the plugin prepares a layer (fourth pass): Givens tables and W4A8 channel maxima
+    prep = dataclasses.replace(_with_givens(prep, k, len(sizes), dev),
+                               w8_amax=torch.rand(n, device=dev) + 0.5)  # fmt: skip
     x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+    gv = (None, None) if path == "gemv-prologue" else (prep.gv_idx, prep.gv_coef)
+    route = "gemv" if path == "gemv-prologue" else path
 
     def call() -> object:
         if act != "bf16":
             return host.linear_a8(prep, x, None, act, "group", False)
         return host.w4a16_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
-                                 prep.zeros, prep.bounds, b.G, path=path)  # fmt: skip
+                                 prep.zeros, prep.bounds, b.G, None, *gv, path=route)  # fmt: skip
 
     call()
     torch.cuda.synchronize()

@@ -27,7 +27,9 @@ from _triton_cases import (
 pytestmark = pytest.mark.gpu
 
 CASES = W4A16_CASES  # tile-boundary and odd N, K not a multiple of the split, 1-3 parts
-PATH_MS = {"gemv": [1, 2, 3, 4, 16], "mma": [1, 5, 16, 17], "dequant": [1, 17, 256, 300]}
+PATH_MS = {"gemv": [1, 2, 3, 4, 16], "mma": [1, 5, 16, 17], "dequant": [1, 17, 256, 300],
+           "gemv-prologue": [1, 2, 4]}  # fmt: skip
+SCRATCH = ("dequant_w", "gemv_xs", "w8_fp8", "w8_int8")  # written each call, not left zeroed
 
 
 def _prep(k: int, sizes: list[int], g: int, b: bool):  # type: ignore[no-untyped-def]
@@ -46,10 +48,14 @@ def test_path_matches_fp64_reference(k: int, sizes: list[int], g: int, path: str
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m + k)).to(torch.bfloat16)
     bb = bias(parts)
     xd, bd = x.cuda(), None if bb is None else bb.cuda()
+    # as served: with the Givens tables (the GEMV rotates inside, fourth pass); "gemv-prologue":
+    # the GEMV without them (the sliced prologue; what gfx1201 and table-less layers run)
+    gv = (None, None) if path == "gemv-prologue" else (prep.gv_idx, prep.gv_coef)
+    route = "gemv" if path == "gemv-prologue" else path
     y = host.w4a16_linear(xd, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales, prep.zeros,
-                          prep.bounds, g, bd, path=path)  # fmt: skip
+                          prep.bounds, g, bd, *gv, path=route)  # fmt: skip
     again = host.w4a16_linear(xd, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
-                              prep.zeros, prep.bounds, g, bd, path=path)  # fmt: skip
+                              prep.zeros, prep.bounds, g, bd, *gv, path=route)  # fmt: skip
     torch.cuda.synchronize()
     assert y.shape == (m, sum(sizes)) and y.dtype == torch.bfloat16
     want = reference(x, parts, g)
@@ -61,7 +67,7 @@ def test_path_matches_fp64_reference(k: int, sizes: list[int], g: int, path: str
     from paro_kernels.triton import fast_host
 
     for (kind, _), buf in fast_host._WS.items():
-        if kind != "dequant_w":  # W' scratch (bf16 since the third pass); the rest zeroed
+        if kind not in SCRATCH:  # split-K sums and tickets left zeroed
             assert not buf.any(), kind
 
 

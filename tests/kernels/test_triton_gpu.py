@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _triton_cases import W4A16_CASES, bias, merged_layer, packed, reference, rel, runs
+from _triton_cases import BF16_W_FLOOR, W4A16_CASES, bias, merged_layer, packed, reference, rel, runs
 
 pytestmark = pytest.mark.gpu
 
@@ -30,8 +30,12 @@ def test_w4a16_linear_matches_fp64_reference(k: int, sizes: list[int], g: int, m
     y = ops.linear(prep, x.cuda(), None if bb is None else bb.cuda())
     torch.cuda.synchronize()
     assert y.shape == (m, sum(sizes)) and y.dtype == torch.bfloat16
-    # bf16 output rounding alone is ~1.7e-3 (test_triton notes); fp16 operands stay under it.
-    assert rel(y, reference(x, parts, g)) <= 2e-3
+    # bf16 output rounding alone is ~1.7e-3 (test_triton notes); fp16 operands stay under it;
+    # the dequant band (M >= 256 since the fourth pass) has bf16 W': the bf16-weight floor.
+    from paro_kernels.triton import fast_host
+
+    tol = BF16_W_FLOOR if fast_host.band(m, g) == "dequant" else 2e-3
+    assert rel(y, reference(x, parts, g)) <= tol
 
 
 @pytest.mark.parametrize("m", [1, 16, 200])

@@ -16,6 +16,7 @@ import pytest
 import torch
 from _triton_cases import (
     BF16_W_FLOOR,
+    W8_TOL,
     bias,
     exact_gemm,
     hi_planes,
@@ -100,6 +101,9 @@ def test_w4a8_linear_matches_fp64(
     # end to end through the custom op vs the independent fp64 reference
     y2 = ops.linear_a8(prep, xc, bb, fmt, scale, zpe)
     route = fast_host.a8_route(m, g, bits == 5, host._is_hip())
+    if route == "w8":  # the 8-bit vendor GEMM (prefill): per-token acts, per-channel W'
+        assert rel(y2, reference_a8(x, parts, g, bits, fmt, scale)) <= W8_TOL[fast_host.W8_KIND]
+        return
     if route is not None:
         # the band where the 16-bit-activation path serves the layer: the W4A16 reference
         tol = BF16_W_FLOOR if route == "dequant" else 2e-3
@@ -127,15 +131,42 @@ def test_a16_bands_serve_w4a8(m: int, bits: int) -> None:
     parts, prep = _prep(k, sizes, g, bits)
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.bfloat16)
     route = fast_host.a8_route(m, g, bits == 5, host._is_hip())
-    assert route == (None if host._is_hip() or (bits == 5 and m < 1024) else
-                     "dequant" if m >= 1024 else "gemv")  # fmt: skip
+    assert route == (None if host._is_hip() or (bits == 5 and m < fast_host.W8_MIN_M) else
+                     "w8" if m >= fast_host.W8_MIN_M else "gemv")  # fmt: skip
     bb = bias(parts).cuda()  # type: ignore[union-attr]
     for fmt in ("int8", "fp8"):
         y = host.linear_a8(prep, x.cuda(), bb, fmt, "group", bits == 5)
-        want = _a16_reference(x, parts, g, bits) if route else reference_a8(x, parts, g, bits,
-                                                                            fmt, "group")  # fmt: skip
+        if route == "w8":
+            want = reference_a8(x, parts, g, bits, fmt, "group")
+        else:
+            want = _a16_reference(x, parts, g, bits) if route else reference_a8(x, parts, g, bits,
+                                                                                fmt, "group")  # fmt: skip
         tol = {"gemv": 2e-3, "dequant": BF16_W_FLOOR}.get(route or "", 5e-3)
+        if route == "w8":
+            tol = W8_TOL[fast_host.W8_KIND]
         assert rel(y, want) <= tol, fmt
+
+
+@pytest.mark.parametrize("kind", ["fp8", "int8"])
+@pytest.mark.parametrize("bits", [4, 5])
+def test_w8_prefill_kinds(kind: str, bits: int) -> None:
+    # both 8-bit vendor GEMMs (the shipped W8_KIND and the other), with and without the bias,
+    # against the format's fp64 reference; and the channel maxima against the fp64 W'
+    from paro_kernels.triton import fast_host
+
+    k, sizes, g = 2304, [2048, 256], 128
+    parts, prep = _prep(k, sizes, g, bits)
+    x = torch.randn(300, k, generator=torch.Generator().manual_seed(bits)).to(torch.bfloat16)
+    for b in (bias(parts), None):
+        y = fast_host.w8_linear(x.cuda(), prep.qweight, prep.qweight_hi, prep.scales, prep.zeros,
+                                prep.rot_hi, prep.rot_lo, prep.bounds, g, prep.w8_amax,
+                                None if b is None else b.cuda(), kind)  # fmt: skip
+        r = reference_a8(x, parts, g, bits, "int8" if kind == "int8" else "fp8", "group")
+        if b is None:
+            r = r - bias(parts).double()  # type: ignore[union-attr]
+        e = rel(y, r)
+        print(f"w8 {kind} bits={bits} bias={b is not None}: rel {e:.2e}")
+        assert y.dtype == torch.bfloat16 and e <= W8_TOL[kind]
 
 
 @pytest.mark.parametrize("fmt", ["fp8", "int8"])

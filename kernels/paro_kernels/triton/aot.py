@@ -234,6 +234,7 @@ def compile_gemv2(target: str, m: int, n: int, k: int, g: int,
         "HAS_BIAS": False, "G": g, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "KW": cfg.kw,
         "SPLIT_K": cfg.split_k, "DOT": cfg.dot, "ASM": not hip,
         "RS": g // min(sl, g) if sl and not cfg.dot else 1,
+        "ROT": False, "KROT": 1, "gi_ptr": None, "gc_ptr": None, "xs_ptr": None, "stride_xm": 0,
     }  # fmt: skip
     c = _compile(fast_kernels.gemv2_w4a16_kernel, sig, const, target, cfg.num_warps,
                  cfg.num_stages)  # fmt: skip
@@ -241,3 +242,26 @@ def compile_gemv2(target: str, m: int, n: int, k: int, g: int,
     pattern = None if cfg.dot else r"(v_wmma|wgmma|mma\.sync)"
     rep = _report(name, target, str(cfg), c, pattern)
     return rep if cfg.dot else Report(**{**rep.__dict__, "mma": not rep.mma})
+
+
+def compile_gemv2_rot(target: str, m: int, n: int, k: int, g: int,
+                      bounds: tuple[int, ...] = (), krot: int = 8) -> Report:  # fmt: skip
+    """Build the decode GEMV with the Givens layers inside (fourth pass; NVIDIA's pick) at the
+    config its launcher picks; `mma` reports that the loop stayed free of a matrix instruction."""
+    from . import fast_host, fast_kernels
+
+    cfg = fast_host.gemv2_config(m, n, k, g, bounds, sms=132, hip=target == "gfx1201")
+    sig = {
+        "a_ptr": "*bf16", "rs_ptr": "*fp32", "qw_ptr": "*i32", "sc_ptr": "*fp16", "zp_ptr": "*u8",
+        "bias_ptr": "*bf16", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "out_ptr": "*bf16",
+        "M": "i32", "N": "i32", "K": "i32", "b1": "i32", "b2": "i32",
+        "gi_ptr": "*i32", "gc_ptr": "*fp32", "xs_ptr": "*fp32", "stride_xm": "i32",
+    }  # fmt: skip
+    const = {
+        "HAS_BIAS": False, "G": g, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "KW": cfg.kw,
+        "SPLIT_K": cfg.split_k, "DOT": False, "ASM": False, "RS": 1, "ROT": True, "KROT": krot,
+    }  # fmt: skip
+    c = _compile(fast_kernels.gemv2_w4a16_kernel, sig, const, target, cfg.num_warps,
+                 cfg.num_stages)  # fmt: skip
+    rep = _report("gemv2_w4a16_rot", target, str(cfg), c, r"(v_wmma|wgmma|mma\.sync)")
+    return Report(**{**rep.__dict__, "mma": not rep.mma})

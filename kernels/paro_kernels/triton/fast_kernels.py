@@ -259,6 +259,9 @@ def dequant_rotate_t_kernel(
     G: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BITS: tl.constexpr,
+    OUT8: tl.constexpr = 0,  # 0: W' in w's dtype; 1: int8 / 2: fp8 e4m3 codes of W' * inv[n]
+    NK: tl.constexpr = False,  # W' stored [N, K] (the GEMM's column-major operand) not [K, N]
+    amax_ptr=None,  # OUT8: [N] fp32 per-output-channel max |W'| (scale = max / 127 or / 448)
 ):
     """`dequant_rotate_kernel` transposed: W'_g^T = ((C_g - z)^T @ B_g^T) * s per column block.
 
@@ -302,11 +305,85 @@ def dequant_rotate_t_kernel(
         d = (c - z[:, None]).to(tl.float16)  # |c - z| <= 31: exact
         acc = tl.dot(d, rot_t)  # [n, j] = sum_k (c - z)[k, n] B_g[j, k]
         s = tl.load(sc_ptr + g * N + offs_n, mask=n_mask, other=0.0).to(tl.float32)
-        w = acc * s[:, None]
-        if w_ptr.dtype.element_ty == tl.float16:
-            w = tl.clamp(w, -65504.0, 65504.0)
-        tl.store(w_ptr + (g * G + offs_g)[None, :].to(tl.int64) * N + offs_n[:, None],
-                 w.to(w_ptr.dtype.element_ty), mask=n_mask[:, None])  # fmt: skip
+        if OUT8 == 0:
+            w = acc * s[:, None]
+            if w_ptr.dtype.element_ty == tl.float16:
+                w = tl.clamp(w, -65504.0, 65504.0)
+        else:
+            top: tl.constexpr = 127.0 if OUT8 == 1 else 448.0
+            am = tl.load(amax_ptr + offs_n, mask=n_mask, other=1.0)
+            w = acc * (s * (top / tl.maximum(am, 1e-30)))[:, None]
+            if OUT8 == 1:  # round half away from zero, +-127
+                w = tl.clamp(tl.where(w >= 0, tl.floor(w + 0.5), -tl.floor(0.5 - w)), -127.0, 127.0)
+            else:
+                w = tl.clamp(w, -448.0, 448.0)
+        if NK:
+            tl.store(w_ptr + offs_n[:, None].to(tl.int64) * K + (g * G + offs_g)[None, :],
+                     w.to(w_ptr.dtype.element_ty), mask=n_mask[:, None])  # fmt: skip
+        else:
+            tl.store(w_ptr + (g * G + offs_g)[None, :].to(tl.int64) * N + offs_n[:, None],
+                     w.to(w_ptr.dtype.element_ty), mask=n_mask[:, None])  # fmt: skip
+
+
+@triton.jit
+def quant_rows_kernel(
+    x_ptr,  # [M, K] bf16/fp16, rows stride_xm
+    q_ptr,  # [M, K] int8 or fp8 e4m3 out
+    sc_ptr,  # [M] fp32 out: the row's scale (max |x| / 127 or / 448)
+    K,
+    stride_xm,
+    INT8: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """Per-token 8-bit activations, one program per row: max |x| over the row, then the codes
+    (int8 round half away from zero, +-127; e4m3 RNE, +-448); the second pass re-reads the row
+    from L2."""
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK)
+    xr = x_ptr + row * stride_xm
+    amax = tl.zeros((BLOCK,), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK):
+        v = tl.load(xr + k0 + offs, mask=k0 + offs < K, other=0.0).to(tl.float32)
+        amax = tl.maximum(amax, tl.abs(v))
+    a = tl.max(amax, axis=0)
+    top: tl.constexpr = 127.0 if INT8 else 448.0
+    scale = tl.where(a > 0, a / top, 1.0)
+    inv = 1.0 / scale
+    for k0 in range(0, K, BLOCK):
+        v = tl.load(xr + k0 + offs, mask=k0 + offs < K, other=0.0).to(tl.float32) * inv
+        if INT8:
+            v = tl.clamp(tl.where(v >= 0, tl.floor(v + 0.5), -tl.floor(0.5 - v)), -127.0, 127.0)
+        else:
+            v = tl.clamp(v, -448.0, 448.0)
+        tl.store(q_ptr + row * K + k0 + offs, v.to(q_ptr.dtype.element_ty), mask=k0 + offs < K)
+    tl.store(sc_ptr + row, scale)
+
+
+@triton.jit
+def int_mm_epilogue_kernel(
+    acc_ptr,  # [M, N] int32 (torch._int_mm)
+    sa_ptr,  # [M] fp32 activation row scales
+    sw_ptr,  # [N] fp32 weight channel scales
+    bias_ptr,  # [N] or a dummy
+    y_ptr,  # [M, N] out
+    M,
+    N,
+    HAS_BIAS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """y = acc * sa[m] * sw[n] (+ bias) in y's dtype, one pass."""
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mm, nm = offs_m < M, offs_n < N
+    mask = mm[:, None] & nm[None, :]
+    off = offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
+    a = tl.load(acc_ptr + off, mask=mask, other=0).to(tl.float32)
+    y = a * tl.load(sa_ptr + offs_m, mask=mm, other=0.0)[:, None]
+    y = y * tl.load(sw_ptr + offs_n, mask=nm, other=0.0)[None, :]
+    if HAS_BIAS:
+        y += tl.load(bias_ptr + offs_n, mask=nm, other=0.0).to(tl.float32)[None, :]
+    tl.store(y_ptr + off, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -422,6 +499,17 @@ def _row_sum(rs_ptr, row0, row: tl.constexpr, M, ngroups, g, RS: tl.constexpr):
 
 
 @triton.jit
+def _row_sum2(rs_ptr, row0, row: tl.constexpr, M, ngroups, g, RS: tl.constexpr,
+              ROT: tl.constexpr, rsv, offs_m):  # fmt: skip
+    """`_row_sum`, or with ROT the in-kernel row sums rsv [BLOCK_M] (row `row` of them)."""
+    if ROT:
+        r = tl.sum(tl.where(offs_m == row, rsv, 0.0), axis=0)
+    else:
+        r = _row_sum(rs_ptr, row0, row, M, ngroups, g, RS)
+    return r
+
+
+@triton.jit
 def rotate_slice_kernel(
     x_ptr,  # [M, K] bf16/fp16, rows stride_xm, unit stride along K
     rot_hi_ptr,  # [P, K/G, G, G] x.dtype: hi part of diag(cs_g) R_g^T
@@ -490,6 +578,12 @@ def gemv2_w4a16_kernel(
     DOT: tl.constexpr,  # fp16 planes on the matrix unit (BLOCK_M = 16, G = 128) instead of FMAs
     ASM: tl.constexpr,  # DOT's unpack as PTX (NVIDIA); else plain ops (ROCm, the interpreter)
     RS: tl.constexpr = 1,  # FMA: partial row sums per group in rs (the sliced prologue's)
+    ROT: tl.constexpr = False,  # FMA: a_ptr is x [M, K]; the Givens layers run in the kernel
+    KROT: tl.constexpr = 1,  # ROT: Givens layers per group
+    gi_ptr=None,  # ROT: [P, KROT, K] int32 group-local partners (host.givens_tables)
+    gc_ptr=None,  # ROT: [P, 2 KROT + 1, K] fp32 channel scales, cos, signed sin
+    xs_ptr=None,  # ROT: [programs, BLOCK_M, G] fp32 scratch (each program's rotated group)
+    stride_xm=0,  # ROT: x's row stride
 ):
     """out[:M, n-block] = sum over this split's groups of a_p @ dequant(Q); section note above."""
     pid_n = tl.program_id(0)
@@ -540,6 +634,12 @@ def gemv2_w4a16_kernel(
         q_base = qw_ptr + offs_r[:, None] * N + offs_n[None, :]
         a_row0 = a_ptr + row0 * K
         nm2 = n_mask[None, :]
+        if ROT:
+            offs_g = tl.arange(0, G)
+            xs = xs_ptr + (pid_n * SPLIT_K + pid_k).to(tl.int64) * (BLOCK_M * G)
+            jj = offs_g % 8
+            nib = ((127 - tl.where(jj < 5, 4 * jj, 4 * (jj - 3))) << 23).to(tl.float32,
+                                                                            bitcast=True)
         acc0 = tl.zeros((1, BLOCK_N), dtype=tl.float32)
         acc1 = tl.zeros((1, BLOCK_N), dtype=tl.float32)
         acc2 = tl.zeros((1, BLOCK_N), dtype=tl.float32)
@@ -549,29 +649,50 @@ def gemv2_w4a16_kernel(
             d1 = tl.zeros((KW, BLOCK_N), dtype=tl.float32)
             d2 = tl.zeros((KW, BLOCK_N), dtype=tl.float32)
             d3 = tl.zeros((KW, BLOCK_N), dtype=tl.float32)
+            if ROT:
+                # The first chunk's words are in flight while the group is rotated.
+                q_pre = tl.load(q_base + (g * (G // 8)) * N, mask=nm2, other=0)
+                tl.debug_barrier()  # every thread is done reading the previous group's slot
+                xg = _rotated_group(a_ptr, gi_ptr, gc_ptr, offs_m, m_mask, g, part, K, stride_xm,
+                                    KROT, G)  # fmt: skip
+                xg = tl.clamp(xg, -65504.0, 65504.0).to(tl.float16).to(tl.float32)
+                rsv = tl.sum(xg, axis=1)  # [BLOCK_M] row sums of the fp16 values
+                tl.store(xs + offs_m[:, None] * G + offs_g[None, :], xg * nib[None, :])
+                tl.debug_barrier()  # the slot is written: every thread reads all of it
+            else:
+                q_pre = tl.zeros((KW, BLOCK_N), dtype=tl.int32)
+                rsv = tl.zeros((BLOCK_M,), dtype=tl.float32)
             for ci in tl.static_range(G // (8 * KW)):
-                q = tl.load(q_base + (g * (G // 8) + ci * KW) * N, mask=nm2, other=0)
-                ar = a_row0 + g * G + ci * KW * 8
-                d0, d1, d2, d3 = _fma_chunk(q, ar, offs_r, M, K, d0, d1, d2, d3, BLOCK_M)
+                if ROT:
+                    if ci == 0:
+                        q = q_pre
+                    else:
+                        q = tl.load(q_base + (g * (G // 8) + ci * KW) * N, mask=nm2, other=0)
+                    d0, d1, d2, d3 = _fma_chunk(q, xs + ci * KW * 8, offs_r, M, G, d0, d1, d2,
+                                                d3, BLOCK_M)  # fmt: skip
+                else:
+                    q = tl.load(q_base + (g * (G // 8) + ci * KW) * N, mask=nm2, other=0)
+                    ar = a_row0 + g * G + ci * KW * 8
+                    d0, d1, d2, d3 = _fma_chunk(q, ar, offs_r, M, K, d0, d1, d2, d3, BLOCK_M)
             s = tl.load(sc_ptr + g * N + offs_n[None, :], mask=nm2, other=0.0).to(tl.float32)
             sz = s * tl.load(zp_ptr + g * N + offs_n[None, :], mask=nm2, other=0).to(tl.float32)
             acc0 += (
                 tl.sum(d0, axis=0, keep_dims=True) * s
-                - _row_sum(rs_ptr, row0, 0, M, ngroups, g, RS) * sz
+                - _row_sum2(rs_ptr, row0, 0, M, ngroups, g, RS, ROT, rsv, offs_m) * sz
             )
             if BLOCK_M > 1:
                 acc1 += (
                     tl.sum(d1, axis=0, keep_dims=True) * s
-                    - _row_sum(rs_ptr, row0, 1, M, ngroups, g, RS) * sz
+                    - _row_sum2(rs_ptr, row0, 1, M, ngroups, g, RS, ROT, rsv, offs_m) * sz
                 )
             if BLOCK_M > 2:
                 acc2 += (
                     tl.sum(d2, axis=0, keep_dims=True) * s
-                    - _row_sum(rs_ptr, row0, 2, M, ngroups, g, RS) * sz
+                    - _row_sum2(rs_ptr, row0, 2, M, ngroups, g, RS, ROT, rsv, offs_m) * sz
                 )
                 acc3 += (
                     tl.sum(d3, axis=0, keep_dims=True) * s
-                    - _row_sum(rs_ptr, row0, 3, M, ngroups, g, RS) * sz
+                    - _row_sum2(rs_ptr, row0, 3, M, ngroups, g, RS, ROT, rsv, offs_m) * sz
                 )
         acc = tl.where(offs_m[:, None] == 0, acc0, acc)
         if BLOCK_M > 1:

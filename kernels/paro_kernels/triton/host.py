@@ -86,6 +86,7 @@ class Prepared:
     gv_coef: torch.Tensor | None = None
     bits: int = 4
     qweight_hi: torch.Tensor | None = None  # bits=5: [K/32, N] int32 fifth-bit planes
+    w8_amax: torch.Tensor | None = None  # [N] fp32 max |W'| per output channel (W4A8 prefill)
 
 
 # --------------------------------------------------------------------------- load-time repack
@@ -225,18 +226,24 @@ def prepare(
     rots = torch.stack([rotation_blocks(p, t, cs, group_size) for _, _, p, t, cs in runs])
     hi, lo = split_hi_lo(rots, dtype)
     gv = givens_tables(runs, group_size)
+    from . import fast_host
+
+    bounds = tuple(n0 for n0, _, _, _, _ in runs[1:])
+    hi, lo, qw, sc, zp = hi.to(dev), lo.to(dev), qw.to(dev), sc.to(dev), zp.to(dev)
+    qh = None if qh is None else qh.to(dev)
     return Prepared(
-        hi.to(dev),
-        lo.to(dev),
-        qw.to(dev),
-        sc.to(dev),
-        zp.to(dev),
-        tuple(n0 for n0, _, _, _, _ in runs[1:]),
+        hi,
+        lo,
+        qw,
+        sc,
+        zp,
+        bounds,
         group_size,
         None if gv is None else gv[0].to(dev),
         None if gv is None else gv[1].to(dev),
         bits,
-        None if qh is None else qh.to(dev),
+        qh,
+        fast_host.w8_amax(qw, qh, sc, zp, hi, lo, bounds, group_size),
     )
 
 
@@ -703,6 +710,9 @@ def w4a8_linear(
     act_scale: str,
     zp_epilogue: bool,
     bias: torch.Tensor | None = None,
+    gv_idx: torch.Tensor | None = None,
+    gv_coef: torch.Tensor | None = None,
+    w8_amax: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """y = act_quant((x * cs_p) R_p^T) dequant(Q)^T (+ bias) per run; contract in module doc.
 
@@ -723,9 +733,12 @@ def w4a8_linear(
 
     route = fast_host.a8_route(x.shape[0], group_size, qweight_hi is not None, _is_hip())
     if route == "gemv":
-        args = (rot_hi, rot_lo, qweight, scales, zeros, None, None)
+        args = (rot_hi, rot_lo, qweight, scales, zeros, gv_idx, gv_coef)
         return fast_host.gemv_w4a16(args, x, bounds, group_size, bias)
-    if route == "dequant":
+    if route == "w8" and w8_amax is not None and fast_host.w8_ok(n, k, fast_host.W8_KIND):
+        return fast_host.w8_linear(x, qweight, qweight_hi, scales, zeros, rot_hi, rot_lo, bounds,
+                                   group_size, w8_amax, bias)  # fmt: skip
+    if route in ("dequant", "w8"):
         w = fast_host.dequant_rotate(qweight, qweight_hi, scales, zeros, rot_hi, rot_lo, bounds,
                                      group_size, dtype=x.dtype)  # fmt: skip
         return fast_host.dequant_linear(x, w, bias)
@@ -747,5 +760,6 @@ def linear_a8(
     """`w4a8_linear` on a `Prepared` layer (int4 or int5)."""
     return w4a8_linear(
         x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.qweight_hi, prep.scales, prep.zeros,
-        prep.bounds, prep.group_size, act_format, act_scale, zp_epilogue, bias,
+        prep.bounds, prep.group_size, act_format, act_scale, zp_epilogue, bias, prep.gv_idx,
+        prep.gv_coef, prep.w8_amax,
     )  # fmt: skip

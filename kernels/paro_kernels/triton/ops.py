@@ -76,11 +76,14 @@ def w4a8_linear(
     act_scale: str,
     zp_epilogue: bool,
     bias: torch.Tensor | None = None,
+    gv_idx: torch.Tensor | None = None,
+    gv_coef: torch.Tensor | None = None,
+    w8_amax: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The W4A8 / W5A8 ParoQuant linear (contract: `paro_kernels.triton.host`)."""
     return host.w4a8_linear(
         x, rot_hi, rot_lo, qweight, qweight_hi, scales, zeros, tuple(bounds), group_size,
-        act_format, act_scale, zp_epilogue, bias,
+        act_format, act_scale, zp_epilogue, bias, gv_idx, gv_coef, w8_amax,
     )  # fmt: skip
 
 
@@ -99,6 +102,9 @@ def _w4a8_linear_fake(
     act_scale: str,
     zp_epilogue: bool,
     bias: torch.Tensor | None = None,
+    gv_idx: torch.Tensor | None = None,
+    gv_coef: torch.Tensor | None = None,
+    w8_amax: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Output [M, N] in x.dtype."""
     torch._check(x.dim() == 2 and qweight.dim() == 2)
@@ -117,4 +123,5 @@ def linear_a8(
     return w4a8_linear(
         x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.qweight_hi, prep.scales, prep.zeros,
         list(prep.bounds), prep.group_size, act_format, act_scale, zp_epilogue, bias,
+        prep.gv_idx, prep.gv_coef, prep.w8_amax,
     )  # fmt: skip
