@@ -312,8 +312,10 @@ def sweep_gemv2(reps: int, shapes: tuple[str, ...] = ("qkv", "gate_up", "down"),
 
 ROT2_SWEEP: list[dict[str, Any]] = [
     # the Givens-inside FMA GEMV (fourth pass): word rows per chunk, programs per SM, warps
-    dict(kw=8, programs_per_sm=8), dict(kw=4, programs_per_sm=8), dict(kw=16, programs_per_sm=8),
-    dict(kw=8, programs_per_sm=16), dict(kw=8, programs_per_sm=4),
+    dict(kw=8, programs_per_sm=8), dict(kw=4, programs_per_sm=8),
+    dict(kw=8, programs_per_sm=8, num_warps=8, block_n=1024),
+    dict(kw=4, programs_per_sm=8, num_warps=8, block_n=1024),
+    dict(kw=8, programs_per_sm=8, pre=False),
 ]  # fmt: skip
 
 
@@ -334,9 +336,11 @@ def sweep_rot2(reps: int, shapes: tuple[str, ...], ms: tuple[int, ...]) -> list[
                    p.scales, p.zeros, None, None), x, p.bounds, G, None) for p in preps]  # fmt: skip
             cands: list[tuple[str, Any, list[Any]]] = [("prologue-gemv", None, old)]
             for kw in ROT2_SWEEP:
-                cfg = fast_host.gemv2_config(m, n, k, G, b._bounds(sizes), 132, dot=False, **kw)
+                kc = {a: v for a, v in kw.items() if a != "pre"}
+                cfg = fast_host.gemv2_config(m, n, k, G, b._bounds(sizes), 132, dot=False, **kc)
                 fs = [functools.partial(fast_host.gemv2_w4a16_rot, x, p.gv_idx, p.gv_coef,
-                      p.qweight, p.scales, p.zeros, p.bounds, G, None, cfg) for p in preps]  # fmt: skip
+                      p.qweight, p.scales, p.zeros, p.bounds, G, None, cfg, kw.get("pre"))
+                      for p in preps]  # fmt: skip
                 cands.append((str(kw), cfg, fs))
             for label, cfg, fs in cands:
                 try:

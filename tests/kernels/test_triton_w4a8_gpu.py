@@ -100,7 +100,7 @@ def test_w4a8_linear_matches_fp64(
     assert rel(y, exact_gemm(q, asc, parts, g, bits)) <= 2e-3
     # end to end through the custom op vs the independent fp64 reference
     y2 = ops.linear_a8(prep, xc, bb, fmt, scale, zpe)
-    route = fast_host.a8_route(m, g, bits == 5, host._is_hip())
+    route = fast_host.a8_route(m, g, bits == 5, host._is_hip(), fmt)
     if route == "w8":  # the 8-bit vendor GEMM (prefill): per-token acts, per-channel W'
         assert rel(y2, reference_a8(x, parts, g, bits, fmt, scale)) <= W8_TOL[fast_host.W8_KIND]
         return
@@ -123,18 +123,20 @@ def _a16_reference(x: torch.Tensor, parts, g: int, bits: int) -> torch.Tensor:  
 @pytest.mark.parametrize("bits", [4, 5])
 @pytest.mark.parametrize("m", [1, 2, 1030])
 def test_a16_bands_serve_w4a8(m: int, bits: int) -> None:
-    # NVIDIA: the decode GEMV (int4) and dequant + cuBLAS (int4, int5) serve W4A8 calls in their
-    # bands, at the bf16 floor of the unquantized-activation linear; elsewhere the A8 kernels.
+    # NVIDIA: the decode GEMV (int4) and, from M = 256, fp8 calls the 8-bit vendor GEMM and int8
+    # calls dequant + cuBLAS (int4, int5) serve W4A8 in their bands (the 16-bit ones at the bf16
+    # floor of the unquantized-activation linear); elsewhere the A8 kernels.
     from paro_kernels.triton import fast_host, host
 
     k, sizes, g = 1024, [512, 128, 128], 128
     parts, prep = _prep(k, sizes, g, bits)
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.bfloat16)
-    route = fast_host.a8_route(m, g, bits == 5, host._is_hip())
-    assert route == (None if host._is_hip() or (bits == 5 and m < fast_host.W8_MIN_M) else
-                     "w8" if m >= fast_host.W8_MIN_M else "gemv")  # fmt: skip
     bb = bias(parts).cuda()  # type: ignore[union-attr]
     for fmt in ("int8", "fp8"):
+        route = fast_host.a8_route(m, g, bits == 5, host._is_hip(), fmt)
+        big = "w8" if fmt in fast_host.W8_FORMATS else "dequant"
+        assert route == (None if host._is_hip() or (bits == 5 and m < fast_host.DEQUANT_MIN_M)
+                         else big if m >= fast_host.DEQUANT_MIN_M else "gemv"), fmt  # fmt: skip
         y = host.linear_a8(prep, x.cuda(), bb, fmt, "group", bits == 5)
         if route == "w8":
             want = reference_a8(x, parts, g, bits, fmt, "group")

@@ -284,6 +284,7 @@ def gemv2_config(m: int, n: int, k: int, g: int, bounds: tuple[int, ...], sms: i
 # cos, signed sin per channel and layer: 12 KB a group at krot 8 against the 32 KB of int4 words
 # a 512-column program reads per group), while its first chunk of words is in flight.
 GEMV2_ROT = True
+GEMV2_ROT_PRE = True  # every layer's records loaded before the first gather
 
 
 def gemv2_rot(hip: bool) -> bool:
@@ -303,6 +304,7 @@ def gemv2_w4a16_rot(
     group_size: int,
     bias: torch.Tensor | None = None,
     config: GemvConfig | None = None,
+    pre: bool | None = None,
 ) -> torch.Tensor:
     """The FMA GEMV with the rotation inside: x [M <= 4, K] -> y [M, N] in x.dtype, one launch."""
     from .fast_kernels import gemv2_w4a16_kernel
@@ -321,7 +323,7 @@ def gemv2_w4a16_rot(
         HAS_BIAS=bias is not None, G=g, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
         KW=cfg.kw, SPLIT_K=cfg.split_k, DOT=False, ASM=False, RS=1, ROT=True,
         KROT=gv_idx.shape[1], gi_ptr=gv_idx, gc_ptr=gv_coef, xs_ptr=xs, stride_xm=x.stride(0),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        PRE=GEMV2_ROT_PRE if pre is None else pre, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     return out
 
@@ -505,7 +507,7 @@ def band(m: int, group_size: int = 128) -> str:
 A8_ROUTE = True
 
 
-def a8_route(m: int, group_size: int, int5: bool, hip: bool) -> str | None:
+def a8_route(m: int, group_size: int, int5: bool, hip: bool, act_format: str = "fp8") -> str | None:
     """The path ("gemv" | "dequant" | "w8": the 8-bit vendor GEMM, `w8_linear`) that serves a
     W4A8 / W5A8 call of M rows, or None (the A8 kernels)."""
     if hip or not A8_ROUTE:
@@ -513,7 +515,7 @@ def a8_route(m: int, group_size: int, int5: bool, hip: bool) -> str | None:
     route = band(m, group_size)
     if route == "gemv" and not int5 and m <= GEMV2_FMA_MAX_M:
         return "gemv"
-    if m >= W8_MIN_M and W8_KIND:
+    if m >= W8_MIN_M and act_format in W8_FORMATS:
         return "w8"
     return "dequant" if route == "dequant" else None
 
@@ -525,8 +527,17 @@ def a8_route(m: int, group_size: int, int5: bool, hip: bool) -> str | None:
 # operand); the activations are quantized per token by one row pass (`quant_rows_kernel`); then
 # fp8: `torch._scaled_mm` rowwise (both scales and the bias in its epilogue), int8:
 # `torch._int_mm` (int32 out) and one epilogue pass.
+# Pass 4, run 1 (H200 2026-12-02, M = 2048, same run): fp8 171.4 / 398.5 / 211.7 us (qkv /
+# gate_up / down) = 1.18-1.21x cuBLAS bf16 (203.8 / 483.2 / 249.2), int8 299.1 / 695.0 / 364.0
+# (0.68-0.70x: slower than the bf16 dequant path's 264.6 / 605.7 / 292.3), so fp8 ships. Error
+# (fp64, K = 128 case): the fp8 route 3.7e-2 vs the W4A16 reference and 4.4e-2 vs the W4A8 fp8
+# format's own (its act-quant noise alone: 2.6e-2); the int8 route 1.0e-2 (format noise 7.0e-3).
+# So the format's fp8 checkpoints take the fp8 route (about its own noise level, 1.2x faster
+# than cuBLAS); int8 ones stay on the bf16 dequant path (more accurate than their format, and
+# faster than the int8 route).
 W8_MIN_M = 256
 W8_KIND = "fp8"
+W8_FORMATS = ("fp8",)  # the act formats whose calls take the 8-bit route
 W8_KINDS = ("fp8", "int8")
 _W8_CODE = {"fp8": torch.float8_e4m3fn, "int8": torch.int8}
 _W8_TOP = {"fp8": 448.0, "int8": 127.0}

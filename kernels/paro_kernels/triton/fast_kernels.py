@@ -499,6 +499,65 @@ def _row_sum(rs_ptr, row0, row: tl.constexpr, M, ngroups, g, RS: tl.constexpr):
 
 
 @triton.jit
+def _gv_layer(x, gi_ptr, coef, idx_row, K, r: tl.constexpr, KROT: tl.constexpr, ch):
+    """(partner index, cos, signed sin) of Givens layer r for channels ch (dummies past KROT)."""
+    if r < KROT:
+        idx = tl.load(gi_ptr + (idx_row + r) * K + ch)
+        c = tl.load(coef + (1 + r) * K)
+        s = tl.load(coef + (1 + KROT + r) * K)
+    else:
+        idx = ch * 0
+        c = tl.zeros(ch.shape, dtype=tl.float32)
+        s = tl.zeros(ch.shape, dtype=tl.float32)
+    return idx, c, s
+
+
+@triton.jit
+def _gv_apply(x, idx, c, s, r: tl.constexpr, KROT: tl.constexpr):
+    """x * cos + x[partner] * signed sin (layer r < KROT; else x unchanged)."""
+    if r < KROT:
+        xp = tl.gather(x, tl.broadcast_to(idx[None, :], x.shape), 1)
+        x = x * c[None, :] + xp * s[None, :]
+    return x
+
+
+@triton.jit
+def _rotated_group_pre(x_ptr, gi_ptr, gc_ptr, offs_m, m_mask, g, p, K, stride_xm,
+                       KROT: tl.constexpr, G: tl.constexpr):  # fmt: skip
+    """`_rotated_group` with every layer's records loaded before the first gather (up to 8
+    layers; more fall back to `_rotated_group`), so their L2 round trips overlap instead of
+    serializing one per layer."""
+    if KROT > 8:
+        x = _rotated_group(x_ptr, gi_ptr, gc_ptr, offs_m, m_mask, g, p, K, stride_xm, KROT, G)
+    else:
+        offs_g = tl.arange(0, G)
+        ch = g * G + offs_g
+        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + ch[None, :], mask=m_mask[:, None],
+                    other=0.0).to(tl.float32)  # fmt: skip
+        coef = gc_ptr + p * (2 * KROT + 1) * K + ch
+        cs = tl.load(coef)
+        row = p * KROT
+        i0, c0, s0 = _gv_layer(x, gi_ptr, coef, row, K, 0, KROT, ch)
+        i1, c1, s1 = _gv_layer(x, gi_ptr, coef, row, K, 1, KROT, ch)
+        i2, c2, s2 = _gv_layer(x, gi_ptr, coef, row, K, 2, KROT, ch)
+        i3, c3, s3 = _gv_layer(x, gi_ptr, coef, row, K, 3, KROT, ch)
+        i4, c4, s4 = _gv_layer(x, gi_ptr, coef, row, K, 4, KROT, ch)
+        i5, c5, s5 = _gv_layer(x, gi_ptr, coef, row, K, 5, KROT, ch)
+        i6, c6, s6 = _gv_layer(x, gi_ptr, coef, row, K, 6, KROT, ch)
+        i7, c7, s7 = _gv_layer(x, gi_ptr, coef, row, K, 7, KROT, ch)
+        x = x * cs[None, :]
+        x = _gv_apply(x, i0, c0, s0, 0, KROT)
+        x = _gv_apply(x, i1, c1, s1, 1, KROT)
+        x = _gv_apply(x, i2, c2, s2, 2, KROT)
+        x = _gv_apply(x, i3, c3, s3, 3, KROT)
+        x = _gv_apply(x, i4, c4, s4, 4, KROT)
+        x = _gv_apply(x, i5, c5, s5, 5, KROT)
+        x = _gv_apply(x, i6, c6, s6, 6, KROT)
+        x = _gv_apply(x, i7, c7, s7, 7, KROT)
+    return x
+
+
+@triton.jit
 def _row_sum2(rs_ptr, row0, row: tl.constexpr, M, ngroups, g, RS: tl.constexpr,
               ROT: tl.constexpr, rsv, offs_m):  # fmt: skip
     """`_row_sum`, or with ROT the in-kernel row sums rsv [BLOCK_M] (row `row` of them)."""
@@ -584,6 +643,7 @@ def gemv2_w4a16_kernel(
     gc_ptr=None,  # ROT: [P, 2 KROT + 1, K] fp32 channel scales, cos, signed sin
     xs_ptr=None,  # ROT: [programs, BLOCK_M, G] fp32 scratch (each program's rotated group)
     stride_xm=0,  # ROT: x's row stride
+    PRE: tl.constexpr = True,  # ROT: every layer's records loaded before the first gather
 ):
     """out[:M, n-block] = sum over this split's groups of a_p @ dequant(Q); section note above."""
     pid_n = tl.program_id(0)
@@ -653,8 +713,12 @@ def gemv2_w4a16_kernel(
                 # The first chunk's words are in flight while the group is rotated.
                 q_pre = tl.load(q_base + (g * (G // 8)) * N, mask=nm2, other=0)
                 tl.debug_barrier()  # every thread is done reading the previous group's slot
-                xg = _rotated_group(a_ptr, gi_ptr, gc_ptr, offs_m, m_mask, g, part, K, stride_xm,
-                                    KROT, G)  # fmt: skip
+                if PRE:
+                    xg = _rotated_group_pre(a_ptr, gi_ptr, gc_ptr, offs_m, m_mask, g, part, K,
+                                            stride_xm, KROT, G)  # fmt: skip
+                else:
+                    xg = _rotated_group(a_ptr, gi_ptr, gc_ptr, offs_m, m_mask, g, part, K,
+                                        stride_xm, KROT, G)  # fmt: skip
                 xg = tl.clamp(xg, -65504.0, 65504.0).to(tl.float16).to(tl.float32)
                 rsv = tl.sum(xg, axis=1)  # [BLOCK_M] row sums of the fp16 values
                 tl.store(xs + offs_m[:, None] * G + offs_g[None, :], xg * nib[None, :])
