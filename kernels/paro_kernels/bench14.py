@@ -49,7 +49,8 @@ def _ours(n: int, k: int, sizes: tuple[int, ...], m: int, dev: torch.device, pat
     # as the plugin prepares a layer: the Givens tables and the W4A8 channel maxima beside it
     # (random here; `path-gemv-blocks` drops the tables: the prologue path)
     preps = [dataclasses.replace(_with_givens(p, k, len(sizes), dev),
-                                 w8_amax=torch.rand(n, device=dev) + 0.5) for p in preps]  # fmt: skip
+                                 w8_amax=torch.rand(n, device=dev) + 0.5)
+             for p in preps]  # fmt: skip
     x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
     if fmt.startswith("w8-"):  # the 8-bit vendor GEMM path of W4A8 prefill, forced
 
@@ -134,6 +135,7 @@ def cell_variants(m: int) -> list[tuple[str, str, Callable[..., Callable[[], obj
     v: list[tuple[str, str, Callable[..., Callable[[], object]], int]] = [
         ("ours-w4a16", "ours", lambda n, k, s, m, d: _ours(n, k, s, m, d, None), 2),
         ("ours-w4a8-int8", "ours", lambda n, k, s, m, d: _ours(n, k, s, m, d, None, fmt="int8"), 2),
+        ("ours-w4a8-fp8", "ours", lambda n, k, s, m, d: _ours(n, k, s, m, d, None, fmt="fp8"), 2),
         ("int4pack", "peer", lambda n, k, s, m, d: _int4pack(n, k, m, d), 2),
         ("gemlite-a16w4", "peer", lambda n, k, s, m, d: _gemlite(n, k, m, d, False), 2),
         ("gemlite-a8w4", "peer", lambda n, k, s, m, d: _gemlite(n, k, m, d, True), 1),
@@ -150,10 +152,18 @@ def cell_variants(m: int) -> list[tuple[str, str, Callable[..., Callable[[], obj
         ]  # fmt: skip
     if m >= 64:
         v += [
-            ("path-w8-fp8", "path", lambda n, k, s, m, d: _ours(n, k, s, m, d, None, fmt="w8-fp8"),
-             2),
-            ("path-w8-int8", "path",
-             lambda n, k, s, m, d: _ours(n, k, s, m, d, None, fmt="w8-int8"), 2),
+            (
+                "path-w8-fp8",
+                "path",
+                lambda n, k, s, m, d: _ours(n, k, s, m, d, None, fmt="w8-fp8"),
+                2,
+            ),
+            (
+                "path-w8-int8",
+                "path",
+                lambda n, k, s, m, d: _ours(n, k, s, m, d, None, fmt="w8-int8"),
+                2,
+            ),
             ("path-mma", "path", lambda n, k, s, m, d: _ours(n, k, s, m, d, "mma"), 2),
             ("path-dequant", "path", lambda n, k, s, m, d: _ours(n, k, s, m, d, "dequant"), 2),
         ]
@@ -333,7 +343,8 @@ def sweep_rot2(reps: int, shapes: tuple[str, ...], ms: tuple[int, ...]) -> list[
         for m in ms:
             x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
             old = [functools.partial(fast_host.gemv_w4a16, (p.rot_hi, p.rot_lo, p.qweight,
-                   p.scales, p.zeros, None, None), x, p.bounds, G, None) for p in preps]  # fmt: skip
+                   p.scales, p.zeros, None, None), x, p.bounds, G, None)
+                   for p in preps]  # fmt: skip
             cands: list[tuple[str, Any, list[Any]]] = [("prologue-gemv", None, old)]
             for kw in ROT2_SWEEP:
                 kc = {a: v for a, v in kw.items() if a != "pre"}

@@ -24,6 +24,7 @@ from paro_kernels.triton import fast_host, host
 out = []
 for k, sizes, g, m, path, rot in [(256, [96], 128, 1, "gemv", False),
                                   (384, [64, 32, 32], 64, 2, "gemv", False),
+                                  (256, [64, 32], 128, 2, "gemv-prologue", False),
                                   (256, [80, 48], 128, 5, "gemv-dot", False),
                                   (384, [64, 32, 32], 128, 4, "gemv", True),
                                   (256, [64, 32], 64, 3, "mma", False),
@@ -39,8 +40,9 @@ for k, sizes, g, m, path, rot in [(256, [96], 128, 1, "gemv", False),
             else:  # the second-pass GEMV (FMA path, or the matrix-unit path's plain-op unpack)
                 cfg = fast_host.gemv2_config(m, sum(sizes), k, g, prep.bounds, 4,
                                              dot=path == "gemv-dot")
-            args = (prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales, prep.zeros,
-                    prep.gv_idx, prep.gv_coef)
+            # with the tables: the Givens-inside GEMV (fourth pass); "gemv-prologue" without
+            gv = (None, None) if path == "gemv-prologue" else (prep.gv_idx, prep.gv_coef)
+            args = (prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales, prep.zeros, *gv)
             y = fast_host.gemv_w4a16(args, x, prep.bounds, g, bb, rot=rot, config=cfg)
         else:
             y = host.w4a16_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
@@ -61,6 +63,40 @@ def test_interpreter_every_path_matches_fp64_reference() -> None:
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert float(out.stdout.strip().splitlines()[-1]) <= 1e-3  # fp16 output floor ~6e-4
+
+
+_CHILD_W8 = """
+import torch
+from _triton_cases import W8_TOL, hi_planes, merged_layer_bits, packed, reference_a8, rel, runs
+from paro_kernels.triton import fast_host, host
+out = []
+for k, sizes, g, m, bits in [(256, [96], 128, 33, 4), (384, [64, 32, 32], 64, 20, 5)]:
+    parts = merged_layer_bits(k, sizes, g, bits, seed=k)
+    prep = host.prepare(*packed(parts), runs(parts), g, dtype=torch.float16, device="cpu",
+                        bits=bits, **hi_planes(parts))
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.float16)
+    b = torch.cat([p.bias for p in parts])
+    for kind in ("int8", "fp8"):
+        y = fast_host.w8_linear(x, prep.qweight, prep.qweight_hi, prep.scales, prep.zeros,
+                                prep.rot_hi, prep.rot_lo, prep.bounds, g, prep.w8_amax, b, kind)
+        e = rel(y, reference_a8(x, parts, g, bits, kind, "group"))
+        # the interpreter's fp32 -> e4m3 cast is not RNE (randn * 50: 8.2e-2 relative against
+        # torch's 2.7e-2), hence twice the H200 bound for fp8 here
+        assert e <= W8_TOL[kind] * (2 if kind == "fp8" else 1), (k, bits, kind, e)
+        out.append(e)
+print(max(out))
+"""
+
+
+def test_interpreter_w8_prefill_matches_fp64_reference() -> None:
+    # The W4A8 prefill route's 8-bit weight pass and row quantizer (fourth pass), both kinds.
+    here = Path(__file__).parent
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    env["PYTHONPATH"] = os.pathsep.join([str(here), str(here.parents[1] / "kernels")])
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD_W8], env=env, capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
 
 
 @pytest.mark.parametrize("bits", [4, 5])

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _triton_cases import BF16_W_FLOOR, W4A16_CASES, bias, merged_layer, packed, reference, rel, runs
+from _triton_cases import (
+    BF16_W_FLOOR,
+    W4A16_CASES,
+    bias,
+    merged_layer,
+    packed,
+    reference,
+    rel,
+    runs,
+)
 
 pytestmark = pytest.mark.gpu
 

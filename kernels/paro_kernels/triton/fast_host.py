@@ -158,7 +158,8 @@ def gemv_w4a16(
     if not (rot and gv_idx is not None and gv_coef is not None):
         cfg2 = config or gemv2_config(m, n, k, g, bounds, host.sm_count(x.device),
                                       hip=host._is_hip())  # fmt: skip
-        if not cfg2.dot and gemv2_rot(host._is_hip()) and gv_idx is not None and gv_coef is not None:
+        fused = gemv2_rot(host._is_hip(), n, k) and gv_idx is not None and gv_coef is not None
+        if not cfg2.dot and fused:
             return gemv2_w4a16_rot(x, gv_idx, gv_coef, qweight, scales, zeros, bounds, g, bias,  # type: ignore[arg-type]
                                    cfg2)  # fmt: skip
         if not cfg2.dot and prologue_slice(host._is_hip()):
@@ -283,14 +284,26 @@ def gemv2_config(m: int, n: int, k: int, g: int, bounds: tuple[int, ...], sms: i
 # prologue launch; each program rotates its own 128-channel groups from the records (partner,
 # cos, signed sin per channel and layer: 12 KB a group at krot 8 against the 32 KB of int4 words
 # a 512-column program reads per group), while its first chunk of words is in flight.
+# Sweep (H200 2026-12-02, pass 4 runs 2-3, the op alone, same run; sliced prologue + GEMV as
+# served before vs the fused kernel at the shipped kw, 8 programs per SM): with the records
+# loaded before the gathers (run 3) o_proj M = 1 9.37 vs 10.86 us, M = 2 11.38 vs 12.16 (kw 4);
+# qkv M = 1 18.56 vs 18.30, M = 2 23.69 vs 22.48; gate_up M = 1 36.69 vs 29.38, M = 2 45.29
+# vs 36.82. Run 2 (records loaded per layer): down M = 1 24.1 vs 20.2, in_proj 23.5 vs 18.5.
+# The rotation is a fixed cost per (column tile, group), ~25% of the GEMV's time at every
+# shape, against the prologue's fixed ~3-5 us: it wins only where the GEMV itself is short.
+# So the fused kernel serves layers of at most GEMV2_ROT_MAX_WEIGHTS weights (o_proj, 15.7 M;
+# qkv's 36.7 M ties and stays on the prologue). 8-warp / 1024-column tiles lost everywhere but
+# o_proj M = 1 (9.21 us).
 GEMV2_ROT = True
 GEMV2_ROT_PRE = True  # every layer's records loaded before the first gather
+GEMV2_ROT_MAX_WEIGHTS = 20 << 20
 
 
-def gemv2_rot(hip: bool) -> bool:
-    """The Givens layers inside the FMA GEMV (NVIDIA); gfx1201 keeps the sliced/block prologue
-    its AOT budget was measured on."""
-    return GEMV2_ROT and not hip
+def gemv2_rot(hip: bool, n: int = 0, k: int = 0) -> bool:
+    """The Givens layers inside the FMA GEMV for an N x K layer (NVIDIA, up to
+    GEMV2_ROT_MAX_WEIGHTS weights); gfx1201 keeps the block prologue its AOT budget was
+    measured on."""
+    return GEMV2_ROT and not hip and n * k <= GEMV2_ROT_MAX_WEIGHTS
 
 
 def gemv2_w4a16_rot(
@@ -323,7 +336,8 @@ def gemv2_w4a16_rot(
         HAS_BIAS=bias is not None, G=g, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
         KW=cfg.kw, SPLIT_K=cfg.split_k, DOT=False, ASM=False, RS=1, ROT=True,
         KROT=gv_idx.shape[1], gi_ptr=gv_idx, gc_ptr=gv_coef, xs_ptr=xs, stride_xm=x.stride(0),
-        PRE=GEMV2_ROT_PRE if pre is None else pre, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        PRE=GEMV2_ROT_PRE if pre is None else pre,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     return out
 

@@ -698,8 +698,9 @@ def gemv2_w4a16_kernel(
             offs_g = tl.arange(0, G)
             xs = xs_ptr + (pid_n * SPLIT_K + pid_k).to(tl.int64) * (BLOCK_M * G)
             jj = offs_g % 8
-            nib = ((127 - tl.where(jj < 5, 4 * jj, 4 * (jj - 3))) << 23).to(tl.float32,
-                                                                            bitcast=True)
+            nib = ((127 - tl.where(jj < 5, 4 * jj, 4 * (jj - 3))) << 23).to(
+                tl.float32, bitcast=True
+            )
         acc0 = tl.zeros((1, BLOCK_N), dtype=tl.float32)
         acc1 = tl.zeros((1, BLOCK_N), dtype=tl.float32)
         acc2 = tl.zeros((1, BLOCK_N), dtype=tl.float32)
