@@ -40,7 +40,8 @@ def main(argv: list[str]) -> None:
         if act != "bf16":
             return host.linear_a8(prep, x, None, act, "group", False)
         return host.w4a16_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
-                                 prep.zeros, prep.bounds, b.G, None, *gv, path=route)  # fmt: skip
+                                 prep.zeros, prep.bounds, b.G, None, gv[0], gv[1],
+                                 path=route)  # fmt: skip
 
     call()
     torch.cuda.synchronize()
