@@ -38,10 +38,8 @@ from . import host
 # Third pass: the weight pass + casts went from ~170 to ~60 us on qkv (see DEQUANT_TRANS), and
 # the crossover moved: run 5 (H200 2026-12-01, as served by path) dequant + cuBLAS beats the tile
 # kernels at M = 256 on every 27B shape (qkv 90.4 vs 111.5 us, o_proj 42.9 / 70.1, gate_up
-# 190.6 / 257.7, down 107.4 / 185.3, in_proj 97.2 / 112.1; at 512 and 1024 by 1.5-2.3x). The
-# band start stays at 1024 in this pass only because the GPU tests of the moved band (M = 300
-# cases at the bf16-W' floor) could not be re-run in the device time left; 256 is the measured
-# next step (below 256 not measured: pass 1 had the tile kernels ahead at M = 64).
+# 190.6 / 257.7, down 107.4 / 185.3, in_proj 97.2 / 112.1; at 512 and 1024 by 1.5-2.3x).
+# Below 256 not measured (pass 1 had the tile kernels ahead at M = 64).
 # Fourth pass: the band starts at 256, run 5's measurement above (test_triton_gpu.py's M = 300
 # cases now hold the bf16-W' floor, `_triton_cases.BF16_W_FLOOR`).
 GEMV_MAX_M = 2

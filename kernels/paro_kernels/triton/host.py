@@ -24,6 +24,10 @@ Shape contract of the W4A8 / W5A8 linear (asserted in `w4a8_linear`), the above 
     act_scale  "group" | "token"       one scale per (row, group) or per row (over all of K)
     zp_epilogue bool                   zero point after the loop (one fp32 dot) instead of in it
     -> y     [M, N]           x.dtype
+On NVIDIA `fast_host.a8_route` serves bands on other paths: the decode GEMV (with gv_idx /
+gv_coef, the Givens layers inside it for small layers), and from M = 256 fp8 calls the 8-bit
+vendor GEMM (`fast_host.w8_linear`, needing w8_amax [N] fp32 = max |W'| per output channel,
+`Prepared.w8_amax`), int8 calls dequant + cuBLAS.
 The prologue (`rotate_quant`) gives q [P, M, K] (torch.float8_e4m3fn or int8), scales [P, M, K/G]
 fp32 (per token: the row's scale in every group) and code sums [P, M, K/G] fp32 (exact for int8).
 """
