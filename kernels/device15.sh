@@ -5,7 +5,7 @@
 root=$PWD
 export PYTHONPATH=$root/kernels:$root/tests/kernels:$root/plugin:$PYTHONPATH PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,driver_version --format=csv
-timeout 120 python3 kernels/smoke15.py > "$OUT/smoke.log" 2>&1; echo "smoke rc $?"
+timeout 120 python3 tests/kernels/smoke15.py > "$OUT/smoke.log" 2>&1; echo "smoke rc $?"
 grep -v "^rot2" "$OUT/smoke.log" | cut -c1-400; grep "^rot2" "$OUT/smoke.log" | sort -t' ' -k7 | tail -3
 cd kernels
 timeout 230 python3 -m paro_kernels.bench14 --out "$OUT/sweep5.json" --shapes none --ms 1 --sweep5 \

@@ -1,6 +1,6 @@
 """Issue 14 fourth pass, device smoke: the errors of the new paths on the GPU test cases.
 
-    python kernels/smoke15.py   (PYTHONPATH: kernels, tests/kernels)
+    python tests/kernels/smoke15.py   (PYTHONPATH: kernels, tests/kernels)
 
 Prints, per case: the Givens-inside GEMV (M = 1..4) against the fp64 W4A16 reference, and the
 8-bit prefill GEMMs (fp8 / int8, int4 and int5) against the format's fp64 W4A8 reference (group
