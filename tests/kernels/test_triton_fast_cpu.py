@@ -53,16 +53,22 @@ print(max(out))
 """
 
 
-def test_interpreter_every_path_matches_fp64_reference() -> None:
-    # fp16 activations: the interpreter runs dots in numpy, which has no bf16.
+def _interpret(src: str) -> str:
+    """Run `src` in a child under the Triton interpreter; its stdout (the child must succeed)."""
     here = Path(__file__).parent
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     env["PYTHONPATH"] = os.pathsep.join([str(here), str(here.parents[1] / "kernels")])
     out = subprocess.run(
-        [sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, check=False
+        [sys.executable, "-c", src], env=env, capture_output=True, text=True, check=False
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    assert float(out.stdout.strip().splitlines()[-1]) <= 1e-3  # fp16 output floor ~6e-4
+    return out.stdout
+
+
+def test_interpreter_every_path_matches_fp64_reference() -> None:
+    # fp16 activations: the interpreter runs dots in numpy, which has no bf16.
+    out = _interpret(_CHILD)
+    assert float(out.strip().splitlines()[-1]) <= 1e-3  # fp16 output floor ~6e-4
 
 
 _CHILD_W8 = """
@@ -90,13 +96,7 @@ print(max(out))
 
 def test_interpreter_w8_prefill_matches_fp64_reference() -> None:
     # The W4A8 prefill route's 8-bit weight pass and row quantizer (fourth pass), both kinds.
-    here = Path(__file__).parent
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    env["PYTHONPATH"] = os.pathsep.join([str(here), str(here.parents[1] / "kernels")])
-    out = subprocess.run(
-        [sys.executable, "-c", _CHILD_W8], env=env, capture_output=True, text=True, check=False
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
+    _interpret(_CHILD_W8)
 
 
 @pytest.mark.parametrize("bits", [4, 5])
