@@ -24,7 +24,8 @@ from paroctl.runtime.local import kernel_boot_id, read_proc
 
 VERSION = 1
 FILE = "journal.json"
-# In order; "rolling-back" is followed by "starting"/"verifying"/"recorded" of the previous profile.
+# In order; "rolling-back" is followed by "starting"/"verifying" of the previous profile. "recorded"
+# is read, no longer written: live.json carrying the entry's boot id says the switch finished.
 STEPS = ("stopping-old", "old-gone", "starting", "verifying", "recorded", "rolling-back")
 
 

@@ -20,7 +20,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
-from paroctl import cpu, engine, gpu, images, journal, net, recovery, render, secrets, state
+from paroctl import (
+    cpu,
+    engine,
+    gpu,
+    images,
+    journal,
+    modelinfo,
+    net,
+    recovery,
+    render,
+    secrets,
+    state,
+)
 from paroctl.client import Client
 from paroctl.errors import ParoctlError, RuntimeFailure
 from paroctl.events import Event as Event
@@ -326,6 +338,7 @@ def boot(
     cache = Path(where.cache_dir)
     first_boot = not (cache.is_dir() and any(cache.iterdir()))
     cache.mkdir(parents=True, exist_ok=True)
+    modelinfo.seed(profile)  # after first_boot: a seeded file is not a compile cache
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     deps.events(
         Event("step", f"starting {profile.name}" + (" (fresh cache)" if first_boot else ""))
@@ -373,12 +386,13 @@ def verify_running(
     )
     try:
         health_s = _wait_healthy(profile, runtime, client, watcher, start, timeout_s)
+        # The sanity completion is the one check that waits on the model: it runs while the
+        # others (and the journal's step, which recovery reads like "starting") read what the
+        # boot produced; all must pass before anything is recorded.
+        sanity = _in_background(lambda: _sanity(profile, client), "paroctl-sanity")
         if jr is not None:
             jr.step("verifying")
             _hold("verifying")
-        # The sanity completion is the one check that waits on the model: it runs while the
-        # others read what the boot produced; all must pass before anything is recorded.
-        sanity = _in_background(lambda: _sanity(profile, client), "paroctl-sanity")
         drain = "load" if any(LOAD_TRACKED in line for line in watcher.snapshot()) else "metrics"
         metrics = (
             _in_background(lambda: _read_metrics(client, deps), "paroctl-metrics")
@@ -397,6 +411,7 @@ def verify_running(
         metrics()
     finally:
         client.close()
+    modelinfo.keep(profile)
     kv = watcher.kv_tokens
     if kv is None:
         deps.events(Event("warn", "no KV cache size line in the log"))
@@ -427,10 +442,12 @@ def verify_running(
         origin=origin,
         drain=drain,
     )
-    if jr is not None:
-        jr.step("recorded")
+    # No journal step of its own: live.json with the journal's boot id says this switch finished
+    # (recovery.had_finished), one durable write less between the sanity and the answer. The
+    # results store's row (its own file and fsync) is written beside live.json, not after it.
+    stored = _in_background(lambda: _record(deps, record.as_dict()), "paroctl-record")
     state.write_live(record.as_dict())
-    _record(deps, record.as_dict())
+    stored()
     deps.events(Event("step", f"{profile.name} is live", record.boot_s))
     return record
 
