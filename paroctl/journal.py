@@ -201,7 +201,10 @@ def serve_from_live(live: Mapping[str, Any]) -> Serve:
 
 def clear() -> None:
     """Remove the journal: the switch ended in a state live.json describes."""
-    path().unlink(missing_ok=True)
+    try:
+        path().unlink()
+    except FileNotFoundError:
+        return  # cleared already (verify_running clears it right after live.json is written)
     state.fsync_dir(path().parent)
 
 

@@ -444,9 +444,12 @@ def verify_running(
     )
     # No journal step of its own: live.json with the journal's boot id says this switch finished
     # (recovery.had_finished), one durable write less between the sanity and the answer. The
-    # results store's row (its own file and fsync) is written beside live.json, not after it.
+    # results store's row (its own file and fsync) is written beside live.json and the journal's
+    # removal, not after them.
     stored = _in_background(lambda: _record(deps, record.as_dict()), "paroctl-record")
     state.write_live(record.as_dict())
+    if jr is not None:
+        jr.clear()  # live.json describes the box now; every caller would clear it next
     stored()
     deps.events(Event("step", f"{profile.name} is live", record.boot_s))
     return record
