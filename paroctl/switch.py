@@ -407,40 +407,31 @@ def verify_running(
             raise RuntimeFailure("the serve did not take the CPU decision: " + "; ".join(wrong))
         images.check_boot_provenance(profile, lines)
         images.check_boot_source(profile, lines)
+        # Built while the completion runs: after it, only what needs its answer. (vLLM's worker
+        # busy-polls its queue for 1 s after each message: on 2 cores that halves paroctl's.)
+        modelinfo.keep(profile)
+        record = _boot_record(
+            profile, runtime, jr, watcher, cpu_plan,
+            first_boot=first_boot, started_at=started_at, health_s=health_s, drain=drain,
+            origin=origin,
+        )  # fmt: skip
         sanity()
         metrics()
     finally:
         client.close()
-    modelinfo.keep(profile)
-    kv = watcher.kv_tokens
-    if kv is None:
+    if record.kv_tokens is None:
         deps.events(Event("warn", "no KV cache size line in the log"))
     elif first_boot:
-        deps.events(Event("warn", f"KV cache {kv:,} tokens on a FRESH compile cache: not trusted"))
-    record = BootRecord(
-        boot_id=jr.boot_id if jr is not None else journal.new_boot_id(),
-        profile=profile.name,
-        hash=profile.hash,
-        runtime=body.runtime.kind,
-        scope=body.runtime.scope,
-        host=body.serve.host,
-        port=port,
-        served_names=list(body.model.served_names),
-        knobs=dict(profile.knobs),
-        image=body.image.ref if body.image else engine.serve_argv(profile)[0],
-        cache_dir=engine.layout(profile).cache_dir,
-        first_boot=first_boot,
-        kv_tokens=kv,
-        phases=dict(watcher.phases),
-        started_at=started_at,
+        deps.events(
+            Event(
+                "warn",
+                f"KV cache {record.kv_tokens:,} tokens on a FRESH compile cache: not trusted",
+            )
+        )
+    record = replace(
+        record,
         boot_s=round(time.monotonic() - start, 3),
-        health_s=round(health_s, 3),
-        grace_s=body.container.stop_grace_s,
-        log=str(runtime.log_path(profile.name)),
         since=datetime.now(UTC).isoformat(timespec="seconds"),
-        cpu=cpu_plan.as_dict() if cpu_plan else None,
-        origin=origin,
-        drain=drain,
     )
     # No journal step of its own: live.json with the journal's boot id says this switch finished
     # (recovery.had_finished), one durable write less between the sanity and the answer. The
@@ -453,6 +444,48 @@ def verify_running(
     stored()
     deps.events(Event("step", f"{profile.name} is live", record.boot_s))
     return record
+
+
+def _boot_record(
+    profile: Profile,
+    runtime: Runtime,
+    jr: journal.Journal | None,
+    watcher: LogWatcher,
+    cpu_plan: cpu.CpuPlan | None,
+    *,
+    first_boot: bool,
+    started_at: str,
+    health_s: float,
+    drain: str,
+    origin: str,
+) -> BootRecord:
+    """The record of a verified boot (boot_s and since are set once the sanity answered)."""
+    body = profile.body
+    return BootRecord(
+        boot_id=jr.boot_id if jr is not None else journal.new_boot_id(),
+        profile=profile.name,
+        hash=profile.hash,
+        runtime=body.runtime.kind,
+        scope=body.runtime.scope,
+        host=body.serve.host,
+        port=body.serve.port,
+        served_names=list(body.model.served_names),
+        knobs=dict(profile.knobs),
+        image=body.image.ref if body.image else engine.serve_argv(profile)[0],
+        cache_dir=engine.layout(profile).cache_dir,
+        first_boot=first_boot,
+        kv_tokens=watcher.kv_tokens,
+        phases=dict(watcher.phases),
+        started_at=started_at,
+        boot_s=0.0,
+        health_s=round(health_s, 3),
+        grace_s=body.container.stop_grace_s,
+        log=str(runtime.log_path(profile.name)),
+        since="",
+        cpu=cpu_plan.as_dict() if cpu_plan else None,
+        origin=origin,
+        drain=drain,
+    )
 
 
 def _in_background(work: Callable[[], None], name: str) -> Callable[[], None]:
