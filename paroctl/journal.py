@@ -24,7 +24,8 @@ from paroctl.runtime.local import kernel_boot_id, read_proc
 
 VERSION = 1
 FILE = "journal.json"
-# In order; "rolling-back" is followed by "starting"/"verifying"/"recorded" of the previous profile.
+# In order; "rolling-back" is followed by "starting"/"verifying" of the previous profile. "recorded"
+# is read, no longer written: live.json carrying the entry's boot id says the switch finished.
 STEPS = ("stopping-old", "old-gone", "starting", "verifying", "recorded", "rolling-back")
 
 
@@ -200,7 +201,10 @@ def serve_from_live(live: Mapping[str, Any]) -> Serve:
 
 def clear() -> None:
     """Remove the journal: the switch ended in a state live.json describes."""
-    path().unlink(missing_ok=True)
+    try:
+        path().unlink()
+    except FileNotFoundError:
+        return  # cleared already (verify_running clears it right after live.json is written)
     state.fsync_dir(path().parent)
 
 

@@ -20,7 +20,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
-from paroctl import cpu, engine, gpu, images, journal, net, recovery, render, secrets, state
+from paroctl import (
+    cpu,
+    engine,
+    gpu,
+    images,
+    journal,
+    modelinfo,
+    net,
+    recovery,
+    render,
+    secrets,
+    state,
+)
 from paroctl.client import Client
 from paroctl.errors import ParoctlError, RuntimeFailure
 from paroctl.events import Event as Event
@@ -326,6 +338,7 @@ def boot(
     cache = Path(where.cache_dir)
     first_boot = not (cache.is_dir() and any(cache.iterdir()))
     cache.mkdir(parents=True, exist_ok=True)
+    modelinfo.seed(profile)  # after first_boot: a seeded file is not a compile cache
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     deps.events(
         Event("step", f"starting {profile.name}" + (" (fresh cache)" if first_boot else ""))
@@ -373,12 +386,13 @@ def verify_running(
     )
     try:
         health_s = _wait_healthy(profile, runtime, client, watcher, start, timeout_s)
+        # The sanity completion is the one check that waits on the model: it runs while the
+        # others (and the journal's step, which recovery reads like "starting") read what the
+        # boot produced; all must pass before anything is recorded.
+        sanity = _in_background(lambda: _sanity(profile, client), "paroctl-sanity")
         if jr is not None:
             jr.step("verifying")
             _hold("verifying")
-        # The sanity completion is the one check that waits on the model: it runs while the
-        # others read what the boot produced; all must pass before anything is recorded.
-        sanity = _in_background(lambda: _sanity(profile, client), "paroctl-sanity")
         drain = "load" if any(LOAD_TRACKED in line for line in watcher.snapshot()) else "metrics"
         metrics = (
             _in_background(lambda: _read_metrics(client, deps), "paroctl-metrics")
@@ -393,46 +407,85 @@ def verify_running(
             raise RuntimeFailure("the serve did not take the CPU decision: " + "; ".join(wrong))
         images.check_boot_provenance(profile, lines)
         images.check_boot_source(profile, lines)
+        # Built while the completion runs: after it, only what needs its answer. (vLLM's worker
+        # busy-polls its queue for 1 s after each message: on 2 cores that halves paroctl's.)
+        modelinfo.keep(profile)
+        record = _boot_record(
+            profile, runtime, jr, watcher, cpu_plan,
+            first_boot=first_boot, started_at=started_at, health_s=health_s, drain=drain,
+            origin=origin,
+        )  # fmt: skip
         sanity()
         metrics()
     finally:
         client.close()
-    kv = watcher.kv_tokens
-    if kv is None:
+    if record.kv_tokens is None:
         deps.events(Event("warn", "no KV cache size line in the log"))
     elif first_boot:
-        deps.events(Event("warn", f"KV cache {kv:,} tokens on a FRESH compile cache: not trusted"))
-    record = BootRecord(
+        deps.events(
+            Event(
+                "warn",
+                f"KV cache {record.kv_tokens:,} tokens on a FRESH compile cache: not trusted",
+            )
+        )
+    record = replace(
+        record,
+        boot_s=round(time.monotonic() - start, 3),
+        since=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
+    # No journal step of its own: live.json with the journal's boot id says this switch finished
+    # (recovery.had_finished), one durable write less between the sanity and the answer. The
+    # results store's row (its own file and fsync) is written beside live.json and the journal's
+    # removal, not after them.
+    stored = _in_background(lambda: _record(deps, record.as_dict()), "paroctl-record")
+    state.write_live(record.as_dict())
+    if jr is not None:
+        jr.clear()  # live.json describes the box now; every caller would clear it next
+    stored()
+    deps.events(Event("step", f"{profile.name} is live", record.boot_s))
+    return record
+
+
+def _boot_record(
+    profile: Profile,
+    runtime: Runtime,
+    jr: journal.Journal | None,
+    watcher: LogWatcher,
+    cpu_plan: cpu.CpuPlan | None,
+    *,
+    first_boot: bool,
+    started_at: str,
+    health_s: float,
+    drain: str,
+    origin: str,
+) -> BootRecord:
+    """The record of a verified boot (boot_s and since are set once the sanity answered)."""
+    body = profile.body
+    return BootRecord(
         boot_id=jr.boot_id if jr is not None else journal.new_boot_id(),
         profile=profile.name,
         hash=profile.hash,
         runtime=body.runtime.kind,
         scope=body.runtime.scope,
         host=body.serve.host,
-        port=port,
+        port=body.serve.port,
         served_names=list(body.model.served_names),
         knobs=dict(profile.knobs),
         image=body.image.ref if body.image else engine.serve_argv(profile)[0],
         cache_dir=engine.layout(profile).cache_dir,
         first_boot=first_boot,
-        kv_tokens=kv,
+        kv_tokens=watcher.kv_tokens,
         phases=dict(watcher.phases),
         started_at=started_at,
-        boot_s=round(time.monotonic() - start, 3),
+        boot_s=0.0,
         health_s=round(health_s, 3),
         grace_s=body.container.stop_grace_s,
         log=str(runtime.log_path(profile.name)),
-        since=datetime.now(UTC).isoformat(timespec="seconds"),
+        since="",
         cpu=cpu_plan.as_dict() if cpu_plan else None,
         origin=origin,
         drain=drain,
     )
-    if jr is not None:
-        jr.step("recorded")
-    state.write_live(record.as_dict())
-    _record(deps, record.as_dict())
-    deps.events(Event("step", f"{profile.name} is live", record.boot_s))
-    return record
 
 
 def _in_background(work: Callable[[], None], name: str) -> Callable[[], None]:

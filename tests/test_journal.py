@@ -284,8 +284,9 @@ def test_killed_while_stopping_old_clears_the_live_pointer_it_stops(stub: journa
     assert not LocalRuntime().is_active(stub.profile)
 
 
-def test_killed_after_recording_keeps_the_verified_serve(stub: journal.Serve) -> None:
-    done = entry("recorded", stub, dead_owner())
+@pytest.mark.parametrize("step", ["verifying", "recorded"])  # "recorded": an older paroctl's
+def test_killed_after_recording_keeps_the_verified_serve(stub: journal.Serve, step: str) -> None:
+    done = entry(step, stub, dead_owner())
     state.write_live({"profile": stub.profile, "boot_id": done.boot_id, "host": stub.host,
                       "port": stub.port})  # fmt: skip
     journal.write(done)
