@@ -2,8 +2,8 @@
 
 Before it loads a model, vLLM inspects the model's class: from `$VLLM_CACHE_ROOT/modelinfos/*.json`
 when a file there matches the hash of the class's source, else in a subprocess that imports vLLM
-and torch once more (measured on the CPU demo, 2-core AVX2 EPYC: a boot 55-59 s with the file,
-~80 s without). Each compile-cache key has its own VLLM_CACHE_ROOT, so every new profile, knob
+and torch once more (measured on the CPU demo, 2-core AVX2 EPYC: a boot 55-63 s with the file,
+78-81 s without). Each compile-cache key has its own VLLM_CACHE_ROOT, so every new profile, knob
 change or fresh PAROCTL_HOME paid that subprocess on its first boot. The files depend only on the
 vLLM installation, so paroctl keeps one seed per installation (the image, or the entrypoint's
 interpreter) under PAROCTL_CACHE: a boot is seeded from it, and a verified boot adds what its vLLM
