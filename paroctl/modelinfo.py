@@ -14,10 +14,7 @@ as before).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import os
-import tempfile
 from pathlib import Path
 
 from paroctl import engine, state
@@ -64,23 +61,8 @@ def _copy_new(src: Path, dst: Path, *, changed: bool) -> int:
             data = path.read_bytes()
             if target.exists() and (not changed or target.read_bytes() == data):
                 continue
-            _write(target, data)
+            state.atomic_write(target, data, durable=False)  # a cache: no fsync
             copied += 1
         except OSError:
             continue
     return copied
-
-
-def _write(path: Path, data: bytes) -> None:
-    """Write whole or not at all (a concurrent boot may read it); no fsync: it is a cache."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise

@@ -52,8 +52,9 @@ def resource_path(name: str) -> Path:
     return repo if repo.exists() else _PACKAGE_DIR / "_data" / name
 
 
-def atomic_write(path: Path, data: str | bytes, mode: int = 0o644) -> None:
-    """Write a file so a reader sees the old or the new content, never a torn one."""
+def atomic_write(path: Path, data: str | bytes, mode: int = 0o644, *, durable: bool = True) -> None:
+    """Write a file so a reader sees the old or the new content, never a torn one; durable:
+    fsynced before the rename (off only for caches, which may be lost)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     raw = data.encode() if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -61,7 +62,8 @@ def atomic_write(path: Path, data: str | bytes, mode: int = 0o644) -> None:
         with os.fdopen(fd, "wb") as handle:
             handle.write(raw)
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:

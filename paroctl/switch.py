@@ -437,8 +437,9 @@ def verify_running(
     # (recovery.had_finished), one durable write less between the sanity and the answer. The
     # results store's row (its own file and fsync) is written beside live.json and the journal's
     # removal, not after them.
-    stored = _in_background(lambda: _record(deps, record.as_dict()), "paroctl-record")
-    state.write_live(record.as_dict())
+    as_dict = record.as_dict()
+    stored = _in_background(lambda: _record(deps, as_dict), "paroctl-record")
+    state.write_live(as_dict)
     if jr is not None:
         jr.clear()  # live.json describes the box now; every caller would clear it next
     stored()
