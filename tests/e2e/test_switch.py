@@ -134,10 +134,23 @@ def test_a_then_b_then_a(box: dict[str, str]) -> None:
     assert sorted(p.read_text() for p in alt_files) == sorted(p.read_text() for p in seed_files)
     assert state.read_live()["profile"] == "cpu-demo-alt"  # type: ignore[index]
     assert state.read_live()["cpu"]["dtype"] == decided.dtype  # type: ignore[index]
-    third = do_switch("cpu-demo")
+    # The way back is the README's main job through the real CLI: `paroctl demo run` (setup finds
+    # every part built, then the switch, the sanity gate against the new serve, the status).
+    demo_run = subprocess.run(
+        [sys.executable, "-m", "paroctl.cli.main", "demo", "run", "--profile", "cpu-demo"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert demo_run.returncode == 0, demo_run.stdout[-2000:] + demo_run.stderr[-2000:]
+    shown = demo_run.stdout.splitlines()
+    assert any(line.startswith("sanity: PASS") for line in shown), demo_run.stdout
+    assert any(line.startswith("live:    cpu-demo (hash ") for line in shown), demo_run.stdout
     assert answering(box["port"]) == ["smollm2-demo"]
-    assert not third.first_boot  # the compile cache of cpu-demo is warm now
-    assert len({first.boot_id, second.boot_id, third.boot_id}) == 3
+    third = state.read_live()
+    assert third is not None and third["profile"] == "cpu-demo"
+    assert not third["first_boot"]  # the compile cache of cpu-demo is warm now
+    assert len({first.boot_id, second.boot_id, third["boot_id"]}) == 3
     from paroctl import results
 
     boots = results.open_store().boots(limit=10)
