@@ -28,6 +28,7 @@ for k, sizes, g, m, path, rot in [(256, [96], 128, 1, "gemv", False),
                                   (256, [80, 48], 128, 5, "gemv-dot", False),
                                   (384, [64, 32, 32], 128, 4, "gemv", True),
                                   (256, [64, 32], 64, 3, "mma", False),
+                                  (384, [64, 32, 32], 128, 9, "gemv3", False),
                                   (384, [64, 32, 32], 128, 5, "dequant", False)]:
     parts = merged_layer(k, sizes, g, seed=k + m, bias=m % 2 == 1)
     prep = host.prepare(*packed(parts), runs(parts), g, dtype=torch.float16, device="cpu")
