@@ -21,8 +21,10 @@ from . import fast_host, host
 # Run 2, stage 1 (the GEMV alone, 48 configs, qkv and gate_up at M = 1 and 16): 128 columns,
 # 4 warps, 8 programs per SM, 1 group per iteration, 3 stages best or within 3% of the best
 # (qkv M = 16 22.2-23.1 us; 256 columns / 8 warps 1.6-1.8x slower: 180+ registers); run 3 (as
-# served): that config on every shape at M = 16 but o_proj, where 64 columns, 4 per SM, 2 groups
-# an iteration, 2 stages took 16.0 us against 18.7 (the small layers: GEMV3_SMALL_WEIGHTS).
+# served, both with PDL): that config on every shape at M = 16 but o_proj, where 64 columns, 4
+# per SM, 2 groups an iteration, 2 stages took 16.0 us against 18.7 (also at M = 2-8: 14.9-15.7
+# against 15.2-17.9), and lost 1.3-1.7x on the large shapes: so it serves layers of at most
+# GEMV3_SMALL_WEIGHTS (o_proj 15.7 M; qkv 36.7 M takes the large config).
 # Prologue (run 2, as served at M = 16): sliced 28.4-30.7 us on qkv against the block kernel's
 # 31.1 and the Givens-records kernel's 30.6; alone the records kernel took 6.3-12.1 us against
 # the sliced one's 4.0-7.9 on every shape, so the sliced fp16 prologue serves.

@@ -537,10 +537,11 @@ def dequant_linear(
 
 # Fifth pass: the matrix-unit GEMV with the weights as the register operand
 # (`decode_host.gemv3_linear`, sliced fp16 prologue) serves GEMV3_MIN_M <= M <= 16 at G = 128 on
-# NVIDIA. Run 3 (H200 2026-12-02, same run, as served): M = 16 qkv 28.4 us vs the tile kernels'
-# 36.3, o_proj 16.0 / 19.2, gate_up 53.0 / 64.4, down 35.4 / 40.3, in_proj 35.0 / 37.8; at
-# M = 8 it lost on 3 of 5 shapes (gate_up 51.1 / 49.3, down 35.2 / 31.5, in_proj 31.0 / 30.3)
-# and at M = 4 on 4 of 5, and at M = 1-2 to the FMA GEMV by 1.4-1.9x (qkv M = 1 27.0 vs 17.6).
+# NVIDIA. Pass 5 run 4 (H200 2026-12-02, as served, same run): M = 16 qkv 29.7 us vs the tile
+# kernels' 36.7, o_proj 15.8 / 19.4, gate_up 54.0 / 65.2, down 36.5 / 39.4, in_proj 36.1 / 37.5.
+# Run 3 (same run per cell): at M = 8 it lost on 3 of 5 shapes (gate_up 51.1 / 49.3, down 35.5 /
+# 31.5, in_proj 34.8 / 30.3), at M = 4 on 4 of 5, and at M = 1-2 to the FMA GEMV by 1.4-1.9x
+# (qkv M = 1 27.1 vs 17.6).
 # The tile kernels take a 16-row tile from M = 9 (their M = 8 config is an 8-row one), so
 # M = 9..15 is the M = 16 case (interpolated, not measured). gfx1201 keeps the tile kernels.
 GEMV3_MIN_M = 9
