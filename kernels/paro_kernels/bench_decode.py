@@ -20,7 +20,7 @@ import functools
 import itertools
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -72,7 +72,7 @@ def _preps(n: int, k: int, sizes: tuple[int, ...], dev: torch.device) -> list[An
             for _ in range(b.copies(_bytes_w4(n, k, 0)))]  # fmt: skip
 
 
-def _t(fns: list[Callable[[], object]], reps: int) -> float:
+def _t(fns: Sequence[Callable[[], object]], reps: int) -> float:
     try:
         return b._time(b.cycling(fns), reps)
     except Exception as e:  # one broken candidate must not lose the run

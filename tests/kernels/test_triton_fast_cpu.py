@@ -35,7 +35,7 @@ for k, sizes, g, m, path, rot in [(256, [96], 128, 1, "gemv", False),
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.float16)
     bb = bias(parts)
     for _ in range(2):  # the second call finds the split-K workspace and tickets zeroed
-        if path.startswith("gemv"):
+        if path.startswith("gemv") and path != "gemv3":
             if rot:
                 cfg = fast_host.gemv_config(m, sum(sizes), k, g, prep.bounds, 4, 32, 4, 2)
             else:  # the second-pass GEMV (FMA path, or the matrix-unit path's plain-op unpack)

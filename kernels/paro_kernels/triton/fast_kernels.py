@@ -40,7 +40,8 @@ import triton
 import triton.language as tl
 
 try:  # Triton >= 3.4 (PDL: programmatic dependent launch, NVIDIA sm_90+)
-    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+    from triton.language.extra.cuda import gdc_launch_dependents as gdc_launch_dependents
+    from triton.language.extra.cuda import gdc_wait as gdc_wait
 except ImportError:  # pragma: no cover - older Triton: no PDL (the host never sets it then)
     gdc_launch_dependents = gdc_wait = None
 
