@@ -461,8 +461,8 @@ def sweep_prologue3(
                                                 nibble_scaled=True) for p in preps]  # fmt: skip
             cands: list[tuple[str, list[Any]]] = [("blocks", fns)]
             for kw in PROLOGUE3_SWEEP:
-                sf = [functools.partial(fast_host.rotate_slices, x, p.rot_hi, p.rot_lo, G, **kw)
-                      for p in preps]  # fmt: skip
+                sf = [functools.partial(fast_host.rotate_slices, x, p.rot_hi, p.rot_lo, G,
+                                        kw["slice_"], kw["num_warps"]) for p in preps]  # fmt: skip
                 cands.append((f"slice{kw['slice_']}w{kw['num_warps']}", sf))
             for label, fs in cands:
                 try:

@@ -1,7 +1,7 @@
 """One op on one cell between cudaProfilerStart/Stop, for Nsight Compute (issue 14's before/after).
 
     ncu --clock-control none --profile-from-start off --csv --metrics ... \
-        python -m paro_kernels.profile14 gate_up 1 gemv|gemv-prologue|dequant [bf16|int8]
+        python -m paro_kernels.profile14 gate_up 1 gemv|gemv-prologue|gemv3|dequant [bf16|int8]
 
 The op runs once outside the profiled range (compiles, fills caches of the launcher), then once
 inside it, on random weights of the bench's layout.
@@ -37,6 +37,12 @@ def main(argv: list[str]) -> None:
     route = "gemv" if path == "gemv-prologue" else path
 
     def call() -> object:
+        if path == "gemv3":  # the fifth-pass decode GEMV (sliced fp16 prologue + GEMV)
+            from .triton import decode_host
+
+            return decode_host.gemv3_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight,
+                                            prep.scales, prep.zeros, prep.bounds, b.G, None,
+                                            prep.gv_idx, prep.gv_coef)  # fmt: skip
         if act != "bf16":
             return host.linear_a8(prep, x, None, act, "group", False)
         return host.w4a16_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,

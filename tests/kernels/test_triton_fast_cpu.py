@@ -28,13 +28,14 @@ for k, sizes, g, m, path, rot in [(256, [96], 128, 1, "gemv", False),
                                   (256, [80, 48], 128, 5, "gemv-dot", False),
                                   (384, [64, 32, 32], 128, 4, "gemv", True),
                                   (256, [64, 32], 64, 3, "mma", False),
+                                  (384, [64, 32, 32], 128, 9, "gemv3", False),
                                   (384, [64, 32, 32], 128, 5, "dequant", False)]:
     parts = merged_layer(k, sizes, g, seed=k + m, bias=m % 2 == 1)
     prep = host.prepare(*packed(parts), runs(parts), g, dtype=torch.float16, device="cpu")
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.float16)
     bb = bias(parts)
     for _ in range(2):  # the second call finds the split-K workspace and tickets zeroed
-        if path.startswith("gemv"):
+        if path.startswith("gemv") and path != "gemv3":
             if rot:
                 cfg = fast_host.gemv_config(m, sum(sizes), k, g, prep.bounds, 4, 32, 4, 2)
             else:  # the second-pass GEMV (FMA path, or the matrix-unit path's plain-op unpack)

@@ -3,8 +3,9 @@
 Every path the M-band dispatch can pick, forced one at a time (`path=`), across tile
 boundaries, odd N and K, 1-3 partitions and both group sizes: the decode GEMV (block prologue:
 the second-pass FMA path at M <= 4, its 16-row matrix-unit path at M = 16 (G = 64 goes to the
-tile kernels there); and the first pass's Givens layers inside), the tile kernels with the in-kernel split-K finish, and the
-prefill dequantize + rotate + cuBLAS (int4, and int5's fifth bits).
+tile kernels there); and the first pass's Givens layers inside), the tile kernels with the in-kernel split-K finish, the fifth
+pass's matrix-unit GEMV (weights as the register operand; G = 64 goes to the tile kernels), and
+the prefill dequantize + rotate + cuBLAS (int4, and int5's fifth bits).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.gpu
 
 CASES = W4A16_CASES  # tile-boundary and odd N, K not a multiple of the split, 1-3 parts
 PATH_MS = {"gemv": [1, 2, 3, 4, 16], "mma": [1, 5, 16, 17], "dequant": [1, 17, 256, 300],
-           "gemv-prologue": [1, 2, 4]}  # fmt: skip
+           "gemv-prologue": [1, 2, 4], "gemv3": [1, 9, 16]}  # fmt: skip
 SCRATCH = ("dequant_w", "gemv_xs", "w8_fp8", "w8_int8")  # written each call, not left zeroed
 
 
@@ -85,6 +86,35 @@ def test_gemv_with_givens_inside(k: int, sizes: list[int], g: int, m: int) -> No
     assert rel(y, reference(x, parts, g)) <= 2e-3
 
 
+@pytest.mark.parametrize("prologue", ["slice", "block", "givens"])
+@pytest.mark.parametrize("cfg", ["big", "small"])
+@pytest.mark.parametrize("pdl", [False, True])
+@pytest.mark.parametrize("m", [1, 16])
+def test_gemv3_configs_and_prologues(prologue: str, cfg: str, pdl: bool, m: int) -> None:
+    # The fifth-pass matrix-unit GEMV at both shipped configs (the small-layer one serves every
+    # test shape as served), each prologue, with and without PDL; 5 groups: odd split-K tails.
+    from paro_kernels.triton import decode_host, fast_host
+
+    k, sizes = 640, [512, 256, 128]
+    parts, prep = _prep(k, sizes, 128, b=m % 2 == 1)
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.bfloat16)
+    big = dict(block_n=decode_host.GEMV3_BLOCK_N, num_warps=decode_host.GEMV3_WARPS,
+               programs_per_sm=decode_host.GEMV3_PROGRAMS_PER_SM, gpi=decode_host.GEMV3_GPI,
+               num_stages=decode_host.GEMV3_STAGES)  # fmt: skip
+    kw = big if cfg == "big" else decode_host.GEMV3_SMALL
+    c = decode_host.gemv3_config(m, sum(sizes), k, 128, prep.bounds, 132, **kw)
+    bb = bias(parts)
+    for _ in range(2):  # the second call finds the split-K workspace and tickets zeroed
+        y = decode_host.gemv3_linear(x.cuda(), prep.rot_hi, prep.rot_lo, prep.qweight,
+                                     prep.scales, prep.zeros, prep.bounds, 128,
+                                     None if bb is None else bb.cuda(), prep.gv_idx,
+                                     prep.gv_coef, prologue, c, pdl)  # fmt: skip
+        assert rel(y, reference(x, parts, 128)) <= 2e-3
+    for (kind, _), buf in fast_host._WS.items():
+        if kind not in SCRATCH:
+            assert not buf.any(), kind
+
+
 @pytest.mark.parametrize("m", [2, 300])
 def test_dequant_int5(m: int) -> None:
     from paro_kernels import reference as ref
@@ -138,7 +168,7 @@ def test_graph_capture_replays_every_band() -> None:
     from paro_kernels.triton import host, ops
 
     _, prep = _prep(1024, [512, 128, 128], 128, b=False)
-    for m in (1, 8, 300):
+    for m in (1, 8, 16, 300):
         x = torch.randn(m, 1024, device="cuda", dtype=torch.bfloat16)
         ops.linear(prep, x)  # compile outside the capture
         graph, static_x = torch.cuda.CUDAGraph(), x.clone()

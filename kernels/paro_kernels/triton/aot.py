@@ -235,7 +235,7 @@ def compile_gemv2(target: str, m: int, n: int, k: int, g: int,
         "SPLIT_K": cfg.split_k, "DOT": cfg.dot, "ASM": not hip,
         "RS": g // min(sl, g) if sl and not cfg.dot else 1,
         "ROT": False, "KROT": 1, "gi_ptr": None, "gc_ptr": None, "xs_ptr": None, "stride_xm": 0,
-        "PRE": True,
+        "PRE": True, "PDL": False,
     }  # fmt: skip
     c = _compile(fast_kernels.gemv2_w4a16_kernel, sig, const, target, cfg.num_warps,
                  cfg.num_stages)  # fmt: skip
@@ -261,7 +261,7 @@ def compile_gemv2_rot(target: str, m: int, n: int, k: int, g: int,
     const = {
         "HAS_BIAS": False, "G": g, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "KW": cfg.kw,
         "SPLIT_K": cfg.split_k, "DOT": False, "ASM": False, "RS": 1, "ROT": True, "KROT": krot,
-        "PRE": fast_host.GEMV2_ROT_PRE,
+        "PRE": fast_host.GEMV2_ROT_PRE, "PDL": False,
     }  # fmt: skip
     c = _compile(fast_kernels.gemv2_w4a16_kernel, sig, const, target, cfg.num_warps,
                  cfg.num_stages)  # fmt: skip

@@ -141,8 +141,11 @@ def gemv_w4a16(
     bias: torch.Tensor | None,
     rot: bool = GEMV_ROT,
     config: GemvConfig | None = None,
+    fused: bool | None = None,
+    pdl: bool | None = None,
 ) -> torch.Tensor:
     """The decode GEMV linear; args = (rot_hi, rot_lo, qweight, scales, zeros, gv_idx, gv_coef).
+    `fused` / `pdl` override `gemv2_rot` / GEMV_PDL (the bench's forced paths).
 
     Without `rot`: the block prologue, then the second-pass GEMV (`gemv2_w4a16`; `config` a
     `gemv2_config`). With `rot` (and the tables): the first-pass GEMV with the Givens layers.
@@ -156,15 +159,20 @@ def gemv_w4a16(
     if not (rot and gv_idx is not None and gv_coef is not None):
         cfg2 = config or gemv2_config(m, n, k, g, bounds, host.sm_count(x.device),
                                       hip=host._is_hip())  # fmt: skip
-        fused = gemv2_rot(host._is_hip(), n, k) and gv_idx is not None and gv_coef is not None
-        if not cfg2.dot and fused:
+        if fused is None:
+            fused = gemv2_rot(host._is_hip(), n, k)
+        pdl = GEMV_PDL if pdl is None else pdl
+        if not cfg2.dot and fused and gv_idx is not None and gv_coef is not None:
             return gemv2_w4a16_rot(x, gv_idx, gv_coef, qweight, scales, zeros, bounds, g, bias,  # type: ignore[arg-type]
                                    cfg2)  # fmt: skip
+        use_pdl = pdl_ok(host._is_hip()) and pdl
         if not cfg2.dot and prologue_slice(host._is_hip()):
-            xr, rs = rotate_slices(x, rot_hi, rot_lo, g)  # type: ignore[arg-type]
+            xr, rs = rotate_slices(x, rot_hi, rot_lo, g, pdl=use_pdl)  # type: ignore[arg-type]
         else:
+            use_pdl = False
             xr, rs = host.rotate_scale(x, rot_hi, rot_lo, g, nibble_scaled=not cfg2.dot)  # type: ignore[arg-type]
-        return gemv2_w4a16(xr, rs, qweight, scales, zeros, bounds, g, x.dtype, bias, cfg2)  # type: ignore[arg-type]
+        return gemv2_w4a16(xr, rs, qweight, scales, zeros, bounds, g, x.dtype, bias, cfg2,  # type: ignore[arg-type]
+                           pdl=use_pdl)  # fmt: skip
     cfg = config or gemv_config(m, n, k, g, bounds, host.sm_count(x.device), hip=host._is_hip())
     require(m <= cfg.block_m, "x rows", f"<= {cfg.block_m} for the GEMV", m)
     use_rot = rot and gv_idx is not None and gv_coef is not None
@@ -217,6 +225,29 @@ PROLOGUE_SLICE = 64
 PROLOGUE_SLICE_WARPS = 4
 
 
+# Fifth pass: the GEMV launched programmatically dependent on its prologue (PDL, sm_90): the
+# prologue lets it launch at once, the GEMV prefetches its word rows into L2 (`prefetch_l2`) and
+# waits (`gdc_wait`) only before reading the prologue's output, so the weight stream could
+# overlap the prologue. Run 3 (H200 2026-12-02, sliced prologue + FMA GEMV as served, same run,
+# off / on): M = 1 qkv 17.6 / 18.0 us, o_proj 10.8 / 10.0, gate_up 29.4 / 29.1, down 19.9 /
+# 18.4, in_proj 17.6 / 17.7; M = 2 23.4 / 21.6, 12.4 / 11.8, 36.8 / 38.7, 23.0 / 23.2, 22.3 /
+# 20.6; the matrix-unit GEMV at M = 16 -1.7 to +1.6 us: within the run's noise either way, so
+# it stays off (and the kernel cache built on CPU needs no second specialization).
+GEMV_PDL = False
+
+
+def pdl_ok(hip: bool) -> bool:
+    """Programmatic dependent launch available: NVIDIA sm_90+, a Triton with GDC, compiled code
+    (not the interpreter)."""
+    import os
+
+    from . import fast_kernels
+
+    if hip or fast_kernels.gdc_wait is None or os.environ.get("TRITON_INTERPRET", "0") == "1":
+        return False
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
+
+
 def prologue_slice(hip: bool) -> int:
     """Output channels per program of the sliced decode prologue; 0: the block prologue
     (gfx1201 keeps the kernel its AOT budget was measured on)."""
@@ -230,21 +261,25 @@ def rotate_slices(
     group_size: int,
     slice_: int = 0,
     num_warps: int = 0,
+    f16: bool = False,
+    pdl: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The sliced decode prologue: x [M <= 16, K] -> (xr [P, M, K] fp32 nibble-scaled,
     rs [P, M, K/G * G/slice] fp32 partial row sums), as `host.rotate_scale(nibble_scaled=True)`
-    but with the row sums split per slice (the GEMV's RS)."""
+    but with the row sums split per slice (the GEMV's RS); `f16`: xr fp16 as
+    `host.rotate_scale` writes it, no row sums (rs is xr then)."""
     from .fast_kernels import rotate_slice_kernel
 
     m, k = x.shape
     require(m <= 16, "x rows", "<= 16 for the sliced prologue", m)
     p, g = rot_hi.shape[0], group_size
     sl = min(slice_ or PROLOGUE_SLICE, g)
-    xr = torch.empty(p, m, k, dtype=torch.float32, device=x.device)
-    rs = torch.empty(p, m, (k // g) * (g // sl), dtype=torch.float32, device=x.device)
+    xr = torch.empty(p, m, k, dtype=torch.float16 if f16 else torch.float32, device=x.device)
+    rs = xr if f16 else torch.empty(p, m, (k // g) * (g // sl), dtype=torch.float32,
+                                    device=x.device)  # fmt: skip
     rotate_slice_kernel[(k // g, p, g // sl)](
-        x, rot_hi, rot_lo, xr, rs, m, k, x.stride(0), G=g, BLOCK_M=16, SLICE=sl,
-        num_warps=num_warps or PROLOGUE_SLICE_WARPS,
+        x, rot_hi, rot_lo, xr, rs, m, k, x.stride(0), G=g, BLOCK_M=16, SLICE=sl, F16=f16,
+        PDL=pdl, num_warps=num_warps or PROLOGUE_SLICE_WARPS,
     )  # fmt: skip
     return xr, rs
 
@@ -351,6 +386,7 @@ def gemv2_w4a16(
     out_dtype: torch.dtype,
     bias: torch.Tensor | None = None,
     config: GemvConfig | None = None,
+    pdl: bool = False,
 ) -> torch.Tensor:
     """The second-pass GEMV on the prologue outputs xr [P, M, K] (fp16 for the matrix-unit
     path, fp32 nibble-scaled for the FMA path: `host.rotate_scale(nibble_scaled=...)` or
@@ -374,8 +410,8 @@ def gemv2_w4a16(
         xr, rs, qweight, scales, zeros, bias if bias is not None else scales, ws, cnt, out,
         m, n, k, b[0], b[1],
         HAS_BIAS=bias is not None, G=group_size, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        KW=cfg.kw, SPLIT_K=cfg.split_k, DOT=cfg.dot, ASM=asm, RS=parts_rs,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        KW=cfg.kw, SPLIT_K=cfg.split_k, DOT=cfg.dot, ASM=asm, RS=parts_rs, PDL=pdl,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"launch_pdl": True} if pdl else {}),
     )  # fmt: skip
     return out
 
@@ -499,12 +535,29 @@ def dequant_linear(
     return y if x.dtype == torch.float16 else y.to(x.dtype)
 
 
-def band(m: int, group_size: int = 128) -> str:
-    """Which path serves M rows: "gemv", "mma" (host's tile kernels) or "dequant"."""
+# Fifth pass: the matrix-unit GEMV with the weights as the register operand
+# (`decode_host.gemv3_linear`, sliced fp16 prologue) serves GEMV3_MIN_M <= M <= 16 at G = 128 on
+# NVIDIA. Pass 5 run 4 (H200 2026-12-02, as served, same run): M = 16 qkv 29.7 us vs the tile
+# kernels' 36.7, o_proj 15.8 / 19.4, gate_up 54.0 / 65.2, down 36.5 / 39.4, in_proj 36.1 / 37.5.
+# Run 3 (same run per cell): at M = 8 it lost on 3 of 5 shapes (gate_up 51.1 / 49.3, down 35.5 /
+# 31.5, in_proj 34.8 / 30.3), at M = 4 on 4 of 5, and at M = 1-2 to the FMA GEMV by 1.4-1.9x
+# (qkv M = 1 27.1 vs 17.6).
+# The tile kernels take a 16-row tile from M = 9 (their M = 8 config is an 8-row one), so
+# M = 9..15 is the M = 16 case (interpolated, not measured). gfx1201 keeps the tile kernels.
+GEMV3_MIN_M = 9
+GEMV3 = True
+
+
+def band(m: int, group_size: int = 128, hip: bool | None = None) -> str:
+    """Which path serves M rows: "gemv", "gemv3" (the matrix-unit decode GEMV), "mma" (host's
+    tile kernels) or "dequant"."""
     if m <= (GEMV_MAX_M if group_size == 128 else min(GEMV_MAX_M, GEMV2_FMA_MAX_M)):
         return "gemv"
     if m >= DEQUANT_MIN_M:
         return "dequant"
+    hip = host._is_hip() if hip is None else hip
+    if GEMV3 and not hip and group_size == 128 and GEMV3_MIN_M <= m <= 16:
+        return "gemv3"
     return "mma"
 
 

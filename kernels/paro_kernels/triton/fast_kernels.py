@@ -39,6 +39,12 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+try:  # Triton >= 3.4 (PDL: programmatic dependent launch, NVIDIA sm_90+)
+    from triton.language.extra.cuda import gdc_launch_dependents as gdc_launch_dependents
+    from triton.language.extra.cuda import gdc_wait as gdc_wait
+except ImportError:  # pragma: no cover - older Triton: no PDL (the host never sets it then)
+    gdc_launch_dependents = gdc_wait = None
+
 from .kernels import _ticket_finish
 
 MAGIC = tl.constexpr(0x4B000000)  # fp32 2^23
@@ -569,6 +575,24 @@ def _row_sum2(rs_ptr, row0, row: tl.constexpr, M, ngroups, g, RS: tl.constexpr,
 
 
 @triton.jit
+def prefetch_l2(qw_ptr, n0, N, g0, g1, G: tl.constexpr, BLOCK_N: tl.constexpr):
+    """L2 prefetches of the word rows of groups g0..g1 over columns n0.. (one per 128-byte line;
+    no registers held): what a dependent launch streams in while its producer runs (PDL)."""
+    offs_r = tl.arange(0, G // 8)
+    offs_l = tl.minimum(n0 + tl.arange(0, BLOCK_N // 32) * 32, N - 1)
+    for g in range(g0, g1):
+        ptr = qw_ptr + (g * (G // 8) + offs_r)[:, None].to(tl.int64) * N + offs_l[None, :]
+        tl.inline_asm_elementwise(
+            "prefetch.global.L2 [$1];\n mov.u32 $0, 0;",
+            "=r,l",
+            [ptr.to(tl.int64)],
+            dtype=tl.int32,
+            is_pure=False,
+            pack=1,
+        )
+
+
+@triton.jit
 def rotate_slice_kernel(
     x_ptr,  # [M, K] bf16/fp16, rows stride_xm, unit stride along K
     rot_hi_ptr,  # [P, K/G, G, G] x.dtype: hi part of diag(cs_g) R_g^T
@@ -581,6 +605,8 @@ def rotate_slice_kernel(
     G: tl.constexpr,
     BLOCK_M: tl.constexpr,
     SLICE: tl.constexpr,
+    F16: tl.constexpr = False,  # xr fp16, not nibble-scaled, no row sums (the fifth-pass GEMV)
+    PDL: tl.constexpr = False,  # let the dependent GEMV launch now (it waits before reading xr)
 ):
     """The decode GEMV's prologue, one program per (group, partition, slice of SLICE output
     channels): xr[:, slice] = x_g @ (hi + lo)[:, slice].
@@ -598,18 +624,25 @@ def rotate_slice_kernel(
     m_mask = offs_m < M
     offs_g = tl.arange(0, G)
     offs_j = sl * SLICE + tl.arange(0, SLICE)
+    if PDL:
+        gdc_launch_dependents()
     x = tl.load(x_ptr + offs_m[:, None] * stride_xm + g * G + offs_g[None, :],
                 mask=m_mask[:, None], other=0.0)  # fmt: skip
     rot_off = ((p * ngroups + g) * G + offs_g[:, None]) * G + offs_j[None, :]
     acc = tl.dot(x, tl.load(rot_hi_ptr + rot_off))
     acc = tl.dot(x, tl.load(rot_lo_ptr + rot_off), acc)
-    xr = tl.clamp(acc, -65504.0, 65504.0).to(tl.float16).to(tl.float32)
-    jj = offs_j % 8
-    e = tl.where(jj < 5, 4 * jj, 4 * (jj - 3))
-    out = xr * ((127 - e) << 23).to(tl.float32, bitcast=True)[None, :]
     row = p * M + offs_m
-    tl.store(xr_ptr + row[:, None] * K + g * G + offs_j[None, :], out, mask=m_mask[:, None])
-    tl.store(rs_ptr + (row * ngroups + g) * (G // SLICE) + sl, tl.sum(xr, axis=1), mask=m_mask)
+    if F16:
+        xh = tl.clamp(acc, -65504.0, 65504.0).to(tl.float16)
+        tl.store(xr_ptr + row[:, None] * K + g * G + offs_j[None, :], xh, mask=m_mask[:, None])
+    else:
+        xr = tl.clamp(acc, -65504.0, 65504.0).to(tl.float16).to(tl.float32)
+        jj = offs_j % 8
+        e = tl.where(jj < 5, 4 * jj, 4 * (jj - 3))
+        out = xr * ((127 - e) << 23).to(tl.float32, bitcast=True)[None, :]
+        tl.store(xr_ptr + row[:, None] * K + g * G + offs_j[None, :], out, mask=m_mask[:, None])
+        tl.store(rs_ptr + (row * ngroups + g) * (G // SLICE) + sl, tl.sum(xr, axis=1),
+                 mask=m_mask)  # fmt: skip
 
 
 @triton.jit
@@ -644,6 +677,7 @@ def gemv2_w4a16_kernel(
     xs_ptr=None,  # ROT: [programs, BLOCK_M, G] fp32 scratch (each program's rotated group)
     stride_xm=0,  # ROT: x's row stride
     PRE: tl.constexpr = True,  # ROT: every layer's records loaded before the first gather
+    PDL: tl.constexpr = False,  # launched dependent on the prologue: prefetch, then wait for it
 ):
     """out[:M, n-block] = sum over this split's groups of a_p @ dequant(Q); section note above."""
     pid_n = tl.program_id(0)
@@ -659,6 +693,9 @@ def gemv2_w4a16_kernel(
     g0 = pid_k * per
     g1 = tl.minimum(g0 + per, ngroups)
     row0 = (part * M).to(tl.int64)
+    if PDL:
+        prefetch_l2(qw_ptr, n0, N, g0, g1, G, BLOCK_N)
+        gdc_wait()  # the prologue's xr and rs are complete and visible past here
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     if DOT:

@@ -539,7 +539,8 @@ def w4a16_linear(
 ) -> torch.Tensor:
     """y = ((x * cs_p) R_p^T) dequant(Q)^T (+ bias) per column run p; contract in module doc.
 
-    `path` ("gemv" | "mma" | "dequant") overrides the M-band dispatch of `fast_host.band`.
+    `path` ("gemv" | "gemv3" | "mma" | "dequant") overrides the M-band dispatch of
+    `fast_host.band`.
     """
     from . import fast_host
 
@@ -549,11 +550,17 @@ def w4a16_linear(
     m, k = x.shape
     n = qweight.shape[1]
     route = path or fast_host.band(m, group_size)
-    if route == "gemv" and m > fast_host.GEMV2_FMA_MAX_M and group_size != 128:
-        route = "mma"  # the GEMV's matrix-unit path needs G = 128
+    if route in ("gemv", "gemv3") and group_size != 128 and (m > fast_host.GEMV2_FMA_MAX_M
+                                                              or route == "gemv3"):  # fmt: skip
+        route = "mma"  # the GEMVs' matrix-unit paths need G = 128
     if route == "gemv":
         args = (rot_hi, rot_lo, qweight, scales, zeros, gv_idx, gv_coef)
         return fast_host.gemv_w4a16(args, x, bounds, group_size, bias)
+    if route == "gemv3":
+        from . import decode_host
+
+        return decode_host.gemv3_linear(x, rot_hi, rot_lo, qweight, scales, zeros, bounds,
+                                        group_size, bias, gv_idx, gv_coef)  # fmt: skip
     if route == "dequant":
         w = fast_host.dequant_rotate(
             qweight, None, scales, zeros, rot_hi, rot_lo, bounds, group_size, dtype=x.dtype

@@ -1,0 +1,314 @@
+"""Fifth-pass decode sweep (issue 14): the matrix-unit GEMV (`decode_host`) against the shipped
+decode paths and the peers, in one run.
+
+    python -m paro_kernels.bench_decode --out DIR/decode.json [--shapes qkv,gate_up]
+        [--ms 1,16] [--stage1 qkv,gate_up] [--top 3] [--budget-s 300] [--jobs 12]
+
+Stage 1: the GEMV alone (its fp16 prologue output made once) over the config grid on the
+--stage1 shapes at each M; the --top configs by summed time go on. Stage 2, per (shape, M):
+cuBLAS bf16, `torch._weight_int4pack_mm` (g128), ours as served (`host.w4a16_linear`'s
+dispatch), the new GEMV as served with each prologue (`decode_host.PROLOGUES`) at the best
+stage-1 config, the top configs with the shipped prologue, and the prologues alone. Timing as
+`bench._time` (CUDA-graph replays over weight copies past 4x L2); % HBM against 4.3 TB/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import itertools
+import json
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from . import bench as b
+from .bench14 import G, _bytes_w4, _int4pack, _with_givens
+
+GRID: list[dict[str, int]] = [
+    dict(block_n=bn, num_warps=w, programs_per_sm=pps, gpi=gpi, num_stages=st)
+    for (bn, w), (st, gpi), pps in itertools.product(
+        ((64, 4), (128, 8), (128, 4), (256, 8)),
+        ((1, 1), (2, 1), (3, 1), (4, 1), (1, 2), (2, 2)),
+        (4, 8),
+    )
+]  # fmt: skip
+
+
+def _compile_one(job: tuple[str, int, dict[str, int]]) -> str:
+    """Worker: one launch of the GEMV at a (shape, M, config), which fills Triton's disk cache."""
+    from .triton import decode_host
+
+    name, m, kw = job
+    _, n, k, sizes = next(s for s in b.SHAPES if s[0] == name)
+    p = b._random_prep(n, k, sizes, 4, torch.device("cuda"))
+    xr = torch.zeros(len(sizes), m, k, device="cuda", dtype=torch.float16)
+    cfg = decode_host.gemv3_config(m, n, k, G, b._bounds(sizes), 132, **kw)
+    try:
+        decode_host.gemv3_w4a16(xr, p.qweight, p.scales, p.zeros, p.bounds, G, torch.bfloat16,
+                                None, cfg)  # fmt: skip
+        torch.cuda.synchronize()
+        return ""
+    except Exception as e:
+        return f"{name} {m} {kw}: {type(e).__name__} {str(e)[:200]}"
+
+
+def precompile(jobs: list[tuple[str, int, dict[str, int]]], procs: int) -> None:
+    """Compile the sweep's kernels in `procs` processes first (the timed runs then load them)."""
+    import multiprocessing as mp
+
+    t = time.monotonic()
+    with mp.get_context("spawn").Pool(procs) as pool:
+        errs = [e for e in pool.map(_compile_one, jobs, chunksize=1) if e]
+    print(f"precompiled {len(jobs)} in {time.monotonic() - t:.0f} s; errors {errs[:4]}",
+          flush=True)  # fmt: skip
+
+
+def _preps(n: int, k: int, sizes: tuple[int, ...], dev: torch.device) -> list[Any]:
+    return [_with_givens(b._random_prep(n, k, sizes, 4, dev), k, len(sizes), dev)
+            for _ in range(b.copies(_bytes_w4(n, k, 0)))]  # fmt: skip
+
+
+def _t(fns: Sequence[Callable[[], object]], reps: int) -> float:
+    try:
+        return b._time(b.cycling(fns), reps)
+    except Exception as e:  # one broken candidate must not lose the run
+        print("error", type(e).__name__, str(e)[:300], flush=True)
+        return float("nan")
+
+
+def _row(name: str, m: int, n: int, k: int, variant: str, us: float, **kw: Any) -> dict[str, Any]:
+    nb = _bytes_w4(n, k, m)
+    r = {"shape": name, "m": m, "variant": variant, "us": us,
+         "hbm_pct_4p3": nb / 4.3e12 / (us * 1e-6) * 100, **kw}  # fmt: skip
+    extra = f" rel {kw['rel']:.1e}" if "rel" in kw else ""
+    print(f"{name} M={m} {variant}: {us:.2f} us {r['hbm_pct_4p3']:.0f}% HBM{extra}", flush=True)
+    return r
+
+
+def stage1(shapes: list[str], ms: list[int], reps: int) -> list[dict[str, Any]]:
+    """The GEMV alone over GRID."""
+    from .triton import decode_host
+
+    dev = torch.device("cuda")
+    out = []
+    for name in shapes:
+        _, n, k, sizes = next(s for s in b.SHAPES if s[0] == name)
+        preps = _preps(n, k, sizes, dev)
+        for m in ms:
+            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+            p0 = preps[0]
+            xr = decode_host.prologue16(x, p0.rot_hi, p0.rot_lo, G, None, None, "slice")
+            for kw in GRID:
+                cfg = decode_host.gemv3_config(m, n, k, G, b._bounds(sizes), 132, **kw)
+                fns = [functools.partial(decode_host.gemv3_w4a16, xr, p.qweight, p.scales,
+                       p.zeros, p.bounds, G, torch.bfloat16, None, cfg)
+                       for p in preps]  # fmt: skip
+                out.append(_row(name, m, n, k, "gemv3-alone " + str(kw), _t(fns, reps),
+                                cfg=dataclasses.asdict(cfg), kw=kw))  # fmt: skip
+    return out
+
+
+def top_configs(rows: list[dict[str, Any]], top: int) -> list[dict[str, int]]:
+    """The `top` GRID entries by time summed over stage 1's cells (each cell normalized by its
+    best, so a long shape does not decide alone)."""
+    best: dict[tuple[str, int], float] = {}
+    for r in rows:
+        key = (r["shape"], r["m"])
+        if r["us"] == r["us"]:
+            best[key] = min(best.get(key, float("inf")), r["us"])
+    score: dict[str, float] = {}
+    for r in rows:
+        v = r["us"] / best[(r["shape"], r["m"])] if r["us"] == r["us"] else 10.0
+        score[json.dumps(r["kw"])] = score.get(json.dumps(r["kw"]), 0.0) + v
+    return [json.loads(s) for s in sorted(score, key=score.__getitem__)[:top]]
+
+
+def stage2(shapes: list[str], ms: list[int], reps: int, cfgs: list[dict[str, int]],
+           t0: float, budget: float) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
+    """Per cell: the peers, ours as served, the new GEMV per prologue and per top config."""
+    from .triton import decode_host, fast_host, host
+
+    dev = torch.device("cuda")
+    out, not_run = [], []
+    for name in shapes:
+        _, n, k, sizes = next(s for s in b.SHAPES if s[0] == name)
+        preps = _preps(n, k, sizes, dev)
+        for m in ms:
+            if budget and time.monotonic() - t0 > budget:
+                not_run.append(f"{name}@{m}")
+                continue
+            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+            wd = [torch.randn(k, n, device=dev, dtype=torch.bfloat16)
+                  for _ in range(b.copies(2 * k * n))]  # fmt: skip
+            out.append(
+                _row(
+                    name,
+                    m,
+                    n,
+                    k,
+                    "cublas-bf16",
+                    _t([functools.partial(torch.matmul, x, w) for w in wd], reps),
+                )
+            )
+            del wd
+            out.append(_row(name, m, n, k, "int4pack", b._time(_int4pack(n, k, m, dev), reps)))
+            out.append(_row(name, m, n, k, "ours-as-served (" + fast_host.band(m) + ")", _t(
+                [functools.partial(host.w4a16_linear, x, p.rot_hi, p.rot_lo, p.qweight,
+                 p.scales, p.zeros, p.bounds, G, None, p.gv_idx, p.gv_coef)
+                 for p in preps], reps)))  # fmt: skip
+            for i, kw in enumerate(cfgs):
+                cfg = decode_host.gemv3_config(m, n, k, G, b._bounds(sizes), 132, **kw)
+                for pro in decode_host.PROLOGUES if i == 0 else (decode_host.GEMV3_PROLOGUE,):
+                    fns = [functools.partial(decode_host.gemv3_linear, x, p.rot_hi, p.rot_lo,
+                           p.qweight, p.scales, p.zeros, p.bounds, G, None, p.gv_idx, p.gv_coef,
+                           pro, cfg) for p in preps]  # fmt: skip
+                    out.append(_row(name, m, n, k, f"gemv3 {pro} {kw}", _t(fns, reps),
+                                    cfg=dataclasses.asdict(cfg)))  # fmt: skip
+            for pro in decode_host.PROLOGUES:
+                fns = [functools.partial(decode_host.prologue16, x, p.rot_hi, p.rot_lo, G,
+                       p.gv_idx, p.gv_coef, pro) for p in preps]  # fmt: skip
+                out.append(_row(name, m, n, k, f"prologue {pro}", _t(fns, reps)))
+            torch.cuda.empty_cache()
+    return out, not_run
+
+
+# Run 3's candidates (run 2's stage-1 bests: qkv M = 1 / 16 and gate_up M = 1)
+AB_CFGS = {"a": dict(block_n=128, num_warps=4, programs_per_sm=8, gpi=1, num_stages=3),
+           "b": dict(block_n=64, num_warps=4, programs_per_sm=4, gpi=2, num_stages=2)}  # fmt: skip
+
+
+def _gemv2(p: Any, x: torch.Tensor, fused: bool, pdl: bool) -> object:
+    from .triton import fast_host
+
+    args = (p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros, p.gv_idx, p.gv_coef)
+    return fast_host.gemv_w4a16(args, x, p.bounds, G, None, fused=fused, pdl=pdl)
+
+
+def _mma(p: Any, x: torch.Tensor) -> object:
+    from .triton import host
+
+    return host.w4a16_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros, p.bounds, G,
+                             None, p.gv_idx, p.gv_coef, path="mma")  # fmt: skip
+
+
+def _gemv3(p: Any, x: torch.Tensor, cfg: Any, pdl: bool) -> object:
+    from .triton import decode_host
+
+    return decode_host.gemv3_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
+                                    p.bounds, G, None, p.gv_idx, p.gv_coef, "slice", cfg,
+                                    pdl)  # fmt: skip
+
+
+def ab(shapes: list[str], ms: list[int], reps: int, t0: float,
+       budget: float) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
+    """Per cell, same run: cuBLAS, int4pack, the shipped paths forced (FMA GEMV with the sliced
+    prologue, with and without PDL, the Givens-inside GEMV; the tile kernels) and the new GEMV
+    (with and without PDL, two configs)."""
+    from .triton import decode_host
+
+    dev = torch.device("cuda")
+    out, not_run = [], []
+    for name in shapes:
+        _, n, k, sizes = next(s for s in b.SHAPES if s[0] == name)
+        preps = _preps(n, k, sizes, dev)
+        for m in ms:
+            if budget and time.monotonic() - t0 > budget:
+                not_run.append(f"{name}@{m}")
+                continue
+            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+            wd = [torch.randn(k, n, device=dev, dtype=torch.bfloat16)
+                  for _ in range(b.copies(2 * k * n))]  # fmt: skip
+            out.append(
+                _row(
+                    name,
+                    m,
+                    n,
+                    k,
+                    "cublas-bf16",
+                    _t([functools.partial(torch.matmul, x, w) for w in wd], reps),
+                )
+            )
+            del wd
+            out.append(_row(name, m, n, k, "int4pack", b._time(_int4pack(n, k, m, dev), reps)))
+            cands: dict[str, Callable[[Any], object]] = {}
+            if m <= 2:
+                for fused, pdl in ((False, False), (False, True), (True, False)):
+                    cands[f"gemv2 fused={fused} pdl={pdl}"] = functools.partial(
+                        _gemv2, x=x, fused=fused, pdl=pdl
+                    )
+            else:
+                cands["mma"] = functools.partial(_mma, x=x)
+            for label, kw in AB_CFGS.items():
+                cfg = decode_host.gemv3_config(m, n, k, G, b._bounds(sizes), 132, **kw)
+                for pdl in (True, False) if label == "a" else (True,):
+                    cands[f"gemv3 {label} pdl={pdl}"] = functools.partial(
+                        _gemv3, x=x, cfg=cfg, pdl=pdl
+                    )
+            ref = None
+            for label, fn in cands.items():
+                y = fn(preps[0]).float()  # type: ignore[attr-defined]
+                ref = y if ref is None else ref
+                err = float((y - ref).norm() / ref.norm())  # against the first (shipped) path
+                out.append(
+                    _row(
+                        name,
+                        m,
+                        n,
+                        k,
+                        label,
+                        _t([functools.partial(fn, p) for p in preps], reps),
+                        rel=err,
+                    )
+                )
+            torch.cuda.empty_cache()
+    return out, not_run
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Stage 1, stage 2; JSON written after each."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="decode.json")
+    ap.add_argument("--shapes", default="qkv,o_proj,gate_up,down,in_proj")
+    ap.add_argument("--ms", default="1,16")
+    ap.add_argument("--stage1", default="qkv,gate_up")
+    ap.add_argument("--top", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--budget-s", type=float, default=0)
+    ap.add_argument("--jobs", type=int, default=12, help="compile processes before stage 1")
+    ap.add_argument("--ab", action="store_true", help="run 3: the forced paths per cell, stop")
+    args = ap.parse_args(argv)
+    torch.manual_seed(0)
+    t0 = time.monotonic()
+    ms = [int(v) for v in args.ms.split(",")]
+    if args.ab:
+        if args.jobs > 1:
+            precompile([(nm, m, kw) for nm in args.shapes.split(",") for m in (1, 16)
+                        for kw in AB_CFGS.values()], args.jobs)  # fmt: skip
+        rows, nr = ab(args.shapes.split(","), ms, args.reps, t0, args.budget_s)
+        with open(args.out, "w") as f:
+            json.dump({"ab": rows, "not_run": nr, "command": " ".join(argv or [])}, f, indent=1)
+        return
+    meta: dict[str, Any] = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+                            "triton": __import__("triton").__version__,
+                            "command": " ".join(["python -m paro_kernels.bench_decode",
+                                                 *(argv or [])])}  # fmt: skip
+    s1 = list(filter(None, args.stage1.split(",")))
+    if args.jobs > 1:
+        precompile([(nm, m, kw) for nm in s1 for m in ms for kw in GRID], args.jobs)
+    meta["stage1"] = stage1(s1, ms, args.reps)
+    meta["top"] = top_configs(meta["stage1"], args.top) if meta["stage1"] else [{}]
+    print("top configs", meta["top"], flush=True)
+    with open(args.out, "w") as f:
+        json.dump(meta, f, indent=1)
+    meta["stage2"], meta["not_run"] = stage2(args.shapes.split(","), ms, args.reps, meta["top"],
+                                             t0, args.budget_s)  # fmt: skip
+    with open(args.out, "w") as f:
+        json.dump(meta, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

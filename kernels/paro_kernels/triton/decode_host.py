@@ -1,0 +1,150 @@
+"""Host side of the fifth-pass decode GEMV (`decode_kernels.gemv3_w4a16_kernel`, NVIDIA).
+
+Shape contract: that of `host.w4a16_linear` (the tensors of a `Prepared` layer), G = 128:
+
+    x [M <= 16, K] -> prologue xr [P, M, K] fp16 (sliced blocks, the block kernel, or the
+    Givens records) -> y [M, N] in x.dtype, split-K summed in the kernel (the shared
+    `fast_host` workspace and tickets, left zeroed)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import gcd
+
+import torch
+
+from .._contract import require
+from . import fast_host, host
+
+# Configs from the fifth-pass sweeps (H200 2026-12-02, BENCH.md pass 5; `bench_decode`).
+# Run 2, stage 1 (the GEMV alone, 48 configs, qkv and gate_up at M = 1 and 16): 128 columns,
+# 4 warps, 8 programs per SM, 1 group per iteration, 3 stages best or within 3% of the best
+# (qkv M = 16 22.2-23.1 us; 256 columns / 8 warps 1.6-1.8x slower: 180+ registers); run 3 (as
+# served, both with PDL): that config on every shape at M = 16 but o_proj, where 64 columns, 4
+# per SM, 2 groups an iteration, 2 stages took 16.0 us against 18.7 (also at M = 2-8: 14.9-15.7
+# against 15.2-17.9), and lost 1.3-1.7x on the large shapes: so it serves layers of at most
+# GEMV3_SMALL_WEIGHTS (o_proj 15.7 M; qkv 36.7 M takes the large config).
+# Prologue (run 2, as served at M = 16): sliced 28.4-30.7 us on qkv against the block kernel's
+# 31.1 and the Givens-records kernel's 30.6; alone the records kernel took 6.3-12.1 us against
+# the sliced one's 4.0-7.9 on every shape, so the sliced fp16 prologue serves.
+GEMV3_BLOCK_N = 128
+GEMV3_WARPS = 4
+GEMV3_PROGRAMS_PER_SM = 8
+GEMV3_GPI = 1
+GEMV3_STAGES = 3
+GEMV3_SMALL_WEIGHTS = 20 << 20
+GEMV3_SMALL = dict(block_n=64, num_warps=4, programs_per_sm=4, gpi=2, num_stages=2)
+GEMV3_PROLOGUE = "slice"  # "slice" (fast_host.rotate_slices) | "block" | "givens"
+PROLOGUES = ("slice", "block", "givens")
+
+
+@dataclass(frozen=True)
+class Gemv3Config:
+    """One launch configuration of the fifth-pass GEMV."""
+
+    block_n: int
+    split_k: int
+    num_warps: int
+    gpi: int
+    num_stages: int
+
+
+def gemv3_config(m: int, n: int, k: int, g: int, bounds: tuple[int, ...], sms: int,
+                 block_n: int = 0, num_warps: int = 0, programs_per_sm: int = 0, gpi: int = 0,
+                 num_stages: int = 0) -> Gemv3Config:  # fmt: skip
+    """Column tile (narrower where a partition boundary needs it) and split-K until about
+    `programs_per_sm` programs per SM."""
+    require(m <= 16, "x rows", "<= 16 for the decode GEMV", m)
+    require(g == 128, "group_size", "128 for the decode GEMV", g)
+    if n * k <= GEMV3_SMALL_WEIGHTS and not (block_n or num_warps or programs_per_sm or gpi
+                                              or num_stages):  # fmt: skip
+        return gemv3_config(m, n, k, g, bounds, sms, **GEMV3_SMALL)
+    align = 0
+    for b in bounds:
+        align = gcd(align, b)
+    host._block_n(16, align or 16)  # refuses boundaries off the 16-column grid, as the tiles do
+    bn = block_n or GEMV3_BLOCK_N
+    while bn > 16 and ((align and align % bn) or bn > 2 * n):
+        bn //= 2
+    tiles = -(-n // bn)
+    ngroups = k // g
+    split = max(1, min(ngroups, -(-(programs_per_sm or GEMV3_PROGRAMS_PER_SM) * sms // tiles)))
+    per = -(-ngroups // split)
+    return Gemv3Config(bn, -(-ngroups // per), num_warps or GEMV3_WARPS, gpi or GEMV3_GPI,
+                       num_stages or GEMV3_STAGES)  # fmt: skip
+
+
+def prologue16(x: torch.Tensor, rot_hi: torch.Tensor, rot_lo: torch.Tensor, g: int,
+               gv_idx: torch.Tensor | None, gv_coef: torch.Tensor | None,
+               kind: str = "", pdl: bool = False) -> torch.Tensor:  # fmt: skip
+    """x [M <= 16, K] -> xr [P, M, K] fp16, the rotated, channel-scaled activations (`pdl`:
+    the sliced kernel lets a dependent launch start at once)."""
+    kind = kind or GEMV3_PROLOGUE
+    require(kind in PROLOGUES, "prologue", PROLOGUES, kind)
+    if kind == "givens" and gv_idx is not None and gv_coef is not None:
+        return host.rotate_scale(x, rot_hi, rot_lo, g, gv_idx, gv_coef)[0]
+    if kind == "block":
+        return host.rotate_scale(x, rot_hi, rot_lo, g)[0]
+    return fast_host.rotate_slices(x, rot_hi, rot_lo, g, f16=True, pdl=pdl)[0]
+
+
+def gemv3_w4a16(
+    xr: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor,
+    bounds: tuple[int, ...],
+    group_size: int,
+    out_dtype: torch.dtype,
+    bias: torch.Tensor | None = None,
+    config: Gemv3Config | None = None,
+    pdl: bool = False,
+) -> torch.Tensor:
+    """The GEMV on the prologue output xr [P, M <= 16, K] fp16 -> y [M, N] out_dtype."""
+    import os
+
+    from .decode_kernels import gemv3_w4a16_kernel
+
+    _, m, k = xr.shape
+    n = qweight.shape[1]
+    require(xr.dtype == torch.float16, "xr dtype", torch.float16, xr.dtype)
+    cfg = config or gemv3_config(m, n, k, group_size, bounds, host.sm_count(xr.device))
+    gcfg = fast_host.GemvConfig(16, cfg.block_n, cfg.split_k, cfg.num_warps)
+    out, ws, cnt, tiles = fast_host._gemv_buffers(m, n, gcfg, out_dtype, xr.device)
+    b = (*bounds, n, n)[:2]
+    asm = not host._is_hip() and os.environ.get("TRITON_INTERPRET", "0") != "1"
+    gemv3_w4a16_kernel[(tiles, cfg.split_k)](
+        xr, qweight, scales, zeros, bias if bias is not None else scales, ws, cnt, out,
+        m, n, k, b[0], b[1],
+        HAS_BIAS=bias is not None, G=group_size, BLOCK_M=16, BLOCK_N=cfg.block_n,
+        SPLIT_K=cfg.split_k, GPI=cfg.gpi, ASM=asm, PDL=pdl,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"launch_pdl": True} if pdl else {}),
+    )  # fmt: skip
+    return out
+
+
+def gemv3_linear(
+    x: torch.Tensor,
+    rot_hi: torch.Tensor,
+    rot_lo: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor,
+    bounds: tuple[int, ...],
+    group_size: int,
+    bias: torch.Tensor | None = None,
+    gv_idx: torch.Tensor | None = None,
+    gv_coef: torch.Tensor | None = None,
+    prologue: str = "",
+    config: Gemv3Config | None = None,
+    pdl: bool | None = None,
+) -> torch.Tensor:
+    """The decode linear: prologue (`prologue16`) + GEMV, y [M, N] in x.dtype; PDL (default
+    `fast_host.GEMV_PDL`) with the sliced prologue only."""
+    kind = prologue or GEMV3_PROLOGUE
+    use = (fast_host.GEMV_PDL if pdl is None else pdl) and kind == "slice"
+    use = use and fast_host.pdl_ok(host._is_hip())
+    xr = prologue16(x, rot_hi, rot_lo, group_size, gv_idx, gv_coef, kind, use)
+    return gemv3_w4a16(xr, qweight, scales, zeros, bounds, group_size, x.dtype, bias, config,
+                       use)  # fmt: skip
