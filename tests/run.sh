@@ -28,10 +28,15 @@ grep -o -w -E 'avx512_bf16|amx_bf16|avx512f|avx2' /proc/cpuinfo | sort -u | tr '
 echo
 
 # System tools the tests use for real: systemd-analyze (unit verify), podman (the engine the
-# rendered units run; verify checks its binary exists), docker (image builds).
+# rendered units run; verify checks its binary exists), docker (image builds; the docker
+# profile's unit names /usr/bin/docker, which verify checks too). Installed here, before pytest:
+# paroctl/dockerhost.py would install docker.io itself, but only when the first image test runs,
+# and on a fresh machine whose only docker is a client elsewhere on PATH, the verify test on the
+# other worker ran first and found no /usr/bin/docker (2026-12-02).
 need=()
 command -v systemd-analyze >/dev/null || need+=(systemd)
 command -v podman >/dev/null || need+=(podman)
+[ -x /usr/bin/docker ] && [ -x /usr/sbin/dockerd ] || need+=(docker.io)
 if ((${#need[@]})); then
   log "apt-get install ${need[*]}"
   if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
