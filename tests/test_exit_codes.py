@@ -65,6 +65,27 @@ def test_a_broken_home_still_logs_the_crash_in_the_temp_dir(
     assert f"(traceback in {tmp_path / 'tmp'}/crash-" in result.output
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["unit", "render", "cpu-demo", "--format", "env", "--out"],
+        ["k8s", "render", "cpu-demo-docker", "--no-pin", "--out"],
+    ],
+    ids=["unit-render", "k8s-render"],
+)
+def test_an_unwritable_out_dir_is_named_not_a_crash(
+    argv: list[str], isolated_home: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "plain").write_text("a file, not a directory")
+    out = tmp_path / "plain" / "sub"
+    result = CliRunner().invoke(cli, [*argv, str(out)])
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[-1].startswith(f"Error: {out}")
+    assert result.stderr.splitlines()[-1].endswith(": Not a directory")
+    assert "crashed" not in result.output
+    assert not (isolated_home / "logs").exists()
+
+
 def test_ctrl_c_exits_130(monkeypatch: pytest.MonkeyPatch) -> None:
     _crash_with(monkeypatch, KeyboardInterrupt())
     result = CliRunner().invoke(cli, ["profile", "list"])

@@ -67,11 +67,30 @@ class LazyGroup(click.Group):
             why = f" ({exc})" if str(exc) else ""
             click.echo(f"Interrupted{why}.", err=True)
             sys.exit(EXIT_INTERRUPTED)
+        except OSError as exc:
+            # A file or directory the command needed (a bad --out, a full disk, a home that is
+            # a file): the path and the system's reason, not a crash report. Without a path
+            # (a socket, a timeout) it is unexpected: the crash report below.
+            sys.exit(_crashed(exc) if exc.filename is None else _os_error(exc))
         except Exception as exc:
             sys.exit(_crashed(exc))
 
 
 EXIT_BROKEN_PIPE = 2  # the output could not be delivered: "could not run", quietly
+
+
+def _os_error(exc: OSError) -> int:
+    """One line naming the path(s) and the system's reason; exit 2 (cannot run)."""
+    import traceback
+
+    from paroctl import state
+    from paroctl.errors import EXIT_CANNOT_RUN
+
+    if state.debug():
+        click.echo(traceback.format_exc(), err=True, nl=False)
+    paths = " -> ".join(str(p) for p in (exc.filename, exc.filename2) if p is not None)
+    click.echo(f"Error: {paths}: {exc.strerror or exc}", err=True)
+    return EXIT_CANNOT_RUN
 
 
 def _crashed(exc: Exception) -> int:
