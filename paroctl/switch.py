@@ -587,6 +587,7 @@ class LogWatcher:
         self.lines: list[str] = []
         self.phases: dict[str, float] = {"starting": 0.0}
         self.kv_tokens: int | None = None
+        self.failure: str | None = None  # why following the log stopped early, if it did
         self._start = start
         self._events = events
         self._lock = threading.Lock()
@@ -595,8 +596,13 @@ class LogWatcher:
         threading.Thread(target=self._pump, args=(lines,), daemon=True).start()
 
     def _pump(self, lines: Iterator[str]) -> None:
-        for line in lines:
-            self.feed(line)
+        try:
+            for line in lines:
+                self.feed(line)
+        except (ParoctlError, OSError) as exc:  # the runtime could not be asked any more
+            with self._lock:
+                self.failure = exc.message if isinstance(exc, ParoctlError) else str(exc)
+                self._changed.notify_all()
 
     def feed(self, line: str) -> None:
         """Take one log line (public so the phase logic is testable without a serve)."""
@@ -720,6 +726,11 @@ def _check_identity(profile: Profile, client: Client) -> None:
 
 
 def _check_markers(profile: Profile, watcher: LogWatcher) -> None:
+    if watcher.failure is not None:  # a forbidden line could be in what was never read
+        raise RuntimeFailure(
+            f"boot markers: the log could not be followed ({watcher.failure}); nothing proves "
+            "the markers"
+        )
     problems = marker_problems(
         profile.body.boot.expect, profile.body.boot.forbid, watcher.snapshot()
     )

@@ -6,7 +6,8 @@ import contextlib
 import json
 import socket
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from paroctl import gpu, journal, profiles, state, switch
+from paroctl.errors import RuntimeFailure
 from paroctl.switch import SwitchFailed
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,6 +48,25 @@ def test_log_watcher_compiled_boot_phases() -> None:
     assert watcher.current() == "kv cache sized"
     assert watcher.kv_tokens == 862604
     assert "compiling" in watcher.phases and "capturing graphs" in watcher.phases
+
+
+def test_a_log_that_cannot_be_followed_fails_the_markers_not_the_thread() -> None:
+    """The runtime stops answering mid-follow (systemd's container gone): the follower thread
+    records why instead of dying with a traceback, and the marker check refuses the boot."""
+
+    def lines() -> Iterator[str]:
+        yield VLLM_CPU_LOG[0]
+        raise RuntimeFailure("`systemctl show` failed with exit code 126")
+
+    watcher = switch.LogWatcher(lines(), 0.0, lambda e: None)
+    deadline = time.monotonic() + 5
+    while watcher.failure is None and time.monotonic() < deadline:
+        watcher.wait_line(0.1)
+    assert watcher.failure == "`systemctl show` failed with exit code 126"
+    assert watcher.snapshot() == [VLLM_CPU_LOG[0]]
+    profile = profiles.load("cpu-demo")
+    with pytest.raises(RuntimeFailure, match=r"^boot markers: the log could not be followed \("):
+        switch._check_markers(profile, watcher)
 
 
 def test_marker_problems() -> None:
