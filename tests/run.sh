@@ -36,7 +36,7 @@ echo
 need=()
 command -v systemd-analyze >/dev/null || need+=(systemd)
 command -v podman >/dev/null || need+=(podman)
-[ -x /usr/bin/docker ] && [ -x /usr/sbin/dockerd ] || need+=(docker.io)
+{ [ -x /usr/bin/docker ] && command -v dockerd >/dev/null; } || need+=(docker.io)  # as dockerhost
 if ((${#need[@]})); then
   log "apt-get install ${need[*]}"
   if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
