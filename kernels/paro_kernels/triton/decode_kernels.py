@@ -27,27 +27,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .fast_kernels import gdc_wait, prefetch_l2
+from .fast_kernels import gdc_wait, nibble_pair_asm, prefetch_l2
 from .kernels import _ticket_finish
 
-_UNPACK_ASM = tl.constexpr("""
-{
-.reg .b32 t, u;
-lop3.b32 t, $8, 0x000F000F, 0x64006400, 0xea;
-sub.f16x2 t, t, $9;
-mov.b32 {$0, $4}, t;
-lop3.b32 t, $8, 0x00F000F0, 0x54005400, 0xea;
-sub.f16x2 t, t, $10;
-mov.b32 {$1, $5}, t;
-shr.u32 u, $8, 8;
-lop3.b32 t, u, 0x000F000F, 0x64006400, 0xea;
-sub.f16x2 t, t, $9;
-mov.b32 {$2, $6}, t;
-lop3.b32 t, u, 0x00F000F0, 0x54005400, 0xea;
-sub.f16x2 t, t, $10;
-mov.b32 {$3, $7}, t;
-}
-""")
+_UNPACK_ASM = tl.constexpr(nibble_pair_asm("0x54005400"))
 
 
 @triton.jit

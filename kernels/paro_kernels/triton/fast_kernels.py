@@ -411,24 +411,33 @@ def cast_fp16_kernel(x_ptr, y_ptr, numel, BLOCK: tl.constexpr):
 # exponent), so no row sums are read; the group scale multiplies the chunk's partial once.
 # Split-K only as far as needed to fill the SMs; the splits meet in the ticket finish.
 
-_FP16_PAIR_ASM = tl.constexpr("""
-{
+
+def nibble_pair_asm(high_magic: str) -> str:
+    """The PTX of the 8-plane nibble unpack: per nibble pair one lop3 into an fp16 pair (low
+    nibbles of each byte with 0x64006400, high nibbles with `high_magic`) and one sub.f16x2 of
+    the column's zero pair. 0x64006400 leaves the high planes x16; 0x54005400 (ulp 1/16) does not
+    (`decode_kernels._unpack`)."""
+    return f"""
+{{
 .reg .b32 t, u;
 lop3.b32 t, $8, 0x000F000F, 0x64006400, 0xea;
 sub.f16x2 t, t, $9;
-mov.b32 {$0, $4}, t;
-lop3.b32 t, $8, 0x00F000F0, 0x64006400, 0xea;
+mov.b32 {{$0, $4}}, t;
+lop3.b32 t, $8, 0x00F000F0, {high_magic}, 0xea;
 sub.f16x2 t, t, $10;
-mov.b32 {$1, $5}, t;
+mov.b32 {{$1, $5}}, t;
 shr.u32 u, $8, 8;
 lop3.b32 t, u, 0x000F000F, 0x64006400, 0xea;
 sub.f16x2 t, t, $9;
-mov.b32 {$2, $6}, t;
-lop3.b32 t, u, 0x00F000F0, 0x64006400, 0xea;
+mov.b32 {{$2, $6}}, t;
+lop3.b32 t, u, 0x00F000F0, {high_magic}, 0xea;
 sub.f16x2 t, t, $10;
-mov.b32 {$3, $7}, t;
-}
-""")
+mov.b32 {{$3, $7}}, t;
+}}
+"""
+
+
+_FP16_PAIR_ASM = tl.constexpr(nibble_pair_asm("0x64006400"))
 
 
 @triton.jit
