@@ -44,6 +44,13 @@ def _x(m: int, k: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
     return torch.randn(m, k, generator=torch.Generator().manual_seed(m * 7 + k)).to(dtype)
 
 
+def _served(act: str, m: int) -> str:
+    """The activations an M-row call is served on: decode rows take the GEMV on 16-bit ones."""
+    from paro_kernels.triton import host, mx_decode_host
+
+    return "a16" if mx_decode_host.gemv_ok(m, host._is_hip()) else act
+
+
 @pytest.mark.parametrize("act", ["fp8", "a16"])
 @pytest.mark.parametrize(("case", "m"), GRID)
 def test_mxfp4_linear_matches_fp64_reference(case: tuple[int, int], m: int, act: str) -> None:
@@ -55,7 +62,7 @@ def test_mxfp4_linear_matches_fp64_reference(case: tuple[int, int], m: int, act:
     bias = torch.randn(n, dtype=torch.bfloat16) if m % 2 else None
     y = mx_ops.linear(prep, x.cuda(), None if bias is None else bias.cuda(), act)
     assert y.shape == (m, n) and y.dtype == torch.bfloat16
-    r = fp8_linear_ref(x, w) if act == "fp8" else x.double() @ w.t()
+    r = fp8_linear_ref(x, w) if _served(act, m) == "fp8" else x.double() @ w.t()
     if bias is not None:
         r = r + bias.double()
     assert rel(y, r) <= BF16_FLOOR
@@ -83,7 +90,7 @@ PARO_CASES = [(1024, [512, 128, 128], 128), (1536, [208, 144], 64)]
 
 
 @pytest.mark.parametrize("act", ["fp8", "a16"])
-@pytest.mark.parametrize("m", [1, 16, 17, 257])
+@pytest.mark.parametrize("m", [1, 3, 16, 17, 257])
 @pytest.mark.parametrize(("k", "sizes", "g"), PARO_CASES)
 def test_paro_merged_matches_fp64_reference(
     k: int, sizes: list[int], g: int, m: int, act: str
@@ -104,7 +111,9 @@ def test_paro_merged_matches_fp64_reference(
         assert rel(y, plane_ref(a, s, w, prep.bounds)) <= BF16_FLOOR, fused  # GEMM on its own A
         assert rel(y, paro_ref(x, w, runs, g, act)) <= (1e-2 if act == "fp8" else BF16_FLOOR)
     linear = mx_host.mx_linear(prep, x.cuda(), None, act)  # type: ignore[arg-type]
-    assert rel(linear, paro_ref(x, w, runs, g, act)) <= (1e-2 if act == "fp8" else BF16_FLOOR)
+    served = _served(act, m)
+    assert rel(linear, paro_ref(x, w, runs, g, served)) <= (1e-2 if served == "fp8"
+                                                           else BF16_FLOOR)  # fmt: skip
 
 
 @pytest.mark.parametrize("m", [1, 300])
@@ -120,7 +129,10 @@ def test_exponent_range_of_a_checkpoint_and_beyond(m: int) -> None:
     y16 = mx_host.mx_linear(prep, x.cuda(), None, "a16")
     assert rel(y16, x.double() @ w.t()) <= BF16_FLOOR
     y8 = mx_host.mx_linear(prep, x.cuda(), None, "fp8")
-    assert rel(y8, fp8_linear_ref(x, w)) <= BF16_FLOOR
+    want = fp8_linear_ref(x, w) if _served("fp8", m) == "fp8" else x.double() @ w.t()
+    assert rel(y8, want) <= BF16_FLOOR
+    y_gemm = mx_host.mx_linear(prep, x.cuda(), None, "fp8", path="gemm")
+    assert rel(y_gemm, fp8_linear_ref(x, w)) <= BF16_FLOOR
 
 
 @pytest.mark.parametrize("m", [4, 200])
@@ -152,6 +164,51 @@ def test_every_config_of_the_sweep_matches(m: int) -> None:
         for fold in (True, False):
             y = mx_host.mx_gemm(a, s, prep.weight, (), torch.bfloat16, None, cfg, fold)
             assert rel(y, r) <= BF16_FLOOR, (cfg, fold)
+
+
+# The decode GEMV (sixth pass): K/32 odd (a padded last pair), N ragged against every tile,
+# N = 1000 / 5120 at the real K; M = 1..4 (M = 3 pads to the 4-row variant).
+GEMV_CASES = [(544, 384), (1024, 320), (5120, 1000), (96, 40)]
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 4])
+@pytest.mark.parametrize(("k", "n"), GEMV_CASES)
+def test_gemv_every_config_and_unpack_matches_fp64(k: int, n: int, m: int) -> None:
+    from paro_kernels.triton import mx_decode_host
+
+    _, _, w, prep = _layer(n, k)
+    x = _x(m, k)
+    b = torch.randn(n, dtype=torch.bfloat16)
+    r = x.double() @ w.t()
+    a = x.cuda().unsqueeze(0)
+    for kw in mx_decode_host.sweep_configs():
+        cfg = mx_decode_host.gemv_config(m, n, k, (), 132, **kw)
+        for asm in (True, False):
+            y = mx_decode_host.mx_gemv(a, prep.weight, (), torch.bfloat16, None, cfg, asm)
+            assert y.shape == (m, n) and rel(y, r) <= BF16_FLOOR, (kw, asm)
+        yb = mx_decode_host.mx_gemv(a, prep.weight, (), torch.bfloat16, b.cuda(), cfg)
+        assert rel(yb, r + b.double()) <= BF16_FLOOR, kw
+
+
+def test_gemv_every_e2m1_code_and_sign() -> None:
+    # one column per code (0..15, +-0 included) with scale 2^0, x = 1 at one K column only:
+    # y is the code's value exactly, through both unpacks and both nibbles of a byte
+    from paro_kernels.triton import mx_decode_host, mx_host
+
+    k, n = 128, 32
+    codes = torch.arange(n) % 16
+    for col in (0, 33, 70, 127):  # low / high nibble, first and second pair
+        q = torch.zeros(n, k, dtype=torch.uint8)
+        q[:, col] = codes.to(torch.uint8)
+        weight = (q[:, 0::2] | (q[:, 1::2] << 4)).contiguous()
+        scale = torch.full((n, k // 32), 127, dtype=torch.uint8)
+        prep = mx_host.prepare(weight, scale, None, 0, "cuda")
+        x = torch.zeros(1, 1, k, dtype=torch.bfloat16, device="cuda")
+        x[0, 0, col] = 1.0
+        want = mx.mxfp4_dequantize(weight, scale)[:, col].double()
+        for asm in (True, False):
+            y = mx_decode_host.mx_gemv(x, prep.weight, (), torch.bfloat16, None, None, asm)
+            assert torch.equal(y[0].cpu().double(), want), (col, asm)
 
 
 def test_fp16_activations_and_rows_are_independent() -> None:

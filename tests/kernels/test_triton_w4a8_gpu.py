@@ -121,11 +121,12 @@ def _a16_reference(x: torch.Tensor, parts, g: int, bits: int) -> torch.Tensor:  
 
 
 @pytest.mark.parametrize("bits", [4, 5])
-@pytest.mark.parametrize("m", [1, 2, 1030])
+@pytest.mark.parametrize("m", [1, 2, 9, 16, 1030])
 def test_a16_bands_serve_w4a8(m: int, bits: int) -> None:
-    # NVIDIA: the decode GEMV (int4) and, from M = 256, fp8 calls the 8-bit vendor GEMM and int8
-    # calls dequant + cuBLAS (int4, int5) serve W4A8 in their bands (the 16-bit ones at the bf16
-    # floor of the unquantized-activation linear); elsewhere the A8 kernels.
+    # NVIDIA: the decode GEMVs (int4: the FMA one to M = 2, the matrix-unit one at M = 9..16)
+    # and, from M = 256, fp8 calls the 8-bit vendor GEMM and int8 calls dequant + cuBLAS (int4,
+    # int5) serve W4A8 in their bands (the 16-bit ones at the bf16 floor of the
+    # unquantized-activation linear); elsewhere the A8 kernels.
     from paro_kernels.triton import fast_host, host
 
     k, sizes, g = 1024, [512, 128, 128], 128
@@ -135,15 +136,16 @@ def test_a16_bands_serve_w4a8(m: int, bits: int) -> None:
     for fmt in ("int8", "fp8"):
         route = fast_host.a8_route(m, g, bits == 5, host._is_hip(), fmt)
         big = "w8" if fmt in fast_host.W8_FORMATS else "dequant"
+        small = "gemv" if m <= fast_host.GEMV_MAX_M else "gemv3"
         assert route == (None if host._is_hip() or (bits == 5 and m < fast_host.DEQUANT_MIN_M)
-                         else big if m >= fast_host.DEQUANT_MIN_M else "gemv"), fmt  # fmt: skip
+                         else big if m >= fast_host.DEQUANT_MIN_M else small), fmt  # fmt: skip
         y = host.linear_a8(prep, x.cuda(), bb, fmt, "group", bits == 5)
         if route == "w8":
             want = reference_a8(x, parts, g, bits, fmt, "group")
         else:
             want = _a16_reference(x, parts, g, bits) if route else reference_a8(x, parts, g, bits,
                                                                                 fmt, "group")  # fmt: skip
-        tol = {"gemv": 2e-3, "dequant": BF16_W_FLOOR}.get(route or "", 5e-3)
+        tol = {"gemv": 2e-3, "gemv3": 2e-3, "dequant": BF16_W_FLOOR}.get(route or "", 5e-3)
         if route == "w8":
             tol = W8_TOL[fast_host.W8_KIND]
         assert rel(y, want) <= tol, fmt

@@ -570,16 +570,22 @@ def band(m: int, group_size: int = 128, hip: bool | None = None) -> str:
 # against the routed op's 18.0 / 9.8 / 29.4 / 19.7 / 21.2; at M = 2048 the routed op 0.75-0.77x
 # cuBLAS. gfx1201 keeps A8 (its fp8/int8 WMMA runs at twice bf16; not measured here).
 A8_ROUTE = True
+# Sixth pass: M = 9..16 (int4 weights) on the fifth pass's matrix-unit GEMV too; pass 5, run 4
+# (H200, as served, same run): the A8 kernels took 1.01-1.43x the W4A16 op's time at M = 16
+# (fp8 37.5 / 22.6 / 67.8 / 41.4 / 41.0 us against 29.7 / 15.8 / 54.0 / 36.5 / 36.1).
+A8_GEMV3 = True
 
 
 def a8_route(m: int, group_size: int, int5: bool, hip: bool, act_format: str = "fp8") -> str | None:
-    """The path ("gemv" | "dequant" | "w8": the 8-bit vendor GEMM, `w8_linear`) that serves a
-    W4A8 / W5A8 call of M rows, or None (the A8 kernels)."""
+    """The path ("gemv" | "gemv3" | "dequant" | "w8": the 8-bit vendor GEMM, `w8_linear`) that
+    serves a W4A8 / W5A8 call of M rows, or None (the A8 kernels)."""
     if hip or not A8_ROUTE:
         return None
     route = band(m, group_size)
     if route == "gemv" and not int5 and m <= GEMV2_FMA_MAX_M:
         return "gemv"
+    if route == "gemv3" and not int5 and A8_GEMV3:
+        return "gemv3"
     if m >= W8_MIN_M and act_format in W8_FORMATS:
         return "w8"
     return "dequant" if route == "dequant" else None

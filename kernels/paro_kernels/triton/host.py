@@ -747,6 +747,11 @@ def w4a8_linear(
     if route == "gemv":
         args = (rot_hi, rot_lo, qweight, scales, zeros, gv_idx, gv_coef)
         return fast_host.gemv_w4a16(args, x, bounds, group_size, bias)
+    if route == "gemv3":
+        from . import decode_host
+
+        return decode_host.gemv3_linear(x, rot_hi, rot_lo, qweight, scales, zeros, bounds,
+                                        group_size, bias, gv_idx, gv_coef)  # fmt: skip
     if route == "w8" and w8_amax is not None and fast_host.w8_ok(n, k, fast_host.W8_KIND):
         return fast_host.w8_linear(x, qweight, qweight_hi, scales, zeros, rot_hi, rot_lo, bounds,
                                    group_size, w8_amax, bias)  # fmt: skip

@@ -326,9 +326,19 @@ def activations(
 
 
 def mx_linear(
-    prep: Prepared, x: torch.Tensor, bias: torch.Tensor | None = None, act: ActMode = "fp8"
-) -> torch.Tensor:
-    """y [M, N] in x.dtype = act_quant(rot(x)) W^T (+ bias) for x [M, K] bf16/fp16."""
+    prep: Prepared, x: torch.Tensor, bias: torch.Tensor | None = None, act: ActMode = "fp8",
+    path: str | None = None,
+) -> torch.Tensor:  # fmt: skip
+    """y [M, N] in x.dtype = act_quant(rot(x)) W^T (+ bias) for x [M, K] bf16/fp16.
+
+    Decode rows (`mx_decode_host.gemv_ok`) take the GEMV on 16-bit activations, either `act`;
+    `path` ("gemv" | "gemm") overrides that choice (the bench's forced paths)."""
+    from . import mx_decode_host
+
+    require(path in (None, "gemv", "gemm"), "path", "gemv or gemm", path)
+    if path == "gemv" or (path is None and mx_decode_host.gemv_ok(x.shape[0], host._is_hip())):
+        (a,) = activations(prep, x, "a16")
+        return mx_decode_host.mx_gemv(a, prep.weight, prep.bounds, x.dtype, bias)
     ops = activations(prep, x, act)
     a, a_scale = ops[0], (ops[1] if len(ops) > 1 else None)
     return mx_gemm(a, a_scale, prep.weight, prep.bounds, x.dtype, bias)

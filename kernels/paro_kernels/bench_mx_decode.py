@@ -1,0 +1,208 @@
+"""Sixth-pass decode bench (issue 14): the MXFP4 decode GEMV (`mx_decode_host`) against the
+MXFP4 GEMM it replaces at M <= 4, the int4 W4A16 op as served, and the peers, in one run.
+
+    python -m paro_kernels.bench_mx_decode --out DIR/mx.json [--shapes qkv,gate_up]
+        [--ms 1,2,4] [--sweep qkv,gate_up] [--budget-s 300]
+
+Sweep: the GEMV alone (NVFP4 -> MXFP4, one plane) over block_n x warps x programs per SM on the
+--sweep shapes at each M; the best config by summed time goes on. Then per (shape, M): cuBLAS
+bf16, `torch._weight_int4pack_mm` (g128), the int4 W4A16 op as served (`host.w4a16_linear`, the
+Givens tables present), MXFP4 and MXFP4-PARO as served (`mx_host.mx_linear`, W4A8 act), the GEMM
+forced (`path="gemm"`, W4A8 and A16) and the GEMV at the best sweep config; each GEMV output is
+checked against an fp64 reference of the dequantized weight. Timing as `bench._time` (CUDA-graph
+replays over weight copies past 4x L2); % HBM = format-minimal bytes over 4.3 TB/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from . import bench as b
+from .bench14 import G, _bytes_w4, _int4pack, _with_givens
+
+
+def _mx_bytes(n: int, k: int, m: int, planes: int = 1) -> int:
+    """e2m1 codes + e8m0 scales + activations once per plane (bf16) + bf16 output."""
+    return n * k // 2 + n * k // 32 + planes * 2 * m * k + 2 * m * n
+
+
+def _t(fns: Sequence[Callable[[], object]], reps: int) -> float:
+    try:
+        return b._time(b.cycling(fns), reps)
+    except Exception as e:  # one broken candidate must not lose the run
+        print("error", type(e).__name__, str(e)[:300], flush=True)
+        return float("nan")
+
+
+def _row(name: str, m: int, variant: str, us: float, nbytes: int, **kw: Any) -> dict[str, Any]:
+    r = {"shape": name, "m": m, "variant": variant, "us": us,
+         "hbm_pct_4p3": nbytes / 4.3e12 / (us * 1e-6) * 100, **kw}  # fmt: skip
+    extra = "".join(f" {key} {v}" for key, v in kw.items())
+    print(f"{name} M={m} {variant}: {us:.2f} us {r['hbm_pct_4p3']:.0f}% HBM{extra}", flush=True)
+    return r
+
+
+def _mx_preps(n: int, k: int, sizes: tuple[int, ...], rot: bool, dev: torch.device) -> list[Any]:
+    from .triton import mx_host
+
+    preps = [mx_host.prepare(*mx_host.random_checkpoint(n, k, seed=i), None, 0, dev)
+             for i in range(b.copies(n * k // 2))]  # fmt: skip
+    if rot:
+        r0 = mx_host.prepare(*mx_host.random_checkpoint(n, k), mx_host.random_runs(k, sizes),
+                             G, dev)  # fmt: skip
+        preps = [dataclasses.replace(r0, weight=p.weight) for p in preps]
+    return preps
+
+
+def _gemv(p: Any, a: torch.Tensor, cfg: Any) -> object:
+    from .triton import mx_decode_host
+
+    return mx_decode_host.mx_gemv(a, p.weight, p.bounds, torch.bfloat16, None, cfg)
+
+
+def sweep(shapes: list[str], ms: list[int], reps: int) -> list[dict[str, Any]]:
+    """The GEMV alone at every SWEEP config (one plane, bf16 activations)."""
+    from .triton import mx_decode_host
+
+    dev = torch.device("cuda")
+    out = []
+    for name in shapes:
+        _, n, k, _ = next(s for s in b.SHAPES if s[0] == name)
+        preps = _mx_preps(n, k, (n,), False, dev)
+        for m in ms:
+            a = torch.randn(1, m, k, device=dev, dtype=torch.bfloat16)
+            for kw in mx_decode_host.sweep_configs():
+                cfg = mx_decode_host.gemv_config(m, n, k, (), 132, **kw)
+                us = _t([functools.partial(_gemv, p, a, cfg) for p in preps], reps)
+                out.append(_row(name, m, f"gemv {kw}", us, _mx_bytes(n, k, m), cfg=kw))
+        del preps
+        torch.cuda.empty_cache()
+    return out
+
+
+def best_config(rows: list[dict[str, Any]], m: int) -> dict[str, int]:
+    """The sweep config with the least summed time over the swept shapes at M = m."""
+    tot: dict[str, float] = {}
+    for r in rows:
+        if r["m"] == m:
+            key = json.dumps(r["cfg"], sort_keys=True)
+            tot[key] = tot.get(key, 0.0) + r["us"]
+    good = {key: v for key, v in tot.items() if v == v}
+    return json.loads(min(good, key=good.__getitem__)) if good else {}
+
+
+def _ref_err(y: torch.Tensor, a: torch.Tensor, p: Any) -> float:
+    """Frobenius relative error of y against fp64 A_p W^T of the dequantized weight."""
+    w = p.weight
+    wd = _dequant(p).double()
+    bounds = (0, *p.bounds, w.n)
+    r = torch.empty(a.shape[1], w.n, dtype=torch.float64, device=a.device)
+    for i in range(len(bounds) - 1):
+        lo, hi = bounds[i], bounds[i + 1]
+        r[:, lo:hi] = a[i].double() @ wd[lo:hi].t()
+    return float((y.double() - r).norm() / r.norm())
+
+
+def _dequant(p: Any) -> torch.Tensor:
+    """[N, K] fp32 of the repacked weight (the kernel layout read back in torch)."""
+    from .formats import e2m1_decode
+
+    w = p.weight
+    n, kp2 = w.qw.shape
+    q = w.qw.view(n, kp2 // 32, 32)
+    codes = torch.stack([q & 15, q >> 4], 2).reshape(n, -1)[:, : w.k]  # [N, K] 0..15
+    codes = e2m1_decode(codes.cpu()).to(q.device, torch.float32)
+    e = w.sc[: w.k // 32].t().to(torch.int32)  # [N, K/32]
+    scale = torch.where(e > 0, torch.exp2((e - 127).float()), 0.0)
+    return codes * scale.repeat_interleave(32, 1)
+
+
+def cells(shapes: list[str], ms: list[int], reps: int, best: dict[int, dict[str, int]],
+          t0: float, budget: float) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
+    """Per (shape, M), same run: cuBLAS, int4pack, int4 W4A16 as served, MXFP4 / MXFP4-PARO as
+    served, the GEMM forced, the GEMV at the best sweep config."""
+    from .triton import host, mx_decode_host, mx_host
+
+    dev = torch.device("cuda")
+    out, not_run = [], []
+    for name in shapes:
+        _, n, k, sizes = next(s for s in b.SHAPES if s[0] == name)
+        for m in ms:
+            if budget and time.monotonic() - t0 > budget:
+                not_run.append(f"{name}@{m}")
+                continue
+            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+            wd = [torch.randn(k, n, device=dev, dtype=torch.bfloat16)
+                  for _ in range(b.copies(2 * k * n))]  # fmt: skip
+            nb16 = 2 * n * k + 2 * m * (k + n)
+            cub = _t([functools.partial(torch.matmul, x, w) for w in wd], reps)
+            out.append(_row(name, m, "cublas-bf16", cub, nb16))
+            del wd
+            out.append(_row(name, m, "int4pack", b._time(_int4pack(n, k, m, dev), reps),
+                            _bytes_w4(n, k, m)))  # fmt: skip
+            i4 = [_with_givens(b._random_prep(n, k, sizes, 4, dev), k, len(sizes), dev)
+                  for _ in range(b.copies(_bytes_w4(n, k, 0)))]  # fmt: skip
+            out.append(_row(name, m, "w4a16-int4 as served",
+                            _t([functools.partial(host.linear, p, x) for p in i4], reps),
+                            _bytes_w4(n, k, m)))  # fmt: skip
+            del i4
+            for rot in (False, True):
+                label = "mxfp4-paro" if rot else "mxfp4"
+                preps = _mx_preps(n, k, sizes, rot, dev)
+                nbm = _mx_bytes(n, k, m, len(sizes) if rot else 1)
+                for act, path in (("fp8", None), ("fp8", "gemm"), ("a16", "gemm")):
+                    fns = [functools.partial(mx_host.mx_linear, p, x, None, act, path)
+                           for p in preps]  # fmt: skip
+                    out.append(_row(name, m, f"{label} {act} {path or 'as served'}",
+                                    _t(fns, reps), nbm))  # fmt: skip
+                if best.get(m):
+                    (a,) = mx_host.activations(preps[0], x, "a16")
+                    cfg = mx_decode_host.gemv_config(m, n, k, preps[0].bounds, 132, **best[m])
+                    err = _ref_err(_gemv(preps[0], a, cfg), a, preps[0])
+                    fns = [functools.partial(_gemv, p, a, cfg) for p in preps]
+                    out.append(_row(name, m, f"{label} gemv alone {best[m]}", _t(fns, reps), nbm,
+                                    rel=f"{err:.1e}"))  # fmt: skip
+                del preps
+                torch.cuda.empty_cache()
+    return out, not_run
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Sweep, then the cells; JSON written after each."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="mx.json")
+    ap.add_argument("--shapes", default="qkv,o_proj,gate_up,down,in_proj")
+    ap.add_argument("--ms", default="1,2,4")
+    ap.add_argument("--sweep", default="qkv,gate_up")
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--budget-s", type=float, default=0)
+    args = ap.parse_args(argv)
+    torch.manual_seed(0)
+    t0 = time.monotonic()
+    ms = [int(v) for v in args.ms.split(",")]
+    meta: dict[str, Any] = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+                            "triton": __import__("triton").__version__,
+                            "command": " ".join(["python -m paro_kernels.bench_mx_decode",
+                                                 *(argv or [])])}  # fmt: skip
+    sw = list(filter(None, args.sweep.split(",")))
+    meta["sweep"] = sweep(sw, ms, args.reps) if sw else []
+    meta["best"] = {m: best_config(meta["sweep"], m) for m in ms}
+    print("best configs", meta["best"], flush=True)
+    with open(args.out, "w") as f:
+        json.dump(meta, f, indent=1)
+    meta["cells"], meta["not_run"] = cells(args.shapes.split(","), ms, args.reps, meta["best"],
+                                           t0, args.budget_s)  # fmt: skip
+    with open(args.out, "w") as f:
+        json.dump(meta, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

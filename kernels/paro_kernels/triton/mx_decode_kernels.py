@@ -1,0 +1,192 @@
+"""The MXFP4 decode GEMV (issue 14, sixth pass): M <= 4 rows on the FMA units, not 16-row tiles.
+
+Why: the MXFP4 GEMM (`mx_kernels.mx_gemm_kernel`) serves decode with 16-row matrix-unit tiles,
+15 of 16 rows padding at M = 1. It reached 9-12% of the HBM roofline (BENCH.md, 2026-11-29 run
+3: 41-108 us at M = 1), 2.2-3.6x the int4 GEMV's time for about the same weight bytes.
+
+Layout (the MXFP4 GEMM's, `mx_host.repack`, read as int32): row n holds 8 words per 64-column
+block pair j; byte b of word w holds K column 64 j + 4 w + b in its low nibble (block 2 j) and
+64 j + 32 + 4 w + b in its high nibble (block 2 j + 1). A program owns BLOCK_N rows; each thread
+loads 4 adjacent words (one 16-byte load, half a block pair) per row it holds, and the K
+reduction stays in the thread until the end (one cross-thread sum per output).
+
+Unpack: an e2m1 code s|E|m with its three magnitude bits at fp16 bits 9..11 and its sign at bit
+15 is the fp16 2^-14 e2m1 exactly (E = 0 lands on the fp16 subnormals, which every target keeps),
+so a nibble is two shifts, two masks and one convert. On NVIDIA one PTX block does a word's
+eight nibbles as four fp16 pairs (`_E2M1_ASM`); elsewhere the same bits come from plain ops.
+The block scale 2^(e - 127) multiplies each block's fp32 partial (e8m0 code 0, 2^-127, flushes to
+zero as in the per-block GEMM) and the 2^14 is applied once at the end: exact products, fp32 sums.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .kernels import _ticket_finish
+
+# Nibble p of a word (bits 4p..4p+3) as fp32 output $p: pair (p, p + 4) is one fp16 pair after
+# shifting nibble p to bits 12..15 (magnitude then at 9..11 after >> 3, sign at 15).
+_E2M1_ASM = tl.constexpr(
+    """
+{
+.reg .b32 t, u;
+.reg .b16 l, h;
+shl.b32 t, $8, 9;
+and.b32 t, t, 0x0E000E00;
+shl.b32 u, $8, 12;
+and.b32 u, u, 0x80008000;
+or.b32 t, t, u;
+mov.b32 {l, h}, t;
+cvt.f32.f16 $0, l;
+cvt.f32.f16 $4, h;
+shl.b32 t, $8, 5;
+and.b32 t, t, 0x0E000E00;
+shl.b32 u, $8, 8;
+and.b32 u, u, 0x80008000;
+or.b32 t, t, u;
+mov.b32 {l, h}, t;
+cvt.f32.f16 $1, l;
+cvt.f32.f16 $5, h;
+shl.b32 t, $8, 1;
+and.b32 t, t, 0x0E000E00;
+shl.b32 u, $8, 4;
+and.b32 u, u, 0x80008000;
+or.b32 t, t, u;
+mov.b32 {l, h}, t;
+cvt.f32.f16 $2, l;
+cvt.f32.f16 $6, h;
+shr.b32 t, $8, 3;
+and.b32 t, t, 0x0E000E00;
+and.b32 u, $8, 0x80008000;
+or.b32 t, t, u;
+mov.b32 {l, h}, t;
+cvt.f32.f16 $3, l;
+cvt.f32.f16 $7, h;
+}
+"""
+)
+
+
+@triton.jit
+def _e2m1(w, s: tl.constexpr):
+    """fp32 2^-14 e2m1 of the nibble at bits s..s+3 of int32 words w, exactly (plain ops)."""
+    if s <= 9:  # noqa: SIM108  (a Triton constexpr branch, kept explicit)
+        mag = (w << (9 - s)) & 0x0E00
+    else:
+        mag = (w >> (s - 9)) & 0x0E00
+    if s <= 12:  # noqa: SIM108
+        sgn = (w << (12 - s)) & 0x8000
+    else:
+        sgn = (w >> (s - 12)) & 0x8000
+    return (mag | sgn).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+
+
+@triton.jit
+def _unpack(q, ASM: tl.constexpr):
+    """The 8 nibbles of int32 words q as fp32 2^-14 e2m1 values, nibble p first at p."""
+    if ASM:
+        return tl.inline_asm_elementwise(
+            _E2M1_ASM, "=f,=f,=f,=f,=f,=f,=f,=f,r", [q], dtype=(tl.float32,) * 8, is_pure=True,
+            pack=1,
+        )  # fmt: skip
+    return (_e2m1(q, 0), _e2m1(q, 4), _e2m1(q, 8), _e2m1(q, 12),
+            _e2m1(q, 16), _e2m1(q, 20), _e2m1(q, 24), _e2m1(q, 28))  # fmt: skip
+
+
+@triton.jit
+def _act(a_row, kb, b: tl.constexpr, K):
+    """fp32 [1, 8]: activation columns kb + b of one row (0 past K)."""
+    return tl.load(a_row + kb + b, mask=kb + b < K, other=0.0).to(tl.float32)[None, :]
+
+
+@triton.jit
+def _pair(w, a_row, kb, K, sa, sb, acc):
+    """acc [BN, 8] += the block pair's products for one activation row, each block scaled."""
+    w0, w1, w2, w3, w4, w5, w6, w7 = w
+    da = w0 * _act(a_row, kb, 0, K) + w2 * _act(a_row, kb, 1, K)
+    da += w4 * _act(a_row, kb, 2, K) + w6 * _act(a_row, kb, 3, K)
+    db = w1 * _act(a_row, kb, 32, K) + w3 * _act(a_row, kb, 33, K)
+    db += w5 * _act(a_row, kb, 34, K) + w7 * _act(a_row, kb, 35, K)
+    return acc + da * sa + db * sb
+
+
+@triton.jit
+def mx_gemv_kernel(
+    a_ptr,  # [P, M, K] bf16/fp16: row m of plane p at a_ptr + (p * M + m) * stride_am
+    qw_ptr,  # [N, Kp/8] int32 view of the repacked codes (module doc)
+    sc_ptr,  # [Kp/32, N] u8 e8m0
+    bias_ptr,  # [N] or a dummy
+    ws_ptr,  # SPLIT_K > 1: [>= M * N] fp32 workspace, zero on entry and on exit
+    cnt_ptr,  # SPLIT_K > 1: [>= N / BLOCK_N] int32 tickets, zero on entry and on exit
+    out_ptr,  # [M, N] out dtype
+    M,
+    N,
+    K,
+    stride_am,
+    b1,  # first column of plane 1 (N when A has one plane)
+    b2,  # first column of plane 2 (N when there is none)
+    HAS_BIAS: tl.constexpr,
+    BLOCK_M: tl.constexpr,  # 1, 2 or 4 activation rows, unrolled
+    BLOCK_N: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+    ASM: tl.constexpr,  # the unpack as PTX (NVIDIA); else plain ops (ROCm, the interpreter)
+):
+    """out[:M, n-block] = sum over this split's block pairs of A_p @ W^T (module doc)."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    n0 = pid_n * BLOCK_N
+    part = (n0 >= b1).to(tl.int32) + (n0 >= b2).to(tl.int32)
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < N
+    offs_m = tl.arange(0, BLOCK_M)
+    m_mask = offs_m < M
+    npairs = tl.cdiv(K, 64)
+    per = tl.cdiv(npairs, SPLIT_K)
+    j0 = pid_k * per
+    j1 = tl.minimum(j0 + per, npairs)
+    offs_w = tl.arange(0, 8)
+    q_base = qw_ptr + offs_n[:, None].to(tl.int64) * (npairs * 8) + offs_w[None, :]
+    nm2 = n_mask[:, None]
+    a0 = a_ptr + (part * M).to(tl.int64) * stride_am
+    # Rows past M read row 0 (always there) and are never stored: no mask in the loop.
+    a1 = a0 + stride_am * (M > 1).to(tl.int64)
+    a2 = a0 + 2 * stride_am * (M > 2).to(tl.int64)
+    a3 = a0 + 3 * stride_am * (M > 3).to(tl.int64)
+    acc0 = tl.zeros((BLOCK_N, 8), dtype=tl.float32)
+    acc1 = tl.zeros((BLOCK_N, 8), dtype=tl.float32)
+    acc2 = tl.zeros((BLOCK_N, 8), dtype=tl.float32)
+    acc3 = tl.zeros((BLOCK_N, 8), dtype=tl.float32)
+    for j in range(j0, j1):
+        q = tl.load(q_base + j * 8, mask=nm2, other=0)
+        ea = tl.load(sc_ptr + (2 * j) * N + offs_n, mask=n_mask, other=0).to(tl.int32)
+        eb = tl.load(sc_ptr + (2 * j + 1) * N + offs_n, mask=n_mask, other=0).to(tl.int32)
+        sa = (ea << 23).to(tl.float32, bitcast=True)[:, None]
+        sb = (eb << 23).to(tl.float32, bitcast=True)[:, None]
+        w = _unpack(q, ASM)
+        kb = 64 * j + 4 * offs_w
+        acc0 = _pair(w, a0, kb, K, sa, sb, acc0)
+        if BLOCK_M > 1:
+            acc1 = _pair(w, a1, kb, K, sa, sb, acc1)
+        if BLOCK_M > 2:
+            acc2 = _pair(w, a2, kb, K, sa, sb, acc2)
+            acc3 = _pair(w, a3, kb, K, sa, sb, acc3)
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc = tl.where(offs_m[:, None] == 0, (tl.sum(acc0, axis=1) * 16384.0)[None, :], acc)
+    if BLOCK_M > 1:
+        acc = tl.where(offs_m[:, None] == 1, (tl.sum(acc1, axis=1) * 16384.0)[None, :], acc)
+    if BLOCK_M > 2:
+        acc = tl.where(offs_m[:, None] == 2, (tl.sum(acc2, axis=1) * 16384.0)[None, :], acc)
+        acc = tl.where(offs_m[:, None] == 3, (tl.sum(acc3, axis=1) * 16384.0)[None, :], acc)
+    out_offs = offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
+    mask = m_mask[:, None] & n_mask[None, :]
+    if SPLIT_K == 1:
+        y = acc
+        if HAS_BIAS:
+            y += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+        tl.store(out_ptr + out_offs, y.to(out_ptr.dtype.element_ty), mask=mask)
+    else:
+        tl.atomic_add(ws_ptr + out_offs, acc, mask=mask, sem="relaxed")
+        _ticket_finish(ws_ptr, out_ptr, cnt_ptr, bias_ptr, pid_n, out_offs, mask, offs_n, n_mask,
+                       HAS_BIAS, SPLIT_K, BLOCK_M, BLOCK_N)  # fmt: skip
