@@ -155,10 +155,17 @@ INTERP_CASES = [
     ("paro_a16", 128, [32, 16, 16], 5, "a16", True, None),
     ("paro_fp8", 128, [32, 16], 17, "fp8", True, None),
 ]
+# (name, K, partition sizes, M, rotated): K/32 odd (544: a padded last pair), 3 planes, M = 1..4.
+GEMV_INTERP_CASES = [
+    ("one_row", 96, [40], 1, False),
+    ("odd_pairs", 544, [48], 2, False),
+    ("three_rows", 160, [72], 3, False),
+    ("paro_planes", 128, [32, 16, 16], 4, True),
+]
 # TRITON_INTERPRET is read when a kernel is decorated, so the interpreter runs in a child process.
 _CHILD = """
 import json, sys, torch
-from test_triton_mx_cpu import INTERP_CASES, mx_layer, plane_ref, rel
+from test_triton_mx_cpu import GEMV_INTERP_CASES, INTERP_CASES, mx_layer, plane_ref, rel
 from paro_kernels import mx
 
 from paro_kernels.formats import e4m3_decode
@@ -199,6 +206,25 @@ flush = {"fold_ok": prep.weight.fold_ok(0), "span": prep.weight.span}
 for key, fold in (("auto", None), ("forced", True)):
     flush[key] = rel(mx_host.mx_gemm(a, s, prep.weight, (), torch.float16, fold=fold), r)
 out["flush"] = flush
+# The decode GEMV (plain-op unpack): fp16 activations, planes, bias, split-K, M = 1..4.
+from paro_kernels.triton import mx_decode_host
+gemv = {}
+for name, k, sizes, m, rotated in GEMV_INTERP_CASES:
+    n = sum(sizes)
+    weight, scale = mx_layer(n, k, seed=k + m)
+    runs = mx_host.random_runs(k, tuple(sizes), g=64, krot=4, seed=m) if rotated else None
+    prep = mx_host.prepare(weight, scale, runs, 64 if rotated else 0, "cpu", torch.float16)
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.float16)
+    bias = torch.randn(n).to(torch.float16)
+    (a,) = mx_host.activations(prep, x, "a16")
+    r = plane_ref(a, None, mx.mxfp4_dequantize(weight, scale), prep.bounds) + bias.double()
+    for bn in (16, 32):
+        cfg = mx_decode_host.gemv_config(m, n, k, prep.bounds, 4, block_n=bn)
+        y = mx_decode_host.mx_gemv(a, prep.weight, prep.bounds, torch.float16, bias, cfg)
+        gemv[f"{name}/{bn}"] = {"rel": rel(y, r), "shape": list(y.shape), "split": cfg.split_k}
+    y = mx_host.mx_linear(prep, x, bias, "fp8")  # decode rows: the GEMV, 16-bit activations
+    gemv[f"{name}/served"] = {"rel": rel(y, r), "shape": list(y.shape), "split": 0}
+out["gemv"] = gemv
 print(json.dumps(out))
 """
 
@@ -235,6 +261,20 @@ def test_interpreter_fold_flush_is_detected_and_avoided(interp_results: dict) ->
     assert res["forced"] >= 0.99, res  # the fold would have flushed every contributing block
 
 
+@pytest.mark.parametrize("case", GEMV_INTERP_CASES, ids=[c[0] for c in GEMV_INTERP_CASES])
+def test_interpreter_gemv_matches_fp64_reference(interp_results: dict, case: tuple) -> None:
+    name, _, sizes, m, _ = case
+    runs = {key: v for key, v in interp_results["gemv"].items() if key.startswith(name + "/")}
+    assert len(runs) == 3, runs
+    for key, res in runs.items():
+        assert res["shape"] == [m, sum(sizes)], (key, res)
+        assert res["rel"] <= 1e-3, (key, res)  # exact products, fp32 sums: the fp16 floor
+
+
+def test_interpreter_gemv_cases_cover_split_k(interp_results: dict) -> None:
+    assert any(res["split"] > 1 for res in interp_results["gemv"].values()), interp_results
+
+
 # --------------------------------------------------------------------------- ahead of time
 
 # The real per-rank shapes (TP=2) the launcher sees; configs come from `pick_config`.
@@ -253,6 +293,24 @@ def test_aot_mx_gemm_isa(target: str, act: str, fold: bool, m: int, n: int, k: i
     if target == "gfx1201":
         assert 0 < rep.vgprs <= 256, rep
     assert triton.__version__
+
+
+@pytest.mark.parametrize("target", ["gfx1201", "sm90"])
+@pytest.mark.parametrize(
+    ("m", "n", "k", "max_vgprs"),
+    [(1, 7168, 5120, 128), (2, 17408, 5120, 160), (4, 5120, 8704, 224)],
+)
+def test_aot_mx_gemv_isa(target: str, m: int, n: int, k: int, max_vgprs: int) -> None:
+    # The decode GEMV at its launcher's config: no matrix instruction in the loop (FMA units by
+    # design), no spills; gfx1201 (plain-op unpack; not served there until measured, but
+    # built): M = 1 keeps >= 12 waves per SIMD (110 VGPRs with Triton 3.9), M = 4 >= 6 (189).
+    from paro_kernels.triton import mx_decode_host
+
+    rep = mx_decode_host.compile_mx_gemv(target, m, n, k)
+    assert rep.mma, f"a matrix instruction in {rep}"  # type: ignore[attr-defined]
+    assert rep.spills == 0 and rep.scratch == 0, rep  # type: ignore[attr-defined]
+    if target == "gfx1201":
+        assert 0 < rep.vgprs <= max_vgprs, rep  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("target", ["gfx1201", "sm90"])
