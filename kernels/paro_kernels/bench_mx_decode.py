@@ -68,6 +68,33 @@ def _gemv(p: Any, a: torch.Tensor, cfg: Any) -> object:
     return mx_decode_host.mx_gemv(a, p.weight, p.bounds, torch.bfloat16, None, cfg)
 
 
+def _compile_one(job: tuple[str, int, dict[str, int]]) -> str:
+    """Worker: one launch of the GEMV at a (shape, M, config), which fills Triton's disk cache."""
+    from .triton import mx_decode_host, mx_host
+
+    name, m, kw = job
+    _, n, k, _ = next(s for s in b.SHAPES if s[0] == name)
+    p = mx_host.prepare(*mx_host.random_checkpoint(n, k), None, 0, "cuda")
+    a = torch.zeros(1, m, k, device="cuda", dtype=torch.bfloat16)
+    try:
+        _gemv(p, a, mx_decode_host.gemv_config(m, n, k, (), 132, **kw))
+        torch.cuda.synchronize()
+        return ""
+    except Exception as e:
+        return f"{name} {m} {kw}: {type(e).__name__} {str(e)[:200]}"
+
+
+def precompile(jobs: list[tuple[str, int, dict[str, int]]], procs: int) -> None:
+    """Compile the sweep's kernels in `procs` processes first (the timed runs then load them)."""
+    import multiprocessing as mp
+
+    t = time.monotonic()
+    with mp.get_context("spawn").Pool(procs) as pool:
+        errs = [e for e in pool.map(_compile_one, jobs, chunksize=1) if e]
+    print(f"precompiled {len(jobs)} in {time.monotonic() - t:.0f} s; errors {errs[:4]}",
+          flush=True)  # fmt: skip
+
+
 def sweep(shapes: list[str], ms: list[int], reps: int) -> list[dict[str, Any]]:
     """The GEMV alone at every SWEEP config (one plane, bf16 activations)."""
     from .triton import mx_decode_host
@@ -184,6 +211,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sweep", default="qkv,gate_up")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--budget-s", type=float, default=0)
+    ap.add_argument("--jobs", type=int, default=12, help="compile processes before the sweep")
     args = ap.parse_args(argv)
     torch.manual_seed(0)
     t0 = time.monotonic()
@@ -193,6 +221,11 @@ def main(argv: list[str] | None = None) -> None:
                             "command": " ".join(["python -m paro_kernels.bench_mx_decode",
                                                  *(argv or [])])}  # fmt: skip
     sw = list(filter(None, args.sweep.split(",")))
+    if args.jobs > 1 and sw:
+        from .triton import mx_decode_host
+
+        precompile([(nm, m, kw) for nm in sw for m in ms for kw in mx_decode_host.sweep_configs()],
+                   args.jobs)  # fmt: skip
     meta["sweep"] = sweep(sw, ms, args.reps) if sw else []
     meta["best"] = {m: best_config(meta["sweep"], m) for m in ms}
     print("best configs", meta["best"], flush=True)

@@ -16,6 +16,7 @@ int4 GEMV there (`fast_host.a8_route`).
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import torch
 
@@ -29,15 +30,34 @@ GEMV_MAX_M = 4
 GEMV_BLOCK_N = 128
 GEMV_WARPS = 4
 GEMV_PROGRAMS_PER_SM = 8
+GEMV_UNROLL = 2
 GEMV_MIN_PAIRS = 2  # block pairs per split at least
 GEMV_HIP = False  # gfx1201 keeps the MXFP4 GEMM until the GEMV is measured there
 
 
+@dataclass(frozen=True)
+class GemvConfig:
+    """One launch configuration of the MXFP4 GEMV."""
+
+    block_m: int
+    block_n: int
+    split_k: int
+    num_warps: int
+    unroll: int  # block pairs an iteration (`mx_gemv_kernel`'s U)
+
+
 def sweep_configs() -> list[dict[str, int]]:
-    """The config grid of the H200 sweep (bench_mx_decode) and of the GPU test of every config."""
-    return [dict(block_n=bn, num_warps=w, programs_per_sm=pps)
-            for bn in (64, 128, 256) for w in (4, 8) for pps in (4, 8, 16)
-            if bn >= 16 * w]  # fmt: skip
+    """The config grid of the H200 sweep (bench_mx_decode)."""
+    return [dict(block_n=bn, num_warps=w, programs_per_sm=pps, unroll=u)
+            for bn in (128, 256) for w in (4, 8) for pps in (8, 16) for u in (1, 2, 4)]  # fmt: skip
+
+
+def test_configs() -> list[dict[str, int]]:
+    """Every tile width, warp count and unroll of the sweep at least once (the GPU test's)."""
+    return [dict(block_n=64, num_warps=4, programs_per_sm=16, unroll=1),
+            dict(block_n=128, num_warps=8, programs_per_sm=8, unroll=4),
+            dict(block_n=256, num_warps=4, programs_per_sm=4, unroll=2),
+            dict(block_n=256, num_warps=8, programs_per_sm=16, unroll=1)]  # fmt: skip
 
 
 def gemv_ok(m: int, hip: bool) -> bool:
@@ -46,18 +66,27 @@ def gemv_ok(m: int, hip: bool) -> bool:
 
 
 def gemv_config(m: int, n: int, k: int, bounds: tuple[int, ...], sms: int, block_n: int = 0,
-                num_warps: int = 0, programs_per_sm: int = 0) -> fast_host.GemvConfig:  # fmt: skip
+                num_warps: int = 0, programs_per_sm: int = 0, unroll: int = 0,
+                hip: bool = False) -> GemvConfig:  # fmt: skip
     """Tile and split: BLOCK_N rows a program (dividing every plane boundary), split-K over block
-    pairs until about `programs_per_sm` programs per SM."""
+    pairs (a multiple of the unroll each) until about `programs_per_sm` programs per SM.
+
+    gfx1201 (AOT, Triton 3.9, 4 waves): unroll 1 (2 spills from M = 2 and 4 at M = 1), 128 rows
+    to M = 2 (89 / 148 VGPRs) and 64 at M = 4."""
     require(1 <= m <= 4, "x rows", "1..4 for the MXFP4 GEMV", m)
+    if hip:
+        block_n = block_n or (128 if m <= 2 else 64)
+        unroll = unroll or 1
     bn = _block_n(block_n or GEMV_BLOCK_N, _align(bounds))
+    u = unroll or GEMV_UNROLL
     tiles = -(-n // bn)
     pairs = -(-k // 64)
     pps = programs_per_sm or GEMV_PROGRAMS_PER_SM
     split = max(1, min(pairs // GEMV_MIN_PAIRS, -(-pps * sms // tiles)))
     per = -(-pairs // split)
+    per = -(-per // u) * u
     block_m = 1 if m == 1 else (2 if m == 2 else 4)
-    return fast_host.GemvConfig(block_m, bn, -(-pairs // per), num_warps or GEMV_WARPS)
+    return GemvConfig(block_m, bn, -(-pairs // per), num_warps or GEMV_WARPS, u)
 
 
 def mx_gemv(
@@ -66,7 +95,7 @@ def mx_gemv(
     bounds: tuple[int, ...],
     out_dtype: torch.dtype,
     bias: torch.Tensor | None = None,
-    config: fast_host.GemvConfig | None = None,
+    config: GemvConfig | None = None,
     asm: bool | None = None,
 ) -> torch.Tensor:
     """y [M, N] = A_p W^T (+ bias) per plane p for M <= 4 rows; contract in the module doc.
@@ -78,9 +107,14 @@ def mx_gemv(
     _, m, k = a.shape
     n = w.n
     hip = host._is_hip()
-    cfg = config or gemv_config(m, n, k, bounds, host.sm_count(a.device))
+    cfg = config or gemv_config(m, n, k, bounds, host.sm_count(a.device), hip=hip)
     require(m <= cfg.block_m, "x rows", f"<= {cfg.block_m} for this config", m)
-    out, ws, cnt, tiles = fast_host._gemv_buffers(m, n, cfg, out_dtype, a.device)
+    out = torch.empty(m, n, dtype=out_dtype, device=a.device)
+    tiles = -(-n // cfg.block_n)
+    ws = cnt = out  # unused without split-K
+    if cfg.split_k > 1:  # the int4 GEMVs' buffers: zero on entry, left zero by the last split
+        ws = fast_host._scratch("gemv_ws", m * n, torch.float32, a.device)
+        cnt = fast_host._scratch("gemv_cnt", tiles, torch.int32, a.device)
     b = (*bounds, n, n)[:2]
     if asm is None:
         asm = not hip and os.environ.get("TRITON_INTERPRET", "0") != "1"
@@ -88,13 +122,13 @@ def mx_gemv(
         a, w.qw.view(torch.int32), w.sc, bias if bias is not None else w.sc, ws, cnt, out,
         m, n, k, a.stride(1), b[0], b[1],
         HAS_BIAS=bias is not None, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        SPLIT_K=cfg.split_k, ASM=asm, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        SPLIT_K=cfg.split_k, ASM=asm, U=cfg.unroll, num_warps=cfg.num_warps, num_stages=1,
     )  # fmt: skip
     return out
 
 
 def compile_mx_gemv(target: str, m: int, n: int, k: int, bounds: tuple[int, ...] = (),
-                    block_n: int = 0, num_warps: int = 0) -> object:  # fmt: skip
+                    block_n: int = 0, num_warps: int = 0, unroll: int = 0) -> object:  # fmt: skip
     """Build the GEMV at the config its launcher picks on `target`; an `aot.Report` whose `mma`
     says the loop stayed free of a matrix instruction, as designed."""
     from . import aot
@@ -102,14 +136,14 @@ def compile_mx_gemv(target: str, m: int, n: int, k: int, bounds: tuple[int, ...]
     from .mx_host import _aot_build, _aot_report
 
     hip = target == "gfx1201"
-    cfg = gemv_config(m, n, k, bounds, 64 if hip else 132, block_n, num_warps)
+    cfg = gemv_config(m, n, k, bounds, 64 if hip else 132, block_n, num_warps, 0, unroll, hip)
     sig = {
         "a_ptr": "*bf16", "qw_ptr": "*i32", "sc_ptr": "*u8", "bias_ptr": "*bf16",
         "ws_ptr": "*fp32", "cnt_ptr": "*i32", "out_ptr": "*bf16",
         "M": "i32", "N": "i32", "K": "i32", "stride_am": "i32", "b1": "i32", "b2": "i32",
     }  # fmt: skip
     const = {"HAS_BIAS": False, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n,
-             "SPLIT_K": cfg.split_k, "ASM": not hip}  # fmt: skip
-    c = _aot_build(mx_gemv_kernel, sig, const, target, cfg.num_warps, cfg.num_stages)
+             "SPLIT_K": cfg.split_k, "ASM": not hip, "U": cfg.unroll}  # fmt: skip
+    c = _aot_build(mx_gemv_kernel, sig, const, target, cfg.num_warps, 1)
     rep = _aot_report("mx_gemv", target, str(cfg), c, r"(v_wmma|wgmma|mma\.sync)")
     return aot.Report(**{**rep.__dict__, "mma": not rep.mma})  # type: ignore[attr-defined]

@@ -95,20 +95,26 @@ def _unpack(q, ASM: tl.constexpr):
 
 
 @triton.jit
-def _act(a_row, kb, b: tl.constexpr, K):
-    """fp32 [1, 8]: activation columns kb + b of one row (0 past K)."""
-    return tl.load(a_row + kb + b, mask=kb + b < K, other=0.0).to(tl.float32)[None, :]
+def _act(a_row, kb, b: tl.constexpr, K, ok):
+    """fp32 [1, U, 8]: activation columns kb + b of one row (0 past K or for a row past M)."""
+    return tl.load(a_row + kb + b, mask=(kb + b < K) & ok, other=0.0).to(tl.float32)
 
 
 @triton.jit
-def _pair(w, a_row, kb, K, sa, sb, acc):
-    """acc [BN, 8] += the block pair's products for one activation row, each block scaled."""
+def _pair(w, a_row, kb, K, ok, sa, sb, acc):
+    """acc [BN, U, 8] += the block pairs' products for one activation row, each block scaled."""
     w0, w1, w2, w3, w4, w5, w6, w7 = w
-    da = w0 * _act(a_row, kb, 0, K) + w2 * _act(a_row, kb, 1, K)
-    da += w4 * _act(a_row, kb, 2, K) + w6 * _act(a_row, kb, 3, K)
-    db = w1 * _act(a_row, kb, 32, K) + w3 * _act(a_row, kb, 33, K)
-    db += w5 * _act(a_row, kb, 34, K) + w7 * _act(a_row, kb, 35, K)
+    da = w0 * _act(a_row, kb, 0, K, ok) + w2 * _act(a_row, kb, 1, K, ok)
+    da += w4 * _act(a_row, kb, 2, K, ok) + w6 * _act(a_row, kb, 3, K, ok)
+    db = w1 * _act(a_row, kb, 32, K, ok) + w3 * _act(a_row, kb, 33, K, ok)
+    db += w5 * _act(a_row, kb, 34, K, ok) + w7 * _act(a_row, kb, 35, K, ok)
     return acc + da * sa + db * sb
+
+
+@triton.jit
+def _col(acc):
+    """[1, BN]: the sum of a [BN, U, 8] accumulator per column, times the unpack's 2^14."""
+    return (tl.sum(tl.sum(acc, axis=2), axis=1) * 16384.0)[None, :]
 
 
 @triton.jit
@@ -131,6 +137,7 @@ def mx_gemv_kernel(
     BLOCK_N: tl.constexpr,
     SPLIT_K: tl.constexpr,
     ASM: tl.constexpr,  # the unpack as PTX (NVIDIA); else plain ops (ROCm, the interpreter)
+    U: tl.constexpr = 1,  # block pairs an iteration: their loads are in flight together
 ):
     """out[:M, n-block] = sum over this split's block pairs of A_p @ W^T (module doc)."""
     pid_n = tl.program_id(0)
@@ -145,40 +152,45 @@ def mx_gemv_kernel(
     per = tl.cdiv(npairs, SPLIT_K)
     j0 = pid_k * per
     j1 = tl.minimum(j0 + per, npairs)
-    offs_w = tl.arange(0, 8)
-    q_base = qw_ptr + offs_n[:, None].to(tl.int64) * (npairs * 8) + offs_w[None, :]
-    nm2 = n_mask[:, None]
+    offs_u = tl.arange(0, U)[None, :, None]
+    offs_w = tl.arange(0, 8)[None, None, :]
+    n3 = offs_n[:, None, None]
+    nm3 = n_mask[:, None, None]
+    q_base = qw_ptr + n3.to(tl.int64) * (npairs * 8) + offs_u * 8 + offs_w
     a0 = a_ptr + (part * M).to(tl.int64) * stride_am
-    # Rows past M read row 0 (always there) and are never stored: no mask in the loop.
-    a1 = a0 + stride_am * (M > 1).to(tl.int64)
-    a2 = a0 + 2 * stride_am * (M > 2).to(tl.int64)
-    a3 = a0 + 3 * stride_am * (M > 3).to(tl.int64)
-    acc0 = tl.zeros((BLOCK_N, 8), dtype=tl.float32)
-    acc1 = tl.zeros((BLOCK_N, 8), dtype=tl.float32)
-    acc2 = tl.zeros((BLOCK_N, 8), dtype=tl.float32)
-    acc3 = tl.zeros((BLOCK_N, 8), dtype=tl.float32)
-    for j in range(j0, j1):
-        q = tl.load(q_base + j * 8, mask=nm2, other=0)
-        ea = tl.load(sc_ptr + (2 * j) * N + offs_n, mask=n_mask, other=0).to(tl.int32)
-        eb = tl.load(sc_ptr + (2 * j + 1) * N + offs_n, mask=n_mask, other=0).to(tl.int32)
-        sa = (ea << 23).to(tl.float32, bitcast=True)[:, None]
-        sb = (eb << 23).to(tl.float32, bitcast=True)[:, None]
+    # Rows past M are masked to zero in the activation loads and never stored.
+    ok0 = offs_w < 8
+    ok1 = (offs_w * 0 + 1) < M
+    ok2 = (offs_w * 0 + 2) < M
+    ok3 = (offs_w * 0 + 3) < M
+    acc0 = tl.zeros((BLOCK_N, U, 8), dtype=tl.float32)
+    acc1 = tl.zeros((BLOCK_N, U, 8), dtype=tl.float32)
+    acc2 = tl.zeros((BLOCK_N, U, 8), dtype=tl.float32)
+    acc3 = tl.zeros((BLOCK_N, U, 8), dtype=tl.float32)
+    for j in range(j0, j1, U):
+        ju = j + offs_u  # [1, U, 1] pair indices; past j1 masked (zero codes, zero scales)
+        um = ju < j1
+        q = tl.load(q_base + j * 8, mask=nm3 & um, other=0)
+        ea = tl.load(sc_ptr + (2 * ju) * N + n3, mask=nm3 & um, other=0).to(tl.int32)
+        eb = tl.load(sc_ptr + (2 * ju + 1) * N + n3, mask=nm3 & um, other=0).to(tl.int32)
+        sa = (ea << 23).to(tl.float32, bitcast=True)
+        sb = (eb << 23).to(tl.float32, bitcast=True)
         w = _unpack(q, ASM)
-        kb = 64 * j + 4 * offs_w
-        acc0 = _pair(w, a0, kb, K, sa, sb, acc0)
+        kb = 64 * ju + 4 * offs_w
+        acc0 = _pair(w, a0, kb, K, ok0, sa, sb, acc0)
         if BLOCK_M > 1:
-            acc1 = _pair(w, a1, kb, K, sa, sb, acc1)
+            acc1 = _pair(w, a0 + stride_am, kb, K, ok1, sa, sb, acc1)
         if BLOCK_M > 2:
-            acc2 = _pair(w, a2, kb, K, sa, sb, acc2)
-            acc3 = _pair(w, a3, kb, K, sa, sb, acc3)
+            acc2 = _pair(w, a0 + 2 * stride_am, kb, K, ok2, sa, sb, acc2)
+            acc3 = _pair(w, a0 + 3 * stride_am, kb, K, ok3, sa, sb, acc3)
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    acc = tl.where(offs_m[:, None] == 0, (tl.sum(acc0, axis=1) * 16384.0)[None, :], acc)
+    acc = tl.where(offs_m[:, None] == 0, _col(acc0), acc)
     if BLOCK_M > 1:
-        acc = tl.where(offs_m[:, None] == 1, (tl.sum(acc1, axis=1) * 16384.0)[None, :], acc)
+        acc = tl.where(offs_m[:, None] == 1, _col(acc1), acc)
     if BLOCK_M > 2:
-        acc = tl.where(offs_m[:, None] == 2, (tl.sum(acc2, axis=1) * 16384.0)[None, :], acc)
-        acc = tl.where(offs_m[:, None] == 3, (tl.sum(acc3, axis=1) * 16384.0)[None, :], acc)
+        acc = tl.where(offs_m[:, None] == 2, _col(acc2), acc)
+        acc = tl.where(offs_m[:, None] == 3, _col(acc3), acc)
     out_offs = offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
     mask = m_mask[:, None] & n_mask[None, :]
     if SPLIT_K == 1:
