@@ -333,11 +333,17 @@ def mx_linear(
 
     Decode rows (`mx_decode_host.gemv_ok`) take the GEMV on 16-bit activations, either `act`;
     `path` ("gemv" | "gemm") overrides that choice (the bench's forced paths)."""
-    from . import mx_decode_host
+    from . import fast_host, mx_decode_host
 
     require(path in (None, "gemv", "gemm"), "path", "gemv or gemm", path)
-    if path == "gemv" or (path is None and mx_decode_host.gemv_ok(x.shape[0], host._is_hip())):
-        (a,) = activations(prep, x, "a16")
+    hip = host._is_hip()
+    if path == "gemv" or (path is None and mx_decode_host.gemv_ok(x.shape[0], hip)):
+        if prep.rot_hi is not None and prep.rot_lo is not None and fast_host.prologue_slice(hip):
+            # MXFP4-PARO: the int4 decode's sliced prologue (fp16 out), as the int4 GEMVs take it
+            xc = x.to(prep.rot_hi.dtype)
+            a = fast_host.rotate_slices(xc, prep.rot_hi, prep.rot_lo, prep.group_size, f16=True)[0]
+        else:
+            (a,) = activations(prep, x, "a16")
         return mx_decode_host.mx_gemv(a, prep.weight, prep.bounds, x.dtype, bias)
     ops = activations(prep, x, act)
     a, a_scale = ops[0], (ops[1] if len(ops) > 1 else None)
