@@ -68,7 +68,7 @@ def _gemv(p: Any, a: torch.Tensor, cfg: Any) -> object:
     return mx_decode_host.mx_gemv(a, p.weight, p.bounds, torch.bfloat16, None, cfg)
 
 
-def _compile_one(job: tuple[str, int, dict[str, int]]) -> str:
+def _compile_one(job: tuple[str, int, dict[str, Any]]) -> str:
     """Worker: one launch of the GEMV at a (shape, M, config), which fills Triton's disk cache."""
     from .triton import mx_decode_host, mx_host
 
@@ -84,7 +84,7 @@ def _compile_one(job: tuple[str, int, dict[str, int]]) -> str:
         return f"{name} {m} {kw}: {type(e).__name__} {str(e)[:200]}"
 
 
-def precompile(jobs: list[tuple[str, int, dict[str, int]]], procs: int) -> None:
+def precompile(jobs: list[tuple[str, int, dict[str, Any]]], procs: int) -> None:
     """Compile the sweep's kernels in `procs` processes first (the timed runs then load them)."""
     import multiprocessing as mp
 
@@ -115,7 +115,7 @@ def sweep(shapes: list[str], ms: list[int], reps: int) -> list[dict[str, Any]]:
     return out
 
 
-def best_config(rows: list[dict[str, Any]], m: int) -> dict[str, int]:
+def best_config(rows: list[dict[str, Any]], m: int) -> dict[str, Any]:
     """The sweep config with the least summed time over the swept shapes at M = m."""
     tot: dict[str, float] = {}
     for r in rows:
@@ -152,7 +152,7 @@ def _dequant(p: Any) -> torch.Tensor:
     return codes * scale.repeat_interleave(32, 1)
 
 
-def cells(shapes: list[str], ms: list[int], reps: int, best: dict[int, dict[str, int]],
+def cells(shapes: list[str], ms: list[int], reps: int, best: dict[int, dict[str, Any]],
           t0: float, budget: float) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
     """Per (shape, M), same run: cuBLAS, int4pack, int4 W4A16 as served, MXFP4 / MXFP4-PARO as
     served, the GEMM forced, the GEMV at the best sweep config."""
@@ -185,7 +185,9 @@ def cells(shapes: list[str], ms: list[int], reps: int, best: dict[int, dict[str,
                 label = "mxfp4-paro" if rot else "mxfp4"
                 preps = _mx_preps(n, k, sizes, rot, dev)
                 nbm = _mx_bytes(n, k, m, len(sizes) if rot else 1)
-                for act, path in (("fp8", None), ("fp8", "gemm"), ("a16", "gemm")):
+                paths: tuple[tuple[mx_host.ActMode, str | None], ...] = (
+                    ("fp8", None), ("fp8", "gemm"), ("a16", "gemm"))  # fmt: skip
+                for act, path in paths:
                     fns = [functools.partial(mx_host.mx_linear, p, x, None, act, path)
                            for p in preps]  # fmt: skip
                     out.append(_row(name, m, f"{label} {act} {path or 'as served'}",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -24,13 +25,15 @@ from .._contract import require
 from . import fast_host, host
 from .mx_host import MxWeight, _align, _block_n, check_gemm
 
-# Filled in from the H200 sweep (BENCH.md, sixth pass).
+# Per BLOCK_M (1, 2, 4): (block_n, num_warps, programs per SM, unroll), from the H200 sweep
+# (bench_mx_decode, BENCH.md sixth pass). GEMV_MAX_M: the decode rows the GEMV takes.
 GEMV = True
 GEMV_MAX_M = 4
-GEMV_BLOCK_N = 128
-GEMV_WARPS = 4
-GEMV_PROGRAMS_PER_SM = 8
-GEMV_UNROLL = 2
+GEMV_TABLE: dict[int, tuple[int, int, int, int]] = {
+    1: (256, 4, 16, 1),
+    2: (128, 4, 16, 1),
+    4: (128, 4, 8, 2),
+}
 GEMV_MIN_PAIRS = 2  # block pairs per split at least
 GEMV_HIP = False  # gfx1201 keeps the MXFP4 GEMM until the GEMV is measured there
 
@@ -46,13 +49,13 @@ class GemvConfig:
     unroll: int  # block pairs an iteration (`mx_gemv_kernel`'s U)
 
 
-def sweep_configs() -> list[dict[str, int]]:
+def sweep_configs() -> list[dict[str, Any]]:
     """The config grid of the H200 sweep (bench_mx_decode)."""
     return [dict(block_n=bn, num_warps=w, programs_per_sm=pps, unroll=u)
-            for bn in (128, 256) for w in (4, 8) for pps in (8, 16) for u in (1, 2, 4)]  # fmt: skip
+            for bn in (128, 256) for w in (4, 8) for pps in (8, 16) for u in (1, 2)]  # fmt: skip
 
 
-def test_configs() -> list[dict[str, int]]:
+def test_configs() -> list[dict[str, Any]]:
     """Every tile width, warp count and unroll of the sweep at least once (the GPU test's)."""
     return [dict(block_n=64, num_warps=4, programs_per_sm=16, unroll=1),
             dict(block_n=128, num_warps=8, programs_per_sm=8, unroll=4),
@@ -77,16 +80,17 @@ def gemv_config(m: int, n: int, k: int, bounds: tuple[int, ...], sms: int, block
     if hip:
         block_n = block_n or (128 if m <= 2 else 64)
         unroll = unroll or 1
-    bn = _block_n(block_n or GEMV_BLOCK_N, _align(bounds))
-    u = unroll or GEMV_UNROLL
+    block_m = 1 if m == 1 else (2 if m == 2 else 4)
+    t_bn, t_warps, t_pps, t_u = GEMV_TABLE[block_m]
+    bn = _block_n(block_n or t_bn, _align(bounds))
+    u = unroll or t_u
     tiles = -(-n // bn)
     pairs = -(-k // 64)
-    pps = programs_per_sm or GEMV_PROGRAMS_PER_SM
+    pps = programs_per_sm or t_pps
     split = max(1, min(pairs // GEMV_MIN_PAIRS, -(-pps * sms // tiles)))
     per = -(-pairs // split)
     per = -(-per // u) * u
-    block_m = 1 if m == 1 else (2 if m == 2 else 4)
-    return GemvConfig(block_m, bn, -(-pairs // per), num_warps or GEMV_WARPS, u)
+    return GemvConfig(block_m, bn, -(-pairs // per), num_warps or t_warps, u)
 
 
 def mx_gemv(
