@@ -304,7 +304,7 @@ def test_aot_mx_gemv_isa(target: str, m: int, n: int, k: int, max_vgprs: int) ->
     # The decode GEMV at its launcher's config: no matrix instruction in the loop (FMA units by
     # design), no spills; gfx1201 (plain-op unpack; not served there until measured, but
     # built) at its gfx1201 config (Triton 3.9): M = 1 89 VGPRs, M = 2 148, M = 4 111 (64 rows a
-    # program), each under the budget that keeps >= 8 / 6 / 4 waves per SIMD.
+    # program), each under the budget that keeps >= 12 / 9 / 6 waves per SIMD (1536 VGPRs).
     from paro_kernels.triton import mx_decode_host
 
     rep = mx_decode_host.compile_mx_gemv(target, m, n, k)
