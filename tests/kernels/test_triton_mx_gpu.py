@@ -45,10 +45,10 @@ def _x(m: int, k: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
 
 
 def _served(act: str, m: int) -> str:
-    """The activations an M-row call is served on: decode rows take the GEMV on 16-bit ones."""
+    """The activations an M-row call is served on: decode rows take 16-bit ones."""
     from paro_kernels.triton import host, mx_decode_host
 
-    return "a16" if mx_decode_host.gemv_ok(m, host._is_hip()) else act
+    return mx_decode_host.served_act(m, act, host._is_hip())  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("act", ["fp8", "a16"])
@@ -169,6 +169,11 @@ def test_every_config_of_the_sweep_matches(m: int) -> None:
 # The decode GEMV (sixth pass): K/32 odd (a padded last pair), N ragged against every tile,
 # N = 1000 / 5120 at the real K; M = 1..4 (M = 3 pads to the 4-row variant).
 GEMV_CASES = [(544, 384), (1024, 320), (5120, 1000), (96, 40)]
+# The GEMV's products (bf16 x by an fp16-exact e2m1 code, times a power of two) are exact in
+# fp32, so an fp32 output is held to the fp32 sum's rounding; a bf16 one to its own rounding,
+# whose Frobenius share over as few as 120 outputs (96 x 40 at M = 3) reached 2.01e-3 (H200).
+FP32_SUM = 1e-5
+BF16_OUT = 3e-3
 
 
 @pytest.mark.parametrize("m", [1, 2, 3, 4])
@@ -183,11 +188,11 @@ def test_gemv_every_config_and_unpack_matches_fp64(k: int, n: int, m: int) -> No
     a = x.cuda().unsqueeze(0)
     for kw in [{}, *mx_decode_host.test_configs()]:
         cfg = mx_decode_host.gemv_config(m, n, k, (), 132, **kw)
-        for asm in (True, False):
-            y = mx_decode_host.mx_gemv(a, prep.weight, (), torch.bfloat16, None, cfg, asm)
-            assert y.shape == (m, n) and rel(y, r) <= BF16_FLOOR, (kw, asm)
+        for asm in (True, False):  # fp32 out: the exact products' fp32 sum, no bf16 rounding
+            y = mx_decode_host.mx_gemv(a, prep.weight, (), torch.float32, None, cfg, asm)
+            assert y.shape == (m, n) and rel(y, r) <= FP32_SUM, (kw, asm)
         yb = mx_decode_host.mx_gemv(a, prep.weight, (), torch.bfloat16, b.cuda(), cfg)
-        assert rel(yb, r + b.double()) <= BF16_FLOOR, kw
+        assert yb.dtype == torch.bfloat16 and rel(yb, r + b.double()) <= BF16_OUT, kw
 
 
 def test_gemv_every_e2m1_code_and_sign() -> None:

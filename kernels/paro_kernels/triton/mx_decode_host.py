@@ -23,16 +23,21 @@ import torch
 
 from .._contract import require
 from . import fast_host, host
-from .mx_host import MxWeight, _align, _block_n, check_gemm
+from .mx_host import ActMode, MxWeight, _align, _block_n, check_gemm
 
-# Per BLOCK_M (1, 2, 4): (block_n, num_warps, programs per SM, unroll), from the H200 sweep
-# (bench_mx_decode, BENCH.md sixth pass). GEMV_MAX_M: the decode rows the GEMV takes.
+# H200 (BENCH.md sixth pass, run 3; gate_up 17408 x 5120): the GEMV at its best config takes
+# 34.0 us at M = 1 and 69.2 at M = 2 against the A16 GEMM's 92.5 / 91.0 and the W4A8 one's
+# 107 / 107; at M = 4 134.4 against 91.5 / 108. So it serves M <= 2, and M = 3..4 take the GEMM
+# on A16 activations (A16_MAX_M: faster than W4A8 there on every shape, and more accurate).
+# Per BLOCK_M: (block_n, num_warps, programs per SM, unroll); 256 / 4 / 16 / 1 had the least
+# summed time over qkv and gate_up at every M (within 4% of each shape's best).
 GEMV = True
-GEMV_MAX_M = 4
+GEMV_MAX_M = 2
+A16_MAX_M = 4
 GEMV_TABLE: dict[int, tuple[int, int, int, int]] = {
     1: (256, 4, 16, 1),
-    2: (128, 4, 16, 1),
-    4: (128, 4, 8, 2),
+    2: (256, 4, 16, 1),
+    4: (256, 4, 16, 1),
 }
 GEMV_MIN_PAIRS = 2  # block pairs per split at least
 GEMV_HIP = False  # gfx1201 keeps the MXFP4 GEMM until the GEMV is measured there
@@ -66,6 +71,12 @@ def test_configs() -> list[dict[str, Any]]:
 def gemv_ok(m: int, hip: bool) -> bool:
     """Whether the decode GEMV serves an M-row call on this platform."""
     return GEMV and m <= GEMV_MAX_M and (GEMV_HIP or not hip)
+
+
+def served_act(m: int, act: ActMode, hip: bool) -> ActMode:
+    """The activations an M-row call of an `act` layer is served on: decode rows take 16-bit
+    ones (the GEMV's, or the GEMM's A16 up to A16_MAX_M) on NVIDIA, where it was measured."""
+    return "a16" if gemv_ok(m, hip) or (not hip and m <= A16_MAX_M) else act
 
 
 def gemv_config(m: int, n: int, k: int, bounds: tuple[int, ...], sms: int, block_n: int = 0,

@@ -331,8 +331,9 @@ def mx_linear(
 ) -> torch.Tensor:  # fmt: skip
     """y [M, N] in x.dtype = act_quant(rot(x)) W^T (+ bias) for x [M, K] bf16/fp16.
 
-    Decode rows (`mx_decode_host.gemv_ok`) take the GEMV on 16-bit activations, either `act`;
-    `path` ("gemv" | "gemm") overrides that choice (the bench's forced paths)."""
+    Decode rows (`mx_decode_host.gemv_ok`) take the GEMV on 16-bit activations, either `act`,
+    and a few more rows the GEMM on them (`served_act`); `path` ("gemv" | "gemm") forces the
+    kernel and `act` its activations (the bench's forced paths)."""
     from . import fast_host, mx_decode_host
 
     require(path in (None, "gemv", "gemm"), "path", "gemv or gemm", path)
@@ -345,6 +346,8 @@ def mx_linear(
         else:
             (a,) = activations(prep, x, "a16")
         return mx_decode_host.mx_gemv(a, prep.weight, prep.bounds, x.dtype, bias)
+    if path is None:
+        act = mx_decode_host.served_act(x.shape[0], act, hip)
     ops = activations(prep, x, act)
     a, a_scale = ops[0], (ops[1] if len(ops) > 1 else None)
     return mx_gemm(a, a_scale, prep.weight, prep.bounds, x.dtype, bias)
