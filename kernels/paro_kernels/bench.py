@@ -134,6 +134,18 @@ def measure_peaks() -> tuple[float, float]:
     return 2 * 2**30 / (us * 1e-6), 2 * 8192**3 / (us_mm * 1e-6)
 
 
+def precompile_pool(worker: Callable[[Any], str], jobs: Sequence[Any], procs: int) -> None:
+    """Run `worker` (a module-level function: one launch that fills Triton's disk cache, "" or
+    an error line) over `jobs` in `procs` spawned processes, and print what failed."""
+    import multiprocessing as mp
+
+    t = time.monotonic()
+    with mp.get_context("spawn").Pool(procs) as pool:
+        errs = [e for e in pool.map(worker, jobs, chunksize=1) if e]
+    print(f"precompiled {len(jobs)} in {time.monotonic() - t:.0f} s; errors {errs[:4]}",
+          flush=True)  # fmt: skip
+
+
 def copies(nbytes: int) -> int:
     """Weight copies whose total exceeds 4x the L2, so every call reads DRAM."""
     return max(2, -(-4 * L2_BYTES // max(nbytes, 1)))

@@ -58,13 +58,7 @@ def _compile_one(job: tuple[str, int, dict[str, int]]) -> str:
 
 def precompile(jobs: list[tuple[str, int, dict[str, int]]], procs: int) -> None:
     """Compile the sweep's kernels in `procs` processes first (the timed runs then load them)."""
-    import multiprocessing as mp
-
-    t = time.monotonic()
-    with mp.get_context("spawn").Pool(procs) as pool:
-        errs = [e for e in pool.map(_compile_one, jobs, chunksize=1) if e]
-    print(f"precompiled {len(jobs)} in {time.monotonic() - t:.0f} s; errors {errs[:4]}",
-          flush=True)  # fmt: skip
+    b.precompile_pool(_compile_one, jobs, procs)
 
 
 def _preps(n: int, k: int, sizes: tuple[int, ...], dev: torch.device) -> list[Any]:

@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 
 from .fast_kernels import gdc_wait, nibble_pair_asm, prefetch_l2
-from .kernels import _ticket_finish
+from .kernels import _gemv_epilogue
 
 _UNPACK_ASM = tl.constexpr(nibble_pair_asm("0x54005400"))
 
@@ -150,13 +150,5 @@ def gemv3_w4a16_kernel(
                            acc)  # fmt: skip
 
     y = tl.trans(acc)  # [BLOCK_M, BLOCK_N]
-    out_offs = offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
-    mask = m_mask[:, None] & n_mask[None, :]
-    if SPLIT_K == 1:
-        if HAS_BIAS:
-            y += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
-        tl.store(out_ptr + out_offs, y.to(out_ptr.dtype.element_ty), mask=mask)
-    else:
-        tl.atomic_add(ws_ptr + out_offs, y, mask=mask, sem="relaxed")
-        _ticket_finish(ws_ptr, out_ptr, cnt_ptr, bias_ptr, pid_n, out_offs, mask, offs_n, n_mask,
-                       HAS_BIAS, SPLIT_K, BLOCK_M, BLOCK_N)  # fmt: skip
+    _gemv_epilogue(y, ws_ptr, out_ptr, cnt_ptr, bias_ptr, pid_n, offs_m, m_mask, offs_n,
+                   n_mask, N, HAS_BIAS, SPLIT_K, BLOCK_M, BLOCK_N)  # fmt: skip

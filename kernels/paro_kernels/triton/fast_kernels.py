@@ -45,7 +45,7 @@ try:  # Triton >= 3.4 (PDL: programmatic dependent launch, NVIDIA sm_90+)
 except ImportError:  # pragma: no cover - older Triton: no PDL (the host never sets it then)
     gdc_launch_dependents = gdc_wait = None
 
-from .kernels import _ticket_finish
+from .kernels import _gemv_epilogue
 
 MAGIC = tl.constexpr(0x4B000000)  # fp32 2^23
 MAGIC_F = tl.constexpr(8388608.0)
@@ -173,16 +173,8 @@ def gemv_w4a16_kernel(
         zacc += rs[:, None] * (s * z)[None, :]
     y = tl.sum(acc, axis=1) - zacc
 
-    out_offs = offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
-    mask = m_mask[:, None] & n_mask[None, :]
-    if SPLIT_K == 1:
-        if HAS_BIAS:
-            y += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
-        tl.store(out_ptr + out_offs, y.to(out_ptr.dtype.element_ty), mask=mask)
-    else:
-        tl.atomic_add(ws_ptr + out_offs, y, mask=mask, sem="relaxed")
-        _ticket_finish(ws_ptr, out_ptr, cnt_ptr, bias_ptr, pid_n, out_offs, mask, offs_n, n_mask,
-                       HAS_BIAS, SPLIT_K, BLOCK_M, BLOCK_N)  # fmt: skip
+    _gemv_epilogue(y, ws_ptr, out_ptr, cnt_ptr, bias_ptr, pid_n, offs_m, m_mask, offs_n,
+                   n_mask, N, HAS_BIAS, SPLIT_K, BLOCK_M, BLOCK_N)  # fmt: skip
 
 
 @triton.jit
@@ -812,14 +804,5 @@ def gemv2_w4a16_kernel(
             acc = tl.where(offs_m[:, None] == 2, acc2, acc)
             acc = tl.where(offs_m[:, None] == 3, acc3, acc)
 
-    out_offs = offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
-    mask = m_mask[:, None] & n_mask[None, :]
-    if SPLIT_K == 1:
-        y = acc
-        if HAS_BIAS:
-            y += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
-        tl.store(out_ptr + out_offs, y.to(out_ptr.dtype.element_ty), mask=mask)
-    else:
-        tl.atomic_add(ws_ptr + out_offs, acc, mask=mask, sem="relaxed")
-        _ticket_finish(ws_ptr, out_ptr, cnt_ptr, bias_ptr, pid_n, out_offs, mask, offs_n, n_mask,
-                       HAS_BIAS, SPLIT_K, BLOCK_M, BLOCK_N)  # fmt: skip
+    _gemv_epilogue(acc, ws_ptr, out_ptr, cnt_ptr, bias_ptr, pid_n, offs_m, m_mask, offs_n,
+                   n_mask, N, HAS_BIAS, SPLIT_K, BLOCK_M, BLOCK_N)  # fmt: skip

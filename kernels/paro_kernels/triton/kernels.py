@@ -260,6 +260,24 @@ def w4a16_gemm_kernel(
 
 
 @triton.jit
+def _gemv_epilogue(y, ws_ptr, out_ptr, cnt_ptr, bias_ptr, pid_n, offs_m, m_mask, offs_n, n_mask,
+                   N, HAS_BIAS: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr):  # fmt: skip
+    """The decode GEMVs' store of fp32 y [BLOCK_M, BLOCK_N]: (+ bias) as the output dtype, or
+    under split-K into the fp32 workspace with the last split finishing (`_ticket_finish`)."""
+    out_offs = offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
+    mask = m_mask[:, None] & n_mask[None, :]
+    if SPLIT_K == 1:
+        if HAS_BIAS:
+            y += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+        tl.store(out_ptr + out_offs, y.to(out_ptr.dtype.element_ty), mask=mask)
+    else:
+        tl.atomic_add(ws_ptr + out_offs, y, mask=mask, sem="relaxed")
+        _ticket_finish(ws_ptr, out_ptr, cnt_ptr, bias_ptr, pid_n, out_offs, mask, offs_n, n_mask,
+                       HAS_BIAS, SPLIT_K, BLOCK_M, BLOCK_N)  # fmt: skip
+
+
+@triton.jit
 def _ticket_finish(ws_ptr, fin_ptr, cnt_ptr, bias_ptr, tile, out_offs, mask, offs_n, n_mask,
                    HAS_BIAS: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr):  # fmt: skip

@@ -23,7 +23,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .kernels import _ticket_finish
+from .kernels import _gemv_epilogue
 
 # Nibble p of a word (bits 4p..4p+3) as fp32 output $p: pair (p, p + 4) is one fp16 pair after
 # shifting nibble p to bits 12..15 (magnitude then at 9..11 after >> 3, sign at 15).
@@ -191,14 +191,5 @@ def mx_gemv_kernel(
     if BLOCK_M > 2:
         acc = tl.where(offs_m[:, None] == 2, _col(acc2), acc)
         acc = tl.where(offs_m[:, None] == 3, _col(acc3), acc)
-    out_offs = offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
-    mask = m_mask[:, None] & n_mask[None, :]
-    if SPLIT_K == 1:
-        y = acc
-        if HAS_BIAS:
-            y += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
-        tl.store(out_ptr + out_offs, y.to(out_ptr.dtype.element_ty), mask=mask)
-    else:
-        tl.atomic_add(ws_ptr + out_offs, acc, mask=mask, sem="relaxed")
-        _ticket_finish(ws_ptr, out_ptr, cnt_ptr, bias_ptr, pid_n, out_offs, mask, offs_n, n_mask,
-                       HAS_BIAS, SPLIT_K, BLOCK_M, BLOCK_N)  # fmt: skip
+    _gemv_epilogue(acc, ws_ptr, out_ptr, cnt_ptr, bias_ptr, pid_n, offs_m, m_mask, offs_n,
+                   n_mask, N, HAS_BIAS, SPLIT_K, BLOCK_M, BLOCK_N)  # fmt: skip
