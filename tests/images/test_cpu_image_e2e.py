@@ -152,6 +152,21 @@ def test_the_builds_doctor_step_passed_and_is_the_switchs_cached_answer(
     assert result.report["source"] == cpu_image.info.labels["paroctl.source-sha"]
 
 
+def test_a_rebuild_from_the_layer_cache_still_leaves_the_doctors_answer(
+    cpu_image: BuiltImage, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The same request again into a fresh home: docker serves every layer from its cache, the
+    # doctor step's too, which then prints no report; the build runs the doctor itself (one
+    # container run) and records it for the same image id, so the switch's answer is there.
+    monkeypatch.setenv("PAROCTL_HOME", str(tmp_path))
+    lines: list[str] = []
+    info = images.build(cpu_image.request, progress=lines.append)
+    assert info.id == cpu_image.info.id
+    assert any("doctor step cached by the engine" in line for line in lines), lines[-20:]
+    result = doctor.doctor_once(TAG)
+    assert (result.ok, result.cached, result.image_id) == (True, True, info.id)
+
+
 def test_doctor_names_the_first_mismatch_with_exit_1(cpu_image: BuiltImage) -> None:
     # The same image with one label that lies about the plugin (a LABEL step: no rebuild).
     mislabelled = "localhost/paroctl-cpu:mislabelled"
