@@ -39,7 +39,8 @@ GRID: list[dict[str, int]] = [
 
 
 def _compile_one(job: tuple[str, int, dict[str, int]]) -> str:
-    """Worker: one launch of the GEMV at a (shape, M, config), which fills Triton's disk cache."""
+    """`bench.precompile_pool` worker: one launch of the GEMV at a (shape, M, config), which
+    fills Triton's disk cache."""
     from .triton import decode_host
 
     name, m, kw = job
@@ -54,11 +55,6 @@ def _compile_one(job: tuple[str, int, dict[str, int]]) -> str:
         return ""
     except Exception as e:
         return f"{name} {m} {kw}: {type(e).__name__} {str(e)[:200]}"
-
-
-def precompile(jobs: list[tuple[str, int, dict[str, int]]], procs: int) -> None:
-    """Compile the sweep's kernels in `procs` processes first (the timed runs then load them)."""
-    b.precompile_pool(_compile_one, jobs, procs)
 
 
 def _preps(n: int, k: int, sizes: tuple[int, ...], dev: torch.device) -> list[Any]:
@@ -280,8 +276,8 @@ def main(argv: list[str] | None = None) -> None:
     ms = [int(v) for v in args.ms.split(",")]
     if args.ab:
         if args.jobs > 1:
-            precompile([(nm, m, kw) for nm in args.shapes.split(",") for m in (1, 16)
-                        for kw in AB_CFGS.values()], args.jobs)  # fmt: skip
+            b.precompile_pool(_compile_one, [(nm, m, kw) for nm in args.shapes.split(",")
+                              for m in (1, 16) for kw in AB_CFGS.values()], args.jobs)  # fmt: skip
         rows, nr = ab(args.shapes.split(","), ms, args.reps, t0, args.budget_s)
         with open(args.out, "w") as f:
             json.dump({"ab": rows, "not_run": nr, "command": " ".join(argv or [])}, f, indent=1)
@@ -292,7 +288,8 @@ def main(argv: list[str] | None = None) -> None:
                                                  *(argv or [])])}  # fmt: skip
     s1 = list(filter(None, args.stage1.split(",")))
     if args.jobs > 1:
-        precompile([(nm, m, kw) for nm in s1 for m in ms for kw in GRID], args.jobs)
+        b.precompile_pool(_compile_one, [(nm, m, kw) for nm in s1 for m in ms for kw in GRID],
+                          args.jobs)  # fmt: skip
     meta["stage1"] = stage1(s1, ms, args.reps)
     meta["top"] = top_configs(meta["stage1"], args.top) if meta["stage1"] else [{}]
     print("top configs", meta["top"], flush=True)

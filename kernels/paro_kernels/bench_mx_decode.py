@@ -69,7 +69,8 @@ def _gemv(p: Any, a: torch.Tensor, cfg: Any) -> object:
 
 
 def _compile_one(job: tuple[str, int, dict[str, Any]]) -> str:
-    """Worker: one launch of the GEMV at a (shape, M, config), which fills Triton's disk cache."""
+    """`bench.precompile_pool` worker: one launch of the GEMV at a (shape, M, config), which
+    fills Triton's disk cache."""
     from .triton import mx_decode_host, mx_host
 
     name, m, kw = job
@@ -82,11 +83,6 @@ def _compile_one(job: tuple[str, int, dict[str, Any]]) -> str:
         return ""
     except Exception as e:
         return f"{name} {m} {kw}: {type(e).__name__} {str(e)[:200]}"
-
-
-def precompile(jobs: list[tuple[str, int, dict[str, Any]]], procs: int) -> None:
-    """Compile the sweep's kernels in `procs` processes first (the timed runs then load them)."""
-    b.precompile_pool(_compile_one, jobs, procs)
 
 
 def sweep(shapes: list[str], ms: list[int], reps: int) -> list[dict[str, Any]]:
@@ -220,8 +216,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.jobs > 1 and sw:
         from .triton import mx_decode_host
 
-        precompile([(nm, m, kw) for nm in sw for m in ms for kw in mx_decode_host.sweep_configs()],
-                   args.jobs)  # fmt: skip
+        jobs = [(nm, m, kw) for nm in sw for m in ms for kw in mx_decode_host.sweep_configs()]
+        b.precompile_pool(_compile_one, jobs, args.jobs)
     meta["sweep"] = sweep(sw, ms, args.reps) if sw else []
     meta["best"] = {m: best_config(meta["sweep"], m) for m in ms}
     print("best configs", meta["best"], flush=True)

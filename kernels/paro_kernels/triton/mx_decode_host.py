@@ -29,16 +29,12 @@ from .mx_host import ActMode, MxWeight, _align, _block_n, check_gemm
 # 34.0 us at M = 1 and 69.2 at M = 2 against the A16 GEMM's 92.5 / 91.0 and the W4A8 one's
 # 107 / 107; at M = 4 134.4 against 91.5 / 108. So it serves M <= 2, and M = 3..4 take the GEMM
 # on A16 activations (A16_MAX_M: faster than W4A8 there on every shape, and more accurate).
-# Per BLOCK_M: (block_n, num_warps, programs per SM, unroll); 256 / 4 / 16 / 1 had the least
-# summed time over qkv and gate_up at every M (within 4% of each shape's best).
+# (block_n, num_warps, programs per SM, unroll): the least summed time over qkv and gate_up at
+# each of M = 1, 2 and 4 alike (within 4% of each shape's best).
 GEMV = True
 GEMV_MAX_M = 2
 A16_MAX_M = 4
-GEMV_TABLE: dict[int, tuple[int, int, int, int]] = {
-    1: (256, 4, 16, 1),
-    2: (256, 4, 16, 1),
-    4: (256, 4, 16, 1),
-}
+GEMV_CONFIG = (256, 4, 16, 1)
 GEMV_MIN_PAIRS = 2  # block pairs per split at least
 GEMV_HIP = False  # gfx1201 keeps the MXFP4 GEMM until the GEMV is measured there
 
@@ -92,7 +88,7 @@ def gemv_config(m: int, n: int, k: int, bounds: tuple[int, ...], sms: int, block
         block_n = block_n or (128 if m <= 2 else 64)
         unroll = unroll or 1
     block_m = 1 if m == 1 else (2 if m == 2 else 4)
-    t_bn, t_warps, t_pps, t_u = GEMV_TABLE[block_m]
+    t_bn, t_warps, t_pps, t_u = GEMV_CONFIG
     bn = _block_n(block_n or t_bn, _align(bounds))
     u = unroll or t_u
     tiles = -(-n // bn)
