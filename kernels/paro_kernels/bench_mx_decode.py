@@ -68,26 +68,59 @@ def _gemv(p: Any, a: torch.Tensor, cfg: Any) -> object:
     return mx_decode_host.mx_gemv(a, p.weight, p.bounds, torch.bfloat16, None, cfg)
 
 
+def _gemv_old(kern: Any, p: Any, a: torch.Tensor, cfg: Any) -> object:
+    """A previous tree's `mx_gemv_kernel` (--old: no BF16 / PF arguments) at cfg, one plane, bf16
+    out, split-K on the shared zeroed buffers as `mx_decode_host.mx_gemv` launches it."""
+    from .triton import fast_host
+
+    _, m, k = a.shape
+    w = p.weight
+    out = torch.empty(m, w.n, dtype=torch.bfloat16, device=a.device)
+    tiles = -(-w.n // cfg.block_n)
+    ws = fast_host._scratch("gemv_ws", m * w.n, torch.float32, a.device)
+    cnt = fast_host._scratch("gemv_cnt", tiles, torch.int32, a.device)
+    kern[(tiles, cfg.split_k)](
+        a, w.qw.view(torch.int32), w.sc, w.sc, ws, cnt, out, m, w.n, k, a.stride(1), w.n, w.n,
+        HAS_BIAS=False, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SPLIT_K=cfg.split_k, ASM=True,
+        U=cfg.unroll, num_warps=cfg.num_warps, num_stages=1,
+    )  # fmt: skip
+    return out
+
+
 def _compile_one(job: tuple[str, int, dict[str, Any]]) -> str:
     """`bench.precompile_pool` worker: one launch of the GEMV at a (shape, M, config), which
     fills Triton's disk cache."""
     from .triton import mx_decode_host, mx_host
 
     name, m, kw = job
+    kw = dict(kw)
+    old = kw.pop("old", "")  # the --old module's kernel instead
     _, n, k, _ = next(s for s in b.SHAPES if s[0] == name)
     p = mx_host.prepare(*mx_host.random_checkpoint(n, k), None, 0, "cuda")
     a = torch.zeros(1, m, k, device="cuda", dtype=torch.bfloat16)
     try:
-        _gemv(p, a, mx_decode_host.gemv_config(m, n, k, (), 132, **kw))
+        cfg = mx_decode_host.gemv_config(m, n, k, (), 132, **kw)
+        if old:
+            import importlib
+
+            _gemv_old(importlib.import_module(old).mx_gemv_kernel, p, a, cfg)
+        else:
+            _gemv(p, a, cfg)
         torch.cuda.synchronize()
         return ""
     except Exception as e:
         return f"{name} {m} {kw}: {type(e).__name__} {str(e)[:200]}"
 
 
-def sweep(shapes: list[str], ms: list[int], reps: int) -> list[dict[str, Any]]:
-    """The GEMV alone at every SWEEP config (one plane, bf16 activations)."""
+def sweep(shapes: list[str], ms: list[int], reps: int, old: str = "") -> list[dict[str, Any]]:
+    """The GEMV alone at every SWEEP config (one plane, bf16 activations); with `old` (a module
+    holding a previous tree's kernel) that kernel too at each config it has (no prefetch), its
+    output checked against this tree's."""
+    import importlib
+
     from .triton import mx_decode_host
+
+    kern = importlib.import_module(old).mx_gemv_kernel if old else None
 
     dev = torch.device("cuda")
     out = []
@@ -100,6 +133,12 @@ def sweep(shapes: list[str], ms: list[int], reps: int) -> list[dict[str, Any]]:
                 cfg = mx_decode_host.gemv_config(m, n, k, (), 132, **kw)
                 us = _t([functools.partial(_gemv, p, a, cfg) for p in preps], reps)
                 out.append(_row(name, m, f"gemv {kw}", us, _mx_bytes(n, k, m), cfg=kw))
+                if kern is not None and not kw.get("prefetch"):
+                    fns = [functools.partial(_gemv_old, kern, p, a, cfg) for p in preps]
+                    y_old, y_new = fns[0](), _gemv(preps[0], a, cfg)
+                    d = (y_old.float() - y_new.float()).abs().max()  # type: ignore[attr-defined]
+                    out.append(_row(name, m, f"old gemv {kw}", _t(fns, reps), _mx_bytes(n, k, m),
+                                    cfg=kw, old=True, max_diff=float(d)))  # fmt: skip
         del preps
         torch.cuda.empty_cache()
     return out
@@ -109,7 +148,7 @@ def best_config(rows: list[dict[str, Any]], m: int) -> dict[str, Any]:
     """The sweep config with the least summed time over the swept shapes at M = m."""
     tot: dict[str, float] = {}
     for r in rows:
-        if r["m"] == m:
+        if r["m"] == m and not r.get("old"):
             key = json.dumps(r["cfg"], sort_keys=True)
             tot[key] = tot.get(key, 0.0) + r["us"]
     good = {key: v for key, v in tot.items() if v == v}
@@ -204,6 +243,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--budget-s", type=float, default=0)
     ap.add_argument("--jobs", type=int, default=12, help="compile processes before the sweep")
+    ap.add_argument("--old", default="", help="module of a previous tree's GEMV kernel to A/B")
     args = ap.parse_args(argv)
     torch.manual_seed(0)
     t0 = time.monotonic()
@@ -217,8 +257,11 @@ def main(argv: list[str] | None = None) -> None:
         from .triton import mx_decode_host
 
         jobs = [(nm, m, kw) for nm in sw for m in ms for kw in mx_decode_host.sweep_configs()]
+        if args.old:
+            jobs += [(nm, m, {**kw, "old": args.old}) for nm, m, kw in jobs
+                     if not kw["prefetch"]]  # fmt: skip
         b.precompile_pool(_compile_one, jobs, args.jobs)
-    meta["sweep"] = sweep(sw, ms, args.reps) if sw else []
+    meta["sweep"] = sweep(sw, ms, args.reps, args.old) if sw else []
     meta["best"] = {m: best_config(meta["sweep"], m) for m in ms}
     print("best configs", meta["best"], flush=True)
     with open(args.out, "w") as f:

@@ -2,6 +2,11 @@
 
     ncu --clock-control none --profile-from-start off --csv --metrics ... \
         python -m paro_kernels.profile14 gate_up 1 gemv|gemv-prologue|gemv3|dequant [bf16|int8]
+        python -m paro_kernels.profile14 gate_up 1 mx | mx-old MODULE
+
+`mx`: the MXFP4 op as served (`mx_host.mx_linear`, a W4A8 layer: the decode GEMV at M <= 2);
+`mx-old MODULE`: a previous tree's GEMV kernel in MODULE at the same config (bench_mx_decode's
+--old).
 
 The op runs once outside the profiled range (compiles, fills caches of the launcher), then once
 inside it, on random weights of the bench's layout.
@@ -10,6 +15,7 @@ inside it, on random weights of the bench's layout.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 import torch
 
@@ -24,6 +30,9 @@ def main(argv: list[str]) -> None:
     act = argv[3] if len(argv) > 3 else "bf16"
     _, n, k, sizes = next(s for s in b.SHAPES if s[0] == name)
     dev = torch.device("cuda")
+    if path.startswith("mx"):
+        _profile(_mx_call(n, k, m, path, act, dev))
+        return
     import dataclasses
 
     from .bench14 import _with_givens
@@ -49,12 +58,33 @@ def main(argv: list[str]) -> None:
                                  prep.zeros, prep.bounds, b.G, None, gv[0], gv[1],
                                  path=route)  # fmt: skip
 
+    _profile(call)
+
+
+def _profile(call: Callable[[], object]) -> None:
     call()
     torch.cuda.synchronize()
     torch.cuda.profiler.start()
     call()
     torch.cuda.synchronize()
     torch.cuda.profiler.stop()
+
+
+def _mx_call(n: int, k: int, m: int, path: str, module: str,
+             dev: torch.device) -> Callable[[], object]:  # fmt: skip
+    import functools
+    import importlib
+
+    from .bench_mx_decode import _gemv_old
+    from .triton import host, mx_decode_host, mx_host
+
+    prep = mx_host.prepare(*mx_host.random_checkpoint(n, k), None, 0, dev)
+    x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+    if path == "mx":
+        return functools.partial(mx_host.mx_linear, prep, x, None, "fp8")
+    cfg = mx_decode_host.gemv_config(m, n, k, (), host.sm_count(dev))
+    kern = importlib.import_module(module).mx_gemv_kernel
+    return functools.partial(_gemv_old, kern, prep, x[None], cfg)
 
 
 if __name__ == "__main__":

@@ -195,6 +195,27 @@ def test_gemv_every_config_and_unpack_matches_fp64(k: int, n: int, m: int) -> No
         assert yb.dtype == torch.bfloat16 and rel(yb, r + b.double()) <= BF16_OUT, kw
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("pad", [0, 2, 4])
+def test_gemv_fp16_and_strided_activations_match_fp64(dtype: torch.dtype, pad: int) -> None:
+    # The asm activation loads (8 bytes at columns 4 w, bf16 or fp16 converts) on rows `pad`
+    # columns longer than K: pad 2 breaks their 8-byte alignment, so the launcher must fall back
+    # to the plain loads; K = 544 has a padded last pair (the clamped high block).
+    from paro_kernels.triton import mx_decode_host
+
+    k, n = 544, 384
+    _, _, w, prep = _layer(n, k)
+    for m in (1, 2, 3):
+        x = _x(m, k, dtype)
+        wide = torch.zeros(1, m, k + pad, dtype=dtype, device="cuda")
+        wide[0, :, :k] = x.cuda()
+        a = wide[:, :, :k]
+        for kw in [{}, *mx_decode_host.test_configs()]:
+            cfg = mx_decode_host.gemv_config(m, n, k, (), 132, **kw)
+            y = mx_decode_host.mx_gemv(a, prep.weight, (), torch.float32, None, cfg)
+            assert rel(y, x.double() @ w.t()) <= FP32_SUM, (m, kw)
+
+
 def test_gemv_every_e2m1_code_and_sign() -> None:
     # one column per code (0..15, +-0 included) with scale 2^0, x = 1 at one K column only:
     # y is the code's value exactly, through both unpacks and both nibbles of a byte

@@ -34,7 +34,7 @@ from .mx_host import ActMode, MxWeight, _align, _block_n, check_gemm
 GEMV = True
 GEMV_MAX_M = 2
 A16_MAX_M = 4
-GEMV_CONFIG = (256, 4, 16, 1)
+GEMV_CONFIG = (256, 4, 16, 1, False)
 GEMV_MIN_PAIRS = 2  # block pairs per split at least
 GEMV_HIP = False  # gfx1201 keeps the MXFP4 GEMM until the GEMV is measured there
 
@@ -48,12 +48,14 @@ class GemvConfig:
     split_k: int
     num_warps: int
     unroll: int  # block pairs an iteration (`mx_gemv_kernel`'s U)
+    prefetch: bool = False  # the next iteration's words loaded before this one's math (PF)
 
 
 def sweep_configs() -> list[dict[str, Any]]:
     """The config grid of the H200 sweep (bench_mx_decode)."""
-    return [dict(block_n=bn, num_warps=w, programs_per_sm=pps, unroll=u)
-            for bn in (128, 256) for w in (4, 8) for pps in (8, 16) for u in (1, 2)]  # fmt: skip
+    return [dict(block_n=bn, num_warps=w, programs_per_sm=pps, unroll=u, prefetch=pf)
+            for bn in (128, 256) for w in (4, 8) for pps in (8, 16) for u in (1, 2)
+            for pf in (False, True) if not (u == 2 and pf)]  # fmt: skip
 
 
 def test_configs() -> list[dict[str, Any]]:
@@ -61,7 +63,8 @@ def test_configs() -> list[dict[str, Any]]:
     return [dict(block_n=64, num_warps=4, programs_per_sm=16, unroll=1),
             dict(block_n=128, num_warps=8, programs_per_sm=8, unroll=4),
             dict(block_n=256, num_warps=4, programs_per_sm=4, unroll=2),
-            dict(block_n=256, num_warps=8, programs_per_sm=16, unroll=1)]  # fmt: skip
+            dict(block_n=256, num_warps=8, programs_per_sm=16, unroll=1, prefetch=True),
+            dict(block_n=128, num_warps=4, programs_per_sm=8, unroll=2, prefetch=True)]  # fmt: skip
 
 
 def gemv_ok(m: int, hip: bool) -> bool:
@@ -77,7 +80,7 @@ def served_act(m: int, act: ActMode, hip: bool) -> ActMode:
 
 def gemv_config(m: int, n: int, k: int, bounds: tuple[int, ...], sms: int, block_n: int = 0,
                 num_warps: int = 0, programs_per_sm: int = 0, unroll: int = 0,
-                hip: bool = False) -> GemvConfig:  # fmt: skip
+                hip: bool = False, prefetch: bool | None = None) -> GemvConfig:  # fmt: skip
     """Tile and split: BLOCK_N rows a program (dividing every plane boundary), split-K over block
     pairs (a multiple of the unroll each) until about `programs_per_sm` programs per SM.
 
@@ -88,7 +91,7 @@ def gemv_config(m: int, n: int, k: int, bounds: tuple[int, ...], sms: int, block
         block_n = block_n or (128 if m <= 2 else 64)
         unroll = unroll or 1
     block_m = 1 if m == 1 else (2 if m == 2 else 4)
-    t_bn, t_warps, t_pps, t_u = GEMV_CONFIG
+    t_bn, t_warps, t_pps, t_u, t_pf = GEMV_CONFIG
     bn = _block_n(block_n or t_bn, _align(bounds))
     u = unroll or t_u
     tiles = -(-n // bn)
@@ -97,7 +100,8 @@ def gemv_config(m: int, n: int, k: int, bounds: tuple[int, ...], sms: int, block
     split = max(1, min(pairs // GEMV_MIN_PAIRS, -(-pps * sms // tiles)))
     per = -(-pairs // split)
     per = -(-per // u) * u
-    return GemvConfig(block_m, bn, -(-pairs // per), num_warps or t_warps, u)
+    pf = t_pf if prefetch is None else prefetch
+    return GemvConfig(block_m, bn, -(-pairs // per), num_warps or t_warps, u, pf and not hip)
 
 
 def mx_gemv(
@@ -129,11 +133,14 @@ def mx_gemv(
     b = (*bounds, n, n)[:2]
     if asm is None:
         asm = not hip and os.environ.get("TRITON_INTERPRET", "0") != "1"
+    # the asm activation loads read 8 bytes at columns 4 w: rows must start 8-byte aligned
+    asm = asm and a.data_ptr() % 8 == 0 and a.stride(1) % 4 == 0 and a.stride(2) == 1
     mx_gemv_kernel[(tiles, cfg.split_k)](
         a, w.qw.view(torch.int32), w.sc, bias if bias is not None else w.sc, ws, cnt, out,
         m, n, k, a.stride(1), b[0], b[1],
         HAS_BIAS=bias is not None, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        SPLIT_K=cfg.split_k, ASM=asm, U=cfg.unroll, num_warps=cfg.num_warps, num_stages=1,
+        SPLIT_K=cfg.split_k, ASM=asm, U=cfg.unroll, BF16=a.dtype == torch.bfloat16,
+        PF=cfg.prefetch, num_warps=cfg.num_warps, num_stages=1,
     )  # fmt: skip
     return out
 
@@ -154,7 +161,8 @@ def compile_mx_gemv(target: str, m: int, n: int, k: int, bounds: tuple[int, ...]
         "M": "i32", "N": "i32", "K": "i32", "stride_am": "i32", "b1": "i32", "b2": "i32",
     }  # fmt: skip
     const = {"HAS_BIAS": False, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n,
-             "SPLIT_K": cfg.split_k, "ASM": not hip, "U": cfg.unroll}  # fmt: skip
+             "SPLIT_K": cfg.split_k, "ASM": not hip, "U": cfg.unroll, "BF16": True,
+             "PF": cfg.prefetch}  # fmt: skip
     c = _aot_build(mx_gemv_kernel, sig, const, target, cfg.num_warps, 1)
     rep = _aot_report("mx_gemv", target, str(cfg), c, r"(v_wmma|wgmma|mma\.sync)")
     return aot.Report(**{**rep.__dict__, "mma": not rep.mma})  # type: ignore[attr-defined]

@@ -95,19 +95,130 @@ def _unpack(q, ASM: tl.constexpr):
 
 
 @triton.jit
-def _act(a_row, kb, b: tl.constexpr, K, ok):
+def _scale(sc_ptr, r, n3, ok, N, ASM: tl.constexpr, U: tl.constexpr, CLAMP: tl.constexpr, j1):
+    """int32 e8m0 codes [BN, U, 1] of scale rows r [1, U, 1] at columns n3, 0 where not `ok`.
+
+    With ASM the byte comes from a PTX load: a `tl.load` here takes the coalesced layout of the
+    scale row (threads along N), unlike the words' (threads along K), and Triton 3.6 then moved
+    every [BN, U, 8] product through shared memory to meet it (16 barriers an iteration, twice
+    that at 2 rows). The asm op has no layout of its own, so it takes the words'. Columns past N
+    read column N - 1; with CLAMP (an unroll, or the prefetch past the split's last pair) rows
+    past the split's last pair read its last: in bounds. The former's outputs are never stored;
+    the latter's scales are zeroed (U > 1) or never used (the prefetch after the last pair)."""
+    if ASM:
+        rc = tl.minimum(r, 2 * j1 - 1) if CLAMP else r
+        e = tl.inline_asm_elementwise(
+            "ld.global.nc.u8 $0, [$1];", "=r,l", [sc_ptr + rc * N + tl.minimum(n3, N - 1)],
+            dtype=tl.int32, is_pure=True, pack=1,
+        )  # fmt: skip
+        return tl.where(ok, e, 0) if U > 1 else e
+    return tl.load(sc_ptr + r * N + n3, mask=ok, other=0).to(tl.int32)
+
+
+@triton.jit
+def _fetch(q_base, sc_ptr, j, offs_u, n3, nm3, N, ASM: tl.constexpr, U: tl.constexpr,
+           CLAMP: tl.constexpr, j1):  # fmt: skip
+    """The words [BN, U, 8] and the two blocks' e8m0 codes [BN, U, 1] of pairs j + offs_u (past
+    the split's last: zero words, zero or unused codes)."""
+    ju = j + offs_u
+    ok = nm3 & (ju < j1)
+    q = tl.load(q_base + j * 8, mask=ok, other=0)
+    ea = _scale(sc_ptr, 2 * ju, n3, ok, N, ASM, U, CLAMP, j1)
+    eb = _scale(sc_ptr, 2 * ju + 1, n3, ok, N, ASM, U, CLAMP, j1)
+    return q, ea, eb
+
+
+# Activation columns c..c+3 and c+32..c+35 of one row as 8 fp32 (bits): two 8-byte loads
+# ($8, $9: the two addresses) and a 16-bit -> fp32 move each (bf16: a shift or a mask).
+_ACT_BF16_ASM = tl.constexpr(
+    """
+{
+.reg .b32 t0, t1, t2, t3;
+ld.global.nc.v2.b32 {t0, t1}, [$8];
+ld.global.nc.v2.b32 {t2, t3}, [$9];
+shl.b32 $0, t0, 16;
+and.b32 $1, t0, 0xFFFF0000;
+shl.b32 $2, t1, 16;
+and.b32 $3, t1, 0xFFFF0000;
+shl.b32 $4, t2, 16;
+and.b32 $5, t2, 0xFFFF0000;
+shl.b32 $6, t3, 16;
+and.b32 $7, t3, 0xFFFF0000;
+}
+"""
+)
+_ACT_F16_ASM = tl.constexpr(
+    """
+{
+.reg .b32 t0, t1, t2, t3;
+.reg .b16 l, h;
+.reg .f32 f;
+ld.global.nc.v2.b32 {t0, t1}, [$8];
+ld.global.nc.v2.b32 {t2, t3}, [$9];
+mov.b32 {l, h}, t0;
+cvt.f32.f16 f, l;
+mov.b32 $0, f;
+cvt.f32.f16 f, h;
+mov.b32 $1, f;
+mov.b32 {l, h}, t1;
+cvt.f32.f16 f, l;
+mov.b32 $2, f;
+cvt.f32.f16 f, h;
+mov.b32 $3, f;
+mov.b32 {l, h}, t2;
+cvt.f32.f16 f, l;
+mov.b32 $4, f;
+cvt.f32.f16 f, h;
+mov.b32 $5, f;
+mov.b32 {l, h}, t3;
+cvt.f32.f16 f, l;
+mov.b32 $6, f;
+cvt.f32.f16 f, h;
+mov.b32 $7, f;
+}
+"""
+)
+
+
+@triton.jit
+def _act1(a_row, kb, b: tl.constexpr, K, ok):
     """fp32 [1, U, 8]: activation columns kb + b of one row (0 past K or for a row past M)."""
     return tl.load(a_row + kb + b, mask=(kb + b < K) & ok, other=0.0).to(tl.float32)
 
 
 @triton.jit
-def _pair(w, a_row, kb, K, ok, sa, sb, acc):
-    """acc [BN, U, 8] += the block pairs' products for one activation row, each block scaled."""
+def _acts(a_row, kb, K, BF16: tl.constexpr):
+    """The 8 activations of the words' columns kb + 0..3 and kb + 32..35 as fp32 [1, U, 8] each,
+    from two 8-byte loads per word (the host asserts the alignment), in the words' layout as
+    `_scale`'s bytes are. Addresses past K are clamped to K - 4 (in bounds; the codes and scales
+    there are zero, so they add 0 x a finite value); a row past M is the caller's row M - 1."""
+    lo = tl.minimum(kb, K - 4)
+    hi = tl.minimum(kb + 32, K - 4)
+    asm: tl.constexpr = _ACT_BF16_ASM if BF16 else _ACT_F16_ASM
+    r = tl.inline_asm_elementwise(
+        asm, "=r,=r,=r,=r,=r,=r,=r,=r,l,l", [a_row + lo, a_row + hi],
+        dtype=(tl.int32,) * 8, is_pure=True, pack=1,
+    )  # fmt: skip
+    return (r[0].to(tl.float32, bitcast=True), r[1].to(tl.float32, bitcast=True),
+            r[2].to(tl.float32, bitcast=True), r[3].to(tl.float32, bitcast=True),
+            r[4].to(tl.float32, bitcast=True), r[5].to(tl.float32, bitcast=True),
+            r[6].to(tl.float32, bitcast=True), r[7].to(tl.float32, bitcast=True))  # fmt: skip
+
+
+@triton.jit
+def _pair(w, a_row, kb, K, ok, sa, sb, acc, ASM: tl.constexpr, BF16: tl.constexpr):
+    """acc [BN, U, 8] += the block pairs' products for one activation row, each block scaled.
+    Without ASM the loads stay interleaved with the products (fewer live registers: gfx1201)."""
     w0, w1, w2, w3, w4, w5, w6, w7 = w
-    da = w0 * _act(a_row, kb, 0, K, ok) + w2 * _act(a_row, kb, 1, K, ok)
-    da += w4 * _act(a_row, kb, 2, K, ok) + w6 * _act(a_row, kb, 3, K, ok)
-    db = w1 * _act(a_row, kb, 32, K, ok) + w3 * _act(a_row, kb, 33, K, ok)
-    db += w5 * _act(a_row, kb, 34, K, ok) + w7 * _act(a_row, kb, 35, K, ok)
+    if ASM:
+        x0, x1, x2, x3, y0, y1, y2, y3 = _acts(a_row, kb, K, BF16)
+        da = w0 * x0 + w2 * x1 + w4 * x2 + w6 * x3
+        db = w1 * y0 + w3 * y1 + w5 * y2 + w7 * y3
+    else:
+        da = w0 * _act1(a_row, kb, 0, K, ok) + w2 * _act1(a_row, kb, 1, K, ok)
+        da += w4 * _act1(a_row, kb, 2, K, ok) + w6 * _act1(a_row, kb, 3, K, ok)
+        db = w1 * _act1(a_row, kb, 32, K, ok) + w3 * _act1(a_row, kb, 33, K, ok)
+        db += w5 * _act1(a_row, kb, 34, K, ok) + w7 * _act1(a_row, kb, 35, K, ok)
     return acc + da * sa + db * sb
 
 
@@ -138,6 +249,8 @@ def mx_gemv_kernel(
     SPLIT_K: tl.constexpr,
     ASM: tl.constexpr,  # the unpack as PTX (NVIDIA); else plain ops (ROCm, the interpreter)
     U: tl.constexpr = 1,  # block pairs an iteration: their loads are in flight together
+    BF16: tl.constexpr = True,  # the activations' dtype: bf16, else fp16
+    PF: tl.constexpr = False,  # prefetch: the next iteration's words loaded before this one's math
 ):
     """out[:M, n-block] = sum over this split's block pairs of A_p @ W^T (module doc)."""
     pid_n = tl.program_id(0)
@@ -158,7 +271,11 @@ def mx_gemv_kernel(
     nm3 = n_mask[:, None, None]
     q_base = qw_ptr + n3.to(tl.int64) * (npairs * 8) + offs_u * 8 + offs_w
     a0 = a_ptr + (part * M).to(tl.int64) * stride_am
-    # Rows past M are masked to zero in the activation loads and never stored.
+    # Rows past M are masked to zero in the activation loads (ASM: row M - 1 is read again)
+    # and never stored.
+    a1 = a0 + tl.minimum(1, M - 1) * stride_am
+    a2 = a0 + tl.minimum(2, M - 1) * stride_am
+    a3 = a0 + tl.minimum(3, M - 1) * stride_am
     ok0 = offs_w < 8
     ok1 = (offs_w * 0 + 1) < M
     ok2 = (offs_w * 0 + 2) < M
@@ -167,22 +284,27 @@ def mx_gemv_kernel(
     acc1 = tl.zeros((BLOCK_N, U, 8), dtype=tl.float32)
     acc2 = tl.zeros((BLOCK_N, U, 8), dtype=tl.float32)
     acc3 = tl.zeros((BLOCK_N, U, 8), dtype=tl.float32)
+    CLAMP: tl.constexpr = U > 1 or PF
+    if PF:
+        q, ea, eb = _fetch(q_base, sc_ptr, j0, offs_u, n3, nm3, N, ASM, U, CLAMP, j1)
     for j in range(j0, j1, U):
         ju = j + offs_u  # [1, U, 1] pair indices; past j1 masked (zero codes, zero scales)
-        um = ju < j1
-        q = tl.load(q_base + j * 8, mask=nm3 & um, other=0)
-        ea = tl.load(sc_ptr + (2 * ju) * N + n3, mask=nm3 & um, other=0).to(tl.int32)
-        eb = tl.load(sc_ptr + (2 * ju + 1) * N + n3, mask=nm3 & um, other=0).to(tl.int32)
+        if PF:  # the next iteration's words in flight during this one's arithmetic
+            qn, ean, ebn = _fetch(q_base, sc_ptr, j + U, offs_u, n3, nm3, N, ASM, U, CLAMP, j1)
+        else:
+            q, ea, eb = _fetch(q_base, sc_ptr, j, offs_u, n3, nm3, N, ASM, U, CLAMP, j1)
         sa = (ea << 23).to(tl.float32, bitcast=True)
         sb = (eb << 23).to(tl.float32, bitcast=True)
         w = _unpack(q, ASM)
         kb = 64 * ju + 4 * offs_w
-        acc0 = _pair(w, a0, kb, K, ok0, sa, sb, acc0)
+        acc0 = _pair(w, a0, kb, K, ok0, sa, sb, acc0, ASM, BF16)
         if BLOCK_M > 1:
-            acc1 = _pair(w, a0 + stride_am, kb, K, ok1, sa, sb, acc1)
+            acc1 = _pair(w, a1, kb, K, ok1, sa, sb, acc1, ASM, BF16)
         if BLOCK_M > 2:
-            acc2 = _pair(w, a0 + 2 * stride_am, kb, K, ok2, sa, sb, acc2)
-            acc3 = _pair(w, a0 + 3 * stride_am, kb, K, ok3, sa, sb, acc3)
+            acc2 = _pair(w, a2, kb, K, ok2, sa, sb, acc2, ASM, BF16)
+            acc3 = _pair(w, a3, kb, K, ok3, sa, sb, acc3, ASM, BF16)
+        if PF:
+            q, ea, eb = qn, ean, ebn
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc = tl.where(offs_m[:, None] == 0, _col(acc0), acc)
