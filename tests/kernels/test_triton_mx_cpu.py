@@ -218,10 +218,11 @@ for name, k, sizes, m, rotated in GEMV_INTERP_CASES:
     bias = torch.randn(n).to(torch.float16)
     (a,) = mx_host.activations(prep, x, "a16")
     r = plane_ref(a, None, mx.mxfp4_dequantize(weight, scale), prep.bounds) + bias.double()
-    for bn in (16, 32):
-        cfg = mx_decode_host.gemv_config(m, n, k, prep.bounds, 4, block_n=bn)
+    for bn, pf in ((16, False), (32, False), (16, True)):  # PF: the next pair's prefetch
+        cfg = mx_decode_host.gemv_config(m, n, k, prep.bounds, 4, block_n=bn, prefetch=pf)
         y = mx_decode_host.mx_gemv(a, prep.weight, prep.bounds, torch.float16, bias, cfg)
-        gemv[f"{name}/{bn}"] = {"rel": rel(y, r), "shape": list(y.shape), "split": cfg.split_k}
+        gemv[f"{name}/{bn}/{pf}"] = {"rel": rel(y, r), "shape": list(y.shape),
+                                     "split": cfg.split_k, "pf": cfg.prefetch}
     y = mx_host.mx_linear(prep, x, bias, "fp8")  # decode rows: the GEMV, 16-bit activations
     gemv[f"{name}/served"] = {"rel": rel(y, r), "shape": list(y.shape), "split": 0}
 out["gemv"] = gemv
@@ -265,7 +266,7 @@ def test_interpreter_fold_flush_is_detected_and_avoided(interp_results: dict) ->
 def test_interpreter_gemv_matches_fp64_reference(interp_results: dict, case: tuple) -> None:
     name, _, sizes, m, _ = case
     runs = {key: v for key, v in interp_results["gemv"].items() if key.startswith(name + "/")}
-    assert len(runs) == 3, runs
+    assert len(runs) == 4 and sum(bool(v.get("pf")) for v in runs.values()) == 1, runs
     for key, res in runs.items():
         assert res["shape"] == [m, sum(sizes)], (key, res)
         assert res["rel"] <= 1e-3, (key, res)  # exact products, fp32 sums: the fp16 floor
