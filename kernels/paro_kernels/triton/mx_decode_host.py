@@ -140,7 +140,7 @@ def mx_gemv(
         m, n, k, a.stride(1), b[0], b[1],
         HAS_BIAS=bias is not None, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
         SPLIT_K=cfg.split_k, ASM=asm, U=cfg.unroll, BF16=a.dtype == torch.bfloat16,
-        PF=cfg.prefetch, num_warps=cfg.num_warps, num_stages=1,
+        PF=cfg.prefetch, EVEN_K=k % 64 == 0, num_warps=cfg.num_warps, num_stages=1,
     )  # fmt: skip
     return out
 
@@ -162,7 +162,7 @@ def compile_mx_gemv(target: str, m: int, n: int, k: int, bounds: tuple[int, ...]
     }  # fmt: skip
     const = {"HAS_BIAS": False, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n,
              "SPLIT_K": cfg.split_k, "ASM": not hip, "U": cfg.unroll, "BF16": True,
-             "PF": cfg.prefetch}  # fmt: skip
+             "PF": cfg.prefetch, "EVEN_K": k % 64 == 0}  # fmt: skip
     c = _aot_build(mx_gemv_kernel, sig, const, target, cfg.num_warps, 1)
     rep = _aot_report("mx_gemv", target, str(cfg), c, r"(v_wmma|wgmma|mma\.sync)")
     return aot.Report(**{**rep.__dict__, "mma": not rep.mma})  # type: ignore[attr-defined]

@@ -129,13 +129,13 @@ def _fetch(q_base, sc_ptr, j, offs_u, n3, nm3, N, ASM: tl.constexpr, U: tl.const
 
 
 # Activation columns c..c+3 and c+32..c+35 of one row as 8 fp32 (bits): two 8-byte loads
-# ($8, $9: the two addresses) and a 16-bit -> fp32 move each (bf16: a shift or a mask).
-_ACT_BF16_ASM = tl.constexpr(
-    """
+# ($8 and HI: `$9`, a second address, or `$8+64` where K % 64 == 0) and a 16-bit -> fp32 move
+# each (bf16: a shift or a mask).
+_ACT_BF16 = """
 {
 .reg .b32 t0, t1, t2, t3;
 ld.global.nc.v2.b32 {t0, t1}, [$8];
-ld.global.nc.v2.b32 {t2, t3}, [$9];
+ld.global.nc.v2.b32 {t2, t3}, [HI];
 shl.b32 $0, t0, 16;
 and.b32 $1, t0, 0xFFFF0000;
 shl.b32 $2, t1, 16;
@@ -146,15 +146,13 @@ shl.b32 $6, t3, 16;
 and.b32 $7, t3, 0xFFFF0000;
 }
 """
-)
-_ACT_F16_ASM = tl.constexpr(
-    """
+_ACT_F16 = """
 {
 .reg .b32 t0, t1, t2, t3;
 .reg .b16 l, h;
 .reg .f32 f;
 ld.global.nc.v2.b32 {t0, t1}, [$8];
-ld.global.nc.v2.b32 {t2, t3}, [$9];
+ld.global.nc.v2.b32 {t2, t3}, [HI];
 mov.b32 {l, h}, t0;
 cvt.f32.f16 f, l;
 mov.b32 $0, f;
@@ -177,7 +175,10 @@ cvt.f32.f16 f, h;
 mov.b32 $7, f;
 }
 """
-)
+_ACT_ASM_BF16 = tl.constexpr(_ACT_BF16.replace("[HI]", "[$9]"))
+_ACT_ASM_F16 = tl.constexpr(_ACT_F16.replace("[HI]", "[$9]"))
+_ACT_ASM_BF16_EVEN = tl.constexpr(_ACT_BF16.replace("[HI]", "[$8+64]"))
+_ACT_ASM_F16_EVEN = tl.constexpr(_ACT_F16.replace("[HI]", "[$8+64]"))
 
 
 @triton.jit
@@ -187,18 +188,26 @@ def _act1(a_row, kb, b: tl.constexpr, K, ok):
 
 
 @triton.jit
-def _acts(a_row, kb, K, BF16: tl.constexpr):
+def _acts(a_row, kb, K, BF16: tl.constexpr, EVEN_K: tl.constexpr):
     """The 8 activations of the words' columns kb + 0..3 and kb + 32..35 as fp32 [1, U, 8] each,
     from two 8-byte loads per word (the host asserts the alignment), in the words' layout as
-    `_scale`'s bytes are. Addresses past K are clamped to K - 4 (in bounds; the codes and scales
-    there are zero, so they add 0 x a finite value); a row past M is the caller's row M - 1."""
-    lo = tl.minimum(kb, K - 4)
-    hi = tl.minimum(kb + 32, K - 4)
-    asm: tl.constexpr = _ACT_BF16_ASM if BF16 else _ACT_F16_ASM
-    r = tl.inline_asm_elementwise(
-        asm, "=r,=r,=r,=r,=r,=r,=r,=r,l,l", [a_row + lo, a_row + hi],
-        dtype=(tl.int32,) * 8, is_pure=True, pack=1,
-    )  # fmt: skip
+    `_scale`'s bytes are. Unless EVEN_K, addresses past K are clamped to K - 4 (in bounds; the
+    codes and scales there are zero, so they add 0 x a finite value); a row past M is the
+    caller's row M - 1."""
+    if EVEN_K:
+        asm_e: tl.constexpr = _ACT_ASM_BF16_EVEN if BF16 else _ACT_ASM_F16_EVEN
+        r = tl.inline_asm_elementwise(
+            asm_e, "=r,=r,=r,=r,=r,=r,=r,=r,l", [a_row + kb],
+            dtype=(tl.int32,) * 8, is_pure=True, pack=1,
+        )  # fmt: skip
+    else:
+        asm: tl.constexpr = _ACT_ASM_BF16 if BF16 else _ACT_ASM_F16
+        lo = tl.minimum(kb, K - 4)
+        hi = tl.minimum(kb + 32, K - 4)
+        r = tl.inline_asm_elementwise(
+            asm, "=r,=r,=r,=r,=r,=r,=r,=r,l,l", [a_row + lo, a_row + hi],
+            dtype=(tl.int32,) * 8, is_pure=True, pack=1,
+        )  # fmt: skip
     return (r[0].to(tl.float32, bitcast=True), r[1].to(tl.float32, bitcast=True),
             r[2].to(tl.float32, bitcast=True), r[3].to(tl.float32, bitcast=True),
             r[4].to(tl.float32, bitcast=True), r[5].to(tl.float32, bitcast=True),
@@ -206,12 +215,13 @@ def _acts(a_row, kb, K, BF16: tl.constexpr):
 
 
 @triton.jit
-def _pair(w, a_row, kb, K, ok, sa, sb, acc, ASM: tl.constexpr, BF16: tl.constexpr):
+def _pair(w, a_row, kb, K, ok, sa, sb, acc, ASM: tl.constexpr, BF16: tl.constexpr,
+          EVEN_K: tl.constexpr):  # fmt: skip
     """acc [BN, U, 8] += the block pairs' products for one activation row, each block scaled.
     Without ASM the loads stay interleaved with the products (fewer live registers: gfx1201)."""
     w0, w1, w2, w3, w4, w5, w6, w7 = w
     if ASM:
-        x0, x1, x2, x3, y0, y1, y2, y3 = _acts(a_row, kb, K, BF16)
+        x0, x1, x2, x3, y0, y1, y2, y3 = _acts(a_row, kb, K, BF16, EVEN_K)
         da = w0 * x0 + w2 * x1 + w4 * x2 + w6 * x3
         db = w1 * y0 + w3 * y1 + w5 * y2 + w7 * y3
     else:
@@ -251,6 +261,7 @@ def mx_gemv_kernel(
     U: tl.constexpr = 1,  # block pairs an iteration: their loads are in flight together
     BF16: tl.constexpr = True,  # the activations' dtype: bf16, else fp16
     PF: tl.constexpr = False,  # prefetch: the next iteration's words loaded before this one's math
+    EVEN_K: tl.constexpr = False,  # K % 64 == 0: no padded last pair (no address clamps)
 ):
     """out[:M, n-block] = sum over this split's block pairs of A_p @ W^T (module doc)."""
     pid_n = tl.program_id(0)
@@ -297,12 +308,12 @@ def mx_gemv_kernel(
         sb = (eb << 23).to(tl.float32, bitcast=True)
         w = _unpack(q, ASM)
         kb = 64 * ju + 4 * offs_w
-        acc0 = _pair(w, a0, kb, K, ok0, sa, sb, acc0, ASM, BF16)
+        acc0 = _pair(w, a0, kb, K, ok0, sa, sb, acc0, ASM, BF16, EVEN_K)
         if BLOCK_M > 1:
-            acc1 = _pair(w, a1, kb, K, ok1, sa, sb, acc1, ASM, BF16)
+            acc1 = _pair(w, a1, kb, K, ok1, sa, sb, acc1, ASM, BF16, EVEN_K)
         if BLOCK_M > 2:
-            acc2 = _pair(w, a2, kb, K, ok2, sa, sb, acc2, ASM, BF16)
-            acc3 = _pair(w, a3, kb, K, ok3, sa, sb, acc3, ASM, BF16)
+            acc2 = _pair(w, a2, kb, K, ok2, sa, sb, acc2, ASM, BF16, EVEN_K)
+            acc3 = _pair(w, a3, kb, K, ok3, sa, sb, acc3, ASM, BF16, EVEN_K)
         if PF:
             q, ea, eb = qn, ean, ebn
 
