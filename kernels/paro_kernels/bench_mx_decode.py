@@ -11,6 +11,11 @@ Givens tables present), MXFP4 and MXFP4-PARO as served (`mx_host.mx_linear`, W4A
 forced (`path="gemm"`, W4A8 and A16) and the GEMV at the best sweep config; each GEMV output is
 checked against an fp64 reference of the dequantized weight. Timing as `bench._time` (CUDA-graph
 replays over weight copies past 4x L2); % HBM = format-minimal bytes over 4.3 TB/s.
+
+--old MODULE (seventh pass): a previous tree's `mx_gemv_kernel` (e.g. `git show
+3d7c87d:kernels/paro_kernels/triton/mx_decode_kernels.py > kernels/paro_kernels/triton/_mx_old.py`)
+timed in the sweep at each of its configs beside this tree's, outputs compared. --int5-ms: int5
+decode rows (`int5_cells`: as served, the A8 kernels forced, int4 W4A16 as served).
 """
 
 from __future__ import annotations
@@ -233,6 +238,43 @@ def cells(shapes: list[str], ms: list[int], reps: int, best: dict[int, dict[str,
     return out, not_run
 
 
+def int5_cells(shapes: list[str], ms: list[int], reps: int) -> list[dict[str, Any]]:
+    """int5 (W5A8 I8 PG ZPE) decode, same run: as served (`host.linear_a8`, int8 group, the
+    zero-point epilogue: the matrix-unit GEMV at M <= 16 on NVIDIA), the A8 kernels forced
+    (`rotate_quant` + `w4a8_gemm`, what served before), and the int4 W4A16 op as served."""
+    from .triton import fast_host, host
+
+    dev = torch.device("cuda")
+    out = []
+    for name in shapes:
+        _, n, k, sizes = next(s for s in b.SHAPES if s[0] == name)
+        i5 = [_with_givens(b._random_prep(n, k, sizes, 5, dev), k, len(sizes), dev)
+              for _ in range(b.copies(_bytes_w4(n, k, 0) * 5 // 4))]  # fmt: skip
+        i4 = [_with_givens(b._random_prep(n, k, sizes, 4, dev), k, len(sizes), dev)
+              for _ in range(b.copies(_bytes_w4(n, k, 0)))]  # fmt: skip
+        for m in ms:
+            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+            nb5 = _bytes_w4(n, k, m) + k * n // 8
+
+            def a8(p: Any, x: torch.Tensor = x) -> object:
+                q, asc, rs = host.rotate_quant(x, p.rot_hi, p.rot_lo, G, "int8", "group")
+                return host.w4a8_gemm(q, asc, rs, p.qweight, p.qweight_hi, p.scales, p.zeros,
+                                      p.bounds, G, x.dtype, zp_epilogue=True)  # fmt: skip
+
+            route = fast_host.a8_route(m, G, True, False, "int8") or "a8"
+            served = [functools.partial(host.linear_a8, p, x, None, "int8", "group", True)
+                      for p in i5]  # fmt: skip
+            out.append(_row(name, m, f"int5 as served ({route})", _t(served, reps), nb5))
+            out.append(_row(name, m, "int5 a8 forced", _t([functools.partial(a8, p) for p in i5],
+                                                           reps), nb5))  # fmt: skip
+            out.append(_row(name, m, "w4a16-int4 as served",
+                            _t([functools.partial(host.linear, p, x) for p in i4], reps),
+                            _bytes_w4(n, k, m)))  # fmt: skip
+        del i5, i4
+        torch.cuda.empty_cache()
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     """Sweep, then the cells; JSON written after each."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -244,6 +286,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--budget-s", type=float, default=0)
     ap.add_argument("--jobs", type=int, default=12, help="compile processes before the sweep")
     ap.add_argument("--old", default="", help="module of a previous tree's GEMV kernel to A/B")
+    ap.add_argument("--int5-ms", default="", help="int5 decode rows at these M (int5_cells)")
+    ap.add_argument("--int5-shapes", default="qkv,o_proj,gate_up,down,in_proj")
     args = ap.parse_args(argv)
     torch.manual_seed(0)
     t0 = time.monotonic()
@@ -266,8 +310,13 @@ def main(argv: list[str] | None = None) -> None:
     print("best configs", meta["best"], flush=True)
     with open(args.out, "w") as f:
         json.dump(meta, f, indent=1)
-    meta["cells"], meta["not_run"] = cells(args.shapes.split(","), ms, args.reps, meta["best"],
-                                           t0, args.budget_s)  # fmt: skip
+    if args.int5_ms:
+        meta["int5"] = int5_cells(args.int5_shapes.split(","),
+                                  [int(v) for v in args.int5_ms.split(",")], args.reps)  # fmt: skip
+        with open(args.out, "w") as f:
+            json.dump(meta, f, indent=1)
+    meta["cells"], meta["not_run"] = cells(list(filter(None, args.shapes.split(","))), ms,
+                                           args.reps, meta["best"], t0, args.budget_s)  # fmt: skip
     with open(args.out, "w") as f:
         json.dump(meta, f, indent=1)
 

@@ -72,6 +72,37 @@ def test_interpreter_every_path_matches_fp64_reference() -> None:
     assert float(out.strip().splitlines()[-1]) <= 1e-3  # fp16 output floor ~6e-4
 
 
+_CHILD_INT5 = """
+import torch
+from paro_kernels import reference as ref
+from _triton_cases import hi_planes, merged_layer_bits, packed, rel, runs
+from paro_kernels.triton import fast_host, host
+out = []
+for k, sizes, m in [(384, [64, 32, 32], 3), (256, [96], 9), (512, [128, 64], 16)]:
+    assert fast_host.a8_route(m, 128, True, False) == "gemv3", m
+    parts = merged_layer_bits(k, sizes, 128, 5, seed=k + m)
+    prep = host.prepare(*packed(parts), runs(parts), 128, dtype=torch.float16, device="cpu",
+                        bits=5, **hi_planes(parts))
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.float16)
+    b = torch.cat([p.bias for p in parts])
+    want = torch.cat([ref.paro_linear_ref(x, *p.args(), 5, 128, p.bias, **p.hi()) for p in parts],
+                     1)
+    for _ in range(2):  # the second call finds the split-K workspace and tickets zeroed
+        y = host.linear_a8(prep, x, b, "int8", "group", True)
+        assert y.shape == (m, sum(sizes)) and y.dtype == torch.float16
+        out.append(rel(y, want))
+print(max(out))
+"""
+
+
+def test_interpreter_int5_decode_on_gemv3_matches_fp64_reference() -> None:
+    # int5 (W5A8) decode rows on the matrix-unit GEMV's plain-op twin of the int5 unpack (the
+    # fifth bits of each word row from byte r % 4 of the K-packed plane), 16-bit activations:
+    # against the fp64 W5A16 reference at the fp16 output floor, 1-3 partitions, M = 3 / 9 / 16.
+    out = _interpret(_CHILD_INT5)
+    assert float(out.strip().splitlines()[-1]) <= 1e-3
+
+
 _CHILD_W8 = """
 import torch
 from _triton_cases import W8_TOL, hi_planes, merged_layer_bits, packed, reference_a8, rel, runs

@@ -123,10 +123,10 @@ def _a16_reference(x: torch.Tensor, parts, g: int, bits: int) -> torch.Tensor:  
 @pytest.mark.parametrize("bits", [4, 5])
 @pytest.mark.parametrize("m", [1, 2, 9, 16, 1030])
 def test_a16_bands_serve_w4a8(m: int, bits: int) -> None:
-    # NVIDIA: the decode GEMVs (int4: the FMA one to M = 2, the matrix-unit one at M = 9..16)
-    # and, from M = 256, fp8 calls the 8-bit vendor GEMM and int8 calls dequant + cuBLAS (int4,
-    # int5) serve W4A8 in their bands (the 16-bit ones at the bf16 floor of the
-    # unquantized-activation linear); elsewhere the A8 kernels.
+    # NVIDIA: the decode GEMVs (int4: the FMA one to M = 2, the matrix-unit one at M = 9..16;
+    # int5: the matrix-unit one at every M <= 16) and, from M = 256, fp8 calls the 8-bit vendor
+    # GEMM and int8 calls dequant + cuBLAS (int4, int5) serve W4A8 in their bands (the 16-bit
+    # ones at the bf16 floor of the unquantized-activation linear); elsewhere the A8 kernels.
     from paro_kernels.triton import fast_host, host
 
     k, sizes, g = 1024, [512, 128, 128], 128
@@ -136,9 +136,9 @@ def test_a16_bands_serve_w4a8(m: int, bits: int) -> None:
     for fmt in ("int8", "fp8"):
         route = fast_host.a8_route(m, g, bits == 5, host._is_hip(), fmt)
         big = "w8" if fmt in fast_host.W8_FORMATS else "dequant"
-        small = "gemv" if m <= fast_host.GEMV_MAX_M else "gemv3"
-        assert route == (None if host._is_hip() or (bits == 5 and m < fast_host.DEQUANT_MIN_M)
-                         else big if m >= fast_host.DEQUANT_MIN_M else small), fmt  # fmt: skip
+        small = "gemv" if m <= fast_host.GEMV_MAX_M and bits == 4 else "gemv3"  # int5: gemv3
+        assert route == (None if host._is_hip() else big if m >= fast_host.DEQUANT_MIN_M
+                         else small), fmt  # fmt: skip
         y = host.linear_a8(prep, x.cuda(), bb, fmt, "group", bits == 5)
         if route == "w8":
             want = reference_a8(x, parts, g, bits, fmt, "group")
@@ -149,6 +149,35 @@ def test_a16_bands_serve_w4a8(m: int, bits: int) -> None:
         if route == "w8":
             tol = W8_TOL[fast_host.W8_KIND]
         assert rel(y, want) <= tol, fmt
+
+
+@pytest.mark.parametrize("cfg", ["big", "small"])
+@pytest.mark.parametrize("m", [1, 5, 16])
+def test_int5_gemv3_configs_match_fp64(cfg: str, m: int) -> None:
+    # int5 decode on the matrix-unit GEMV (its PTX unpack ORs the fifth bits into the fp16
+    # pairs) at both shipped configs (the small one loads 2 groups an iteration), 3 partitions
+    # (the boundaries 512 and 768 on the tile grid), 5 groups: odd split-K tails; twice, so the
+    # second call finds the split-K workspace and tickets zeroed.
+    from paro_kernels.triton import decode_host, fast_host
+
+    k, sizes, g = 640, [512, 256, 128], 128
+    parts, prep = _prep(k, sizes, g, 5)
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.bfloat16)
+    big = dict(block_n=decode_host.GEMV3_BLOCK_N, num_warps=decode_host.GEMV3_WARPS,
+               programs_per_sm=decode_host.GEMV3_PROGRAMS_PER_SM, gpi=decode_host.GEMV3_GPI,
+               num_stages=decode_host.GEMV3_STAGES)  # fmt: skip
+    kw = big if cfg == "big" else decode_host.GEMV3_SMALL
+    c = decode_host.gemv3_config(m, sum(sizes), k, g, prep.bounds, 132, **kw)
+    bb = bias(parts).cuda()  # type: ignore[union-attr]
+    want = _a16_reference(x, parts, g, 5)
+    for _ in range(2):
+        y = decode_host.gemv3_linear(x.cuda(), prep.rot_hi, prep.rot_lo, prep.qweight,
+                                     prep.scales, prep.zeros, prep.bounds, g, bb, prep.gv_idx,
+                                     prep.gv_coef, "", c, None, prep.qweight_hi)  # fmt: skip
+        assert y.dtype == torch.bfloat16 and rel(y, want) <= 2e-3, cfg
+    for (kind, _), buf in fast_host._WS.items():
+        if kind in ("gemv_ws", "gemv_cnt"):
+            assert not buf.any(), kind
 
 
 @pytest.mark.parametrize("kind", ["fp8", "int8"])

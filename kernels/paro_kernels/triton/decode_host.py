@@ -100,8 +100,10 @@ def gemv3_w4a16(
     bias: torch.Tensor | None = None,
     config: Gemv3Config | None = None,
     pdl: bool = False,
+    qweight_hi: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The GEMV on the prologue output xr [P, M <= 16, K] fp16 -> y [M, N] out_dtype."""
+    """The GEMV on the prologue output xr [P, M <= 16, K] fp16 -> y [M, N] out_dtype; with
+    `qweight_hi` ([K/32, N] int32 fifth-bit planes) int5 weights, `zeros` their 5-bit zeros."""
     import os
 
     from .decode_kernels import gemv3_w4a16_kernel
@@ -118,8 +120,9 @@ def gemv3_w4a16(
         xr, qweight, scales, zeros, bias if bias is not None else scales, ws, cnt, out,
         m, n, k, b[0], b[1],
         HAS_BIAS=bias is not None, G=group_size, BLOCK_M=16, BLOCK_N=cfg.block_n,
-        SPLIT_K=cfg.split_k, GPI=cfg.gpi, ASM=asm, PDL=pdl,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"launch_pdl": True} if pdl else {}),
+        SPLIT_K=cfg.split_k, GPI=cfg.gpi, ASM=asm, PDL=pdl, HI=qweight_hi is not None,
+        qh_ptr=qweight_hi, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        **({"launch_pdl": True} if pdl else {}),
     )  # fmt: skip
     return out
 
@@ -139,12 +142,13 @@ def gemv3_linear(
     prologue: str = "",
     config: Gemv3Config | None = None,
     pdl: bool | None = None,
+    qweight_hi: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The decode linear: prologue (`prologue16`) + GEMV, y [M, N] in x.dtype; PDL (default
-    `fast_host.GEMV_PDL`) with the sliced prologue only."""
+    `fast_host.GEMV_PDL`) with the sliced prologue only; `qweight_hi`: int5 weights."""
     kind = prologue or GEMV3_PROLOGUE
     use = (fast_host.GEMV_PDL if pdl is None else pdl) and kind == "slice"
     use = use and fast_host.pdl_ok(host._is_hip())
     xr = prologue16(x, rot_hi, rot_lo, group_size, gv_idx, gv_coef, kind, use)
     return gemv3_w4a16(xr, qweight, scales, zeros, bounds, group_size, x.dtype, bias, config,
-                       use)  # fmt: skip
+                       use, qweight_hi)  # fmt: skip

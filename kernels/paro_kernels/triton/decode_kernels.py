@@ -31,6 +31,37 @@ from .fast_kernels import gdc_wait, nibble_pair_asm, prefetch_l2
 from .kernels import _gemv_epilogue
 
 _UNPACK_ASM = tl.constexpr(nibble_pair_asm("0x54005400"))
+# int5 (HI): the same pairs with the fifth bits OR-ed in before the zero pair's subtraction. $11
+# holds the word's 8 fifth bits spread (`_spread`): bit 4 + s for plane s < 4, bit 16 + s for
+# s >= 4. A low-nibble pair (ulp 1) takes 16 at bits 4 / 20, a high-nibble pair (ulp 1/16) at
+# bits 8 / 24: planes (0, 4) as they lie, (1, 5) << 3, (2, 6) >> 2, (3, 7) << 1.
+_UNPACK5_ASM = tl.constexpr(
+    """
+{
+.reg .b32 t, u, h;
+lop3.b32 t, $8, 0x000F000F, 0x64006400, 0xea;
+lop3.b32 t, $11, 0x00100010, t, 0xea;
+sub.f16x2 t, t, $9;
+mov.b32 {$0, $4}, t;
+shl.b32 h, $11, 3;
+lop3.b32 t, $8, 0x00F000F0, 0x54005400, 0xea;
+lop3.b32 t, h, 0x01000100, t, 0xea;
+sub.f16x2 t, t, $10;
+mov.b32 {$1, $5}, t;
+shr.u32 u, $8, 8;
+shr.u32 h, $11, 2;
+lop3.b32 t, u, 0x000F000F, 0x64006400, 0xea;
+lop3.b32 t, h, 0x00100010, t, 0xea;
+sub.f16x2 t, t, $9;
+mov.b32 {$2, $6}, t;
+shl.b32 h, $11, 1;
+lop3.b32 t, u, 0x00F000F0, 0x54005400, 0xea;
+lop3.b32 t, h, 0x01000100, t, 0xea;
+sub.f16x2 t, t, $10;
+mov.b32 {$3, $7}, t;
+}
+"""
+)
 
 
 @triton.jit
@@ -53,12 +84,29 @@ def _unpack(q, z1, z64):
 
 
 @triton.jit
-def _group_t(q, zi, s, ak, am, ASM: tl.constexpr, acc):
-    """acc [BLOCK_N, BLOCK_M] += (planes of q) @ (activation planes at ak) * s (one group)."""
+def _spread(h, sh):
+    """The fifth bits of word rows r (byte r % 4 of h, at shifts sh = 8 (r % 4)) spread for
+    `_UNPACK5_ASM`: planes 0..3 at bits 4..7, planes 4..7 at bits 20..23."""
+    b = h >> sh
+    return ((b << 4) & 0xF0) | ((b << 16) & 0xF00000)
+
+
+@triton.jit
+def _group_t(q, zi, s, ak, am, ASM: tl.constexpr, acc, HI: tl.constexpr = False, hx=None):
+    """acc [BLOCK_N, BLOCK_M] += (planes of q) @ (activation planes at ak) * s (one group);
+    HI: int5, hx the spread fifth bits (`_spread`) of q's word rows, zi the 5-bit zeros."""
     if ASM:
         z1 = tl.broadcast_to(((zi | 0x6400) * 65537)[:, None], q.shape)
         z64 = tl.broadcast_to((((zi << 4) | 0x5400) * 65537)[:, None], q.shape)
-        p0, p1, p2, p3, p4, p5, p6, p7 = _unpack(q, z1, z64)
+        if HI:
+            p0, p1, p2, p3, p4, p5, p6, p7 = tl.inline_asm_elementwise(
+                _UNPACK5_ASM, "=h,=h,=h,=h,=h,=h,=h,=h,r,r,r,r", [q, z1, z64, hx],
+                dtype=(tl.float16,) * 8, is_pure=True, pack=1,
+            )  # fmt: skip
+        else:
+            p0, p1, p2, p3, p4, p5, p6, p7 = _unpack(q, z1, z64)
+    elif HI:
+        p0, p1, p2, p3, p4, p5, p6, p7 = _planes5_ops_t(q, zi, hx)
     else:
         p0, p1, p2, p3, p4, p5, p6, p7 = _planes_ops_t(q, zi)
     t = tl.dot(p0, tl.load(ak + 0, mask=am, other=0.0))
@@ -88,6 +136,25 @@ def _planes_ops_t(q, zi):
 
 
 @triton.jit
+def _plane5_t(q, zi, hx, j: tl.constexpr):
+    """Plain-op int5 plane j: the nibble plus 16 x its fifth bit (bit 4 + j of the spread hx for
+    j < 4, 16 + j above), minus the 5-bit zero (exact: |c - z| <= 31)."""
+    sh: tl.constexpr = 4 + j if j < 4 else 16 + j
+    c = ((q >> (4 * j)) & 15) + ((hx >> sh) & 1) * 16
+    return (c - zi[:, None]).to(tl.float16)
+
+
+@triton.jit
+def _planes5_ops_t(q, zi, hx):
+    """`_UNPACK5_ASM` without inline assembly (the interpreter, gfx1201)."""
+    return (
+        _plane5_t(q, zi, hx, 0), _plane5_t(q, zi, hx, 1), _plane5_t(q, zi, hx, 2),
+        _plane5_t(q, zi, hx, 3), _plane5_t(q, zi, hx, 4), _plane5_t(q, zi, hx, 5),
+        _plane5_t(q, zi, hx, 6), _plane5_t(q, zi, hx, 7),
+    )  # fmt: skip
+
+
+@triton.jit
 def gemv3_w4a16_kernel(
     a_ptr,  # [P, M, K] fp16 prologue output (host.rotate_scale / rotate_slices(f16=True))
     qw_ptr,  # [K/8, N] int32 codes packed along K (nibble s of word r = row 8r + s)
@@ -110,6 +177,8 @@ def gemv3_w4a16_kernel(
     GPI: tl.constexpr,  # groups per loop iteration (their words loaded before the first dot)
     ASM: tl.constexpr,  # the PTX unpack (NVIDIA); else plain ops (the interpreter)
     PDL: tl.constexpr = False,  # launched dependent on the prologue: prefetch, then wait for it
+    HI: tl.constexpr = False,  # int5: fifth bits in qh_ptr, zp_ptr holds the 5-bit zeros
+    qh_ptr=None,  # HI: [K/32, N] int32 fifth-bit planes (bit b of word w = row 32 w + b)
 ):
     """out[:M, n-block] = sum over this split's groups of a_p @ dequant(Q); module doc."""
     pid_n = tl.program_id(0)
@@ -127,6 +196,9 @@ def gemv3_w4a16_kernel(
     row0 = (part * M).to(tl.int64)
     offs_r = tl.arange(0, G // 8)
     q_base = qw_ptr + offs_r[None, :] * N + offs_n[:, None]  # [BLOCK_N, G/8] words
+    if HI:  # word row r's fifth bits: byte r % 4 of fifth-bit word r // 4, q's layout
+        h_base = qh_ptr + (offs_r // 4)[None, :] * N + offs_n[:, None]
+        h_sh = (8 * (offs_r % 4))[None, :]
     a_base = a_ptr + (row0 + offs_m)[None, :] * K + (offs_r * 8)[:, None]  # [G/8, BLOCK_M]
     am = m_mask[None, :]
     nm = n_mask[:, None]
@@ -138,16 +210,23 @@ def gemv3_w4a16_kernel(
         q0 = tl.load(q_base + gg * (G // 8) * N, mask=nm, other=0)
         s0 = tl.load(sc_ptr + gg * N + offs_n, mask=n_mask, other=0.0).to(tl.float32)
         z0 = tl.load(zp_ptr + gg * N + offs_n, mask=n_mask, other=0).to(tl.int32)
+        h0 = q0
+        if HI:
+            h0 = _spread(tl.load(h_base + gg * (G // 32) * N, mask=nm, other=0), h_sh)
         if GPI > 1:
             ok = n_mask & (offs_n * 0 + gg + 1 < g1)
             q1 = tl.load(q_base + (gg + 1) * (G // 8) * N, mask=ok[:, None], other=0)
             s1 = tl.load(sc_ptr + (gg + 1) * N + offs_n, mask=ok, other=0.0).to(tl.float32)
             z1 = tl.load(zp_ptr + (gg + 1) * N + offs_n, mask=ok, other=0).to(tl.int32)
-        acc = _group_t(q0, z0, s0, a_base + gg * G, am, ASM, acc)
+            h1 = q1
+            if HI:
+                h1 = _spread(tl.load(h_base + (gg + 1) * (G // 32) * N, mask=ok[:, None],
+                                     other=0), h_sh)  # fmt: skip
+        acc = _group_t(q0, z0, s0, a_base + gg * G, am, ASM, acc, HI, h0)
         if GPI > 1:
             # a group past g1 has s = 0 (and in-range activations: its dots add zeros)
             acc = _group_t(q1, z1, s1, a_base + tl.minimum(gg + 1, ngroups - 1) * G, am, ASM,
-                           acc)  # fmt: skip
+                           acc, HI, h1)  # fmt: skip
 
     y = tl.trans(acc)  # [BLOCK_M, BLOCK_N]
     _gemv_epilogue(y, ws_ptr, out_ptr, cnt_ptr, bias_ptr, pid_n, offs_m, m_mask, offs_n,

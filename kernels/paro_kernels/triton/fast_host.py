@@ -574,6 +574,11 @@ A8_ROUTE = True
 # (H200, as served, same run): the A8 kernels took 1.01-1.43x the W4A16 op's time at M = 16
 # (fp8 37.5 / 22.6 / 67.8 / 41.4 / 41.0 us against 29.7 / 15.8 / 54.0 / 36.5 / 36.1).
 A8_GEMV3 = True
+# Seventh pass: int5 (W5A8, I8 PG ZPE) at M <= 16 on the same matrix-unit GEMV, its fifth bits
+# OR-ed into the fp16 pairs (`decode_kernels._UNPACK5_ASM`), 16-bit activations; before, every
+# int5 decode call took the A8 tile kernels (BENCH.md 2026-11-29 run 3: qkv M = 1 44.3 us, 2.4x
+# the W4A16 op's). Measured in BENCH.md's seventh pass.
+INT5_GEMV3 = True
 
 
 def a8_route(m: int, group_size: int, int5: bool, hip: bool, act_format: str = "fp8") -> str | None:
@@ -581,6 +586,8 @@ def a8_route(m: int, group_size: int, int5: bool, hip: bool, act_format: str = "
     serves a W4A8 / W5A8 call of M rows, or None (the A8 kernels)."""
     if hip or not A8_ROUTE:
         return None
+    if int5 and INT5_GEMV3 and GEMV3 and group_size == 128 and m <= 16:
+        return "gemv3"
     route = band(m, group_size)
     if route == "gemv" and not int5 and m <= GEMV2_FMA_MAX_M:
         return "gemv"

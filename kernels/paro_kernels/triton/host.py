@@ -751,7 +751,8 @@ def w4a8_linear(
         from . import decode_host
 
         return decode_host.gemv3_linear(x, rot_hi, rot_lo, qweight, scales, zeros, bounds,
-                                        group_size, bias, gv_idx, gv_coef)  # fmt: skip
+                                        group_size, bias, gv_idx, gv_coef,
+                                        qweight_hi=qweight_hi)  # fmt: skip
     if route == "w8" and w8_amax is not None and fast_host.w8_ok(n, k, fast_host.W8_KIND):
         return fast_host.w8_linear(x, qweight, qweight_hi, scales, zeros, rot_hi, rot_lo, bounds,
                                    group_size, w8_amax, bias)  # fmt: skip
