@@ -32,29 +32,36 @@ from .kernels import _gemv_epilogue
 
 _UNPACK_ASM = tl.constexpr(nibble_pair_asm("0x54005400"))
 # int5 (HI): the same pairs with the fifth bits OR-ed in before the zero pair's subtraction. $11
-# holds the word's 8 fifth bits spread (`_spread`): bit 4 + s for plane s < 4, bit 16 + s for
-# s >= 4. A low-nibble pair (ulp 1) takes 16 at bits 4 / 20, a high-nibble pair (ulp 1/16) at
-# bits 8 / 24: planes (0, 4) as they lie, (1, 5) << 3, (2, 6) >> 2, (3, 7) << 1.
+# is the word's 8 fifth bits (a byte of the K-packed plane), spread into x (`_spread`'s
+# placement): bit 4 + s for plane s < 4, bit 16 + s for s >= 4. A low-nibble pair (ulp 1) takes
+# 16 at bits 4 / 20, a high-nibble pair (ulp 1/16) at bits 8 / 24: planes (0, 4) as they lie,
+# (1, 5) << 3, (2, 6) >> 2, (3, 7) << 1. (The byte is loaded, not shifted out of its word by a
+# per-row shift tensor, and spread here, not by Triton ops: both kept the planes out of the
+# dot's operand layout, a shared-memory trip each, 10 a group.)
 _UNPACK5_ASM = tl.constexpr(
     """
 {
-.reg .b32 t, u, h;
+.reg .b32 t, u, h, x;
+shl.b32 t, $11, 4;
+and.b32 x, t, 0xF0;
+shl.b32 t, $11, 16;
+lop3.b32 x, t, 0xF00000, x, 0xea;
 lop3.b32 t, $8, 0x000F000F, 0x64006400, 0xea;
-lop3.b32 t, $11, 0x00100010, t, 0xea;
+lop3.b32 t, x, 0x00100010, t, 0xea;
 sub.f16x2 t, t, $9;
 mov.b32 {$0, $4}, t;
-shl.b32 h, $11, 3;
+shl.b32 h, x, 3;
 lop3.b32 t, $8, 0x00F000F0, 0x54005400, 0xea;
 lop3.b32 t, h, 0x01000100, t, 0xea;
 sub.f16x2 t, t, $10;
 mov.b32 {$1, $5}, t;
 shr.u32 u, $8, 8;
-shr.u32 h, $11, 2;
+shr.u32 h, x, 2;
 lop3.b32 t, u, 0x000F000F, 0x64006400, 0xea;
 lop3.b32 t, h, 0x00100010, t, 0xea;
 sub.f16x2 t, t, $9;
 mov.b32 {$2, $6}, t;
-shl.b32 h, $11, 1;
+shl.b32 h, x, 1;
 lop3.b32 t, u, 0x00F000F0, 0x54005400, 0xea;
 lop3.b32 t, h, 0x01000100, t, 0xea;
 sub.f16x2 t, t, $10;
@@ -84,17 +91,16 @@ def _unpack(q, z1, z64):
 
 
 @triton.jit
-def _spread(h, sh):
-    """The fifth bits of word rows r (byte r % 4 of h, at shifts sh = 8 (r % 4)) spread for
-    `_UNPACK5_ASM`: planes 0..3 at bits 4..7, planes 4..7 at bits 20..23."""
-    b = h >> sh
+def _spread(b):
+    """Fifth-bit bytes b (bit s: plane s of the word row) spread as `_UNPACK5_ASM` does: planes
+    0..3 at bits 4..7, planes 4..7 at bits 20..23."""
     return ((b << 4) & 0xF0) | ((b << 16) & 0xF00000)
 
 
 @triton.jit
 def _group_t(q, zi, s, ak, am, ASM: tl.constexpr, acc, HI: tl.constexpr = False, hx=None):
     """acc [BLOCK_N, BLOCK_M] += (planes of q) @ (activation planes at ak) * s (one group);
-    HI: int5, hx the spread fifth bits (`_spread`) of q's word rows, zi the 5-bit zeros."""
+    HI: int5, hx the fifth-bit bytes of q's word rows (int32), zi the 5-bit zeros."""
     if ASM:
         z1 = tl.broadcast_to(((zi | 0x6400) * 65537)[:, None], q.shape)
         z64 = tl.broadcast_to((((zi << 4) | 0x5400) * 65537)[:, None], q.shape)
@@ -106,7 +112,7 @@ def _group_t(q, zi, s, ak, am, ASM: tl.constexpr, acc, HI: tl.constexpr = False,
         else:
             p0, p1, p2, p3, p4, p5, p6, p7 = _unpack(q, z1, z64)
     elif HI:
-        p0, p1, p2, p3, p4, p5, p6, p7 = _planes5_ops_t(q, zi, hx)
+        p0, p1, p2, p3, p4, p5, p6, p7 = _planes5_ops_t(q, zi, _spread(hx))
     else:
         p0, p1, p2, p3, p4, p5, p6, p7 = _planes_ops_t(q, zi)
     t = tl.dot(p0, tl.load(ak + 0, mask=am, other=0.0))
@@ -196,9 +202,9 @@ def gemv3_w4a16_kernel(
     row0 = (part * M).to(tl.int64)
     offs_r = tl.arange(0, G // 8)
     q_base = qw_ptr + offs_r[None, :] * N + offs_n[:, None]  # [BLOCK_N, G/8] words
-    if HI:  # word row r's fifth bits: byte r % 4 of fifth-bit word r // 4, q's layout
-        h_base = qh_ptr + (offs_r // 4)[None, :] * N + offs_n[:, None]
-        h_sh = (8 * (offs_r % 4))[None, :]
+    if HI:  # word row r's fifth bits: byte r % 4 of fifth-bit word r // 4, as a byte load
+        h_base = qh_ptr.to(tl.pointer_type(tl.uint8)) + (
+            ((offs_r // 4)[None, :] * N + offs_n[:, None]) * 4 + (offs_r % 4)[None, :])
     a_base = a_ptr + (row0 + offs_m)[None, :] * K + (offs_r * 8)[:, None]  # [G/8, BLOCK_M]
     am = m_mask[None, :]
     nm = n_mask[:, None]
@@ -212,7 +218,7 @@ def gemv3_w4a16_kernel(
         z0 = tl.load(zp_ptr + gg * N + offs_n, mask=n_mask, other=0).to(tl.int32)
         h0 = q0
         if HI:
-            h0 = _spread(tl.load(h_base + gg * (G // 32) * N, mask=nm, other=0), h_sh)
+            h0 = tl.load(h_base + gg * (G // 32) * N * 4, mask=nm, other=0).to(tl.int32)
         if GPI > 1:
             ok = n_mask & (offs_n * 0 + gg + 1 < g1)
             q1 = tl.load(q_base + (gg + 1) * (G // 8) * N, mask=ok[:, None], other=0)
@@ -220,8 +226,8 @@ def gemv3_w4a16_kernel(
             z1 = tl.load(zp_ptr + (gg + 1) * N + offs_n, mask=ok, other=0).to(tl.int32)
             h1 = q1
             if HI:
-                h1 = _spread(tl.load(h_base + (gg + 1) * (G // 32) * N, mask=ok[:, None],
-                                     other=0), h_sh)  # fmt: skip
+                h1 = tl.load(h_base + (gg + 1) * (G // 32) * N * 4, mask=ok[:, None],
+                             other=0).to(tl.int32)  # fmt: skip
         acc = _group_t(q0, z0, s0, a_base + gg * G, am, ASM, acc, HI, h0)
         if GPI > 1:
             # a group past g1 has s = 0 (and in-range activations: its dots add zeros)
