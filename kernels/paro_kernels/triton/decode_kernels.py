@@ -204,7 +204,8 @@ def gemv3_w4a16_kernel(
     q_base = qw_ptr + offs_r[None, :] * N + offs_n[:, None]  # [BLOCK_N, G/8] words
     if HI:  # word row r's fifth bits: byte r % 4 of fifth-bit word r // 4, as a byte load
         h_base = qh_ptr.to(tl.pointer_type(tl.uint8)) + (
-            ((offs_r // 4)[None, :] * N + offs_n[:, None]) * 4 + (offs_r % 4)[None, :])
+            ((offs_r // 4)[None, :] * N + offs_n[:, None]) * 4 + (offs_r % 4)[None, :]
+        )
     a_base = a_ptr + (row0 + offs_m)[None, :] * K + (offs_r * 8)[:, None]  # [G/8, BLOCK_M]
     am = m_mask[None, :]
     nm = n_mask[:, None]
