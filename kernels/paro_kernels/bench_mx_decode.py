@@ -261,7 +261,7 @@ def int5_cells(shapes: list[str], ms: list[int], reps: int) -> list[dict[str, An
                 return host.w4a8_gemm(q, asc, rs, p.qweight, p.qweight_hi, p.scales, p.zeros,
                                       p.bounds, G, x.dtype, zp_epilogue=True)  # fmt: skip
 
-            route = fast_host.a8_route(m, G, True, False, "int8") or "a8"
+            route = fast_host.a8_route(m, G, True, False, "int8", n * k) or "a8"
             served = [functools.partial(host.linear_a8, p, x, None, "int8", "group", True)
                       for p in i5]  # fmt: skip
             out.append(_row(name, m, f"int5 as served ({route})", _t(served, reps), nb5))

@@ -80,6 +80,7 @@ from paro_kernels.triton import fast_host, host
 out = []
 for k, sizes, m in [(384, [64, 32, 32], 3), (256, [96], 9), (512, [128, 64], 16)]:
     assert fast_host.a8_route(m, 128, True, False) == "gemv3", m
+    assert fast_host.a8_route(m, 128, True, False, "int8", 17408 * 5120) is None  # gate_up: A8
     parts = merged_layer_bits(k, sizes, 128, 5, seed=k + m)
     prep = host.prepare(*packed(parts), runs(parts), 128, dtype=torch.float16, device="cpu",
                         bits=5, **hi_planes(parts))

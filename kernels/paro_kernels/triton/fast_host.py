@@ -575,18 +575,26 @@ A8_ROUTE = True
 # (fp8 37.5 / 22.6 / 67.8 / 41.4 / 41.0 us against 29.7 / 15.8 / 54.0 / 36.5 / 36.1).
 A8_GEMV3 = True
 # Seventh pass: int5 (W5A8, I8 PG ZPE) at M <= 16 on the same matrix-unit GEMV, its fifth bits
-# OR-ed into the fp16 pairs (`decode_kernels._UNPACK5_ASM`), 16-bit activations; before, every
-# int5 decode call took the A8 tile kernels (BENCH.md 2026-11-29 run 3: qkv M = 1 44.3 us, 2.4x
-# the W4A16 op's). Measured in BENCH.md's seventh pass.
+# OR-ed into the fp16 pairs (`decode_kernels._UNPACK5_ASM`), 16-bit activations. H200 BENCH.md
+# seventh pass, run 1 (same run, as served against the A8 kernels that served before, M = 1 /
+# 4 / 16): qkv 37.1 / 36.8 / 39.3 us against 43.9 / 44.9 / 43.7, o_proj 15.5 / 19.8 / 20.6
+# against 27.0 / 27.5 / 26.1, down 42.6 / 44.0 / 45.6 against 49.1 / 48.6 / 46.6, in_proj
+# 43.5 / 43.9 / 46.3 against 48.8 / 48.5 / 47.7; gate_up (89 M weights) 74.3 / 76.7 / 79.8
+# against 75.9 / 75.8 / 75.7: a tie to a 5% loss, so layers above INT5_GEMV3_MAX_WEIGHTS keep
+# the A8 kernels.
 INT5_GEMV3 = True
+INT5_GEMV3_MAX_WEIGHTS = 64 << 20
 
 
-def a8_route(m: int, group_size: int, int5: bool, hip: bool, act_format: str = "fp8") -> str | None:
+def a8_route(m: int, group_size: int, int5: bool, hip: bool, act_format: str = "fp8",
+             weights: int = 0) -> str | None:  # fmt: skip
     """The path ("gemv" | "gemv3" | "dequant" | "w8": the 8-bit vendor GEMM, `w8_linear`) that
-    serves a W4A8 / W5A8 call of M rows, or None (the A8 kernels)."""
+    serves a W4A8 / W5A8 call of M rows (`weights`: N x K, 0 unknown), or None (the A8
+    kernels)."""
     if hip or not A8_ROUTE:
         return None
-    if int5 and INT5_GEMV3 and GEMV3 and group_size == 128 and m <= 16:
+    if (int5 and INT5_GEMV3 and GEMV3 and group_size == 128 and m <= 16
+            and weights <= INT5_GEMV3_MAX_WEIGHTS):  # fmt: skip
         return "gemv3"
     route = band(m, group_size)
     if route == "gemv" and not int5 and m <= GEMV2_FMA_MAX_M:

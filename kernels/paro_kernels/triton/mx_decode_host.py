@@ -25,16 +25,17 @@ from .._contract import require
 from . import fast_host, host
 from .mx_host import ActMode, MxWeight, _align, _block_n, check_gemm
 
-# H200 (BENCH.md sixth pass, run 3; gate_up 17408 x 5120): the GEMV at its best config takes
-# 34.0 us at M = 1 and 69.2 at M = 2 against the A16 GEMM's 92.5 / 91.0 and the W4A8 one's
-# 107 / 107; at M = 4 134.4 against 91.5 / 108. So it serves M <= 2, and M = 3..4 take the GEMM
-# on A16 activations (A16_MAX_M: faster than W4A8 there on every shape, and more accurate).
-# (block_n, num_warps, programs per SM, unroll): the least summed time over qkv and gate_up at
-# each of M = 1, 2 and 4 alike (within 4% of each shape's best).
+# H200 (BENCH.md seventh pass, run 1; sweep over qkv and gate_up at M = 1, 2, 4, 24 configs,
+# the 3d7c87d kernel beside each): the least summed time is 128 columns, 4 warps, 16 programs
+# per SM, unroll 1, no prefetch (within 9% of each shape's best; the prefetch lost 0-9% at every
+# M, so it is off). gate_up at M = 1 / 2 / 4: 29.4 / 37.8 / 52.4 us against the 3d7c87d
+# kernel's best 34.4 / 68.5 / 135.8 and the A16 GEMM's 91.5 at M = 4 (sixth pass) : the GEMV
+# now serves M <= 4, the GEMM from M = 5 (A16_MAX_M keeps its 16-bit activations to M = 4 where
+# the GEMV is off: GEMV = False, or gfx1201).
 GEMV = True
-GEMV_MAX_M = 2
+GEMV_MAX_M = 4
 A16_MAX_M = 4
-GEMV_CONFIG = (256, 4, 16, 1, False)
+GEMV_CONFIG = (128, 4, 16, 1, False)
 GEMV_MIN_PAIRS = 2  # block pairs per split at least
 GEMV_HIP = False  # gfx1201 keeps the MXFP4 GEMM until the GEMV is measured there
 
