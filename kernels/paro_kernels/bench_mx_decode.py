@@ -15,17 +15,21 @@ replays over weight copies past 4x L2); % HBM = format-minimal bytes over 4.3 TB
 --old MODULE (seventh pass): a previous tree's `mx_gemv_kernel` (e.g. `git show
 3d7c87d:kernels/paro_kernels/triton/mx_decode_kernels.py > kernels/paro_kernels/triton/_mx_old.py`)
 timed in the sweep at each of its configs beside this tree's, outputs compared. --int5-ms: int5
-decode rows (`int5_cells`: as served, the A8 kernels forced, int4 W4A16 as served).
+decode rows (`int5_cells`: as served, the A8 kernels forced, int4 W4A16 as served); with
+--int5-old MODULE (eighth pass) also as served on a previous tree's `gemv3_w4a16_kernel` (e.g.
+`git show ccbd255:kernels/paro_kernels/triton/decode_kernels.py > .../triton/_dk_old.py`), and
+with --int5-sweep the GEMV at INT5_SWEEP's configs.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -238,11 +242,38 @@ def cells(shapes: list[str], ms: list[int], reps: int, best: dict[int, dict[str,
     return out, not_run
 
 
-def int5_cells(shapes: list[str], ms: list[int], reps: int) -> list[dict[str, Any]]:
+@contextlib.contextmanager
+def _gemv3_kernel(module: str) -> Iterator[None]:
+    """decode_host launching `module`'s `gemv3_w4a16_kernel` (a previous tree's, --int5-old)
+    instead of this tree's."""
+    import importlib
+
+    from .triton import decode_kernels
+
+    mine = decode_kernels.gemv3_w4a16_kernel
+    decode_kernels.gemv3_w4a16_kernel = importlib.import_module(module).gemv3_w4a16_kernel
+    try:
+        yield
+    finally:
+        decode_kernels.gemv3_w4a16_kernel = mine
+
+
+# int5 GEMV configs timed beside the served one (--int5-sweep): block_n, warps, programs per
+# SM, groups per iteration, stages. Run 1 (eighth pass) swept the int4 configs' neighbourhood;
+# run 2 sweeps around its winner, (64, 4, 8, 1, 3) = decode_host.GEMV3_INT5, beside the int4
+# config that served int5 before (128, 4, 8, 1, 3).
+INT5_SWEEP = [(128, 4, 8, 1, 3), (64, 4, 8, 1, 3), (64, 4, 16, 1, 3), (64, 4, 12, 1, 3),
+              (64, 4, 8, 1, 4), (64, 2, 8, 1, 3), (32, 4, 8, 1, 3), (32, 2, 16, 1, 3)]  # fmt: skip
+
+
+def int5_cells(
+    shapes: list[str], ms: list[int], reps: int, old: str = "", sweep: bool = False
+) -> list[dict[str, Any]]:
     """int5 (W5A8 I8 PG ZPE) decode, same run: as served (`host.linear_a8`, int8 group, the
-    zero-point epilogue: the matrix-unit GEMV at M <= 16 on NVIDIA), the A8 kernels forced
-    (`rotate_quant` + `w4a8_gemm`, what served before), and the int4 W4A16 op as served."""
-    from .triton import fast_host, host
+    zero-point epilogue: the matrix-unit GEMV at M <= 16 on NVIDIA), with `old` the same op on
+    a previous tree's GEMV kernel, the A8 kernels forced (`rotate_quant` + `w4a8_gemm`), the
+    int4 W4A16 op as served, and (`sweep`) the GEMV at INT5_SWEEP's configs."""
+    from .triton import decode_host, fast_host, host
 
     dev = torch.device("cuda")
     out = []
@@ -261,10 +292,21 @@ def int5_cells(shapes: list[str], ms: list[int], reps: int) -> list[dict[str, An
                 return host.w4a8_gemm(q, asc, rs, p.qweight, p.qweight_hi, p.scales, p.zeros,
                                       p.bounds, G, x.dtype, zp_epilogue=True)  # fmt: skip
 
-            route = fast_host.a8_route(m, G, True, False, "int8", n * k) or "a8"
+            route = fast_host.a8_route(m, G, True, False, "int8") or "a8"
             served = [functools.partial(host.linear_a8, p, x, None, "int8", "group", True)
                       for p in i5]  # fmt: skip
             out.append(_row(name, m, f"int5 as served ({route})", _t(served, reps), nb5))
+            if old and route == "gemv3":
+                with _gemv3_kernel(old):
+                    out.append(_row(name, m, "int5 as served, old gemv3", _t(served, reps), nb5))
+            for cfg in INT5_SWEEP if sweep else []:
+                bn, w, pps, gpi, st = cfg
+                c = decode_host.gemv3_config(m, n, k, G, i5[0].bounds, host.sm_count(dev), bn, w,
+                                             pps, gpi, st)  # fmt: skip
+                fns = [functools.partial(decode_host.gemv3_linear, x, p.rot_hi, p.rot_lo,
+                                         p.qweight, p.scales, p.zeros, p.bounds, G, config=c,
+                                         qweight_hi=p.qweight_hi) for p in i5]  # fmt: skip
+                out.append(_row(name, m, "int5 gemv3", _t(fns, reps), nb5, cfg=list(cfg)))
             out.append(_row(name, m, "int5 a8 forced", _t([functools.partial(a8, p) for p in i5],
                                                            reps), nb5))  # fmt: skip
             out.append(_row(name, m, "w4a16-int4 as served",
@@ -288,6 +330,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--old", default="", help="module of a previous tree's GEMV kernel to A/B")
     ap.add_argument("--int5-ms", default="", help="int5 decode rows at these M (int5_cells)")
     ap.add_argument("--int5-shapes", default="qkv,o_proj,gate_up,down,in_proj")
+    ap.add_argument("--int5-old", default="", help="module of a previous tree's gemv3 kernel")
+    ap.add_argument("--int5-sweep", action="store_true", help="int5 GEMV configs (INT5_SWEEP)")
     args = ap.parse_args(argv)
     torch.manual_seed(0)
     t0 = time.monotonic()
@@ -312,7 +356,8 @@ def main(argv: list[str] | None = None) -> None:
         json.dump(meta, f, indent=1)
     if args.int5_ms:
         meta["int5"] = int5_cells(args.int5_shapes.split(","),
-                                  [int(v) for v in args.int5_ms.split(",")], args.reps)  # fmt: skip
+                                  [int(v) for v in args.int5_ms.split(",")], args.reps,
+                                  args.int5_old, args.int5_sweep)  # fmt: skip
         with open(args.out, "w") as f:
             json.dump(meta, f, indent=1)
     meta["cells"], meta["not_run"] = cells(list(filter(None, args.shapes.split(","))), ms,

@@ -2,11 +2,12 @@
 
     ncu --clock-control none --profile-from-start off --csv --metrics ... \
         python -m paro_kernels.profile14 gate_up 1 gemv|gemv-prologue|gemv3|dequant [bf16|int8]
-        python -m paro_kernels.profile14 gate_up 1 mx | mx-old MODULE
+        python -m paro_kernels.profile14 gate_up 1 mx | mx-old MODULE | int5 | int5-old MODULE
 
 `mx`: the MXFP4 op as served (`mx_host.mx_linear`, a W4A8 layer: the decode GEMV at M <= 2);
 `mx-old MODULE`: a previous tree's GEMV kernel in MODULE at the same config (bench_mx_decode's
---old).
+--old). `int5`: the int5 op as served (`host.linear_a8`, the decode GEMV at M <= 16);
+`int5-old MODULE`: the same on a previous tree's `gemv3_w4a16_kernel` (--int5-old).
 
 The op runs once outside the profiled range (compiles, fills caches of the launcher), then once
 inside it, on random weights of the bench's layout.
@@ -14,6 +15,7 @@ inside it, on random weights of the bench's layout.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Callable
 
@@ -32,6 +34,9 @@ def main(argv: list[str]) -> None:
     dev = torch.device("cuda")
     if path.startswith("mx"):
         _profile(_mx_call(n, k, m, path, act, dev))
+        return
+    if path.startswith("int5"):
+        _profile(_int5_call(n, k, m, sizes, path, act, dev))
         return
     import dataclasses
 
@@ -59,6 +64,26 @@ def main(argv: list[str]) -> None:
                                  path=route)  # fmt: skip
 
     _profile(call)
+
+
+def _int5_call(n: int, k: int, m: int, sizes: tuple[int, ...], path: str, module: str,
+               dev: torch.device) -> Callable[[], object]:  # fmt: skip
+    """int5 (W5A8 I8 PG ZPE) as served (`host.linear_a8`: the decode GEMV at M <= 16), or on
+    MODULE's `gemv3_w4a16_kernel` (`int5-old`, bench_mx_decode's --int5-old)."""
+    from .bench14 import _with_givens
+    from .bench_mx_decode import _gemv3_kernel
+    from .triton import host
+
+    prep = _with_givens(b._random_prep(n, k, sizes, 5, dev), k, len(sizes), dev)
+    x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+    if path == "int5-old":  # for the rest of this (one-op) process: the stack is kept
+        stack = contextlib.ExitStack()
+        stack.enter_context(_gemv3_kernel(module))
+        _KEEP.append(stack)
+    return lambda: host.linear_a8(prep, x, None, "int8", "group", True)
+
+
+_KEEP: list[contextlib.ExitStack[bool | None]] = []  # open contexts (a dropped one closes)
 
 
 def _profile(call: Callable[[], object]) -> None:

@@ -110,6 +110,11 @@ OPTIONS: dict[str, Decorator] = {
         default=None,
         help="Judge only the band points measured (else a subset of the band cannot pass).",
     ),
+    "max_tokens": click.option(
+        "--max-tokens",
+        type=click.IntRange(1, 65536),
+        help="Tokens an answer may take (default lm-eval's max_gen_toks, 256).",
+    ),
     "reps": click.option("--reps", type=click.IntRange(1, 1000), help="Repetitions per point."),
     "gen": click.option("--gen", type=click.IntRange(1, 65536), help="Tokens to generate."),
     "temperature": click.option(
@@ -136,7 +141,7 @@ OPTIONS: dict[str, Decorator] = {
 }
 GATE_OPTIONS: dict[str, tuple[str, ...]] = {
     "sanity": ("corpus", "seed"),
-    "gsm8k": ("limit", "concurrency", "data", "mode", "metric"),
+    "gsm8k": ("limit", "concurrency", "data", "mode", "metric", "max_tokens"),
     "decode": ("contexts", "gen", "reps", "temperature", "seed", "corpus", "partial"),
     "prefill": ("lengths", "reps", "seed", "corpus", "partial"),
     "concurrency": ("streams", "gen", "seed", "corpus", "partial"),

@@ -79,8 +79,9 @@ from _triton_cases import hi_planes, merged_layer_bits, packed, rel, runs
 from paro_kernels.triton import fast_host, host
 out = []
 for k, sizes, m in [(384, [64, 32, 32], 3), (256, [96], 9), (512, [128, 64], 16)]:
-    assert fast_host.a8_route(m, 128, True, False) == "gemv3", m
-    assert fast_host.a8_route(m, 128, True, False, "int8", 17408 * 5120) is None  # gate_up: A8
+    assert fast_host.a8_route(m, 128, True, False, "int8") == "gemv3", m
+    assert fast_host.a8_route(m, 128, True, True, "int8") is None, m  # gfx1201: the A8 kernels
+    assert fast_host.a8_route(m, 64, True, False, "int8") != "gemv3", m  # G = 128 only
     parts = merged_layer_bits(k, sizes, 128, 5, seed=k + m)
     prep = host.prepare(*packed(parts), runs(parts), 128, dtype=torch.float16, device="cpu",
                         bits=5, **hi_planes(parts))

@@ -151,11 +151,11 @@ def test_a16_bands_serve_w4a8(m: int, bits: int) -> None:
         assert rel(y, want) <= tol, fmt
 
 
-@pytest.mark.parametrize("cfg", ["big", "small"])
+@pytest.mark.parametrize("cfg", ["big", "small", "int5"])
 @pytest.mark.parametrize("m", [1, 5, 16])
 def test_int5_gemv3_configs_match_fp64(cfg: str, m: int) -> None:
     # int5 decode on the matrix-unit GEMV (its PTX unpack ORs the fifth bits into the fp16
-    # pairs) at both shipped configs (the small one loads 2 groups an iteration), 3 partitions
+    # pairs) at the three shipped configs (the small one loads 2 groups an iteration), 3 partitions
     # (the boundaries 512 and 768 on the tile grid), 5 groups: odd split-K tails; twice, so the
     # second call finds the split-K workspace and tickets zeroed.
     from paro_kernels.triton import decode_host, fast_host
@@ -166,7 +166,7 @@ def test_int5_gemv3_configs_match_fp64(cfg: str, m: int) -> None:
     big = dict(block_n=decode_host.GEMV3_BLOCK_N, num_warps=decode_host.GEMV3_WARPS,
                programs_per_sm=decode_host.GEMV3_PROGRAMS_PER_SM, gpi=decode_host.GEMV3_GPI,
                num_stages=decode_host.GEMV3_STAGES)  # fmt: skip
-    kw = big if cfg == "big" else decode_host.GEMV3_SMALL
+    kw = {"big": big, "small": decode_host.GEMV3_SMALL, "int5": decode_host.GEMV3_INT5}[cfg]
     c = decode_host.gemv3_config(m, sum(sizes), k, g, prep.bounds, 132, **kw)
     bb = bias(parts).cuda()  # type: ignore[union-attr]
     want = _a16_reference(x, parts, g, 5)

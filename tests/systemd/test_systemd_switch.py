@@ -46,16 +46,16 @@ def test_switch_between_two_units_and_roll_back(
     go("sd-b")
     assert _answering(port) == ["smollm2-sd-b"]
     assert not sd_env.runtime.is_active("sd-a")
-    go("sd-a")
-    assert _answering(port) == ["smollm2-sd-a"]
+    # The rollback starts sd-b's unit again after the switch stopped it: the restart of a stopped
+    # unit (a -> b -> a is the local runtime's test; one boot fewer here, CI time).
     with pytest.raises(switch_mod.SwitchFailed) as info:
         go("sd-bad")
     assert "forbidden boot line seen" in info.value.message
-    assert "rolled back: sd-a is live again and verified" in info.value.message
-    assert _answering(port) == ["smollm2-sd-a"]
-    assert not sd_env.runtime.is_active("sd-bad")
+    assert "rolled back: sd-b is live again and verified" in info.value.message
+    assert _answering(port) == ["smollm2-sd-b"]
+    assert not sd_env.runtime.is_active("sd-bad") and not sd_env.runtime.is_active("sd-a")
     live = state.read_live()
-    assert live is not None and live["profile"] == "sd-a" and live["runtime"] == "systemd"
+    assert live is not None and live["profile"] == "sd-b" and live["runtime"] == "systemd"
     switch_mod.stop_live(live, deps)
     assert not net.port_open("127.0.0.1", port)
-    assert not sd_env.runtime.is_active("sd-a")
+    assert not sd_env.runtime.is_active("sd-b")

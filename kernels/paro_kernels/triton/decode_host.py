@@ -35,6 +35,14 @@ GEMV3_GPI = 1
 GEMV3_STAGES = 3
 GEMV3_SMALL_WEIGHTS = 20 << 20
 GEMV3_SMALL = dict(block_n=64, num_warps=4, programs_per_sm=4, gpi=2, num_stages=2)
+# int5 above GEMV3_SMALL_WEIGHTS (eighth pass, H200, BENCH.md run 2, same run, M = 1 / 4 / 16):
+# 64 columns, 4 warps, 8 programs per SM, 1 group an iteration, 3 stages took qkv 33.2 / 34.6 /
+# 36.3 us against the int4 config's 36.3 / 37.2 / 38.2, gate_up 62.7 / 66.5 / 70.9 against 75.1 /
+# 76.8 / 80.7, down 34.9 / 36.9 / 39.4 against 44.4 / 45.1 / 47.0, in_proj 31.9 / 34.9 / 36.5
+# against 44.1 / 45.5 / 47.3 (run 1, 8 configs: the best on each at M = 1 and 16). Of the 7
+# configs around it in run 2, 32 columns / 2 warps / 16 per SM won at M = 1 (gate_up 48.8) but
+# lost at M = 16 (75.8): one config for the band.
+GEMV3_INT5 = dict(block_n=64, num_warps=4, programs_per_sm=8, gpi=1, num_stages=3)
 GEMV3_PROLOGUE = "slice"  # "slice" (fast_host.rotate_slices) | "block" | "givens"
 PROLOGUES = ("slice", "block", "givens")
 
@@ -111,7 +119,10 @@ def gemv3_w4a16(
     _, m, k = xr.shape
     n = qweight.shape[1]
     require(xr.dtype == torch.float16, "xr dtype", torch.float16, xr.dtype)
-    cfg = config or gemv3_config(m, n, k, group_size, bounds, host.sm_count(xr.device))
+    sms = host.sm_count(xr.device)
+    if config is None and qweight_hi is not None and n * k > GEMV3_SMALL_WEIGHTS:
+        config = gemv3_config(m, n, k, group_size, bounds, sms, **GEMV3_INT5)
+    cfg = config or gemv3_config(m, n, k, group_size, bounds, sms)
     gcfg = fast_host.GemvConfig(16, cfg.block_n, cfg.split_k, cfg.num_warps)
     out, ws, cnt, tiles = fast_host._gemv_buffers(m, n, gcfg, out_dtype, xr.device)
     b = (*bounds, n, n)[:2]

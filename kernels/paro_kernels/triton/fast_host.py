@@ -580,21 +580,19 @@ A8_GEMV3 = True
 # 4 / 16): qkv 37.1 / 36.8 / 39.3 us against 43.9 / 44.9 / 43.7, o_proj 15.5 / 19.8 / 20.6
 # against 27.0 / 27.5 / 26.1, down 42.6 / 44.0 / 45.6 against 49.1 / 48.6 / 46.6, in_proj
 # 43.5 / 43.9 / 46.3 against 48.8 / 48.5 / 47.7; gate_up (89 M weights) 74.3 / 76.7 / 79.8
-# against 75.9 / 75.8 / 75.7: a tie to a 5% loss, so layers above INT5_GEMV3_MAX_WEIGHTS keep
-# the A8 kernels.
+# against 75.9 / 75.8 / 75.7. Eighth pass: on int5's own GEMV config (`decode_host.GEMV3_INT5`)
+# gate_up took 62.7 / 66.5 / 70.9 us against the A8 kernels' 75.9 / 76.8 / 76.0 (run 2, same
+# run), so every int5 layer takes the GEMV in the decode band.
 INT5_GEMV3 = True
-INT5_GEMV3_MAX_WEIGHTS = 64 << 20
 
 
-def a8_route(m: int, group_size: int, int5: bool, hip: bool, act_format: str = "fp8",
-             weights: int = 0) -> str | None:  # fmt: skip
+def a8_route(m: int, group_size: int, int5: bool, hip: bool,
+             act_format: str = "fp8") -> str | None:  # fmt: skip
     """The path ("gemv" | "gemv3" | "dequant" | "w8": the 8-bit vendor GEMM, `w8_linear`) that
-    serves a W4A8 / W5A8 call of M rows (`weights`: N x K, 0 unknown), or None (the A8
-    kernels)."""
+    serves a W4A8 / W5A8 call of M rows, or None (the A8 kernels)."""
     if hip or not A8_ROUTE:
         return None
-    if (int5 and INT5_GEMV3 and GEMV3 and group_size == 128 and m <= 16
-            and weights <= INT5_GEMV3_MAX_WEIGHTS):  # fmt: skip
+    if int5 and INT5_GEMV3 and GEMV3 and group_size == 128 and m <= 16:
         return "gemv3"
     route = band(m, group_size)
     if route == "gemv" and not int5 and m <= GEMV2_FMA_MAX_M:

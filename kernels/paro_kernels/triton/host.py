@@ -743,7 +743,7 @@ def w4a8_linear(
     from . import fast_host
 
     route = fast_host.a8_route(x.shape[0], group_size, qweight_hi is not None, _is_hip(),
-                               act_format, n * k)  # fmt: skip
+                               act_format)  # fmt: skip
     if route == "gemv":
         args = (rot_hi, rot_lo, qweight, scales, zeros, gv_idx, gv_coef)
         return fast_host.gemv_w4a16(args, x, bounds, group_size, bias)

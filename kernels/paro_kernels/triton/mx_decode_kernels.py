@@ -1,4 +1,5 @@
-"""The MXFP4 decode GEMV (issue 14, sixth pass): M <= 4 rows on the FMA units, not 16-row tiles.
+"""The MXFP4 decode GEMV (issue 14, sixth and seventh passes): M <= 4 rows on the FMA units, not
+16-row tiles.
 
 Why: the MXFP4 GEMM (`mx_kernels.mx_gemm_kernel`) serves decode with 16-row matrix-unit tiles,
 15 of 16 rows padding at M = 1. It reached 9-12% of the HBM roofline (BENCH.md, 2026-11-29 run
@@ -16,6 +17,14 @@ so a nibble is two shifts, two masks and one convert. On NVIDIA one PTX block do
 eight nibbles as four fp16 pairs (`_E2M1_ASM`); elsewhere the same bits come from plain ops.
 The block scale 2^(e - 127) multiplies each block's fp32 partial (e8m0 code 0, 2^-127, flushes to
 zero as in the per-block GEMM) and the 2^14 is applied once at the end: exact products, fp32 sums.
+
+Loads (seventh pass): on NVIDIA the scale bytes (`_scale`, `ld.global.nc.u8`) and the
+activations (`_acts`, two 8-byte `ld.global.nc.v2.b32` a word, bf16 or fp16 converted in the
+PTX) are PTX loads in the words' register layout. Triton loads of them came in a layout of their
+own and went through shared memory to the words' (16 `bar.sync` an iteration at M = 1, 32 at
+M = 2; BENCH.md, seventh pass); now there are none. EVEN_K (K % 64 == 0) reads the high block
+at +64 bytes of the low one, without clamps. The host takes the PTX loads for 8-byte aligned
+activation rows only; gfx1201 and the interpreter keep the Triton loads.
 """
 
 from __future__ import annotations

@@ -59,9 +59,11 @@ def test_stale_live_pointer_is_refused(
 
 
 def test_gsm8k_records_every_question_unjudged_without_a_band(live: CpuServe) -> None:
-    result = _gate("gsm8k", "--limit", "8", "--concurrency", "8")
+    # 64 answer tokens, not lm-eval's 256: the 135M model rambles to the limit (CI time)
+    result = _gate("gsm8k", "--limit", "8", "--concurrency", "8", "--max-tokens", "64")
     run = _only_run("gsm8k")
     s = run["summary"]
+    assert run["options"]["max_tokens"] == 64
     # cpu-demo has no GSM8K floor (a 135M model scores ~0-3%): the run is scored, recorded and
     # reported as unjudged, exit 0.
     assert result.exit_code == 0, result.output
@@ -148,7 +150,7 @@ def test_suite_passes_and_report_writes_plots(
 ) -> None:
     result = _gate(
         "suite", "--limit", "4", "--gen", "16", "--contexts", "25,512", "--lengths", "512",
-        "--reps", "1", "--streams", "1,2",
+        "--reps", "1", "--streams", "1,2", "--max-tokens", "48",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[-1] == "suite: PASS (6 gates)"
