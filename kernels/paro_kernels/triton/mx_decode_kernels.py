@@ -155,35 +155,23 @@ shl.b32 $6, t3, 16;
 and.b32 $7, t3, 0xFFFF0000;
 }
 """
-_ACT_F16 = """
+# fp16 activations: each of the 4 words t0..t3 holds 2 of them (outputs $2i, $2i + 1 as fp32).
+_ACT_F16 = (
+    """
 {
 .reg .b32 t0, t1, t2, t3;
 .reg .b16 l, h;
 .reg .f32 f;
 ld.global.nc.v2.b32 {t0, t1}, [$8];
 ld.global.nc.v2.b32 {t2, t3}, [HI];
-mov.b32 {l, h}, t0;
-cvt.f32.f16 f, l;
-mov.b32 $0, f;
-cvt.f32.f16 f, h;
-mov.b32 $1, f;
-mov.b32 {l, h}, t1;
-cvt.f32.f16 f, l;
-mov.b32 $2, f;
-cvt.f32.f16 f, h;
-mov.b32 $3, f;
-mov.b32 {l, h}, t2;
-cvt.f32.f16 f, l;
-mov.b32 $4, f;
-cvt.f32.f16 f, h;
-mov.b32 $5, f;
-mov.b32 {l, h}, t3;
-cvt.f32.f16 f, l;
-mov.b32 $6, f;
-cvt.f32.f16 f, h;
-mov.b32 $7, f;
-}
 """
+    + "".join(
+        f"mov.b32 {{l, h}}, t{i};\ncvt.f32.f16 f, l;\nmov.b32 ${2 * i}, f;\n"
+        f"cvt.f32.f16 f, h;\nmov.b32 ${2 * i + 1}, f;\n"
+        for i in range(4)
+    )
+    + "}\n"
+)
 _ACT_ASM_BF16 = tl.constexpr(_ACT_BF16.replace("[HI]", "[$9]"))
 _ACT_ASM_F16 = tl.constexpr(_ACT_F16.replace("[HI]", "[$9]"))
 _ACT_ASM_BF16_EVEN = tl.constexpr(_ACT_BF16.replace("[HI]", "[$8+64]"))
