@@ -15,7 +15,6 @@ inside it, on random weights of the bench's layout.
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from collections.abc import Callable
 
@@ -71,19 +70,17 @@ def _int5_call(n: int, k: int, m: int, sizes: tuple[int, ...], path: str, module
     """int5 (W5A8 I8 PG ZPE) as served (`host.linear_a8`: the decode GEMV at M <= 16), or on
     MODULE's `gemv3_w4a16_kernel` (`int5-old`, bench_mx_decode's --int5-old)."""
     from .bench14 import _with_givens
-    from .bench_mx_decode import _gemv3_kernel
     from .triton import host
 
     prep = _with_givens(b._random_prep(n, k, sizes, 5, dev), k, len(sizes), dev)
     x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-    if path == "int5-old":  # for the rest of this (one-op) process: the stack is kept
-        stack = contextlib.ExitStack()
-        stack.enter_context(_gemv3_kernel(module))
-        _KEEP.append(stack)
+    if path == "int5-old":  # this one-op process keeps MODULE's kernel to its end
+        import importlib
+
+        from .triton import decode_kernels
+
+        decode_kernels.gemv3_w4a16_kernel = importlib.import_module(module).gemv3_w4a16_kernel
     return lambda: host.linear_a8(prep, x, None, "int8", "group", True)
-
-
-_KEEP: list[contextlib.ExitStack[bool | None]] = []  # open contexts (a dropped one closes)
 
 
 def _profile(call: Callable[[], object]) -> None:

@@ -170,3 +170,22 @@ def _check(rep: aot.Report, max_vgprs: int) -> None:
     assert rep.lds <= rep.lds_limit, rep
     assert 0 < rep.vgprs <= max_vgprs and min(16, 1536 // rep.vgprs) >= 6, rep
     assert triton.__version__
+
+
+def test_gemv3_shipped_configs_by_size_and_bits() -> None:
+    # The decode GEMV's shipped configs (decode_host, eighth pass): o_proj (15.7 M weights) the
+    # small one whatever the bits; qkv (36.7 M) int4's 128 columns, int5 its own 64.
+    from paro_kernels.triton import decode_host as dh
+
+    qkv, o_proj = (7168, 5120, (6144, 6656)), (5120, 3072, ())
+    for bits in (4, 5):
+        small = dh.gemv3_config(1, *o_proj[:2], 128, o_proj[2], 132, bits=bits)
+        assert (small.block_n, small.gpi, small.num_stages) == (64, 2, 2), small
+    int4 = dh.gemv3_config(1, *qkv[:2], 128, qkv[2], 132)
+    int5 = dh.gemv3_config(1, *qkv[:2], 128, qkv[2], 132, bits=5)
+    assert (int4.block_n, int4.gpi, int4.num_stages) == (dh.GEMV3_BLOCK_N, 1, 3), int4
+    assert (int5.block_n, int5.gpi, int5.num_stages) == (64, 1, 3), int5
+    # 8 programs per SM either way: twice the tiles at 64 columns, half the split
+    assert int5.split_k * -(-qkv[0] // 64) >= 8 * 132 > (int5.split_k - 1) * -(-qkv[0] // 64)
+    # a given config wins over the shipped one
+    assert dh.gemv3_config(1, *qkv[:2], 128, qkv[2], 132, block_n=32, bits=5).block_n == 32

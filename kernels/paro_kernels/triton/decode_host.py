@@ -60,14 +60,19 @@ class Gemv3Config:
 
 def gemv3_config(m: int, n: int, k: int, g: int, bounds: tuple[int, ...], sms: int,
                  block_n: int = 0, num_warps: int = 0, programs_per_sm: int = 0, gpi: int = 0,
-                 num_stages: int = 0) -> Gemv3Config:  # fmt: skip
+                 num_stages: int = 0, bits: int = 4) -> Gemv3Config:  # fmt: skip
     """Column tile (narrower where a partition boundary needs it) and split-K until about
-    `programs_per_sm` programs per SM."""
+    `programs_per_sm` programs per SM; with nothing given, the shipped config for the layer's
+    size and weight `bits` (GEMV3_SMALL; int5: GEMV3_INT5; else the GEMV3_* defaults)."""
     require(m <= 16, "x rows", "<= 16 for the decode GEMV", m)
     require(g == 128, "group_size", "128 for the decode GEMV", g)
-    if n * k <= GEMV3_SMALL_WEIGHTS and not (block_n or num_warps or programs_per_sm or gpi
-                                              or num_stages):  # fmt: skip
-        return gemv3_config(m, n, k, g, bounds, sms, **GEMV3_SMALL)
+    if not (block_n or num_warps or programs_per_sm or gpi or num_stages):
+        small = n * k <= GEMV3_SMALL_WEIGHTS
+        shipped = GEMV3_SMALL if small else GEMV3_INT5 if bits == 5 else {}
+        block_n, num_warps, programs_per_sm, gpi, num_stages = (
+            shipped.get(key, 0)
+            for key in ("block_n", "num_warps", "programs_per_sm", "gpi", "num_stages")
+        )
     align = 0
     for b in bounds:
         align = gcd(align, b)
@@ -119,10 +124,8 @@ def gemv3_w4a16(
     _, m, k = xr.shape
     n = qweight.shape[1]
     require(xr.dtype == torch.float16, "xr dtype", torch.float16, xr.dtype)
-    sms = host.sm_count(xr.device)
-    if config is None and qweight_hi is not None and n * k > GEMV3_SMALL_WEIGHTS:
-        config = gemv3_config(m, n, k, group_size, bounds, sms, **GEMV3_INT5)
-    cfg = config or gemv3_config(m, n, k, group_size, bounds, sms)
+    cfg = config or gemv3_config(m, n, k, group_size, bounds, host.sm_count(xr.device),
+                                 bits=5 if qweight_hi is not None else 4)  # fmt: skip
     gcfg = fast_host.GemvConfig(16, cfg.block_n, cfg.split_k, cfg.num_warps)
     out, ws, cnt, tiles = fast_host._gemv_buffers(m, n, gcfg, out_dtype, xr.device)
     b = (*bounds, n, n)[:2]
