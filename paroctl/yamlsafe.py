@@ -98,7 +98,11 @@ def load(text: str) -> Any:
     loader = _FastLoader
     try:
         _scan(text, loader)
-    except yaml.YAMLError:
+    except yaml.YAMLError as exc:
+        if "maximum nesting depth" in str(getattr(exc, "problem", "")):
+            # libyaml stops at 1000 levels, far past ours; the pure scanner would take O(depth^2)
+            # (seconds on a loaded core) to reach the same verdict, so say it now.
+            raise LoadError(f"nested deeper than {MAX_DEPTH} levels") from exc
         loader = _Loader  # refused: the pure parser says why, in its own words (raises here)
         _scan(text, loader)
     try:

