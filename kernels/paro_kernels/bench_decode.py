@@ -258,6 +258,108 @@ def ab(shapes: list[str], ms: list[int], reps: int, t0: float,
     return out, not_run
 
 
+# Ninth pass: the HFMA2 GEMV's configs (`fast_host.gemv2_config` keywords; kw 0: its M default)
+H2_GRID: list[dict[str, int]] = [
+    dict(block_n=bn, num_warps=w, kw=kw, programs_per_sm=pps)
+    for (bn, w), kw, pps in itertools.product(((512, 4), (256, 2)), (0, 16), (8, 16))
+] + [dict(block_n=1024, num_warps=8, kw=0, programs_per_sm=8)]  # fmt: skip
+
+
+def _h2_cfg(name: str, m: int, kw: dict[str, int]) -> Any:
+    from .triton import fast_host
+
+    _, n, k, sizes = next(s for s in b.SHAPES if s[0] == name)
+    return fast_host.gemv2_config(m, n, k, G, b._bounds(sizes), 132, dot=False,
+                                  **{a: v for a, v in kw.items() if v})  # fmt: skip
+
+
+def _compile_h2(job: tuple[str, int, dict[str, int]]) -> str:
+    """`bench.precompile_pool` worker: one launch of the HFMA2 GEMV at a (shape, M, config)."""
+    from .triton import decode_host
+
+    name, m, kw = job
+    _, n, k, sizes = next(s for s in b.SHAPES if s[0] == name)
+    p = b._random_prep(n, k, sizes, 4, torch.device("cuda"))
+    xr = torch.zeros(len(sizes), m, k, device="cuda", dtype=torch.float16)
+    try:
+        decode_host.gemv_h2(xr, p.qweight, p.scales, p.zeros, p.bounds, G, torch.bfloat16,
+                            None, _h2_cfg(name, m, kw))  # fmt: skip
+        torch.cuda.synchronize()
+        return ""
+    except Exception as e:
+        return f"{name} {m} {kw}: {type(e).__name__} {str(e)[:200]}"
+
+
+def _h2_call(what: str, x: torch.Tensor, arg: Any, p: Any = None) -> object:
+    """One of the h2 bench's calls on layer p (`arg`: a config, or the prologue outputs)."""
+    from .triton import decode_host, fast_host, host
+
+    if p is None:  # the as-served call takes no second argument
+        arg, p = None, arg
+    if what == "served":
+        return host.w4a16_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros, p.bounds,
+                                 G, None, p.gv_idx, p.gv_coef)  # fmt: skip
+    if what == "h2":
+        return decode_host.gemv_h2_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
+                                          p.bounds, G, None, arg)  # fmt: skip
+    if what == "gemv2 alone":
+        (xr32, rs), _ = arg
+        return fast_host.gemv2_w4a16(xr32, rs, p.qweight, p.scales, p.zeros, p.bounds, G,
+                                     torch.bfloat16)  # fmt: skip
+    if what == "h2 alone":
+        return decode_host.gemv_h2(arg[1], p.qweight, p.scales, p.zeros, p.bounds, G,
+                                   torch.bfloat16)  # fmt: skip
+    return fast_host.rotate_slices(x, p.rot_hi, p.rot_lo, G, paired=what == "prologue paired")
+
+
+def h2(shapes: list[str], ms: list[int], reps: int, t0: float,
+       budget: float) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
+    """Per cell, same run: cuBLAS, int4pack, the op as served, the FMA GEMV path forced (sliced
+    prologue + GEMV, no Givens-inside), the HFMA2 op (paired prologue + GEMV) at every H2_GRID
+    config, and the two GEMVs alone on their prologue outputs (made once)."""
+    from .triton import fast_host
+
+    dev = torch.device("cuda")
+    out, not_run = [], []
+    for name in shapes:
+        _, n, k, sizes = next(s for s in b.SHAPES if s[0] == name)
+        preps = _preps(n, k, sizes, dev)
+        for m in ms:
+            if budget and time.monotonic() - t0 > budget:
+                not_run.append(f"{name}@{m}")
+                continue
+            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+            wd = [torch.randn(k, n, device=dev, dtype=torch.bfloat16)
+                  for _ in range(b.copies(2 * k * n))]  # fmt: skip
+            mm = [functools.partial(torch.matmul, x, w) for w in wd]
+            out.append(_row(name, m, n, k, "cublas-bf16", _t(mm, reps)))
+            del wd, mm
+            out.append(_row(name, m, n, k, "int4pack", b._time(_int4pack(n, k, m, dev), reps)))
+            # rel: against the first (the FMA GEMV on the same blocks; the Givens-inside op as
+            # served, o_proj, uses the tables' own random rotations)
+            cands: dict[str, Callable[[Any], object]] = {
+                "gemv2 (FMA, sliced prologue)": functools.partial(_gemv2, x=x, fused=False,
+                                                                  pdl=False),
+                "as-served": functools.partial(_h2_call, "served", x),
+            }  # fmt: skip
+            for kw in H2_GRID:
+                cands[f"h2 {kw}"] = functools.partial(_h2_call, "h2", x, _h2_cfg(name, m, kw))
+            ref = None
+            for label, fn in cands.items():
+                y = fn(preps[0]).float()  # type: ignore[attr-defined]
+                ref = y if ref is None else ref
+                us = _t([functools.partial(fn, p) for p in preps], reps)
+                out.append(_row(name, m, n, k, label, us, rel=float((y - ref).norm() / ref.norm())))
+            p0 = preps[0]
+            xrs = (fast_host.rotate_slices(x, p0.rot_hi, p0.rot_lo, G),
+                   fast_host.rotate_slices(x, p0.rot_hi, p0.rot_lo, G, paired=True)[0])  # fmt: skip
+            for label in ("gemv2 alone", "h2 alone", "prologue fp32", "prologue paired"):
+                fns = [functools.partial(_h2_call, label, x, xrs, p) for p in preps]
+                out.append(_row(name, m, n, k, label, _t(fns, reps)))
+            torch.cuda.empty_cache()
+    return out, not_run
+
+
 def main(argv: list[str] | None = None) -> None:
     """Stage 1, stage 2; JSON written after each."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -270,10 +372,22 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--budget-s", type=float, default=0)
     ap.add_argument("--jobs", type=int, default=12, help="compile processes before stage 1")
     ap.add_argument("--ab", action="store_true", help="run 3: the forced paths per cell, stop")
+    ap.add_argument("--h2", action="store_true", help="ninth pass: the HFMA2 GEMV per cell")
     args = ap.parse_args(argv)
     torch.manual_seed(0)
     t0 = time.monotonic()
     ms = [int(v) for v in args.ms.split(",")]
+    if args.h2:
+        if args.jobs > 1:
+            b.precompile_pool(_compile_h2, [(nm, m, kw) for nm in args.shapes.split(",")
+                              for m in ms for kw in H2_GRID], args.jobs)  # fmt: skip
+        rows, nr = h2(args.shapes.split(","), ms, args.reps, t0, args.budget_s)
+        with open(args.out, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+                       "triton": __import__("triton").__version__, "h2": rows, "not_run": nr,
+                       "command": " ".join(["python -m paro_kernels.bench_decode",
+                                            *(argv or [])])}, f, indent=1)  # fmt: skip
+        return
     if args.ab:
         if args.jobs > 1:
             b.precompile_pool(_compile_one, [(nm, m, kw) for nm in args.shapes.split(",")

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.gpu
 
 CASES = W4A16_CASES  # tile-boundary and odd N, K not a multiple of the split, 1-3 parts
 PATH_MS = {"gemv": [1, 2, 3, 4, 16], "mma": [1, 5, 16, 17], "dequant": [1, 17, 256, 300],
-           "gemv-prologue": [1, 2, 4], "gemv3": [1, 9, 16]}  # fmt: skip
+           "gemv-prologue": [1, 2, 4], "gemv3": [1, 9, 16], "gemv-h2": [1, 2]}  # fmt: skip
 SCRATCH = ("dequant_w", "gemv_xs", "w8_fp8", "w8_int8")  # written each call, not left zeroed
 
 
@@ -70,6 +70,23 @@ def test_path_matches_fp64_reference(k: int, sizes: list[int], g: int, path: str
     for (kind, _), buf in fast_host._WS.items():
         if kind not in SCRATCH:  # split-K sums and tickets left zeroed
             assert not buf.any(), kind
+
+
+@pytest.mark.parametrize("scale", [1e3, 1e-3])
+@pytest.mark.parametrize("m", [1, 2])
+def test_h2_gemv_range(scale: float, m: int) -> None:
+    # The HFMA2 GEMV's fp16 products and pair sums (decode_kernels' ninth-pass note): rotated
+    # activations in the thousands (|x| ~ 1e3, 4 sigma 4e3) neither overflow nor
+    # lose precision, and small ones (|x| ~ 1e-3: subnormal after the 2^-6) keep the bf16 floor.
+    from paro_kernels.triton import host
+
+    k, sizes = 2304, [2048, 256]
+    parts, prep = _prep(k, sizes, 128, b=False)
+    x = (torch.randn(m, k, generator=torch.Generator().manual_seed(m)) * scale).to(torch.bfloat16)
+    y = host.w4a16_linear(x.cuda(), prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
+                          prep.zeros, prep.bounds, 128, None, path="gemv-h2")  # fmt: skip
+    assert torch.isfinite(y).all()
+    assert rel(y, reference(x, parts, 128)) <= 2e-3
 
 
 @pytest.mark.parametrize(("k", "sizes", "g"), CASES[3:])

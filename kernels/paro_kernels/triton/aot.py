@@ -267,3 +267,26 @@ def compile_gemv2_rot(target: str, m: int, n: int, k: int, g: int,
                  cfg.num_stages)  # fmt: skip
     rep = _report("gemv2_w4a16_rot", target, str(cfg), c, r"(v_wmma|wgmma|mma\.sync)")
     return Report(**{**rep.__dict__, "mma": not rep.mma})
+
+
+def compile_gemv_h2(target: str, m: int, n: int, k: int, g: int,
+                    bounds: tuple[int, ...] = ()) -> tuple[Report, object]:  # fmt: skip
+    """Build the ninth-pass HFMA2 decode GEMV (NVIDIA only: packed-fp16 PTX) at the config its
+    launcher picks; `mma` reports that the loop stayed free of a matrix instruction. Also returns
+    the compiled kernel (its `asm` for instruction counts)."""
+    from . import decode_kernels, fast_host
+
+    cfg = fast_host.gemv2_config(m, n, k, g, bounds, sms=132, dot=False)
+    sig = {
+        "a_ptr": "*i32", "qw_ptr": "*i32", "sc_ptr": "*fp16", "zp_ptr": "*u8",
+        "bias_ptr": "*bf16", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "out_ptr": "*bf16",
+        "M": "i32", "N": "i32", "K": "i32", "b1": "i32", "b2": "i32",
+    }  # fmt: skip
+    const = {
+        "HAS_BIAS": False, "G": g, "BLOCK_M": 1 if m == 1 else 2, "BLOCK_N": cfg.block_n,
+        "KW": cfg.kw, "SPLIT_K": cfg.split_k, "ASM": target != "gfx1201",
+    }  # fmt: skip
+    c = _compile(decode_kernels.gemv_h2_kernel, sig, const, target, cfg.num_warps,
+                 cfg.num_stages)  # fmt: skip
+    rep = _report("gemv_h2", target, str(cfg), c, r"(v_wmma|wgmma|mma\.sync)")
+    return Report(**{**rep.__dict__, "mma": not rep.mma}), c

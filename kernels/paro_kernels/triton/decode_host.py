@@ -166,3 +166,65 @@ def gemv3_linear(
     xr = prologue16(x, rot_hi, rot_lo, group_size, gv_idx, gv_coef, kind, use)
     return gemv3_w4a16(xr, qweight, scales, zeros, bounds, group_size, x.dtype, bias, config,
                        use, qweight_hi)  # fmt: skip
+
+
+# Ninth pass: the HFMA2 GEMV (`decode_kernels.gemv_h2_kernel`, NVIDIA, M <= 2) on the sliced
+# prologue's paired fp16 output. Its tile and split are the FMA GEMV's (`fast_host.gemv2_config`:
+# 512 columns of 4 warps, 16-byte word loads, 8 word rows a chunk at M = 1, 4 at M = 2).
+H2_MAX_M = 2
+
+
+def gemv_h2(
+    xr: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor,
+    bounds: tuple[int, ...],
+    group_size: int,
+    out_dtype: torch.dtype,
+    bias: torch.Tensor | None = None,
+    config: fast_host.GemvConfig | None = None,
+) -> torch.Tensor:
+    """The HFMA2 GEMV on the paired prologue output xr [P, M <= 2, K] fp16
+    (`fast_host.rotate_slices(paired=True)`) -> y [M, N] out_dtype."""
+    import os
+
+    from .decode_kernels import gemv_h2_kernel
+
+    _, m, k = xr.shape
+    n = qweight.shape[1]
+    require(m <= H2_MAX_M, "x rows", f"<= {H2_MAX_M} for the HFMA2 GEMV", m)
+    require(xr.dtype == torch.float16 and k % 2 == 0, "xr", "fp16 pairs", (xr.dtype, k))
+    cfg = config or fast_host.gemv2_config(m, n, k, group_size, bounds,
+                                           host.sm_count(xr.device), dot=False)  # fmt: skip
+    require(group_size % (8 * cfg.kw) == 0, "kw", f"dividing group_size / 8 = {group_size // 8}",
+            cfg.kw)  # fmt: skip
+    out, ws, cnt, tiles = fast_host._gemv_buffers(m, n, cfg, out_dtype, xr.device)
+    b = (*bounds, n, n)[:2]
+    asm = not host._is_hip() and os.environ.get("TRITON_INTERPRET", "0") != "1"
+    gemv_h2_kernel[(tiles, cfg.split_k)](
+        xr.view(torch.int32), qweight, scales, zeros, bias if bias is not None else scales,
+        ws, cnt, out, m, n, k, b[0], b[1],
+        HAS_BIAS=bias is not None, G=group_size, BLOCK_M=1 if m == 1 else 2,
+        BLOCK_N=cfg.block_n, KW=cfg.kw, SPLIT_K=cfg.split_k, ASM=asm,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )  # fmt: skip
+    return out
+
+
+def gemv_h2_linear(
+    x: torch.Tensor,
+    rot_hi: torch.Tensor,
+    rot_lo: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor,
+    bounds: tuple[int, ...],
+    group_size: int,
+    bias: torch.Tensor | None = None,
+    config: fast_host.GemvConfig | None = None,
+) -> torch.Tensor:
+    """The decode linear on the HFMA2 GEMV: the sliced paired prologue + `gemv_h2`, y [M, N]
+    in x.dtype."""
+    xr, _ = fast_host.rotate_slices(x, rot_hi, rot_lo, group_size, paired=True)
+    return gemv_h2(xr, qweight, scales, zeros, bounds, group_size, x.dtype, bias, config)

@@ -238,3 +238,180 @@ def gemv3_w4a16_kernel(
     y = tl.trans(acc)  # [BLOCK_M, BLOCK_N]
     _gemv_epilogue(y, ws_ptr, out_ptr, cnt_ptr, bias_ptr, pid_n, offs_m, m_mask, offs_n,
                    n_mask, N, HAS_BIAS, SPLIT_K, BLOCK_M, BLOCK_N)  # fmt: skip
+
+
+# --------------------------------------------------------------------------- the HFMA2 GEMV
+#
+# Ninth pass (issue 14): the M <= 2 decode GEMV with the multiply-adds in packed fp16
+# (`fma.rn.f16x2`), two weights an instruction. The FMA GEMV (`gemv2_w4a16_kernel`) spends
+# AND + FADD + FFMA per weight plus a magic-exponent build per word, ~3.4 instructions a weight,
+# and ncu called it issue-bound (ALU 44% + FMA 34% at 42% DRAM, BENCH.md pass 5). Here a word of
+# 8 nibbles costs 4 LOP3 + 1 SHR (fp16 pairs with the magic exponent), 4 SUB.F16X2 (c - z,
+# exact), 4 FMA.F16X2 into one fp16 pair per row, 2 CVT + 1 FADD to fp32 and 1 FADD into the
+# row's sum: 17 instructions for 8 weights at M = 1 (2.1 a weight), 26 at M = 2.
+#
+# Range (why the activations come scaled by 2^-H2_SHIFT): the prologue writes xr / 64 in fp16
+# (`rotate_slice_kernel(PAIRED=True)`), so |a| <= 65504 / 64 < 1024; |c - z| <= 15, so a product
+# is < 15360 and the fp16 pair sums four of them (< 61440 < 65504): no input overflows. Each
+# product and partial sum is rounded to fp16 (2^-11 relative), far under the bf16 output's 2^-8;
+# values under 2^-8 land subnormal (absolute error <= 2^-19 of a).
+#
+# Activation pairs: the word's lop3 pairs are nibbles (j, j + 4), so the prologue writes channel
+# 8r + j at 8r + 2j and 8r + j + 4 at 8r + 2j + 1: one int32 load is the fp16 pair (a_j, a_j+4).
+
+H2_SHIFT = 6
+H2_SCALE = tl.constexpr(float(1 << H2_SHIFT))
+
+
+def h2_word_asm(rows: int) -> str:
+    """PTX of one int32 word of codes against `rows` activation rows: outputs $0..$rows-1 the
+    fp32 sums of the 8 products (c - z) a; inputs the word, the column's zero pairs (1024 + z,
+    64 + z) and per row the 4 activation pairs (a_j, a_j+4)."""
+    q, z1, z64 = f"${rows}", f"${rows + 1}", f"${rows + 2}"
+    lines = [
+        "{",
+        ".reg .b32 t0, t1, t2, t3, u, s;",
+        ".reg .f16 l, h;",
+        ".reg .f32 fl, fh;",
+        f"lop3.b32 t0, {q}, 0x000F000F, 0x64006400, 0xea;",
+        f"sub.f16x2 t0, t0, {z1};",
+        f"lop3.b32 t1, {q}, 0x00F000F0, 0x54005400, 0xea;",
+        f"sub.f16x2 t1, t1, {z64};",
+        f"shr.u32 u, {q}, 8;",
+        "lop3.b32 t2, u, 0x000F000F, 0x64006400, 0xea;",
+        f"sub.f16x2 t2, t2, {z1};",
+        "lop3.b32 t3, u, 0x00F000F0, 0x54005400, 0xea;",
+        f"sub.f16x2 t3, t3, {z64};",
+    ]
+    for i in range(rows):
+        a = [f"${rows + 3 + 4 * i + j}" for j in range(4)]
+        lines += [
+            f"mul.rn.f16x2 s, t0, {a[0]};",
+            f"fma.rn.f16x2 s, t1, {a[1]}, s;",
+            f"fma.rn.f16x2 s, t2, {a[2]}, s;",
+            f"fma.rn.f16x2 s, t3, {a[3]}, s;",
+            "mov.b32 {l, h}, s;",
+            "cvt.f32.f16 fl, l;",
+            "cvt.f32.f16 fh, h;",
+            f"add.f32 ${i}, fl, fh;",
+        ]
+    return "\n".join([*lines, "}"])
+
+
+_H2_ASM1 = tl.constexpr(h2_word_asm(1))
+_H2_ASM2 = tl.constexpr(h2_word_asm(2))
+
+
+@triton.jit
+def _pair_f32(a, hi: tl.constexpr):
+    """One fp16 half of int32 pair words as fp32 (the plain-op path)."""
+    v = (a >> 16) if hi else a
+    return (v & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+
+
+@triton.jit
+def _h2_ops(q, zi, a0, a1, a2, a3):
+    """`h2_word_asm(1)` without inline assembly (the interpreter): fp32 products, exact c - z."""
+    t = tl.zeros(q.shape, tl.float32)
+    for j in tl.static_range(4):
+        aj = a0 if j == 0 else a1 if j == 1 else a2 if j == 2 else a3
+        lo = (((q >> (4 * j)) & 15) - zi).to(tl.float32)
+        hi = (((q >> (4 * j + 16)) & 15) - zi).to(tl.float32)
+        t += lo * _pair_f32(aj, False) + hi * _pair_f32(aj, True)
+    return t
+
+
+@triton.jit
+def _h2_pairs(a_row, wr, ok):
+    """The 4 activation pair words of word rows wr (int32 [KW] -> [KW, 1] each; 0 where not ok)."""
+    a0 = tl.load(a_row + wr * 4 + 0, mask=ok, other=0)[:, None]
+    a1 = tl.load(a_row + wr * 4 + 1, mask=ok, other=0)[:, None]
+    a2 = tl.load(a_row + wr * 4 + 2, mask=ok, other=0)[:, None]
+    a3 = tl.load(a_row + wr * 4 + 3, mask=ok, other=0)[:, None]
+    return a0, a1, a2, a3
+
+
+@triton.jit
+def gemv_h2_kernel(
+    a_ptr,  # [P, M, K/2] int32: the paired fp16 prologue output / 2^H2_SHIFT (module note)
+    qw_ptr,  # [K/8, N] int32 codes packed along K (nibble s of word r = row 8r + s)
+    sc_ptr,  # [K/G, N] fp16 scales
+    zp_ptr,  # [K/G, N] uint8 zero codes
+    bias_ptr,  # [N] or a dummy
+    ws_ptr,  # SPLIT_K > 1: [>= M * N] fp32 workspace, zero on entry and on exit
+    cnt_ptr,  # SPLIT_K > 1: [>= N / BLOCK_N] int32 tickets, zero on entry and on exit
+    out_ptr,  # [M, N] output dtype
+    M,
+    N,
+    K,
+    b1,
+    b2,
+    HAS_BIAS: tl.constexpr,
+    G: tl.constexpr,
+    BLOCK_M: tl.constexpr,  # 1 or 2
+    BLOCK_N: tl.constexpr,
+    KW: tl.constexpr,  # int32 word rows per chunk; divides G / 8
+    SPLIT_K: tl.constexpr,
+    ASM: tl.constexpr,  # the packed-fp16 PTX (NVIDIA); else fp32 plain ops (the interpreter)
+):
+    """out[:M, n-block] = sum over this split's groups of a_p @ dequant(Q); section note above."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    n0 = pid_n * BLOCK_N
+    part = (n0 >= b1).to(tl.int32) + (n0 >= b2).to(tl.int32)
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < N
+    nm2 = n_mask[None, :]
+    offs_m = tl.arange(0, BLOCK_M)
+    m_mask = offs_m < M
+    ngroups = K // G
+    per = tl.cdiv(ngroups, SPLIT_K)
+    g0 = pid_k * per
+    g1 = tl.minimum(g0 + per, ngroups)
+    offs_r = tl.arange(0, KW)
+    q_base = qw_ptr + offs_r[:, None] * N + offs_n[None, :]
+    a_row0 = a_ptr + (part * M).to(tl.int64) * (K // 2)
+    a_row1 = a_row0 + K // 2
+    row1 = (offs_r * 0 + 1) < M
+    acc0 = tl.zeros((1, BLOCK_N), dtype=tl.float32)
+    acc1 = tl.zeros((1, BLOCK_N), dtype=tl.float32)
+    for g in range(g0, g1):
+        zi = tl.load(zp_ptr + g * N + offs_n[None, :], mask=nm2, other=0).to(tl.int32)
+        z1 = tl.broadcast_to((zi | 0x6400) * 65537, (KW, BLOCK_N))
+        z64 = tl.broadcast_to(((zi << 4) | 0x5400) * 65537, (KW, BLOCK_N))
+        d0 = tl.zeros((1, BLOCK_N), dtype=tl.float32)
+        d1 = tl.zeros((1, BLOCK_N), dtype=tl.float32)
+        for ci in tl.static_range(G // (8 * KW)):
+            wr = g * (G // 8) + ci * KW + offs_r
+            q = tl.load(q_base + (g * (G // 8) + ci * KW) * N, mask=nm2, other=0)
+            a0, a1, a2, a3 = _h2_pairs(a_row0, wr, offs_r >= 0)
+            if BLOCK_M == 1:
+                if ASM:
+                    e0 = tl.inline_asm_elementwise(
+                        _H2_ASM1, "=f,r,r,r,r,r,r,r", [q, z1, z64, a0, a1, a2, a3],
+                        dtype=tl.float32, is_pure=True, pack=1,
+                    )  # fmt: skip
+                else:
+                    e0 = _h2_ops(q, zi, a0, a1, a2, a3)
+                d0 += tl.sum(e0, axis=0, keep_dims=True)
+            else:
+                c0, c1, c2, c3 = _h2_pairs(a_row1, wr, row1)
+                if ASM:
+                    e0, e1 = tl.inline_asm_elementwise(
+                        _H2_ASM2, "=f,=f,r,r,r,r,r,r,r,r,r,r,r",
+                        [q, z1, z64, a0, a1, a2, a3, c0, c1, c2, c3],
+                        dtype=(tl.float32, tl.float32), is_pure=True, pack=1,
+                    )  # fmt: skip
+                else:
+                    e0 = _h2_ops(q, zi, a0, a1, a2, a3)
+                    e1 = _h2_ops(q, zi, c0, c1, c2, c3)
+                d0 += tl.sum(e0, axis=0, keep_dims=True)
+                d1 += tl.sum(e1, axis=0, keep_dims=True)
+        s = tl.load(sc_ptr + g * N + offs_n[None, :], mask=nm2, other=0.0).to(tl.float32)
+        s = s * H2_SCALE
+        acc0 += d0 * s
+        if BLOCK_M > 1:
+            acc1 += d1 * s
+    acc = tl.where(offs_m[:, None] == 0, acc0, acc1)
+    _gemv_epilogue(acc, ws_ptr, out_ptr, cnt_ptr, bias_ptr, pid_n, offs_m, m_mask, offs_n,
+                   n_mask, N, HAS_BIAS, SPLIT_K, BLOCK_M, BLOCK_N)  # fmt: skip

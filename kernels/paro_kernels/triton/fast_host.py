@@ -263,23 +263,26 @@ def rotate_slices(
     num_warps: int = 0,
     f16: bool = False,
     pdl: bool = False,
+    paired: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The sliced decode prologue: x [M <= 16, K] -> (xr [P, M, K] fp32 nibble-scaled,
     rs [P, M, K/G * G/slice] fp32 partial row sums), as `host.rotate_scale(nibble_scaled=True)`
     but with the row sums split per slice (the GEMV's RS); `f16`: xr fp16 as
-    `host.rotate_scale` writes it, no row sums (rs is xr then)."""
+    `host.rotate_scale` writes it, no row sums (rs is xr then); `paired`: fp16 as the HFMA2
+    GEMV reads it (/ 64, pairs (8r + j, 8r + j + 4) side by side; `decode_kernels`)."""
     from .fast_kernels import rotate_slice_kernel
 
     m, k = x.shape
     require(m <= 16, "x rows", "<= 16 for the sliced prologue", m)
     p, g = rot_hi.shape[0], group_size
     sl = min(slice_ or PROLOGUE_SLICE, g)
+    f16 = f16 or paired
     xr = torch.empty(p, m, k, dtype=torch.float16 if f16 else torch.float32, device=x.device)
     rs = xr if f16 else torch.empty(p, m, (k // g) * (g // sl), dtype=torch.float32,
                                     device=x.device)  # fmt: skip
     rotate_slice_kernel[(k // g, p, g // sl)](
         x, rot_hi, rot_lo, xr, rs, m, k, x.stride(0), G=g, BLOCK_M=16, SLICE=sl, F16=f16,
-        PDL=pdl, num_warps=num_warps or PROLOGUE_SLICE_WARPS,
+        PDL=pdl, PAIRED=paired, num_warps=num_warps or PROLOGUE_SLICE_WARPS,
     )  # fmt: skip
     return xr, rs
 

@@ -608,6 +608,8 @@ def rotate_slice_kernel(
     SLICE: tl.constexpr,
     F16: tl.constexpr = False,  # xr fp16, not nibble-scaled, no row sums (the fifth-pass GEMV)
     PDL: tl.constexpr = False,  # let the dependent GEMV launch now (it waits before reading xr)
+    PAIRED: tl.constexpr = False,  # F16 for the HFMA2 GEMV: / 2^6, channels 8r + j, 8r + j + 4
+    # side by side (`decode_kernels` ninth-pass note)
 ):
     """The decode GEMV's prologue, one program per (group, partition, slice of SLICE output
     channels): xr[:, slice] = x_g @ (hi + lo)[:, slice].
@@ -634,8 +636,14 @@ def rotate_slice_kernel(
     acc = tl.dot(x, tl.load(rot_lo_ptr + rot_off), acc)
     row = p * M + offs_m
     if F16:
-        xh = tl.clamp(acc, -65504.0, 65504.0).to(tl.float16)
-        tl.store(xr_ptr + row[:, None] * K + g * G + offs_j[None, :], xh, mask=m_mask[:, None])
+        pos = offs_j
+        xc = tl.clamp(acc, -65504.0, 65504.0)
+        if PAIRED:
+            jj = offs_j % 8
+            pos = offs_j - jj + tl.where(jj < 4, 2 * jj, 2 * jj - 7)
+            xc = xc * 0.015625  # 2^-6, exact
+        xh = xc.to(tl.float16)
+        tl.store(xr_ptr + row[:, None] * K + g * G + pos[None, :], xh, mask=m_mask[:, None])
     else:
         xr = tl.clamp(acc, -65504.0, 65504.0).to(tl.float16).to(tl.float32)
         jj = offs_j % 8

@@ -539,7 +539,7 @@ def w4a16_linear(
 ) -> torch.Tensor:
     """y = ((x * cs_p) R_p^T) dequant(Q)^T (+ bias) per column run p; contract in module doc.
 
-    `path` ("gemv" | "gemv3" | "mma" | "dequant") overrides the M-band dispatch of
+    `path` ("gemv" | "gemv-h2" | "gemv3" | "mma" | "dequant") overrides the M-band dispatch of
     `fast_host.band`.
     """
     from . import fast_host
@@ -556,6 +556,11 @@ def w4a16_linear(
     if route == "gemv":
         args = (rot_hi, rot_lo, qweight, scales, zeros, gv_idx, gv_coef)
         return fast_host.gemv_w4a16(args, x, bounds, group_size, bias)
+    if route == "gemv-h2":
+        from . import decode_host
+
+        return decode_host.gemv_h2_linear(x, rot_hi, rot_lo, qweight, scales, zeros, bounds,
+                                          group_size, bias)  # fmt: skip
     if route == "gemv3":
         from . import decode_host
 
@@ -747,6 +752,11 @@ def w4a8_linear(
     if route == "gemv":
         args = (rot_hi, rot_lo, qweight, scales, zeros, gv_idx, gv_coef)
         return fast_host.gemv_w4a16(args, x, bounds, group_size, bias)
+    if route == "gemv-h2":
+        from . import decode_host
+
+        return decode_host.gemv_h2_linear(x, rot_hi, rot_lo, qweight, scales, zeros, bounds,
+                                          group_size, bias)  # fmt: skip
     if route == "gemv3":
         from . import decode_host
 
