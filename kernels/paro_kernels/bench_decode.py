@@ -172,10 +172,11 @@ AB_CFGS = {"a": dict(block_n=128, num_warps=4, programs_per_sm=8, gpi=1, num_sta
 
 
 def _gemv2(p: Any, x: torch.Tensor, fused: bool, pdl: bool) -> object:
+    """The FMA GEMV (sliced prologue), or with `fused` the Givens-inside one; never the HFMA2."""
     from .triton import fast_host
 
     args = (p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros, p.gv_idx, p.gv_coef)
-    return fast_host.gemv_w4a16(args, x, p.bounds, G, None, fused=fused, pdl=pdl)
+    return fast_host.gemv_w4a16(args, x, p.bounds, G, None, fused=fused, pdl=pdl, h2=False)
 
 
 def _mma(p: Any, x: torch.Tensor) -> object:
@@ -265,12 +266,27 @@ H2_GRID: list[dict[str, int]] = [
 ] + [dict(block_n=1024, num_warps=8, kw=0, programs_per_sm=8)]  # fmt: skip
 
 
+# Run 2: around the shipped config (`decode_host.H2_CONFIG`): fewer, fatter programs (2 / 4 per
+# SM) with deeper pipelining, a register cap (occupancy: 127 registers hold 4 programs of 4
+# warps per SM, and 560-680 programs ran 1.06-1.29 waves), the prologue in 16 / 32 channels a
+# program (run 1's ncu: 7.6% achieved occupancy, one 32 KB load per program).
+H2_RUN2: list[dict[str, int]] = [
+    {},
+    dict(programs_per_sm=4), dict(programs_per_sm=4, num_stages=4),
+    dict(programs_per_sm=2, num_stages=4), dict(num_stages=4),
+    dict(maxnreg=96), dict(maxnreg=80),
+    dict(slice=32), dict(slice=32, pwarps=2), dict(slice=16, pwarps=2), dict(slice=16, pwarps=1),
+]  # fmt: skip
+_LAUNCH = ("maxnreg", "slice", "pwarps")
+
+
 def _h2_cfg(name: str, m: int, kw: dict[str, int]) -> Any:
-    from .triton import fast_host
+    from .triton import decode_host, fast_host
 
     _, n, k, sizes = next(s for s in b.SHAPES if s[0] == name)
+    kw = {**decode_host.H2_CONFIG, **kw} if "block_n" not in kw else kw
     return fast_host.gemv2_config(m, n, k, G, b._bounds(sizes), 132, dot=False,
-                                  **{a: v for a, v in kw.items() if v})  # fmt: skip
+                                  **{a: v for a, v in kw.items() if v and a not in _LAUNCH})  # fmt: skip
 
 
 def _compile_h2(job: tuple[str, int, dict[str, int]]) -> str:
@@ -283,7 +299,7 @@ def _compile_h2(job: tuple[str, int, dict[str, int]]) -> str:
     xr = torch.zeros(len(sizes), m, k, device="cuda", dtype=torch.float16)
     try:
         decode_host.gemv_h2(xr, p.qweight, p.scales, p.zeros, p.bounds, G, torch.bfloat16,
-                            None, _h2_cfg(name, m, kw))  # fmt: skip
+                            None, _h2_cfg(name, m, kw), kw.get("maxnreg", 0))  # fmt: skip
         torch.cuda.synchronize()
         return ""
     except Exception as e:
@@ -300,8 +316,10 @@ def _h2_call(what: str, x: torch.Tensor, arg: Any, p: Any = None) -> object:
         return host.w4a16_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros, p.bounds,
                                  G, None, p.gv_idx, p.gv_coef)  # fmt: skip
     if what == "h2":
+        cfg, kw = arg
         return decode_host.gemv_h2_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
-                                          p.bounds, G, None, arg)  # fmt: skip
+                                          p.bounds, G, None, cfg, kw.get("slice", 0),
+                                          kw.get("pwarps", 0), kw.get("maxnreg", 0))  # fmt: skip
     if what == "gemv2 alone":
         (xr32, rs), _ = arg
         return fast_host.gemv2_w4a16(xr32, rs, p.qweight, p.scales, p.zeros, p.bounds, G,
@@ -312,10 +330,10 @@ def _h2_call(what: str, x: torch.Tensor, arg: Any, p: Any = None) -> object:
     return fast_host.rotate_slices(x, p.rot_hi, p.rot_lo, G, paired=what == "prologue paired")
 
 
-def h2(shapes: list[str], ms: list[int], reps: int, t0: float,
-       budget: float) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
+def h2(shapes: list[str], ms: list[int], reps: int, t0: float, budget: float,
+       grid: list[dict[str, int]]) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
     """Per cell, same run: cuBLAS, int4pack, the op as served, the FMA GEMV path forced (sliced
-    prologue + GEMV, no Givens-inside), the HFMA2 op (paired prologue + GEMV) at every H2_GRID
+    prologue + GEMV, no Givens-inside), the HFMA2 op (paired prologue + GEMV) at every `grid`
     config, and the two GEMVs alone on their prologue outputs (made once)."""
     from .triton import fast_host
 
@@ -342,8 +360,9 @@ def h2(shapes: list[str], ms: list[int], reps: int, t0: float,
                                                                   pdl=False),
                 "as-served": functools.partial(_h2_call, "served", x),
             }  # fmt: skip
-            for kw in H2_GRID:
-                cands[f"h2 {kw}"] = functools.partial(_h2_call, "h2", x, _h2_cfg(name, m, kw))
+            for kw in grid:
+                cfg = _h2_cfg(name, m, kw)
+                cands[f"h2 {kw}"] = functools.partial(_h2_call, "h2", x, (cfg, kw))
             ref = None
             for label, fn in cands.items():
                 y = fn(preps[0]).float()  # type: ignore[attr-defined]
@@ -372,16 +391,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--budget-s", type=float, default=0)
     ap.add_argument("--jobs", type=int, default=12, help="compile processes before stage 1")
     ap.add_argument("--ab", action="store_true", help="run 3: the forced paths per cell, stop")
-    ap.add_argument("--h2", action="store_true", help="ninth pass: the HFMA2 GEMV per cell")
+    ap.add_argument("--h2", default="", help="ninth pass: the HFMA2 GEMV per cell at the "
+                    "configs of run1 (H2_GRID) or run2 (H2_RUN2)")  # fmt: skip
     args = ap.parse_args(argv)
     torch.manual_seed(0)
     t0 = time.monotonic()
     ms = [int(v) for v in args.ms.split(",")]
     if args.h2:
+        grid = H2_GRID if args.h2 == "run1" else H2_RUN2
         if args.jobs > 1:
             b.precompile_pool(_compile_h2, [(nm, m, kw) for nm in args.shapes.split(",")
-                              for m in ms for kw in H2_GRID], args.jobs)  # fmt: skip
-        rows, nr = h2(args.shapes.split(","), ms, args.reps, t0, args.budget_s)
+                              for m in ms for kw in grid], args.jobs)  # fmt: skip
+        rows, nr = h2(args.shapes.split(","), ms, args.reps, t0, args.budget_s, grid)
         with open(args.out, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
                        "triton": __import__("triton").__version__, "h2": rows, "not_run": nr,

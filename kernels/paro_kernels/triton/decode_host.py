@@ -169,9 +169,14 @@ def gemv3_linear(
 
 
 # Ninth pass: the HFMA2 GEMV (`decode_kernels.gemv_h2_kernel`, NVIDIA, M <= 2) on the sliced
-# prologue's paired fp16 output. Its tile and split are the FMA GEMV's (`fast_host.gemv2_config`:
-# 512 columns of 4 warps, 16-byte word loads, 8 word rows a chunk at M = 1, 4 at M = 2).
+# prologue's paired fp16 output; its tile and split through `fast_host.gemv2_config`.
+# Config (H200 2026-12-04, BENCH.md ninth pass, run 1: 9 configs, the op on every 27B shape
+# at M = 1, 2): 512 columns, 4 warps (16-byte word loads), all 16 word rows of a group in one
+# chunk, ~8 programs per SM: second by summed normalized time at both M (1.3% / 0.6% behind
+# each M's best, which differed), within 1 us of the best cell but gate_up M = 2 (34.2 / 32.4).
 H2_MAX_M = 2
+H2_CONFIG = dict(block_n=512, num_warps=4, kw=16, programs_per_sm=8)
+H2_SLICE = 64  # its prologue's output channels a program (`fast_host.PROLOGUE_SLICE`'s)
 
 
 def gemv_h2(
@@ -184,9 +189,11 @@ def gemv_h2(
     out_dtype: torch.dtype,
     bias: torch.Tensor | None = None,
     config: fast_host.GemvConfig | None = None,
+    maxnreg: int = 0,
 ) -> torch.Tensor:
     """The HFMA2 GEMV on the paired prologue output xr [P, M <= 2, K] fp16
-    (`fast_host.rotate_slices(paired=True)`) -> y [M, N] out_dtype."""
+    (`fast_host.rotate_slices(paired=True)`) -> y [M, N] out_dtype; `maxnreg` caps its
+    registers a thread (the bench's occupancy variants)."""
     import os
 
     from .decode_kernels import gemv_h2_kernel
@@ -196,7 +203,8 @@ def gemv_h2(
     require(m <= H2_MAX_M, "x rows", f"<= {H2_MAX_M} for the HFMA2 GEMV", m)
     require(xr.dtype == torch.float16 and k % 2 == 0, "xr", "fp16 pairs", (xr.dtype, k))
     cfg = config or fast_host.gemv2_config(m, n, k, group_size, bounds,
-                                           host.sm_count(xr.device), dot=False)  # fmt: skip
+                                           host.sm_count(xr.device), dot=False,
+                                           **H2_CONFIG)  # fmt: skip
     require(group_size % (8 * cfg.kw) == 0, "kw", f"dividing group_size / 8 = {group_size // 8}",
             cfg.kw)  # fmt: skip
     out, ws, cnt, tiles = fast_host._gemv_buffers(m, n, cfg, out_dtype, xr.device)
@@ -208,6 +216,7 @@ def gemv_h2(
         HAS_BIAS=bias is not None, G=group_size, BLOCK_M=1 if m == 1 else 2,
         BLOCK_N=cfg.block_n, KW=cfg.kw, SPLIT_K=cfg.split_k, ASM=asm,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        **({"maxnreg": maxnreg} if maxnreg else {}),
     )  # fmt: skip
     return out
 
@@ -223,8 +232,14 @@ def gemv_h2_linear(
     group_size: int,
     bias: torch.Tensor | None = None,
     config: fast_host.GemvConfig | None = None,
+    slice_: int = 0,
+    prologue_warps: int = 0,
+    maxnreg: int = 0,
 ) -> torch.Tensor:
-    """The decode linear on the HFMA2 GEMV: the sliced paired prologue + `gemv_h2`, y [M, N]
-    in x.dtype."""
-    xr, _ = fast_host.rotate_slices(x, rot_hi, rot_lo, group_size, paired=True)
-    return gemv_h2(xr, qweight, scales, zeros, bounds, group_size, x.dtype, bias, config)
+    """The decode linear on the HFMA2 GEMV: the sliced paired prologue (`slice_` channels a
+    program, `prologue_warps`; 0: H2_SLICE, the shipped warps) + `gemv_h2`, y [M, N] in
+    x.dtype."""
+    xr, _ = fast_host.rotate_slices(x, rot_hi, rot_lo, group_size, slice_ or H2_SLICE,
+                                    prologue_warps, paired=True)  # fmt: skip
+    return gemv_h2(xr, qweight, scales, zeros, bounds, group_size, x.dtype, bias, config,
+                   maxnreg)  # fmt: skip

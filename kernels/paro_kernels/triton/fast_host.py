@@ -143,9 +143,11 @@ def gemv_w4a16(
     config: GemvConfig | None = None,
     fused: bool | None = None,
     pdl: bool | None = None,
+    h2: bool | None = None,
 ) -> torch.Tensor:
     """The decode GEMV linear; args = (rot_hi, rot_lo, qweight, scales, zeros, gv_idx, gv_coef).
-    `fused` / `pdl` override `gemv2_rot` / GEMV_PDL (the bench's forced paths).
+    `fused` / `pdl` / `h2` override `gemv2_rot` / GEMV_PDL / `h2_ok` (the bench's forced paths;
+    a `config` is the FMA GEMV's).
 
     Without `rot`: the block prologue, then the second-pass GEMV (`gemv2_w4a16`; `config` a
     `gemv2_config`). With `rot` (and the tables): the first-pass GEMV with the Givens layers.
@@ -160,11 +162,18 @@ def gemv_w4a16(
         cfg2 = config or gemv2_config(m, n, k, g, bounds, host.sm_count(x.device),
                                       hip=host._is_hip())  # fmt: skip
         if fused is None:
-            fused = gemv2_rot(host._is_hip(), n, k)
+            fused = gemv2_rot(host._is_hip(), n, k) and m <= GEMV2_ROT_MAX_M
         pdl = GEMV_PDL if pdl is None else pdl
         if not cfg2.dot and fused and gv_idx is not None and gv_coef is not None:
             return gemv2_w4a16_rot(x, gv_idx, gv_coef, qweight, scales, zeros, bounds, g, bias,  # type: ignore[arg-type]
                                    cfg2)  # fmt: skip
+        if h2 is None:
+            h2 = config is None and not pdl and h2_ok(host._is_hip(), m, g)
+        if h2:
+            from . import decode_host
+
+            return decode_host.gemv_h2_linear(x, rot_hi, rot_lo, qweight, scales, zeros, bounds,  # type: ignore[arg-type]
+                                              g, bias)  # fmt: skip
         use_pdl = pdl_ok(host._is_hip()) and pdl
         if not cfg2.dot and prologue_slice(host._is_hip()):
             xr, rs = rotate_slices(x, rot_hi, rot_lo, g, pdl=use_pdl)  # type: ignore[arg-type]
@@ -333,6 +342,27 @@ def gemv2_config(m: int, n: int, k: int, g: int, bounds: tuple[int, ...], sms: i
 GEMV2_ROT = True
 GEMV2_ROT_PRE = True  # every layer's records loaded before the first gather
 GEMV2_ROT_MAX_WEIGHTS = 20 << 20
+# Ninth pass (H200 2026-12-04, BENCH.md run 1, same run): at M = 2 the HFMA2 GEMV took o_proj
+# 10.2 us against the fused kernel's 12.0; at M = 1 10.0 against 9.7 (a tie), so the fused
+# kernel keeps M = 1 only.
+GEMV2_ROT_MAX_M = 1
+
+
+# Ninth pass: the HFMA2 GEMV (`decode_kernels.gemv_h2_kernel`) serves the decode band (M <= 2,
+# NVIDIA) where the FMA GEMV served with the sliced prologue. H200 2026-12-04 (BENCH.md ninth
+# pass, run 1, as served by path in the same run, M = 1): qkv 17.0 us against 17.5, gate_up
+# 24.4 / 30.8, down 17.9 / 20.7, in_proj 16.3 / 17.5; M = 2: 22.8 / 23.4, 34.2 / 38.1, 21.9 /
+# 23.1, 21.6 / 22.2 (`decode_host.H2_CONFIG`). gfx1201 keeps the FMA GEMV (no packed-fp16 PTX).
+GEMV_H2 = True
+
+
+def h2_ok(hip: bool, m: int, g: int) -> bool:
+    """The HFMA2 GEMV serves an M-row decode call: NVIDIA, compiled code, M <= 2, G % 128 == 0
+    (its 16-row chunk)."""
+    import os
+
+    interp = os.environ.get("TRITON_INTERPRET", "0") == "1"
+    return GEMV_H2 and not hip and not interp and m <= 2 and g % 128 == 0
 
 
 def gemv2_rot(hip: bool, n: int = 0, k: int = 0) -> bool:
