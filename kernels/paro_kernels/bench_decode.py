@@ -285,8 +285,8 @@ def _h2_cfg(name: str, m: int, kw: dict[str, int]) -> Any:
 
     _, n, k, sizes = next(s for s in b.SHAPES if s[0] == name)
     kw = {**decode_host.H2_CONFIG, **kw} if "block_n" not in kw else kw
-    return fast_host.gemv2_config(m, n, k, G, b._bounds(sizes), 132, dot=False,
-                                  **{a: v for a, v in kw.items() if v and a not in _LAUNCH})  # fmt: skip
+    kw = {a: v for a, v in kw.items() if v and a not in _LAUNCH}
+    return fast_host.gemv2_config(m, n, k, G, b._bounds(sizes), 132, dot=False, **kw)
 
 
 def _compile_h2(job: tuple[str, int, dict[str, int]]) -> str:
