@@ -29,13 +29,15 @@ for k, sizes, g, m, path, rot in [(256, [96], 128, 1, "gemv", False),
                                   (384, [64, 32, 32], 128, 4, "gemv", True),
                                   (256, [64, 32], 64, 3, "mma", False),
                                   (384, [64, 32, 32], 128, 9, "gemv3", False),
-                                  (384, [64, 32, 32], 128, 5, "dequant", False)]:
+                                  (384, [64, 32, 32], 128, 5, "dequant", False),
+                                  (640, [512, 256, 128], 128, 1, "gemv-h2", False),
+                                  (384, [80, 48], 128, 2, "gemv-h2", False)]:
     parts = merged_layer(k, sizes, g, seed=k + m, bias=m % 2 == 1)
     prep = host.prepare(*packed(parts), runs(parts), g, dtype=torch.float16, device="cpu")
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.float16)
     bb = bias(parts)
     for _ in range(2):  # the second call finds the split-K workspace and tickets zeroed
-        if path.startswith("gemv") and path != "gemv3":
+        if path.startswith("gemv") and path not in ("gemv3", "gemv-h2"):
             if rot:
                 cfg = fast_host.gemv_config(m, sum(sizes), k, g, prep.bounds, 4, 32, 4, 2)
             else:  # the second-pass GEMV (FMA path, or the matrix-unit path's plain-op unpack)
@@ -154,6 +156,22 @@ def test_aot_gemv2_gfx1201(m: int, max_vgprs: int) -> None:
     assert m <= fast_host.GEMV_MAX_M
     rep = aot.compile_gemv2("gfx1201", m, 7168, 5120, 128, (6144, 6656))
     _check(rep, max_vgprs=max_vgprs)
+
+
+@pytest.mark.parametrize("m", [1, 2])
+def test_aot_gemv_h2_sm90(m: int) -> None:
+    # The ninth-pass HFMA2 GEMV at the config its launcher picks (NVIDIA only: the packed-fp16
+    # PTX; gfx1201 keeps the FMA GEMV above). Its multiply-adds really are packed fp16 pairs,
+    # one per two weights (4 per word and row, 8 words a group-row of 16-byte loads), with no
+    # matrix instruction and no spills.
+    from paro_kernels.triton import decode_host, fast_host
+
+    assert fast_host.h2_ok(False, m, 128) and not fast_host.h2_ok(True, m, 128)
+    rep, c = aot.compile_gemv_h2("sm90", m, 7168, 5120, 128, (6144, 6656))
+    ptx = c.asm["ptx"]  # type: ignore[attr-defined]
+    assert rep.mma and rep.spills == 0, rep
+    assert ptx.count("fma.rn.f16x2") == 3 * m * ptx.count("sub.f16x2") // 4 > 0
+    assert f"kw={decode_host.H2_CONFIG['kw']}" in rep.config
 
 
 def test_aot_ticket_gemm_gfx1201() -> None:

@@ -274,9 +274,9 @@ def compile_gemv_h2(target: str, m: int, n: int, k: int, g: int,
     """Build the ninth-pass HFMA2 decode GEMV (NVIDIA only: packed-fp16 PTX) at the config its
     launcher picks; `mma` reports that the loop stayed free of a matrix instruction. Also returns
     the compiled kernel (its `asm` for instruction counts)."""
-    from . import decode_kernels, fast_host
+    from . import decode_host, decode_kernels
 
-    cfg = fast_host.gemv2_config(m, n, k, g, bounds, sms=132, dot=False)
+    cfg = decode_host.h2_config(m, n, k, g, bounds, sms=132)
     sig = {
         "a_ptr": "*i32", "qw_ptr": "*i32", "sc_ptr": "*fp16", "zp_ptr": "*u8",
         "bias_ptr": "*bf16", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "out_ptr": "*bf16",

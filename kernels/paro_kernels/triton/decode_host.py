@@ -179,6 +179,12 @@ H2_CONFIG = dict(block_n=512, num_warps=4, kw=16, programs_per_sm=8)
 H2_SLICE = 64  # its prologue's output channels a program (`fast_host.PROLOGUE_SLICE`'s)
 
 
+def h2_config(m: int, n: int, k: int, g: int, bounds: tuple[int, ...],
+              sms: int) -> fast_host.GemvConfig:  # fmt: skip
+    """The HFMA2 GEMV's shipped tile and split (H2_CONFIG) for an N x K layer at M rows."""
+    return fast_host.gemv2_config(m, n, k, g, bounds, sms, dot=False, **H2_CONFIG)
+
+
 def gemv_h2(
     xr: torch.Tensor,
     qweight: torch.Tensor,
@@ -202,9 +208,7 @@ def gemv_h2(
     n = qweight.shape[1]
     require(m <= H2_MAX_M, "x rows", f"<= {H2_MAX_M} for the HFMA2 GEMV", m)
     require(xr.dtype == torch.float16 and k % 2 == 0, "xr", "fp16 pairs", (xr.dtype, k))
-    cfg = config or fast_host.gemv2_config(m, n, k, group_size, bounds,
-                                           host.sm_count(xr.device), dot=False,
-                                           **H2_CONFIG)  # fmt: skip
+    cfg = config or h2_config(m, n, k, group_size, bounds, host.sm_count(xr.device))
     require(group_size % (8 * cfg.kw) == 0, "kw", f"dividing group_size / 8 = {group_size // 8}",
             cfg.kw)  # fmt: skip
     out, ws, cnt, tiles = fast_host._gemv_buffers(m, n, cfg, out_dtype, xr.device)
