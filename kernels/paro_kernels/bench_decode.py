@@ -277,7 +277,14 @@ H2_RUN2: list[dict[str, int]] = [
     dict(maxnreg=96), dict(maxnreg=80),
     dict(slice=32), dict(slice=32, pwarps=2), dict(slice=16, pwarps=2), dict(slice=16, pwarps=1),
 ]  # fmt: skip
-_LAUNCH = ("maxnreg", "slice", "pwarps")
+# Run 3: the prologue -> GEMV pair launched programmatically dependent (the GEMV's L2 prefetch
+# of its words overlapping the prologue), and the prologue on one fp16 block per group (hi + lo
+# rounded once: half its bytes; a Prepared field it would need, hence measured first).
+H2_RUN3: list[dict[str, int]] = [
+    {}, dict(pdl=1), dict(one=1), dict(one=1, pdl=1), dict(programs_per_sm=4),
+]  # fmt: skip
+_LAUNCH = ("maxnreg", "slice", "pwarps", "pdl", "one")
+_ROT16: dict[int, torch.Tensor] = {}  # id(prep) -> its fp16 blocks (run 3's `one`)
 
 
 def _h2_cfg(name: str, m: int, kw: dict[str, int]) -> Any:
@@ -317,9 +324,11 @@ def _h2_call(what: str, x: torch.Tensor, arg: Any, p: Any = None) -> object:
                                  G, None, p.gv_idx, p.gv_coef)  # fmt: skip
     if what == "h2":
         cfg, kw = arg
-        return decode_host.gemv_h2_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
+        hi = _ROT16[id(p)] if kw.get("one") else p.rot_hi
+        return decode_host.gemv_h2_linear(x, hi, p.rot_lo, p.qweight, p.scales, p.zeros,
                                           p.bounds, G, None, cfg, kw.get("slice", 0),
-                                          kw.get("pwarps", 0), kw.get("maxnreg", 0))  # fmt: skip
+                                          kw.get("pwarps", 0), kw.get("maxnreg", 0),
+                                          bool(kw.get("pdl")), bool(kw.get("one")))  # fmt: skip
     if what == "gemv2 alone":
         (xr32, rs), _ = arg
         return fast_host.gemv2_w4a16(xr32, rs, p.qweight, p.scales, p.zeros, p.bounds, G,
@@ -342,6 +351,8 @@ def h2(shapes: list[str], ms: list[int], reps: int, t0: float, budget: float,
     for name in shapes:
         _, n, k, sizes = next(s for s in b.SHAPES if s[0] == name)
         preps = _preps(n, k, sizes, dev)
+        _ROT16.clear()
+        _ROT16.update({id(p): (p.rot_hi.float() + p.rot_lo.float()).half() for p in preps})
         for m in ms:
             if budget and time.monotonic() - t0 > budget:
                 not_run.append(f"{name}@{m}")
@@ -392,13 +403,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--jobs", type=int, default=12, help="compile processes before stage 1")
     ap.add_argument("--ab", action="store_true", help="run 3: the forced paths per cell, stop")
     ap.add_argument("--h2", default="", help="ninth pass: the HFMA2 GEMV per cell at the "
-                    "configs of run1 (H2_GRID) or run2 (H2_RUN2)")  # fmt: skip
+                    "configs of run1 (H2_GRID), run2 (H2_RUN2) or run3 (H2_RUN3)")  # fmt: skip
     args = ap.parse_args(argv)
     torch.manual_seed(0)
     t0 = time.monotonic()
     ms = [int(v) for v in args.ms.split(",")]
     if args.h2:
-        grid = H2_GRID if args.h2 == "run1" else H2_RUN2
+        grid = {"run1": H2_GRID, "run2": H2_RUN2, "run3": H2_RUN3}[args.h2]
         if args.jobs > 1:
             b.precompile_pool(_compile_h2, [(nm, m, kw) for nm in args.shapes.split(",")
                               for m in ms for kw in grid], args.jobs)  # fmt: skip

@@ -196,6 +196,7 @@ def gemv_h2(
     bias: torch.Tensor | None = None,
     config: fast_host.GemvConfig | None = None,
     maxnreg: int = 0,
+    pdl: bool = False,
 ) -> torch.Tensor:
     """The HFMA2 GEMV on the paired prologue output xr [P, M <= 2, K] fp16
     (`fast_host.rotate_slices(paired=True)`) -> y [M, N] out_dtype; `maxnreg` caps its
@@ -218,9 +219,9 @@ def gemv_h2(
         xr.view(torch.int32), qweight, scales, zeros, bias if bias is not None else scales,
         ws, cnt, out, m, n, k, b[0], b[1],
         HAS_BIAS=bias is not None, G=group_size, BLOCK_M=1 if m == 1 else 2,
-        BLOCK_N=cfg.block_n, KW=cfg.kw, SPLIT_K=cfg.split_k, ASM=asm,
+        BLOCK_N=cfg.block_n, KW=cfg.kw, SPLIT_K=cfg.split_k, ASM=asm, PDL=pdl,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        **({"maxnreg": maxnreg} if maxnreg else {}),
+        **({"maxnreg": maxnreg} if maxnreg else {}), **({"launch_pdl": True} if pdl else {}),
     )  # fmt: skip
     return out
 
@@ -239,11 +240,14 @@ def gemv_h2_linear(
     slice_: int = 0,
     prologue_warps: int = 0,
     maxnreg: int = 0,
+    pdl: bool = False,
+    one: bool = False,
 ) -> torch.Tensor:
     """The decode linear on the HFMA2 GEMV: the sliced paired prologue (`slice_` channels a
     program, `prologue_warps`; 0: H2_SLICE, the shipped warps) + `gemv_h2`, y [M, N] in
-    x.dtype."""
+    x.dtype; `pdl` / `one` / `maxnreg`: the bench's variants (`fast_host.rotate_slices`)."""
+    pdl = pdl and fast_host.pdl_ok(host._is_hip())
     xr, _ = fast_host.rotate_slices(x, rot_hi, rot_lo, group_size, slice_ or H2_SLICE,
-                                    prologue_warps, paired=True)  # fmt: skip
+                                    prologue_warps, pdl=pdl, paired=True, one=one)  # fmt: skip
     return gemv_h2(xr, qweight, scales, zeros, bounds, group_size, x.dtype, bias, config,
-                   maxnreg)  # fmt: skip
+                   maxnreg, pdl)  # fmt: skip

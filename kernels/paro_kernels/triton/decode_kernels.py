@@ -353,6 +353,7 @@ def gemv_h2_kernel(
     KW: tl.constexpr,  # int32 word rows per chunk; divides G / 8
     SPLIT_K: tl.constexpr,
     ASM: tl.constexpr,  # the packed-fp16 PTX (NVIDIA); else fp32 plain ops (the interpreter)
+    PDL: tl.constexpr = False,  # launched dependent on the prologue: prefetch, then wait for it
 ):
     """out[:M, n-block] = sum over this split's groups of a_p @ dequant(Q); section note above."""
     pid_n = tl.program_id(0)
@@ -373,6 +374,9 @@ def gemv_h2_kernel(
     a_row0 = a_ptr + (part * M).to(tl.int64) * (K // 2)
     a_row1 = a_row0 + K // 2
     row1 = (offs_r * 0 + 1) < M
+    if PDL:
+        prefetch_l2(qw_ptr, n0, N, g0, g1, G, BLOCK_N)
+        gdc_wait()  # the prologue's xr is complete and visible past here
     acc0 = tl.zeros((1, BLOCK_N), dtype=tl.float32)
     acc1 = tl.zeros((1, BLOCK_N), dtype=tl.float32)
     for g in range(g0, g1):

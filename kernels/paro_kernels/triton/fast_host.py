@@ -273,12 +273,14 @@ def rotate_slices(
     f16: bool = False,
     pdl: bool = False,
     paired: bool = False,
+    one: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The sliced decode prologue: x [M <= 16, K] -> (xr [P, M, K] fp32 nibble-scaled,
     rs [P, M, K/G * G/slice] fp32 partial row sums), as `host.rotate_scale(nibble_scaled=True)`
     but with the row sums split per slice (the GEMV's RS); `f16`: xr fp16 as
     `host.rotate_scale` writes it, no row sums (rs is xr then); `paired`: fp16 as the HFMA2
-    GEMV reads it (/ 64, pairs (8r + j, 8r + j + 4) side by side; `decode_kernels`)."""
+    GEMV reads it (/ 64, pairs (8r + j, 8r + j + 4) side by side; `decode_kernels`); `one`:
+    rot_hi holds fp16 blocks (hi + lo rounded once; the ninth pass's bench), rot_lo unread."""
     from .fast_kernels import rotate_slice_kernel
 
     m, k = x.shape
@@ -291,7 +293,7 @@ def rotate_slices(
                                     device=x.device)  # fmt: skip
     rotate_slice_kernel[(k // g, p, g // sl)](
         x, rot_hi, rot_lo, xr, rs, m, k, x.stride(0), G=g, BLOCK_M=16, SLICE=sl, F16=f16,
-        PDL=pdl, PAIRED=paired, num_warps=num_warps or PROLOGUE_SLICE_WARPS,
+        PDL=pdl, PAIRED=paired, ONE=one, num_warps=num_warps or PROLOGUE_SLICE_WARPS,
     )  # fmt: skip
     return xr, rs
 

@@ -610,6 +610,7 @@ def rotate_slice_kernel(
     PDL: tl.constexpr = False,  # let the dependent GEMV launch now (it waits before reading xr)
     PAIRED: tl.constexpr = False,  # F16 for the HFMA2 GEMV: / 2^6, channels 8r + j, 8r + j + 4
     # side by side (`decode_kernels` ninth-pass note)
+    ONE: tl.constexpr = False,  # rot_hi holds fp16 blocks (hi + lo rounded once), no lo pass
 ):
     """The decode GEMV's prologue, one program per (group, partition, slice of SLICE output
     channels): xr[:, slice] = x_g @ (hi + lo)[:, slice].
@@ -632,8 +633,12 @@ def rotate_slice_kernel(
     x = tl.load(x_ptr + offs_m[:, None] * stride_xm + g * G + offs_g[None, :],
                 mask=m_mask[:, None], other=0.0)  # fmt: skip
     rot_off = ((p * ngroups + g) * G + offs_g[:, None]) * G + offs_j[None, :]
-    acc = tl.dot(x, tl.load(rot_hi_ptr + rot_off))
-    acc = tl.dot(x, tl.load(rot_lo_ptr + rot_off), acc)
+    if ONE:  # half the block bytes; x rounded to fp16 as xr is (ninth pass, bench only)
+        acc = tl.dot(tl.clamp(x.to(tl.float32), -65504.0, 65504.0).to(tl.float16),
+                     tl.load(rot_hi_ptr + rot_off))  # fmt: skip
+    else:
+        acc = tl.dot(x, tl.load(rot_hi_ptr + rot_off))
+        acc = tl.dot(x, tl.load(rot_lo_ptr + rot_off), acc)
     row = p * M + offs_m
     if F16:
         pos = offs_j
