@@ -292,8 +292,8 @@ def _h2_cfg(name: str, m: int, kw: dict[str, int]) -> Any:
 
     _, n, k, sizes = next(s for s in b.SHAPES if s[0] == name)
     kw = {**decode_host.H2_CONFIG, **kw} if "block_n" not in kw else kw
-    kw = {a: v for a, v in kw.items() if v and a not in _LAUNCH}
-    return fast_host.gemv2_config(m, n, k, G, b._bounds(sizes), 132, dot=False, **kw)
+    args: dict[str, Any] = {a: v for a, v in kw.items() if v and a not in _LAUNCH}
+    return fast_host.gemv2_config(m, n, k, G, b._bounds(sizes), 132, dot=False, **args)
 
 
 def _compile_h2(job: tuple[str, int, dict[str, int]]) -> str:

@@ -284,7 +284,7 @@ def compile_gemv_h2(target: str, m: int, n: int, k: int, g: int,
     }  # fmt: skip
     const = {
         "HAS_BIAS": False, "G": g, "BLOCK_M": 1 if m == 1 else 2, "BLOCK_N": cfg.block_n,
-        "KW": cfg.kw, "SPLIT_K": cfg.split_k, "ASM": target != "gfx1201",
+        "KW": cfg.kw, "SPLIT_K": cfg.split_k, "ASM": target != "gfx1201", "PDL": False,
     }  # fmt: skip
     c = _compile(decode_kernels.gemv_h2_kernel, sig, const, target, cfg.num_warps,
                  cfg.num_stages)  # fmt: skip

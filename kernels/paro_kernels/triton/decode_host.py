@@ -182,7 +182,10 @@ H2_SLICE = 64  # its prologue's output channels a program (`fast_host.PROLOGUE_S
 def h2_config(m: int, n: int, k: int, g: int, bounds: tuple[int, ...],
               sms: int) -> fast_host.GemvConfig:  # fmt: skip
     """The HFMA2 GEMV's shipped tile and split (H2_CONFIG) for an N x K layer at M rows."""
-    return fast_host.gemv2_config(m, n, k, g, bounds, sms, dot=False, **H2_CONFIG)
+    c = H2_CONFIG
+    return fast_host.gemv2_config(m, n, k, g, bounds, sms, num_warps=c["num_warps"],
+                                  block_n=c["block_n"], kw=c["kw"], dot=False,
+                                  programs_per_sm=c["programs_per_sm"])  # fmt: skip
 
 
 def gemv_h2(

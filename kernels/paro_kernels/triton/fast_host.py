@@ -354,7 +354,8 @@ GEMV2_ROT_MAX_M = 1
 # NVIDIA) where the FMA GEMV served with the sliced prologue. H200 2026-12-04 (BENCH.md ninth
 # pass, run 1, as served by path in the same run, M = 1): qkv 17.0 us against 17.5, gate_up
 # 24.4 / 30.8, down 17.9 / 20.7, in_proj 16.3 / 17.5; M = 2: 22.8 / 23.4, 34.2 / 38.1, 21.9 /
-# 23.1, 21.6 / 22.2 (`decode_host.H2_CONFIG`). gfx1201 keeps the FMA GEMV (no packed-fp16 PTX).
+# 23.1, 21.6 / 22.2 (`decode_host.H2_CONFIG`); run 3, as served: M = 1 1.04-1.29x the FMA op,
+# M = 2 1.03-1.12x. gfx1201 keeps the FMA GEMV (no packed-fp16 PTX).
 GEMV_H2 = True
 
 
