@@ -79,6 +79,18 @@ def _row(name: str, m: int, n: int, k: int, variant: str, us: float, **kw: Any) 
     return r
 
 
+def _peer_rows(name: str, m: int, n: int, k: int, x: torch.Tensor,
+               reps: int) -> list[dict[str, Any]]:  # fmt: skip
+    """cuBLAS bf16 (over weight copies past 4x L2) and int4pack on one cell."""
+    wd = [torch.randn(k, n, device=x.device, dtype=torch.bfloat16)
+          for _ in range(b.copies(2 * k * n))]  # fmt: skip
+    rows = [_row(name, m, n, k, "cublas-bf16",
+                 _t([functools.partial(torch.matmul, x, w) for w in wd], reps))]  # fmt: skip
+    del wd
+    rows.append(_row(name, m, n, k, "int4pack", b._time(_int4pack(n, k, m, x.device), reps)))
+    return rows
+
+
 def stage1(shapes: list[str], ms: list[int], reps: int) -> list[dict[str, Any]]:
     """The GEMV alone over GRID."""
     from .triton import decode_host
@@ -132,20 +144,7 @@ def stage2(shapes: list[str], ms: list[int], reps: int, cfgs: list[dict[str, int
                 not_run.append(f"{name}@{m}")
                 continue
             x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-            wd = [torch.randn(k, n, device=dev, dtype=torch.bfloat16)
-                  for _ in range(b.copies(2 * k * n))]  # fmt: skip
-            out.append(
-                _row(
-                    name,
-                    m,
-                    n,
-                    k,
-                    "cublas-bf16",
-                    _t([functools.partial(torch.matmul, x, w) for w in wd], reps),
-                )
-            )
-            del wd
-            out.append(_row(name, m, n, k, "int4pack", b._time(_int4pack(n, k, m, dev), reps)))
+            out += _peer_rows(name, m, n, k, x, reps)
             out.append(_row(name, m, n, k, "ours-as-served (" + fast_host.band(m) + ")", _t(
                 [functools.partial(host.w4a16_linear, x, p.rot_hi, p.rot_lo, p.qweight,
                  p.scales, p.zeros, p.bounds, G, None, p.gv_idx, p.gv_coef)
@@ -211,20 +210,7 @@ def ab(shapes: list[str], ms: list[int], reps: int, t0: float,
                 not_run.append(f"{name}@{m}")
                 continue
             x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-            wd = [torch.randn(k, n, device=dev, dtype=torch.bfloat16)
-                  for _ in range(b.copies(2 * k * n))]  # fmt: skip
-            out.append(
-                _row(
-                    name,
-                    m,
-                    n,
-                    k,
-                    "cublas-bf16",
-                    _t([functools.partial(torch.matmul, x, w) for w in wd], reps),
-                )
-            )
-            del wd
-            out.append(_row(name, m, n, k, "int4pack", b._time(_int4pack(n, k, m, dev), reps)))
+            out += _peer_rows(name, m, n, k, x, reps)
             cands: dict[str, Callable[[Any], object]] = {}
             if m <= 2:
                 for fused, pdl in ((False, False), (False, True), (True, False)):
@@ -358,12 +344,7 @@ def h2(shapes: list[str], ms: list[int], reps: int, t0: float, budget: float,
                 not_run.append(f"{name}@{m}")
                 continue
             x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-            wd = [torch.randn(k, n, device=dev, dtype=torch.bfloat16)
-                  for _ in range(b.copies(2 * k * n))]  # fmt: skip
-            mm = [functools.partial(torch.matmul, x, w) for w in wd]
-            out.append(_row(name, m, n, k, "cublas-bf16", _t(mm, reps)))
-            del wd, mm
-            out.append(_row(name, m, n, k, "int4pack", b._time(_int4pack(n, k, m, dev), reps)))
+            out += _peer_rows(name, m, n, k, x, reps)
             # rel: against the first (the FMA GEMV on the same blocks; the Givens-inside op as
             # served, o_proj, uses the tables' own random rotations)
             cands: dict[str, Callable[[Any], object]] = {
