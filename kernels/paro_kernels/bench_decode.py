@@ -371,6 +371,42 @@ def h2(shapes: list[str], ms: list[int], reps: int, t0: float, budget: float,
     return out, not_run
 
 
+def h2_int5(shapes: list[str], ms: list[int], reps: int, t0: float,
+            budget: float) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
+    """Per cell, same run: int5 (I8 PG ZPE weights) as served (the matrix-unit GEMV, 16-bit
+    activations), int5 on the HFMA2 GEMV (forced; `fast_host.INT5_H2`), int4 as served."""
+    from .triton import decode_host, host
+
+    dev = torch.device("cuda")
+    out, not_run = [], []
+    for name in shapes:
+        _, n, k, sizes = next(s for s in b.SHAPES if s[0] == name)
+        p5 = [_with_givens(b._random_prep(n, k, sizes, 5, dev), k, len(sizes), dev)
+              for _ in range(b.copies(_bytes_w4(n, k, 0) * 5 // 4))]  # fmt: skip
+        p4 = _preps(n, k, sizes, dev)
+        for m in ms:
+            if budget and time.monotonic() - t0 > budget:
+                not_run.append(f"{name}@{m}")
+                continue
+            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+            y0 = host.linear_a8(p5[0], x, None, "int8", "group", True).float()
+            y1 = decode_host.gemv_h2_linear(x, p5[0].rot_hi, p5[0].rot_lo, p5[0].qweight,
+                                            p5[0].scales, p5[0].zeros, p5[0].bounds, G,
+                                            qweight_hi=p5[0].qweight_hi).float()  # fmt: skip
+            rel = float((y1 - y0).norm() / y0.norm())
+            served = [functools.partial(host.linear_a8, p, x, None, "int8", "group", True)
+                      for p in p5]  # fmt: skip
+            forced = [functools.partial(decode_host.gemv_h2_linear, x, p.rot_hi, p.rot_lo,
+                      p.qweight, p.scales, p.zeros, p.bounds, G, qweight_hi=p.qweight_hi)
+                      for p in p5]  # fmt: skip
+            out.append(_row(name, m, n, k, "int5 as served", _t(served, reps)))
+            out.append(_row(name, m, n, k, "int5 h2", _t(forced, reps), rel=rel))
+            out.append(_row(name, m, n, k, "int4 as served",
+                            _t([functools.partial(_h2_call, "served", x, p) for p in p4], reps)))
+            torch.cuda.empty_cache()
+    return out, not_run
+
+
 def main(argv: list[str] | None = None) -> None:
     """Stage 1, stage 2; JSON written after each."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -384,17 +420,21 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--jobs", type=int, default=12, help="compile processes before stage 1")
     ap.add_argument("--ab", action="store_true", help="run 3: the forced paths per cell, stop")
     ap.add_argument("--h2", default="", help="ninth pass: the HFMA2 GEMV per cell at the "
-                    "configs of run1 (H2_GRID), run2 (H2_RUN2) or run3 (H2_RUN3)")  # fmt: skip
+                    "configs of run1 (H2_GRID), run2 (H2_RUN2), run3 (H2_RUN3); int5: its "
+                    "int5 variant against int5 and int4 as served")  # fmt: skip
     args = ap.parse_args(argv)
     torch.manual_seed(0)
     t0 = time.monotonic()
     ms = [int(v) for v in args.ms.split(",")]
     if args.h2:
-        grid = {"run1": H2_GRID, "run2": H2_RUN2, "run3": H2_RUN3}[args.h2]
-        if args.jobs > 1:
-            b.precompile_pool(_compile_h2, [(nm, m, kw) for nm in args.shapes.split(",")
-                              for m in ms for kw in grid], args.jobs)  # fmt: skip
-        rows, nr = h2(args.shapes.split(","), ms, args.reps, t0, args.budget_s, grid)
+        if args.h2 == "int5":
+            rows, nr = h2_int5(args.shapes.split(","), ms, args.reps, t0, args.budget_s)
+        else:
+            grid = {"run1": H2_GRID, "run2": H2_RUN2, "run3": H2_RUN3}[args.h2]
+            if args.jobs > 1:
+                b.precompile_pool(_compile_h2, [(nm, m, kw) for nm in args.shapes.split(",")
+                                  for m in ms for kw in grid], args.jobs)  # fmt: skip
+            rows, nr = h2(args.shapes.split(","), ms, args.reps, t0, args.budget_s, grid)
         with open(args.out, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
                        "triton": __import__("triton").__version__, "h2": rows, "not_run": nr,

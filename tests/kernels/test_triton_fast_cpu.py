@@ -99,6 +99,36 @@ print(max(out))
 """
 
 
+_CHILD_INT5_H2 = """
+import torch
+from paro_kernels import reference as ref
+from _triton_cases import hi_planes, merged_layer_bits, packed, rel, runs
+from paro_kernels.triton import decode_host, host
+out = []
+for k, sizes, m in [(384, [64, 32, 32], 1), (256, [96, 32], 2)]:
+    parts = merged_layer_bits(k, sizes, 128, 5, seed=k + m)
+    prep = host.prepare(*packed(parts), runs(parts), 128, dtype=torch.float16, device="cpu",
+                        bits=5, **hi_planes(parts))
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.float16)
+    b = torch.cat([p.bias for p in parts])
+    want = torch.cat([ref.paro_linear_ref(x, *p.args(), 5, 128, p.bias, **p.hi()) for p in parts],
+                     1)
+    for _ in range(2):  # the second call finds the split-K workspace and tickets zeroed
+        y = decode_host.gemv_h2_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
+                                       prep.zeros, prep.bounds, 128, b,
+                                       qweight_hi=prep.qweight_hi)
+        assert y.shape == (m, sum(sizes)) and y.dtype == torch.float16
+        out.append(rel(y, want))
+print(max(out))
+"""
+
+
+def test_interpreter_int5_on_h2_matches_fp64_reference() -> None:
+    # The HFMA2 GEMV's int5 variant (fifth bits, xr / 128) through its plain-op twin.
+    out = _interpret(_CHILD_INT5_H2)
+    assert float(out.strip().splitlines()[-1]) <= 1e-3
+
+
 def test_interpreter_int5_decode_on_gemv3_matches_fp64_reference() -> None:
     # int5 (W5A8) decode rows on the matrix-unit GEMV's plain-op twin of the int5 unpack (the
     # fifth bits of each word row from byte r % 4 of the K-packed plane), 16-bit activations:
@@ -167,11 +197,14 @@ def test_aot_gemv_h2_sm90(m: int) -> None:
     from paro_kernels.triton import decode_host, fast_host
 
     assert fast_host.h2_ok(False, m, 128) and not fast_host.h2_ok(True, m, 128)
-    rep, c = aot.compile_gemv_h2("sm90", m, 7168, 5120, 128, (6144, 6656))
-    ptx = c.asm["ptx"]  # type: ignore[attr-defined]
-    assert rep.mma and rep.spills == 0, rep
-    assert ptx.count("fma.rn.f16x2") == 3 * m * ptx.count("sub.f16x2") // 4 > 0
-    assert f"kw={decode_host.H2_CONFIG['kw']}" in rep.config
+    for hi in (False, True):  # int4, and int5 (its fifth bits OR-ed in: 2 more LOP3 a pair)
+        rep, c = aot.compile_gemv_h2("sm90", m, 7168, 5120, 128, (6144, 6656), hi)
+        ptx = c.asm["ptx"]  # type: ignore[attr-defined]
+        assert rep.mma and rep.spills == 0, rep
+        words = ptx.count("sub.f16x2") // 4
+        assert ptx.count("fma.rn.f16x2") == 3 * m * words > 0
+        assert ptx.count("lop3.b32") == (9 if hi else 4) * words
+        assert f"kw={decode_host.H2_CONFIG['kw']}" in rep.config
 
 
 def test_aot_ticket_gemm_gfx1201() -> None:

@@ -180,6 +180,30 @@ def test_int5_gemv3_configs_match_fp64(cfg: str, m: int) -> None:
             assert not buf.any(), kind
 
 
+@pytest.mark.parametrize("scale", [1.0, 1e3])
+@pytest.mark.parametrize("m", [1, 2])
+def test_int5_h2_matches_fp64(scale: float, m: int) -> None:
+    # int5 on the HFMA2 GEMV (ninth pass; its PTX ORs the fifth bits into the fp16 pairs, the
+    # prologue writes xr / 128): 3 partitions, 5 groups (odd split-K tails), activations in the
+    # thousands too (its fp16 range argument, |c - z| <= 31); twice (workspace left zeroed).
+    from paro_kernels.triton import decode_host, fast_host
+
+    k, sizes, g = 640, [512, 256, 128], 128
+    parts, prep = _prep(k, sizes, g, 5)
+    x = (torch.randn(m, k, generator=torch.Generator().manual_seed(m)) * scale).to(torch.bfloat16)
+    bb = bias(parts).cuda()  # type: ignore[union-attr]
+    want = _a16_reference(x, parts, g, 5)
+    for _ in range(2):
+        y = decode_host.gemv_h2_linear(x.cuda(), prep.rot_hi, prep.rot_lo, prep.qweight,
+                                       prep.scales, prep.zeros, prep.bounds, g, bb,
+                                       qweight_hi=prep.qweight_hi)  # fmt: skip
+        assert y.dtype == torch.bfloat16 and torch.isfinite(y).all()
+        assert rel(y, want) <= 2e-3
+    for (kind, _), buf in fast_host._WS.items():
+        if kind in ("gemv_ws", "gemv_cnt"):
+            assert not buf.any(), kind
+
+
 @pytest.mark.parametrize("kind", ["fp8", "int8"])
 @pytest.mark.parametrize("bits", [4, 5])
 def test_w8_prefill_kinds(kind: str, bits: int) -> None:

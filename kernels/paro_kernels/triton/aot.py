@@ -269,11 +269,11 @@ def compile_gemv2_rot(target: str, m: int, n: int, k: int, g: int,
     return Report(**{**rep.__dict__, "mma": not rep.mma})
 
 
-def compile_gemv_h2(target: str, m: int, n: int, k: int, g: int,
-                    bounds: tuple[int, ...] = ()) -> tuple[Report, object]:  # fmt: skip
-    """Build the ninth-pass HFMA2 decode GEMV (NVIDIA only: packed-fp16 PTX) at the config its
-    launcher picks; `mma` reports that the loop stayed free of a matrix instruction. Also returns
-    the compiled kernel (its `asm` for instruction counts)."""
+def compile_gemv_h2(target: str, m: int, n: int, k: int, g: int, bounds: tuple[int, ...] = (),
+                    hi: bool = False) -> tuple[Report, object]:  # fmt: skip
+    """Build the ninth-pass HFMA2 decode GEMV (NVIDIA only: packed-fp16 PTX; `hi`: int5) at the
+    config its launcher picks; `mma` reports that the loop stayed free of a matrix instruction.
+    Also returns the compiled kernel (its `asm` for instruction counts)."""
     from . import decode_host, decode_kernels
 
     cfg = decode_host.h2_config(m, n, k, g, bounds, sms=132)
@@ -285,7 +285,12 @@ def compile_gemv_h2(target: str, m: int, n: int, k: int, g: int,
     const = {
         "HAS_BIAS": False, "G": g, "BLOCK_M": 1 if m == 1 else 2, "BLOCK_N": cfg.block_n,
         "KW": cfg.kw, "SPLIT_K": cfg.split_k, "ASM": target != "gfx1201", "PDL": False,
+        "HI": hi,
     }  # fmt: skip
+    if hi:
+        sig["qh_ptr"] = "*i32"
+    else:
+        const["qh_ptr"] = None
     c = _compile(decode_kernels.gemv_h2_kernel, sig, const, target, cfg.num_warps,
                  cfg.num_stages)  # fmt: skip
     rep = _report("gemv_h2", target, str(cfg), c, r"(v_wmma|wgmma|mma\.sync)")

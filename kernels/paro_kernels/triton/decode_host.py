@@ -200,10 +200,12 @@ def gemv_h2(
     config: fast_host.GemvConfig | None = None,
     maxnreg: int = 0,
     pdl: bool = False,
+    qweight_hi: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The HFMA2 GEMV on the paired prologue output xr [P, M <= 2, K] fp16
-    (`fast_host.rotate_slices(paired=True)`) -> y [M, N] out_dtype; `maxnreg` caps its
-    registers a thread (the bench's occupancy variants)."""
+    (`fast_host.rotate_slices(paired=True)`, / 2^h2_shift) -> y [M, N] out_dtype; `maxnreg`
+    caps its registers a thread (the bench's occupancy variants); with `qweight_hi` ([K/32, N]
+    int32 fifth-bit planes) int5 weights, `zeros` their 5-bit zeros."""
     import os
 
     from .decode_kernels import gemv_h2_kernel
@@ -223,6 +225,7 @@ def gemv_h2(
         ws, cnt, out, m, n, k, b[0], b[1],
         HAS_BIAS=bias is not None, G=group_size, BLOCK_M=1 if m == 1 else 2,
         BLOCK_N=cfg.block_n, KW=cfg.kw, SPLIT_K=cfg.split_k, ASM=asm, PDL=pdl,
+        HI=qweight_hi is not None, qh_ptr=qweight_hi,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **({"maxnreg": maxnreg} if maxnreg else {}), **({"launch_pdl": True} if pdl else {}),
     )  # fmt: skip
@@ -245,12 +248,18 @@ def gemv_h2_linear(
     maxnreg: int = 0,
     pdl: bool = False,
     one: bool = False,
+    qweight_hi: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The decode linear on the HFMA2 GEMV: the sliced paired prologue (`slice_` channels a
     program, `prologue_warps`; 0: H2_SLICE, the shipped warps) + `gemv_h2`, y [M, N] in
-    x.dtype; `pdl` / `one` / `maxnreg`: the bench's variants (`fast_host.rotate_slices`)."""
+    x.dtype; `pdl` / `one` / `maxnreg`: the bench's variants (`fast_host.rotate_slices`);
+    `qweight_hi`: int5 weights."""
+    from .decode_kernels import H2_SHIFT, H2_SHIFT5
+
     pdl = pdl and fast_host.pdl_ok(host._is_hip())
+    shift = H2_SHIFT5 if qweight_hi is not None else H2_SHIFT
     xr, _ = fast_host.rotate_slices(x, rot_hi, rot_lo, group_size, slice_ or H2_SLICE,
-                                    prologue_warps, pdl=pdl, paired=True, one=one)  # fmt: skip
+                                    prologue_warps, pdl=pdl, paired=True, one=one,
+                                    pair_shift=shift)  # fmt: skip
     return gemv_h2(xr, qweight, scales, zeros, bounds, group_size, x.dtype, bias, config,
-                   maxnreg, pdl)  # fmt: skip
+                   maxnreg, pdl, qweight_hi)  # fmt: skip

@@ -258,41 +258,65 @@ def gemv3_w4a16_kernel(
 #
 # Activation pairs: the word's lop3 pairs are nibbles (j, j + 4), so the prologue writes channel
 # 8r + j at 8r + 2j and 8r + j + 4 at 8r + 2j + 1: one int32 load is the fp16 pair (a_j, a_j+4).
+#
+# int5 (HI, I8 PG ZPE weights): the fifth bits OR-ed into each pair before the zero's subtraction
+# as `_UNPACK5_ASM` does (11 more instructions a word: 28 for 8 weights at M = 1); |c - z| <= 31,
+# so its prologue writes xr / 128 (H2_SHIFT5) and the same bound holds (< 63488).
 
 H2_SHIFT = 6
+H2_SHIFT5 = 7
 H2_SCALE = tl.constexpr(float(1 << H2_SHIFT))
+H2_SCALE5 = tl.constexpr(float(1 << H2_SHIFT5))
 
 
-def h2_word_asm(rows: int) -> str:
+def h2_word_asm(rows: int, hi: bool = False) -> str:
     """PTX of one int32 word of codes against `rows` activation rows: outputs $0..$rows-1 the
     fp32 sums of the 8 products (c - z) a; inputs the word, the column's zero pairs (1024 + z,
-    64 + z) and per row the 4 activation pairs (a_j, a_j+4)."""
-    q, z1, z64 = f"${rows}", f"${rows + 1}", f"${rows + 2}"
+    64 + z), with `hi` the word row's fifth-bit byte (bit s: plane s), then per row the 4
+    activation pairs (a_j, a_j+4)."""
+    q, z1, z64, hb = (f"${rows + i}" for i in range(4))
+    first = rows + (4 if hi else 3)
     lines = [
         "{",
-        ".reg .b32 t0, t1, t2, t3, u, s;",
-        ".reg .f16 l, h;",
+        ".reg .b32 t0, t1, t2, t3, u, s, x, h;",
+        ".reg .f16 l, hh;",
         ".reg .f32 fl, fh;",
         f"lop3.b32 t0, {q}, 0x000F000F, 0x64006400, 0xea;",
-        f"sub.f16x2 t0, t0, {z1};",
         f"lop3.b32 t1, {q}, 0x00F000F0, 0x54005400, 0xea;",
-        f"sub.f16x2 t1, t1, {z64};",
         f"shr.u32 u, {q}, 8;",
         "lop3.b32 t2, u, 0x000F000F, 0x64006400, 0xea;",
-        f"sub.f16x2 t2, t2, {z1};",
         "lop3.b32 t3, u, 0x00F000F0, 0x54005400, 0xea;",
+    ]
+    if hi:  # planes 0..3 to bits 4..7, 4..7 to 20..23 (x); each pair's fifth bits into place
+        lines += [
+            f"shl.b32 h, {hb}, 4;",
+            "and.b32 x, h, 0xF0;",
+            f"shl.b32 h, {hb}, 16;",
+            "lop3.b32 x, h, 0xF00000, x, 0xea;",
+            "lop3.b32 t0, x, 0x00100010, t0, 0xea;",
+            "shl.b32 h, x, 3;",
+            "lop3.b32 t1, h, 0x01000100, t1, 0xea;",
+            "shr.u32 h, x, 2;",
+            "lop3.b32 t2, h, 0x00100010, t2, 0xea;",
+            "shl.b32 h, x, 1;",
+            "lop3.b32 t3, h, 0x01000100, t3, 0xea;",
+        ]
+    lines += [
+        f"sub.f16x2 t0, t0, {z1};",
+        f"sub.f16x2 t1, t1, {z64};",
+        f"sub.f16x2 t2, t2, {z1};",
         f"sub.f16x2 t3, t3, {z64};",
     ]
     for i in range(rows):
-        a = [f"${rows + 3 + 4 * i + j}" for j in range(4)]
+        a = [f"${first + 4 * i + j}" for j in range(4)]
         lines += [
             f"mul.rn.f16x2 s, t0, {a[0]};",
             f"fma.rn.f16x2 s, t1, {a[1]}, s;",
             f"fma.rn.f16x2 s, t2, {a[2]}, s;",
             f"fma.rn.f16x2 s, t3, {a[3]}, s;",
-            "mov.b32 {l, h}, s;",
+            "mov.b32 {l, hh}, s;",
             "cvt.f32.f16 fl, l;",
-            "cvt.f32.f16 fh, h;",
+            "cvt.f32.f16 fh, hh;",
             f"add.f32 ${i}, fl, fh;",
         ]
     return "\n".join([*lines, "}"])
@@ -300,6 +324,8 @@ def h2_word_asm(rows: int) -> str:
 
 _H2_ASM1 = tl.constexpr(h2_word_asm(1))
 _H2_ASM2 = tl.constexpr(h2_word_asm(2))
+_H2_ASM1_HI = tl.constexpr(h2_word_asm(1, hi=True))
+_H2_ASM2_HI = tl.constexpr(h2_word_asm(2, hi=True))
 
 
 @triton.jit
@@ -310,14 +336,19 @@ def _pair_f32(a, hi: tl.constexpr):
 
 
 @triton.jit
-def _h2_ops(q, zi, a0, a1, a2, a3):
-    """`h2_word_asm(1)` without inline assembly (the interpreter): fp32 products, exact c - z."""
+def _h2_ops(q, zi, a0, a1, a2, a3, hb, HI: tl.constexpr):
+    """`h2_word_asm(1, HI)` without inline assembly (the interpreter): fp32 products, exact
+    c - z; hb: the fifth-bit bytes (HI)."""
     t = tl.zeros(q.shape, tl.float32)
     for j in tl.static_range(4):
         aj = a0 if j == 0 else a1 if j == 1 else a2 if j == 2 else a3
-        lo = (((q >> (4 * j)) & 15) - zi).to(tl.float32)
-        hi = (((q >> (4 * j + 16)) & 15) - zi).to(tl.float32)
-        t += lo * _pair_f32(aj, False) + hi * _pair_f32(aj, True)
+        lo = (q >> (4 * j)) & 15
+        hi = (q >> (4 * j + 16)) & 15
+        if HI:
+            lo += ((hb >> j) & 1) * 16
+            hi += ((hb >> (j + 4)) & 1) * 16
+        t += (lo - zi).to(tl.float32) * _pair_f32(aj, False)
+        t += (hi - zi).to(tl.float32) * _pair_f32(aj, True)
     return t
 
 
@@ -354,6 +385,8 @@ def gemv_h2_kernel(
     SPLIT_K: tl.constexpr,
     ASM: tl.constexpr,  # the packed-fp16 PTX (NVIDIA); else fp32 plain ops (the interpreter)
     PDL: tl.constexpr = False,  # launched dependent on the prologue: prefetch, then wait for it
+    HI: tl.constexpr = False,  # int5: fifth bits in qh_ptr, zp_ptr the 5-bit zeros, xr / 128
+    qh_ptr=None,  # HI: [K/32, N] int32 fifth-bit planes (bit b of word w = row 32 w + b)
 ):
     """out[:M, n-block] = sum over this split's groups of a_p @ dequant(Q); section note above."""
     pid_n = tl.program_id(0)
@@ -374,6 +407,8 @@ def gemv_h2_kernel(
     a_row0 = a_ptr + (part * M).to(tl.int64) * (K // 2)
     a_row1 = a_row0 + K // 2
     row1 = (offs_r * 0 + 1) < M
+    if HI:  # word row r's fifth bits: byte r % 4 of fifth-bit word r // 4, as a byte load
+        h_base = qh_ptr.to(tl.pointer_type(tl.uint8)) + offs_n[None, :] * 4
     if PDL:
         prefetch_l2(qw_ptr, n0, N, g0, g1, G, BLOCK_N)
         gdc_wait()  # the prologue's xr is complete and visible past here
@@ -388,31 +423,46 @@ def gemv_h2_kernel(
         for ci in tl.static_range(G // (8 * KW)):
             wr = g * (G // 8) + ci * KW + offs_r
             q = tl.load(q_base + (g * (G // 8) + ci * KW) * N, mask=nm2, other=0)
+            hb = q
+            if HI:
+                hp = h_base + ((wr // 4) * N * 4 + wr % 4)[:, None]
+                hb = tl.load(hp, mask=nm2, other=0).to(tl.int32)
             a0, a1, a2, a3 = _h2_pairs(a_row0, wr, offs_r >= 0)
             if BLOCK_M == 1:
-                if ASM:
+                if ASM and HI:
+                    e0 = tl.inline_asm_elementwise(
+                        _H2_ASM1_HI, "=f,r,r,r,r,r,r,r,r", [q, z1, z64, hb, a0, a1, a2, a3],
+                        dtype=tl.float32, is_pure=True, pack=1,
+                    )  # fmt: skip
+                elif ASM:
                     e0 = tl.inline_asm_elementwise(
                         _H2_ASM1, "=f,r,r,r,r,r,r,r", [q, z1, z64, a0, a1, a2, a3],
                         dtype=tl.float32, is_pure=True, pack=1,
                     )  # fmt: skip
                 else:
-                    e0 = _h2_ops(q, zi, a0, a1, a2, a3)
+                    e0 = _h2_ops(q, zi, a0, a1, a2, a3, hb, HI)
                 d0 += tl.sum(e0, axis=0, keep_dims=True)
             else:
                 c0, c1, c2, c3 = _h2_pairs(a_row1, wr, row1)
-                if ASM:
+                if ASM and HI:
+                    e0, e1 = tl.inline_asm_elementwise(
+                        _H2_ASM2_HI, "=f,=f,r,r,r,r,r,r,r,r,r,r,r,r",
+                        [q, z1, z64, hb, a0, a1, a2, a3, c0, c1, c2, c3],
+                        dtype=(tl.float32, tl.float32), is_pure=True, pack=1,
+                    )  # fmt: skip
+                elif ASM:
                     e0, e1 = tl.inline_asm_elementwise(
                         _H2_ASM2, "=f,=f,r,r,r,r,r,r,r,r,r,r,r",
                         [q, z1, z64, a0, a1, a2, a3, c0, c1, c2, c3],
                         dtype=(tl.float32, tl.float32), is_pure=True, pack=1,
                     )  # fmt: skip
                 else:
-                    e0 = _h2_ops(q, zi, a0, a1, a2, a3)
-                    e1 = _h2_ops(q, zi, c0, c1, c2, c3)
+                    e0 = _h2_ops(q, zi, a0, a1, a2, a3, hb, HI)
+                    e1 = _h2_ops(q, zi, c0, c1, c2, c3, hb, HI)
                 d0 += tl.sum(e0, axis=0, keep_dims=True)
                 d1 += tl.sum(e1, axis=0, keep_dims=True)
         s = tl.load(sc_ptr + g * N + offs_n[None, :], mask=nm2, other=0.0).to(tl.float32)
-        s = s * H2_SCALE
+        s = s * (H2_SCALE5 if HI else H2_SCALE)
         acc0 += d0 * s
         if BLOCK_M > 1:
             acc1 += d1 * s

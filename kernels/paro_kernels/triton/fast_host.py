@@ -274,12 +274,14 @@ def rotate_slices(
     pdl: bool = False,
     paired: bool = False,
     one: bool = False,
+    pair_shift: int = 6,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The sliced decode prologue: x [M <= 16, K] -> (xr [P, M, K] fp32 nibble-scaled,
     rs [P, M, K/G * G/slice] fp32 partial row sums), as `host.rotate_scale(nibble_scaled=True)`
     but with the row sums split per slice (the GEMV's RS); `f16`: xr fp16 as
     `host.rotate_scale` writes it, no row sums (rs is xr then); `paired`: fp16 as the HFMA2
-    GEMV reads it (/ 64, pairs (8r + j, 8r + j + 4) side by side; `decode_kernels`); `one`:
+    GEMV reads it (/ 2^pair_shift, pairs (8r + j, 8r + j + 4) side by side; `decode_kernels`);
+    `one`:
     rot_hi holds fp16 blocks (hi + lo rounded once; the ninth pass's bench), rot_lo unread."""
     from .fast_kernels import rotate_slice_kernel
 
@@ -293,7 +295,8 @@ def rotate_slices(
                                     device=x.device)  # fmt: skip
     rotate_slice_kernel[(k // g, p, g // sl)](
         x, rot_hi, rot_lo, xr, rs, m, k, x.stride(0), G=g, BLOCK_M=16, SLICE=sl, F16=f16,
-        PDL=pdl, PAIRED=paired, ONE=one, num_warps=num_warps or PROLOGUE_SLICE_WARPS,
+        PDL=pdl, PAIRED=paired, ONE=one, PSCALE=2.0**-pair_shift,
+        num_warps=num_warps or PROLOGUE_SLICE_WARPS,
     )  # fmt: skip
     return xr, rs
 
@@ -620,14 +623,23 @@ A8_GEMV3 = True
 # gate_up took 62.7 / 66.5 / 70.9 us against the A8 kernels' 75.9 / 76.8 / 76.0 (run 2, same
 # run), so every int5 layer takes the GEMV in the decode band.
 INT5_GEMV3 = True
+# Ninth pass: int5 at M <= 2 on the HFMA2 GEMV (`decode_kernels.gemv_h2_kernel(HI=True)`: the
+# fifth bits OR-ed into the fp16 pairs, xr / 128; 28 instructions a word against int4's 17).
+# Checked on the CPU (the interpreter against fp64, its sm_90 PTX), with a GPU test beside the
+# int5 gemv3 ones, but NOT measured on a GPU: the session's device time ran out. Off until
+# `bench_decode --h2 int5` (kernels/device30.sh) measures it against the matrix-unit GEMV that
+# serves int5 decode (BENCH.md eighth pass: 1.7-2.2x the int4 op's time at M = 1).
+INT5_H2 = False
 
 
 def a8_route(m: int, group_size: int, int5: bool, hip: bool,
              act_format: str = "fp8") -> str | None:  # fmt: skip
-    """The path ("gemv" | "gemv3" | "dequant" | "w8": the 8-bit vendor GEMM, `w8_linear`) that
-    serves a W4A8 / W5A8 call of M rows, or None (the A8 kernels)."""
+    """The path ("gemv" | "gemv-h2" | "gemv3" | "dequant" | "w8": the 8-bit vendor GEMM,
+    `w8_linear`) that serves a W4A8 / W5A8 call of M rows, or None (the A8 kernels)."""
     if hip or not A8_ROUTE:
         return None
+    if int5 and INT5_H2 and h2_ok(hip, m, group_size):
+        return "gemv-h2"
     if int5 and INT5_GEMV3 and GEMV3 and group_size == 128 and m <= 16:
         return "gemv3"
     route = band(m, group_size)

@@ -611,6 +611,7 @@ def rotate_slice_kernel(
     PAIRED: tl.constexpr = False,  # F16 for the HFMA2 GEMV: / 2^6, channels 8r + j, 8r + j + 4
     # side by side (`decode_kernels` ninth-pass note)
     ONE: tl.constexpr = False,  # rot_hi holds fp16 blocks (hi + lo rounded once), no lo pass
+    PSCALE: tl.constexpr = 0.015625,  # PAIRED: 2^-6 (int4), 2^-7 (int5): `decode_kernels`
 ):
     """The decode GEMV's prologue, one program per (group, partition, slice of SLICE output
     channels): xr[:, slice] = x_g @ (hi + lo)[:, slice].
@@ -646,7 +647,7 @@ def rotate_slice_kernel(
         if PAIRED:
             jj = offs_j % 8
             pos = offs_j - jj + tl.where(jj < 4, 2 * jj, 2 * jj - 7)
-            xc = xc * 0.015625  # 2^-6, exact
+            xc = xc * PSCALE  # a power of two: exact
         xh = xc.to(tl.float16)
         tl.store(xr_ptr + row[:, None] * K + g * G + pos[None, :], xh, mask=m_mask[:, None])
     else:

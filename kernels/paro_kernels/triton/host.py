@@ -756,7 +756,7 @@ def w4a8_linear(
         from . import decode_host
 
         return decode_host.gemv_h2_linear(x, rot_hi, rot_lo, qweight, scales, zeros, bounds,
-                                          group_size, bias)  # fmt: skip
+                                          group_size, bias, qweight_hi=qweight_hi)  # fmt: skip
     if route == "gemv3":
         from . import decode_host
 
