@@ -401,8 +401,8 @@ def h2_int5(shapes: list[str], ms: list[int], reps: int, t0: float,
                       for p in p5]  # fmt: skip
             out.append(_row(name, m, n, k, "int5 as served", _t(served, reps)))
             out.append(_row(name, m, n, k, "int5 h2", _t(forced, reps), rel=rel))
-            out.append(_row(name, m, n, k, "int4 as served",
-                            _t([functools.partial(_h2_call, "served", x, p) for p in p4], reps)))
+            int4 = [functools.partial(_h2_call, "served", x, p) for p in p4]
+            out.append(_row(name, m, n, k, "int4 as served", _t(int4, reps)))
             torch.cuda.empty_cache()
     return out, not_run
 
