@@ -282,7 +282,7 @@ def compile_gemv_h2(target: str, m: int, n: int, k: int, g: int, bounds: tuple[i
         "bias_ptr": "*bf16", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "out_ptr": "*bf16",
         "M": "i32", "N": "i32", "K": "i32", "b1": "i32", "b2": "i32",
     }  # fmt: skip
-    const = {
+    const: dict[str, object] = {
         "HAS_BIAS": False, "G": g, "BLOCK_M": 1 if m == 1 else 2, "BLOCK_N": cfg.block_n,
         "KW": cfg.kw, "SPLIT_K": cfg.split_k, "ASM": target != "gfx1201", "PDL": False,
         "HI": hi,
