@@ -191,13 +191,13 @@ def test_aot_gemv2_gfx1201(m: int, max_vgprs: int) -> None:
 @pytest.mark.parametrize("m", [1, 2])
 def test_aot_gemv_h2_sm90(m: int) -> None:
     # The ninth-pass HFMA2 GEMV at the config its launcher picks (NVIDIA only: the packed-fp16
-    # PTX; gfx1201 keeps the FMA GEMV above). Its multiply-adds really are packed fp16 pairs,
-    # one per two weights (4 per word and row, 8 words a group-row of 16-byte loads), with no
-    # matrix instruction and no spills.
+    # PTX; gfx1201 keeps the FMA GEMV above). Its multiply-adds really are packed fp16 pairs:
+    # per word 4 SUB.F16X2 and, per activation row, 1 MUL + 3 FMA.F16X2; no matrix instruction,
+    # no spills.
     from paro_kernels.triton import decode_host, fast_host
 
     assert fast_host.h2_ok(False, m, 128) and not fast_host.h2_ok(True, m, 128)
-    for hi in (False, True):  # int4, and int5 (its fifth bits OR-ed in: 2 more LOP3 a pair)
+    for hi in (False, True):  # int4; int5: 5 more LOP3 a word (the spread, one OR a pair)
         rep, c = aot.compile_gemv_h2("sm90", m, 7168, 5120, 128, (6144, 6656), hi)
         ptx = c.asm["ptx"]  # type: ignore[attr-defined]
         assert rep.mma and rep.spills == 0, rep

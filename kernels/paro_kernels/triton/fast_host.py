@@ -281,8 +281,8 @@ def rotate_slices(
     but with the row sums split per slice (the GEMV's RS); `f16`: xr fp16 as
     `host.rotate_scale` writes it, no row sums (rs is xr then); `paired`: fp16 as the HFMA2
     GEMV reads it (/ 2^pair_shift, pairs (8r + j, 8r + j + 4) side by side; `decode_kernels`);
-    `one`:
-    rot_hi holds fp16 blocks (hi + lo rounded once; the ninth pass's bench), rot_lo unread."""
+    `one`: rot_hi holds fp16 blocks (hi + lo rounded once; the ninth pass's bench), rot_lo
+    unread."""
     from .fast_kernels import rotate_slice_kernel
 
     m, k = x.shape

@@ -608,8 +608,8 @@ def rotate_slice_kernel(
     SLICE: tl.constexpr,
     F16: tl.constexpr = False,  # xr fp16, not nibble-scaled, no row sums (the fifth-pass GEMV)
     PDL: tl.constexpr = False,  # let the dependent GEMV launch now (it waits before reading xr)
-    PAIRED: tl.constexpr = False,  # F16 for the HFMA2 GEMV: / 2^6, channels 8r + j, 8r + j + 4
-    # side by side (`decode_kernels` ninth-pass note)
+    PAIRED: tl.constexpr = False,  # F16 for the HFMA2 GEMV: times PSCALE, channels 8r + j and
+    # 8r + j + 4 side by side (`decode_kernels` ninth-pass note)
     ONE: tl.constexpr = False,  # rot_hi holds fp16 blocks (hi + lo rounded once), no lo pass
     PSCALE: tl.constexpr = 0.015625,  # PAIRED: 2^-6 (int4), 2^-7 (int5): `decode_kernels`
 ):
