@@ -10,6 +10,13 @@ cuBLAS bf16, `torch._weight_int4pack_mm` (g128), ours as served (`host.w4a16_lin
 dispatch), the new GEMV as served with each prologue (`decode_host.PROLOGUES`) at the best
 stage-1 config, the top configs with the shipped prologue, and the prologues alone. Timing as
 `bench._time` (CUDA-graph replays over weight copies past 4x L2); % HBM against 4.3 TB/s.
+
+    python -m paro_kernels.bench_decode --ab ...           fifth pass: the forced paths per cell
+    python -m paro_kernels.bench_decode --h2 run1|run2|run3|int5 --ms 1,2 ...
+
+Ninth pass (`--h2`): per cell the peers, the op as served, the FMA op forced (the "before"),
+the HFMA2 op at each variant of the named grid (`H2_GRID`, `H2_RUN2`, `H2_RUN3`), the two GEMVs
+and prologues alone; `int5`: int5 as served against its HFMA2 variant and int4 as served.
 """
 
 from __future__ import annotations
