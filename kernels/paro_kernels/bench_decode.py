@@ -306,12 +306,11 @@ def _compile_h2(job: tuple[str, int, dict[str, int]]) -> str:
         return f"{name} {m} {kw}: {type(e).__name__} {str(e)[:200]}"
 
 
-def _h2_call(what: str, x: torch.Tensor, arg: Any, p: Any = None) -> object:
-    """One of the h2 bench's calls on layer p (`arg`: a config, or the prologue outputs)."""
+def _h2_call(what: str, x: torch.Tensor, arg: Any, p: Any) -> object:
+    """One of the h2 bench's calls on layer p (`arg`: a config, the prologue outputs, or
+    None)."""
     from .triton import decode_host, fast_host, host
 
-    if p is None:  # the as-served call takes no second argument
-        arg, p = None, arg
     if what == "served":
         return host.w4a16_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros, p.bounds,
                                  G, None, p.gv_idx, p.gv_coef)  # fmt: skip
@@ -357,7 +356,7 @@ def h2(shapes: list[str], ms: list[int], reps: int, t0: float, budget: float,
             cands: dict[str, Callable[[Any], object]] = {
                 "gemv2 (FMA, sliced prologue)": functools.partial(_gemv2, x=x, fused=False,
                                                                   pdl=False),
-                "as-served": functools.partial(_h2_call, "served", x),
+                "as-served": functools.partial(_h2_call, "served", x, None),
             }  # fmt: skip
             for kw in grid:
                 cfg = _h2_cfg(name, m, kw)
@@ -408,7 +407,7 @@ def h2_int5(shapes: list[str], ms: list[int], reps: int, t0: float,
                       for p in p5]  # fmt: skip
             out.append(_row(name, m, n, k, "int5 as served", _t(served, reps)))
             out.append(_row(name, m, n, k, "int5 h2", _t(forced, reps), rel=rel))
-            int4 = [functools.partial(_h2_call, "served", x, p) for p in p4]
+            int4 = [functools.partial(_h2_call, "served", x, None, p) for p in p4]
             out.append(_row(name, m, n, k, "int4 as served", _t(int4, reps)))
             torch.cuda.empty_cache()
     return out, not_run

@@ -174,9 +174,7 @@ def gemv3_linear(
 # at M = 1, 2): 512 columns, 4 warps (16-byte word loads), all 16 word rows of a group in one
 # chunk, ~8 programs per SM: second by summed normalized time at both M (1.3% / 0.6% behind
 # each M's best, which differed), within 1 us of the best cell but gate_up M = 2 (34.2 / 32.4).
-H2_MAX_M = 2
 H2_CONFIG = dict(block_n=512, num_warps=4, kw=16, programs_per_sm=8)
-H2_SLICE = 64  # its prologue's output channels a program (`fast_host.PROLOGUE_SLICE`'s)
 
 
 def h2_config(m: int, n: int, k: int, g: int, bounds: tuple[int, ...],
@@ -212,7 +210,7 @@ def gemv_h2(
 
     _, m, k = xr.shape
     n = qweight.shape[1]
-    require(m <= H2_MAX_M, "x rows", f"<= {H2_MAX_M} for the HFMA2 GEMV", m)
+    require(m <= fast_host.H2_MAX_M, "x rows", f"<= {fast_host.H2_MAX_M} for the HFMA2 GEMV", m)
     require(xr.dtype == torch.float16 and k % 2 == 0, "xr", "fp16 pairs", (xr.dtype, k))
     cfg = config or h2_config(m, n, k, group_size, bounds, host.sm_count(xr.device))
     require(group_size % (8 * cfg.kw) == 0, "kw", f"dividing group_size / 8 = {group_size // 8}",
@@ -251,14 +249,14 @@ def gemv_h2_linear(
     qweight_hi: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The decode linear on the HFMA2 GEMV: the sliced paired prologue (`slice_` channels a
-    program, `prologue_warps`; 0: H2_SLICE, the shipped warps) + `gemv_h2`, y [M, N] in
+    program, `prologue_warps`; 0: the shipped ones) + `gemv_h2`, y [M, N] in
     x.dtype; `pdl` / `one` / `maxnreg`: the bench's variants (`fast_host.rotate_slices`);
     `qweight_hi`: int5 weights."""
     from .decode_kernels import H2_SHIFT, H2_SHIFT5
 
     pdl = pdl and fast_host.pdl_ok(host._is_hip())
     shift = H2_SHIFT5 if qweight_hi is not None else H2_SHIFT
-    xr, _ = fast_host.rotate_slices(x, rot_hi, rot_lo, group_size, slice_ or H2_SLICE,
+    xr, _ = fast_host.rotate_slices(x, rot_hi, rot_lo, group_size, slice_,
                                     prologue_warps, pdl=pdl, paired=True, one=one,
                                     pair_shift=shift)  # fmt: skip
     return gemv_h2(xr, qweight, scales, zeros, bounds, group_size, x.dtype, bias, config,

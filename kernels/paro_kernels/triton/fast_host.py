@@ -360,15 +360,16 @@ GEMV2_ROT_MAX_M = 1
 # 23.1, 21.6 / 22.2 (`decode_host.H2_CONFIG`); run 3, as served: M = 1 1.04-1.29x the FMA op,
 # M = 2 1.03-1.12x. gfx1201 keeps the FMA GEMV (no packed-fp16 PTX).
 GEMV_H2 = True
+H2_MAX_M = 2  # its 1- and 2-row PTX
 
 
 def h2_ok(hip: bool, m: int, g: int) -> bool:
-    """The HFMA2 GEMV serves an M-row decode call: NVIDIA, compiled code, M <= 2, G % 128 == 0
-    (its 16-row chunk)."""
+    """The HFMA2 GEMV serves an M-row decode call: NVIDIA, compiled code, M <= H2_MAX_M,
+    G % 128 == 0 (its 16-row chunk)."""
     import os
 
     interp = os.environ.get("TRITON_INTERPRET", "0") == "1"
-    return GEMV_H2 and not hip and not interp and m <= 2 and g % 128 == 0
+    return GEMV_H2 and not hip and not interp and m <= H2_MAX_M and g % 128 == 0
 
 
 def gemv2_rot(hip: bool, n: int = 0, k: int = 0) -> bool:
