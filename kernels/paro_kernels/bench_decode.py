@@ -12,11 +12,12 @@ stage-1 config, the top configs with the shipped prologue, and the prologues alo
 `bench._time` (CUDA-graph replays over weight copies past 4x L2); % HBM against 4.3 TB/s.
 
     python -m paro_kernels.bench_decode --ab ...           fifth pass: the forced paths per cell
-    python -m paro_kernels.bench_decode --h2 run1|run2|run3|int5 --ms 1,2 ...
+    python -m paro_kernels.bench_decode --h2 run1|run2|run3|int5|rot --ms 1,2 ...
 
 Ninth pass (`--h2`): per cell the peers, the op as served, the FMA op forced (the "before"),
 the HFMA2 op at each variant of the named grid (`H2_GRID`, `H2_RUN2`, `H2_RUN3`), the two GEMVs
-and prologues alone; `int5`: int5 as served against its HFMA2 variant and int4 as served.
+and prologues alone; `int5`: int5 as served against its HFMA2 variant and int4 as served;
+`rot` (tenth pass): the rotation inside the HFMA2 GEMV (`H2_ROT`) against its prologue.
 """
 
 from __future__ import annotations
@@ -413,6 +414,98 @@ def h2_int5(shapes: list[str], ms: list[int], reps: int, t0: float,
     return out, not_run
 
 
+# Tenth pass (`--h2 rot`): the rotation inside the HFMA2 GEMV (`decode_host.gemv_h2_rot`) at
+# each claim width (channels) and around the shipped config (`decode_host.H2_CONFIG`).
+H2_ROT: list[dict[str, int]] = [
+    dict(rsl=128), dict(rsl=64), dict(rsl=32), dict(rsl=32, programs_per_sm=4),
+    dict(rsl=32, programs_per_sm=16), dict(rsl=32, programs_per_sm=16, block_n=256),
+]  # fmt: skip
+
+
+def _regs(fn: Any) -> list[str]:
+    """Registers and spills of each compiled variant of a Triton kernel (its launch cache)."""
+    out = []
+    for cache in getattr(fn, "device_caches", {}).values():
+        for key, kern in cache[0].items():
+            out.append(f"{fn.__name__} {str(key)[-160:]}: {kern.n_regs} regs, "
+                       f"{kern.n_spills} spills")  # fmt: skip
+    return out
+
+
+def _h2_op(name: str, m: int, x: torch.Tensor, p: Any, inside: bool,
+           kw: dict[str, int] | None = None) -> object:  # fmt: skip
+    """The HFMA2 op on layer p: the paired prologue + GEMV, or (`inside`) one launch at the
+    claim width kw["rsl"] and the config kw's other keys."""
+    from .triton import decode_host
+
+    kw = kw or {}
+    cfg = _h2_cfg(name, m, {a: v for a, v in kw.items() if a != "rsl"})
+    if not inside:
+        return decode_host.gemv_h2_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
+                                          p.bounds, G, None, cfg, qweight_hi=p.qweight_hi,
+                                          inside=False)  # fmt: skip
+    return decode_host.gemv_h2_rot(
+        x,
+        p.rot_hi,
+        p.rot_lo,
+        p.qweight,
+        p.scales,
+        p.zeros,
+        p.bounds,
+        G,
+        None,
+        cfg,
+        p.qweight_hi,
+        kw.get("rsl", 0),
+    )
+
+
+def h2_rot(shapes: list[str], ms: list[int], reps: int, t0: float,
+           budget: float) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
+    """Per cell, same run: cuBLAS, int4pack, int4 as served, the HFMA2 op with its prologue
+    (forced), the rotation inside at every `H2_ROT` variant, the HFMA2 GEMV alone; int5 with
+    its prologue and inside (`rel`: against the prologue op of the same bits)."""
+    from .triton import decode_kernels, fast_host
+
+    dev = torch.device("cuda")
+    out, not_run = [], []
+    for name in shapes:
+        _, n, k, sizes = next(s for s in b.SHAPES if s[0] == name)
+        p4 = _preps(n, k, sizes, dev)
+        p5 = [_with_givens(b._random_prep(n, k, sizes, 5, dev), k, len(sizes), dev)
+              for _ in range(b.copies(_bytes_w4(n, k, 0) * 5 // 4))]  # fmt: skip
+        for m in ms:
+            if budget and time.monotonic() - t0 > budget:
+                not_run.append(f"{name}@{m}")
+                continue
+            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+            out += _peer_rows(name, m, n, k, x, reps)
+
+            op = functools.partial(_h2_op, name, m, x)
+            for bits, preps in ((4, p4), (5, p5)):
+                cands: dict[str, Callable[[Any], object]] = {
+                    f"int{bits} h2 prologue": functools.partial(op, inside=False)
+                }
+                if bits == 4:
+                    cands["int4 as served"] = functools.partial(_h2_call, "served", x, None)
+                for kw in H2_ROT if bits == 4 else H2_ROT[:3]:
+                    cands[f"int{bits} h2 inside {kw}"] = functools.partial(op, inside=True, kw=kw)
+                ref = None
+                for label, fn in cands.items():
+                    y = fn(preps[0]).float()  # type: ignore[attr-defined]
+                    ref = y if ref is None else ref
+                    us = _t([functools.partial(fn, p) for p in preps], reps)
+                    out.append(_row(name, m, n, k, label, us,
+                                    rel=float((y - ref).norm() / ref.norm())))  # fmt: skip
+            xr = fast_host.rotate_slices(x, p4[0].rot_hi, p4[0].rot_lo, G, paired=True)[0]
+            fns = [functools.partial(_h2_call, "h2 alone", x, (None, xr), p) for p in p4]
+            out.append(_row(name, m, n, k, "int4 h2 alone", _t(fns, reps)))
+            torch.cuda.empty_cache()
+    for line in _regs(decode_kernels.gemv_h2_kernel):
+        print(line, flush=True)
+    return out, not_run
+
+
 def main(argv: list[str] | None = None) -> None:
     """Stage 1, stage 2; JSON written after each."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -435,6 +528,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.h2:
         if args.h2 == "int5":
             rows, nr = h2_int5(args.shapes.split(","), ms, args.reps, t0, args.budget_s)
+        elif args.h2 == "rot":
+            rows, nr = h2_rot(args.shapes.split(","), ms, args.reps, t0, args.budget_s)
         else:
             grid = {"run1": H2_GRID, "run2": H2_RUN2, "run3": H2_RUN3}[args.h2]
             if args.jobs > 1:

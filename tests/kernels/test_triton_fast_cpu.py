@@ -31,13 +31,15 @@ for k, sizes, g, m, path, rot in [(256, [96], 128, 1, "gemv", False),
                                   (384, [64, 32, 32], 128, 9, "gemv3", False),
                                   (384, [64, 32, 32], 128, 5, "dequant", False),
                                   (640, [512, 256, 128], 128, 1, "gemv-h2", False),
-                                  (384, [80, 48], 128, 2, "gemv-h2", False)]:
+                                  (384, [80, 48], 128, 2, "gemv-h2", False),
+                                  (640, [512, 256, 128], 128, 1, "gemv-h2-rot", False),
+                                  (384, [80, 48], 128, 2, "gemv-h2-rot", False)]:
     parts = merged_layer(k, sizes, g, seed=k + m, bias=m % 2 == 1)
     prep = host.prepare(*packed(parts), runs(parts), g, dtype=torch.float16, device="cpu")
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.float16)
     bb = bias(parts)
     for _ in range(2):  # the second call finds the split-K workspace and tickets zeroed
-        if path.startswith("gemv") and path not in ("gemv3", "gemv-h2"):
+        if path.startswith("gemv") and path not in ("gemv3", "gemv-h2", "gemv-h2-rot"):
             if rot:
                 cfg = fast_host.gemv_config(m, sum(sizes), k, g, prep.bounds, 4, 32, 4, 2)
             else:  # the second-pass GEMV (FMA path, or the matrix-unit path's plain-op unpack)
@@ -52,6 +54,8 @@ for k, sizes, g, m, path, rot in [(256, [96], 128, 1, "gemv", False),
                                   prep.zeros, prep.bounds, g, bb, path=path)
         assert y.shape == (m, sum(sizes)) and y.dtype == torch.float16
         out.append(rel(y, reference(x, parts, g)))
+        if path == "gemv-h2-rot":  # the rotation flags were left zeroed for the next call
+            assert not fast_host._WS[("h2_flags", "cpu")].any()
 print(max(out))
 """
 
@@ -94,10 +98,15 @@ for k, sizes, m in [(384, [64, 32, 32], 1), (256, [96, 32], 2), (384, [64, 32, 3
                      1)
     for _ in range(2):  # the second call finds the split-K workspace and tickets zeroed
         ys = [host.linear_a8(prep, x, b, "int8", "group", True)]
-        if m <= 2:  # the HFMA2 GEMV's int5 variant (fifth bits, xr / 128), forced
+        if m <= 2:  # the HFMA2 GEMV's int5 variant (fifth bits, xr / 128), forced; with its
+            # prologue, and with the rotation inside (claims of 128 and of 32 channels)
             ys.append(decode_host.gemv_h2_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight,
                                                  prep.scales, prep.zeros, prep.bounds, 128, b,
-                                                 qweight_hi=prep.qweight_hi))
+                                                 qweight_hi=prep.qweight_hi, inside=False))
+            for rsl in (128, 32):
+                ys.append(decode_host.gemv_h2_rot(x, prep.rot_hi, prep.rot_lo, prep.qweight,
+                                                  prep.scales, prep.zeros, prep.bounds, 128, b,
+                                                  qweight_hi=prep.qweight_hi, rsl=rsl))
         for y in ys:
             assert y.shape == (m, sum(sizes)) and y.dtype == torch.float16
             out.append(rel(y, want))
@@ -109,7 +118,8 @@ def test_interpreter_int5_decode_matches_fp64_reference() -> None:
     # int5 (W5A8) decode rows on the matrix-unit GEMV's plain-op twin of the int5 unpack (the
     # fifth bits of each word row from byte r % 4 of the K-packed plane), 16-bit activations:
     # against the fp64 W5A16 reference at the fp16 output floor, 1-3 partitions, M = 1-16; at
-    # M <= 2 also the HFMA2 GEMV's int5 variant (ninth pass; not served until measured).
+    # M <= 2 also the HFMA2 GEMV's int5 variant (ninth pass), with its prologue and with the
+    # rotation inside (tenth pass).
     out = _interpret(_CHILD_INT5)
     assert float(out.strip().splitlines()[-1]) <= 1e-3
 
@@ -182,6 +192,24 @@ def test_aot_gemv_h2_sm90(m: int) -> None:
         assert ptx.count("fma.rn.f16x2") == 3 * m * words > 0
         assert ptx.count("lop3.b32") == (9 if hi else 4) * words
         assert f"kw={decode_host.H2_CONFIG['kw']}" in rep.config
+
+
+@pytest.mark.parametrize("m", [1, 2])
+def test_aot_gemv_h2_rotation_inside_sm90(m: int) -> None:
+    # The tenth pass's one-launch variant: the same packed-fp16 loop, plus the claim protocol
+    # as intended in the PTX: the words prefetched into L2 before the claims, slices published
+    # with a release after a CTA barrier, waits as acquire loads, the activations read from L2
+    # (written in this launch by other programs); no spills, no matrix instruction.
+    import re
+
+    for hi in (False, True):
+        rep, c = aot.compile_gemv_h2("sm90", m, 7168, 5120, 128, (6144, 6656), hi, rsl=32)
+        ptx = c.asm["ptx"]  # type: ignore[attr-defined]
+        assert rep.mma and rep.spills == 0, rep
+        assert ptx.count("fma.rn.f16x2") == 3 * m * (ptx.count("sub.f16x2") // 4) > 0
+        assert "prefetch.global.L2" in ptx and "red.global.gpu.release.add.u32" in ptx
+        assert re.search(r"bar\.sync[^\n]*\n(?:[^\n]*\n){0,6}[^\n]*red\.global\.gpu\.release", ptx)
+        assert "ld.global.gpu.acquire.b32" in ptx and "ld.global.cg.b32" in ptx
 
 
 def test_aot_ticket_gemm_gfx1201() -> None:

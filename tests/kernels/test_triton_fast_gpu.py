@@ -29,7 +29,8 @@ pytestmark = pytest.mark.gpu
 
 CASES = W4A16_CASES  # tile-boundary and odd N, K not a multiple of the split, 1-3 parts
 PATH_MS = {"gemv": [1, 2, 3, 4, 16], "mma": [1, 5, 16, 17], "dequant": [1, 17, 256, 300],
-           "gemv-prologue": [1, 2, 4], "gemv3": [1, 9, 16], "gemv-h2": [1, 2]}  # fmt: skip
+           "gemv-prologue": [1, 2, 4], "gemv3": [1, 9, 16], "gemv-h2": [1, 2],
+           "gemv-h2-rot": [1, 2]}  # fmt: skip
 SCRATCH = ("dequant_w", "gemv_xs", "w8_fp8", "w8_int8")  # written each call, not left zeroed
 
 

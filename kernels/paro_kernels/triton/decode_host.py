@@ -199,35 +199,78 @@ def gemv_h2(
     maxnreg: int = 0,
     pdl: bool = False,
     qweight_hi: torch.Tensor | None = None,
+    rot: tuple[torch.Tensor, torch.Tensor, torch.Tensor, int] | None = None,
 ) -> torch.Tensor:
     """The HFMA2 GEMV on the paired prologue output xr [P, M <= 2, K] fp16
     (`fast_host.rotate_slices(paired=True)`, / 2^h2_shift) -> y [M, N] out_dtype; `maxnreg`
     caps its registers a thread (the bench's occupancy variants); with `qweight_hi` ([K/32, N]
-    int32 fifth-bit planes) int5 weights, `zeros` their 5-bit zeros."""
+    int32 fifth-bit planes) int5 weights, `zeros` their 5-bit zeros. With `rot` = (x [M, K],
+    rot_hi, rot_lo, rsl) the kernel rotates x itself into xr, an uninitialized [P, M, K] fp16
+    scratch (`gemv_h2_rot`)."""
     import os
 
     from .decode_kernels import gemv_h2_kernel
 
-    _, m, k = xr.shape
+    p, m, k = xr.shape
     n = qweight.shape[1]
+    g = group_size
     require(m <= fast_host.H2_MAX_M, "x rows", f"<= {fast_host.H2_MAX_M} for the HFMA2 GEMV", m)
     require(xr.dtype == torch.float16 and k % 2 == 0, "xr", "fp16 pairs", (xr.dtype, k))
-    cfg = config or h2_config(m, n, k, group_size, bounds, host.sm_count(xr.device))
-    require(group_size % (8 * cfg.kw) == 0, "kw", f"dividing group_size / 8 = {group_size // 8}",
-            cfg.kw)  # fmt: skip
+    cfg = config or h2_config(m, n, k, g, bounds, host.sm_count(xr.device))
+    require(g % (8 * cfg.kw) == 0, "kw", f"dividing group_size / 8 = {g // 8}", cfg.kw)
     out, ws, cnt, tiles = fast_host._gemv_buffers(m, n, cfg, out_dtype, xr.device)
     b = (*bounds, n, n)[:2]
     asm = not host._is_hip() and os.environ.get("TRITON_INTERPRET", "0") != "1"
+    extra: dict[str, object] = {}
+    if rot is not None:
+        x, rot_hi, rot_lo, rsl = rot
+        require(g % rsl == 0 and rsl % 32 == 0, "rotation slice",
+                f"a multiple of 32 dividing group_size = {g}", rsl)  # fmt: skip
+        require(all(e % cfg.block_n == 0 for e in bounds), "bounds",
+                f"multiples of the column tile {cfg.block_n}", bounds)  # fmt: skip
+        require(x.stride(1) == 1, "x", "unit stride along K", x.stride())
+        fl = fast_host._scratch("h2_flags", p * (k // g) * 4, torch.int32, x.device)
+        extra = dict(ROT=True, x_ptr=x, rh_ptr=rot_hi, rl_ptr=rot_lo, fl_ptr=fl, xw_ptr=xr,
+                     stride_xm=x.stride(0), RSL=rsl)  # fmt: skip
     gemv_h2_kernel[(tiles, cfg.split_k)](
         xr.view(torch.int32), qweight, scales, zeros, bias if bias is not None else scales,
         ws, cnt, out, m, n, k, b[0], b[1],
-        HAS_BIAS=bias is not None, G=group_size, BLOCK_M=1 if m == 1 else 2,
+        HAS_BIAS=bias is not None, G=g, BLOCK_M=1 if m == 1 else 2,
         BLOCK_N=cfg.block_n, KW=cfg.kw, SPLIT_K=cfg.split_k, ASM=asm, PDL=pdl,
         HI=qweight_hi is not None, qh_ptr=qweight_hi,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **({"maxnreg": maxnreg} if maxnreg else {}), **({"launch_pdl": True} if pdl else {}),
+        **extra,
     )  # fmt: skip
     return out
+
+
+# Tenth pass: the rotation inside the HFMA2 GEMV (`decode_kernels` tenth-pass note), no
+# prologue launch. H2_RSL: output channels a claim (G / H2_RSL programs rotate a group).
+H2_RSL = 128
+
+
+def gemv_h2_rot(
+    x: torch.Tensor,
+    rot_hi: torch.Tensor,
+    rot_lo: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor,
+    bounds: tuple[int, ...],
+    group_size: int,
+    bias: torch.Tensor | None = None,
+    config: fast_host.GemvConfig | None = None,
+    qweight_hi: torch.Tensor | None = None,
+    rsl: int = 0,
+) -> torch.Tensor:
+    """The decode linear in one launch: x [M <= 2, K] -> y [M, N] in x.dtype, the HFMA2 GEMV
+    rotating each group once into its scratch (`rsl` channels a claim; 0: H2_RSL)."""
+    m, k = x.shape
+    xr = torch.empty(rot_hi.shape[0], m, k, dtype=torch.float16, device=x.device)
+    rsl = min(rsl or H2_RSL, group_size)
+    return gemv_h2(xr, qweight, scales, zeros, bounds, group_size, x.dtype, bias, config,
+                   qweight_hi=qweight_hi, rot=(x, rot_hi, rot_lo, rsl))  # fmt: skip
 
 
 def gemv_h2_linear(
@@ -247,12 +290,19 @@ def gemv_h2_linear(
     pdl: bool = False,
     one: bool = False,
     qweight_hi: torch.Tensor | None = None,
+    inside: bool | None = None,
 ) -> torch.Tensor:
     """The decode linear on the HFMA2 GEMV: the sliced paired prologue (`slice_` channels a
     program, `prologue_warps`; 0: the shipped ones) + `gemv_h2`, y [M, N] in
     x.dtype; `pdl` / `one` / `maxnreg`: the bench's variants (`fast_host.rotate_slices`);
-    `qweight_hi`: int5 weights."""
+    `qweight_hi`: int5 weights; `inside` (default `fast_host.H2_ROT`, without the bench's
+    variants): one launch, the rotation inside (`gemv_h2_rot`)."""
     from .decode_kernels import H2_SHIFT, H2_SHIFT5
+
+    plain = not (slice_ or prologue_warps or maxnreg or pdl or one)
+    if (fast_host.H2_ROT if inside is None else inside) and plain:
+        return gemv_h2_rot(x, rot_hi, rot_lo, qweight, scales, zeros, bounds, group_size, bias,
+                           config, qweight_hi)  # fmt: skip
 
     pdl = pdl and fast_host.pdl_ok(host._is_hip())
     shift = H2_SHIFT5 if qweight_hi is not None else H2_SHIFT

@@ -353,13 +353,93 @@ def _h2_ops(q, zi, a0, a1, a2, a3, hb, HI: tl.constexpr):
 
 
 @triton.jit
-def _h2_pairs(a_row, wr, ok):
-    """The 4 activation pair words of word rows wr (int32 [KW] -> [KW, 1] each; 0 where not ok)."""
-    a0 = tl.load(a_row + wr * 4 + 0, mask=ok, other=0)[:, None]
-    a1 = tl.load(a_row + wr * 4 + 1, mask=ok, other=0)[:, None]
-    a2 = tl.load(a_row + wr * 4 + 2, mask=ok, other=0)[:, None]
-    a3 = tl.load(a_row + wr * 4 + 3, mask=ok, other=0)[:, None]
+def _h2_pairs(a_row, wr, ok, CG: tl.constexpr = False):
+    """The 4 activation pair words of word rows wr (int32 [KW] -> [KW, 1] each; 0 where not ok);
+    CG: from L2 (written in this launch by another program: ROT)."""
+    cm: tl.constexpr = ".cg" if CG else ""
+    a0 = tl.load(a_row + wr * 4 + 0, mask=ok, other=0, cache_modifier=cm)[:, None]
+    a1 = tl.load(a_row + wr * 4 + 1, mask=ok, other=0, cache_modifier=cm)[:, None]
+    a2 = tl.load(a_row + wr * 4 + 2, mask=ok, other=0, cache_modifier=cm)[:, None]
+    a3 = tl.load(a_row + wr * 4 + 3, mask=ok, other=0, cache_modifier=cm)[:, None]
     return a0, a1, a2, a3
+
+
+# Tenth pass (issue 14): the rotation inside the HFMA2 GEMV, once per group and call. The ninth
+# pass left 4.3-6.5 us of every M = 1 op in the prologue launch (op minus GEMV alone), and the
+# fourth pass's Givens-inside GEMV rotated every group once per column tile (~25% of the GEMV's
+# time, so it paid only on o_proj). Here each program first claims the unclaimed slices of its
+# groups (`_h2_claim`: RSL output channels a claim) and rotates them from the dense hi + lo
+# blocks into the launch's xr scratch, its own words streaming into L2 meanwhile; then it runs
+# the GEMV, waiting before each group's activations until all G / RSL slices are published
+# (`_h2_wait`), with that group's words in flight. A group is rotated once per call, by up to
+# G / RSL programs in parallel. Flags per (p, g), 4 int32 words: [0] slice claims, [1] slices
+# published, [2] programs done; zero on entry and on exit (the last of the partition's column
+# tiles to finish resets them, as the split-K tickets are).
+# Why it cannot deadlock: a program waits only for slices already claimed, and a claimer rotates
+# and publishes without waiting on anything; a program that finds a slice unclaimed claims it
+# itself. So every awaited slice is held by a resident program that will publish it, whatever
+# the number of waves (and in the interpreter, which runs programs one after another, the first
+# program of a group rotates all of it).
+
+
+@triton.jit
+def _h2_rotate_slice(x_ptr, rh_ptr, rl_ptr, xw_ptr, part, g, s, M, K, ngroups, stride_xm, row0,
+                     G: tl.constexpr, BLOCK_M: tl.constexpr, RSL: tl.constexpr,
+                     PSCALE: tl.constexpr):  # fmt: skip
+    """Output channels [s RSL, (s + 1) RSL) of group g of partition `part`: xr = x_g @ (hi + lo)
+    in fp32 (32 channels a step: a [G, 32] fp32 tile, 32 registers a thread at 4 warps),
+    written as the paired prologue writes it (fp16, times PSCALE, channels 8r + j and 8r + j + 4
+    side by side) to rows row0 .. row0 + M - 1 of xw [P M, K] fp16."""
+    offs_i = tl.arange(0, G)
+    for t in tl.static_range(RSL // 32):
+        offs_j = s * RSL + t * 32 + tl.arange(0, 32)
+        off = ((part * ngroups + g) * G + offs_i[:, None]) * G + offs_j[None, :]
+        w = tl.load(rh_ptr + off).to(tl.float32) + tl.load(rl_ptr + off).to(tl.float32)
+        jj = offs_j % 8
+        pos = g * G + offs_j - jj + tl.where(jj < 4, 2 * jj, 2 * jj - 7)
+        for r in tl.static_range(BLOCK_M):
+            xv = tl.load(x_ptr + r * stride_xm + g * G + offs_i, mask=(offs_i * 0 + r) < M,
+                         other=0.0).to(tl.float32)  # fmt: skip
+            v = tl.clamp(tl.sum(xv[:, None] * w, axis=0), -65504.0, 65504.0) * PSCALE
+            tl.store(xw_ptr + (row0 + r) * K + pos, v.to(tl.float16),
+                     mask=(offs_j * 0 + r) < M)  # fmt: skip
+
+
+@triton.jit
+def _h2_claim(fl, x_ptr, rh_ptr, rl_ptr, xw_ptr, part, g, M, K, ngroups, stride_xm, row0,
+              G: tl.constexpr, BLOCK_M: tl.constexpr, RSL: tl.constexpr,
+              PSCALE: tl.constexpr):  # fmt: skip
+    """Claims and rotates slices of group g of partition `part` while any is unclaimed, each
+    published once its stores are in; never waits (section note above)."""
+    ns: tl.constexpr = G // RSL
+    s = tl.atomic_add(fl, 1, sem="relaxed")
+    while s < ns:
+        _h2_rotate_slice(x_ptr, rh_ptr, rl_ptr, xw_ptr, part, g, s, M, K, ngroups, stride_xm,
+                         row0, G, BLOCK_M, RSL, PSCALE)  # fmt: skip
+        tl.debug_barrier()  # every thread's stores are in before the slice is published
+        tl.atomic_add(fl + 1, 1, sem="release")
+        s = tl.atomic_add(fl, 1, sem="relaxed")
+
+
+@triton.jit
+def _h2_wait(fl, NS: tl.constexpr):
+    """Returns once all NS slices of the group are published (acquire: their stores are
+    visible to the loads that follow)."""
+    done = tl.atomic_add(fl + 1, 0, sem="acquire")
+    while done < NS:
+        done = tl.atomic_add(fl + 1, 0, sem="acquire")
+
+
+@triton.jit
+def _h2_release(fl_ptr, part, g0, g1, ngroups, ncons):
+    """This program is done with its groups: the last of the partition's `ncons` column tiles
+    zeroes their flags."""
+    for g in range(g0, g1):
+        fl = fl_ptr + (part * ngroups + g) * 4
+        if tl.atomic_add(fl + 2, 1, sem="relaxed") == ncons - 1:
+            tl.atomic_xchg(fl, 0, sem="relaxed")
+            tl.atomic_xchg(fl + 1, 0, sem="relaxed")
+            tl.atomic_xchg(fl + 2, 0, sem="relaxed")
 
 
 @triton.jit
@@ -387,6 +467,14 @@ def gemv_h2_kernel(
     PDL: tl.constexpr = False,  # launched dependent on the prologue: prefetch, then wait for it
     HI: tl.constexpr = False,  # int5: fifth bits in qh_ptr, zp_ptr the 5-bit zeros, xr / 128
     qh_ptr=None,  # HI: [K/32, N] int32 fifth-bit planes (bit b of word w = row 32 w + b)
+    ROT: tl.constexpr = False,  # rotate in the kernel (tenth-pass note): a_ptr is scratch
+    x_ptr=None,  # ROT: [M, K] activations, rows stride_xm
+    rh_ptr=None,  # ROT: [P, K/G, G, G] hi blocks (as rotate_slice_kernel reads them)
+    rl_ptr=None,  # ROT: lo blocks
+    fl_ptr=None,  # ROT: [P, K/G, 4] int32 flags, zero on entry and on exit
+    xw_ptr=None,  # ROT: a_ptr's buffer as fp16 [P, M, K]
+    stride_xm=0,
+    RSL: tl.constexpr = 128,  # ROT: output channels a claim
 ):
     """out[:M, n-block] = sum over this split's groups of a_p @ dequant(Q); section note above."""
     pid_n = tl.program_id(0)
@@ -412,9 +500,26 @@ def gemv_h2_kernel(
     if PDL:
         prefetch_l2(qw_ptr, n0, N, g0, g1, G, BLOCK_N)
         gdc_wait()  # the prologue's xr is complete and visible past here
+    if ROT:  # this partition's column tiles: the consumers of each of its groups
+        p_lo = tl.where(part == 0, 0, tl.where(part == 1, b1, b2))
+        p_hi = tl.where(part == 0, b1, tl.where(part == 1, b2, N))
+        ncons = tl.cdiv(p_hi - p_lo, BLOCK_N)
+        if ASM:  # this program's words stream into L2 while it rotates (no registers held)
+            prefetch_l2(qw_ptr, n0, N, g0, g1, G, BLOCK_N)
+        # claims first, with nothing of the GEMV live (the rotation's registers are not added
+        # to the loop's); tiles start at different groups, so a split's groups are claimed at
+        # once by different programs
+        for gi in range(g0, g1):
+            g = g0 + (gi - g0 + pid_n) % (g1 - g0)
+            _h2_claim(fl_ptr + (part * ngroups + g) * 4, x_ptr, rh_ptr, rl_ptr, xw_ptr, part, g,
+                      M, K, ngroups, stride_xm, part * M, G, BLOCK_M, RSL,
+                      (1.0 / H2_SCALE5) if HI else (1.0 / H2_SCALE))  # fmt: skip
     acc0 = tl.zeros((1, BLOCK_N), dtype=tl.float32)
     acc1 = tl.zeros((1, BLOCK_N), dtype=tl.float32)
-    for g in range(g0, g1):
+    for gi in range(g0, g1):
+        g = gi
+        if ROT:  # in the order claimed
+            g = g0 + (gi - g0 + pid_n) % (g1 - g0)
         zi = tl.load(zp_ptr + g * N + offs_n[None, :], mask=nm2, other=0).to(tl.int32)
         z1 = tl.broadcast_to((zi | 0x6400) * 65537, (KW, BLOCK_N))
         z64 = tl.broadcast_to(((zi << 4) | 0x5400) * 65537, (KW, BLOCK_N))
@@ -427,7 +532,9 @@ def gemv_h2_kernel(
             if HI:
                 hp = h_base + ((wr // 4) * N * 4 + wr % 4)[:, None]
                 hb = tl.load(hp, mask=nm2, other=0).to(tl.int32)
-            a0, a1, a2, a3 = _h2_pairs(a_row0, wr, offs_r >= 0)
+            if ROT and ci == 0:  # the group's first words are in flight meanwhile
+                _h2_wait(fl_ptr + (part * ngroups + g) * 4, G // RSL)
+            a0, a1, a2, a3 = _h2_pairs(a_row0, wr, offs_r >= 0, ROT)
             if BLOCK_M == 1:
                 if ASM and HI:
                     e0 = tl.inline_asm_elementwise(
@@ -443,7 +550,7 @@ def gemv_h2_kernel(
                     e0 = _h2_ops(q, zi, a0, a1, a2, a3, hb, HI)
                 d0 += tl.sum(e0, axis=0, keep_dims=True)
             else:
-                c0, c1, c2, c3 = _h2_pairs(a_row1, wr, row1)
+                c0, c1, c2, c3 = _h2_pairs(a_row1, wr, row1, ROT)
                 if ASM and HI:
                     e0, e1 = tl.inline_asm_elementwise(
                         _H2_ASM2_HI, "=f,=f,r,r,r,r,r,r,r,r,r,r,r,r",
@@ -469,3 +576,5 @@ def gemv_h2_kernel(
     acc = tl.where(offs_m[:, None] == 0, acc0, acc1)
     _gemv_epilogue(acc, ws_ptr, out_ptr, cnt_ptr, bias_ptr, pid_n, offs_m, m_mask, offs_n,
                    n_mask, N, HAS_BIAS, SPLIT_K, BLOCK_M, BLOCK_N)  # fmt: skip
+    if ROT:
+        _h2_release(fl_ptr, part, g0, g1, ngroups, ncons)

@@ -361,6 +361,8 @@ GEMV2_ROT_MAX_M = 1
 # M = 2 1.03-1.12x. gfx1201 keeps the FMA GEMV (no packed-fp16 PTX).
 GEMV_H2 = True
 H2_MAX_M = 2  # its 1- and 2-row PTX
+# Tenth pass: the rotation inside the HFMA2 GEMV, one launch (`decode_host.gemv_h2_rot`).
+H2_ROT = False
 
 
 def h2_ok(hip: bool, m: int, g: int) -> bool:
@@ -626,11 +628,12 @@ A8_GEMV3 = True
 INT5_GEMV3 = True
 # Ninth pass: int5 at M <= 2 on the HFMA2 GEMV (`decode_kernels.gemv_h2_kernel(HI=True)`: the
 # fifth bits OR-ed into the fp16 pairs, xr / 128; 28 instructions a word against int4's 17).
-# Checked on the CPU (the interpreter against fp64, its sm_90 PTX), with a GPU test beside the
-# int5 gemv3 ones, but NOT measured on a GPU: the session's device time ran out. Off until
-# `bench_decode --h2 int5` (kernels/device30.sh) measures it against the matrix-unit GEMV that
-# serves int5 decode (BENCH.md eighth pass: 1.7-2.2x the int4 op's time at M = 1).
-INT5_H2 = False
+# Tenth pass, run 1 (H200 2026-12-04, kernels/device30.sh, same run, as served on the
+# matrix-unit GEMV against the HFMA2 GEMV, M = 1 / 2, us): qkv 33.3 / 33.7 against 27.9 / 30.0,
+# o_proj 14.5 / 19.6 against 12.3 / 13.2, gate_up 61.2 / 63.7 against 44.8 / 49.6, down
+# 34.8 / 35.4 against 29.9 / 31.2, in_proj 31.3 / 32.7 against 29.1 / 31.6 (1.03-1.48x; error
+# 1.0-1.2e-3 relative, the bf16 output rounding).
+INT5_H2 = True
 
 
 def a8_route(m: int, group_size: int, int5: bool, hip: bool,

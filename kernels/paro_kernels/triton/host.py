@@ -539,8 +539,9 @@ def w4a16_linear(
 ) -> torch.Tensor:
     """y = ((x * cs_p) R_p^T) dequant(Q)^T (+ bias) per column run p; contract in module doc.
 
-    `path` ("gemv" | "gemv-h2" | "gemv3" | "mma" | "dequant") overrides the M-band dispatch of
-    `fast_host.band`.
+    `path` ("gemv" | "gemv-h2" | "gemv-h2-rot" | "gemv3" | "mma" | "dequant") overrides the
+    M-band dispatch of `fast_host.band` ("gemv-h2-rot": the HFMA2 GEMV with the rotation
+    inside, "gemv-h2" with its prologue).
     """
     from . import fast_host
 
@@ -556,11 +557,12 @@ def w4a16_linear(
     if route == "gemv":
         args = (rot_hi, rot_lo, qweight, scales, zeros, gv_idx, gv_coef)
         return fast_host.gemv_w4a16(args, x, bounds, group_size, bias)
-    if route == "gemv-h2":
+    if route in ("gemv-h2", "gemv-h2-rot"):
         from . import decode_host
 
+        inside = None if path is None else path == "gemv-h2-rot"  # a forced path: that one
         return decode_host.gemv_h2_linear(x, rot_hi, rot_lo, qweight, scales, zeros, bounds,
-                                          group_size, bias)  # fmt: skip
+                                          group_size, bias, inside=inside)  # fmt: skip
     if route == "gemv3":
         from . import decode_host
 
