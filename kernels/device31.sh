@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 14 tenth pass (H200), run 2: the rotation inside the HFMA2 GEMV (one launch): its GPU
+# Issue 14 tenth pass (H200), runs 2-3: the rotation inside the HFMA2 GEMV (one launch): its GPU
 # tests (every W4A16 case forced to "gemv-h2-rot", int5, CUDA-graph replays at claims of 128
 # and 32 channels), then `bench_decode --h2 rot` on every 27B shape at M = 1, 2 (peers, the
 # prologue op and the op as served in the same run) and the kernels' registers / spills.

@@ -415,10 +415,10 @@ def h2_int5(shapes: list[str], ms: list[int], reps: int, t0: float,
 
 
 # Tenth pass (`--h2 rot`): the rotation inside the HFMA2 GEMV (`decode_host.gemv_h2_rot`) at
-# each claim width (channels) and around the shipped config (`decode_host.H2_CONFIG`).
+# each rotator width (channels) and around the shipped config (`decode_host.H2_CONFIG`).
 H2_ROT: list[dict[str, int]] = [
-    dict(rsl=128), dict(rsl=64), dict(rsl=32), dict(rsl=32, programs_per_sm=4),
-    dict(rsl=32, programs_per_sm=16), dict(rsl=32, programs_per_sm=16, block_n=256),
+    dict(rsl=128), dict(rsl=64), dict(rsl=32), dict(rsl=64, programs_per_sm=4),
+    dict(rsl=64, programs_per_sm=16),
 ]  # fmt: skip
 
 
@@ -427,7 +427,7 @@ def _regs(fn: Any) -> list[str]:
     out = []
     for cache in getattr(fn, "device_caches", {}).values():
         for key, kern in cache[0].items():
-            out.append(f"{fn.__name__} {str(key)[-160:]}: {kern.n_regs} regs, "
+            out.append(f"{fn.__name__} ...{str(key)[-300:-200]}: {kern.n_regs} regs, "
                        f"{kern.n_spills} spills")  # fmt: skip
     return out
 

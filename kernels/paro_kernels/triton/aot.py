@@ -293,12 +293,13 @@ def compile_gemv_h2(target: str, m: int, n: int, k: int, g: int, bounds: tuple[i
     else:
         const["qh_ptr"] = None
     rot = {"x_ptr": "*bf16", "rh_ptr": "*bf16", "rl_ptr": "*bf16", "fl_ptr": "*i32",
-           "xw_ptr": "*fp16", "stride_xm": "i32"}  # fmt: skip
+           "xw_ptr": "*fp16", "stride_xm": "i32", "NROT": "i32"}  # fmt: skip
     if rsl:
         sig.update(rot)
         const.update(ROT=True, RSL=rsl)
     else:
-        const.update({a: 0 if a == "stride_xm" else None for a in rot}, ROT=False, RSL=128)
+        const.update({a: 0 if a in ("stride_xm", "NROT") else None for a in rot}, ROT=False,
+                     RSL=128)  # fmt: skip
     c = _compile(decode_kernels.gemv_h2_kernel, sig, const, target, cfg.num_warps,
                  cfg.num_stages)  # fmt: skip
     rep = _report("gemv_h2", target, str(cfg), c, r"(v_wmma|wgmma|mma\.sync)")

@@ -222,6 +222,7 @@ def gemv_h2(
     b = (*bounds, n, n)[:2]
     asm = not host._is_hip() and os.environ.get("TRITON_INTERPRET", "0") != "1"
     extra: dict[str, object] = {}
+    nrot = 0
     if rot is not None:
         x, rot_hi, rot_lo, rsl = rot
         require(g % rsl == 0 and rsl % 32 == 0, "rotation slice",
@@ -229,10 +230,12 @@ def gemv_h2(
         require(all(e % cfg.block_n == 0 for e in bounds), "bounds",
                 f"multiples of the column tile {cfg.block_n}", bounds)  # fmt: skip
         require(x.stride(1) == 1, "x", "unit stride along K", x.stride())
-        fl = fast_host._scratch("h2_flags", p * (k // g) * 4, torch.int32, x.device)
+        fl = fast_host._scratch("h2_flags", p * (k // g) * 2, torch.int32, x.device)
+        nrot = p * (k // rsl)
         extra = dict(ROT=True, x_ptr=x, rh_ptr=rot_hi, rl_ptr=rot_lo, fl_ptr=fl, xw_ptr=xr,
-                     stride_xm=x.stride(0), RSL=rsl)  # fmt: skip
-    gemv_h2_kernel[(tiles, cfg.split_k)](
+                     stride_xm=x.stride(0), RSL=rsl, NROT=nrot)  # fmt: skip
+    grid = (nrot + tiles * cfg.split_k,) if rot is not None else (tiles, cfg.split_k)
+    gemv_h2_kernel[grid](
         xr.view(torch.int32), qweight, scales, zeros, bias if bias is not None else scales,
         ws, cnt, out, m, n, k, b[0], b[1],
         HAS_BIAS=bias is not None, G=g, BLOCK_M=1 if m == 1 else 2,
@@ -246,7 +249,7 @@ def gemv_h2(
 
 
 # Tenth pass: the rotation inside the HFMA2 GEMV (`decode_kernels` tenth-pass note), no
-# prologue launch. H2_RSL: output channels a claim (G / H2_RSL programs rotate a group).
+# prologue launch. H2_RSL: output channels a rotator program (G / H2_RSL rotate a group).
 H2_RSL = 128
 
 
@@ -265,7 +268,7 @@ def gemv_h2_rot(
     rsl: int = 0,
 ) -> torch.Tensor:
     """The decode linear in one launch: x [M <= 2, K] -> y [M, N] in x.dtype, the HFMA2 GEMV
-    rotating each group once into its scratch (`rsl` channels a claim; 0: H2_RSL)."""
+    rotating each group once into its scratch (`rsl` channels a rotator program; 0: H2_RSL)."""
     m, k = x.shape
     xr = torch.empty(rot_hi.shape[0], m, k, dtype=torch.float16, device=x.device)
     rsl = min(rsl or H2_RSL, group_size)

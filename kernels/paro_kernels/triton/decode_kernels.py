@@ -364,22 +364,24 @@ def _h2_pairs(a_row, wr, ok, CG: tl.constexpr = False):
     return a0, a1, a2, a3
 
 
-# Tenth pass (issue 14): the rotation inside the HFMA2 GEMV, once per group and call. The ninth
-# pass left 4.3-6.5 us of every M = 1 op in the prologue launch (op minus GEMV alone), and the
-# fourth pass's Givens-inside GEMV rotated every group once per column tile (~25% of the GEMV's
-# time, so it paid only on o_proj). Here each program first claims the unclaimed slices of its
-# groups (`_h2_claim`: RSL output channels a claim) and rotates them from the dense hi + lo
-# blocks into the launch's xr scratch, its own words streaming into L2 meanwhile; then it runs
-# the GEMV, waiting before each group's activations until all G / RSL slices are published
-# (`_h2_wait`), with that group's words in flight. A group is rotated once per call, by up to
-# G / RSL programs in parallel. Flags per (p, g), 4 int32 words: [0] slice claims, [1] slices
-# published, [2] programs done; zero on entry and on exit (the last of the partition's column
-# tiles to finish resets them, as the split-K tickets are).
-# Why it cannot deadlock: a program waits only for slices already claimed, and a claimer rotates
-# and publishes without waiting on anything; a program that finds a slice unclaimed claims it
-# itself. So every awaited slice is held by a resident program that will publish it, whatever
-# the number of waves (and in the interpreter, which runs programs one after another, the first
-# program of a group rotates all of it).
+# Tenth pass (issue 14): the rotation inside the HFMA2 GEMV, one launch. The ninth pass left
+# 4.3-6.5 us of every M = 1 op in the prologue launch (op minus GEMV alone), and the fourth
+# pass's Givens-inside GEMV rotated every group once per column tile (~25% of the GEMV's time,
+# so it paid only on o_proj). Here the launch's first NROT = P K / RSL programs are rotators
+# (`_h2_rotator`: RSL output channels of one group from the dense hi + lo blocks into the
+# launch's xr scratch, then published); the GEMV programs after them wait before each group's
+# activations until its G / RSL slices are published (`_h2_wait`), with that group's words
+# already in flight. A group is rotated once per call. Flags per (p, g), 2 int32 words:
+# [0] slices published, [1] programs done; zero on entry and on exit (the last of the
+# partition's column tiles to finish resets them, as the split-K tickets are).
+# Forward progress: a rotator waits on nothing, and the rotators have the grid's lowest program
+# ids (a 1-D grid), which the hardware dispatches no later than the waiting GEMV programs (the
+# assumption serial split-K semaphores make, e.g. CUTLASS's); the interpreter runs programs in
+# id order, rotators first.
+# First cut, measured (H200 2026-12-04, tenth pass run 2): each program claimed the unclaimed
+# slices of its groups before its GEMV (no dispatch-order assumption), 1.4-2.2x slower than the
+# prologue op on every 27B shape (the claim atomics and the claimers' rotation on every
+# program's critical path).
 
 
 @triton.jit
@@ -406,28 +408,27 @@ def _h2_rotate_slice(x_ptr, rh_ptr, rl_ptr, xw_ptr, part, g, s, M, K, ngroups, s
 
 
 @triton.jit
-def _h2_claim(fl, x_ptr, rh_ptr, rl_ptr, xw_ptr, part, g, M, K, ngroups, stride_xm, row0,
-              G: tl.constexpr, BLOCK_M: tl.constexpr, RSL: tl.constexpr,
-              PSCALE: tl.constexpr):  # fmt: skip
-    """Claims and rotates slices of group g of partition `part` while any is unclaimed, each
-    published once its stores are in; never waits (section note above)."""
+def _h2_rotator(r, fl_ptr, x_ptr, rh_ptr, rl_ptr, xw_ptr, M, K, ngroups, stride_xm,
+                G: tl.constexpr, BLOCK_M: tl.constexpr, RSL: tl.constexpr,
+                PSCALE: tl.constexpr):  # fmt: skip
+    """Rotator program r: slice r % (G / RSL) of group (r // (G / RSL)) % ngroups of partition
+    r // (G / RSL) // ngroups, published once its stores are in (section note above)."""
     ns: tl.constexpr = G // RSL
-    s = tl.atomic_add(fl, 1, sem="relaxed")
-    while s < ns:
-        _h2_rotate_slice(x_ptr, rh_ptr, rl_ptr, xw_ptr, part, g, s, M, K, ngroups, stride_xm,
-                         row0, G, BLOCK_M, RSL, PSCALE)  # fmt: skip
-        tl.debug_barrier()  # every thread's stores are in before the slice is published
-        tl.atomic_add(fl + 1, 1, sem="release")
-        s = tl.atomic_add(fl, 1, sem="relaxed")
+    pg = r // ns
+    part = pg // ngroups
+    _h2_rotate_slice(x_ptr, rh_ptr, rl_ptr, xw_ptr, part, pg % ngroups, r % ns, M, K, ngroups,
+                     stride_xm, part * M, G, BLOCK_M, RSL, PSCALE)  # fmt: skip
+    tl.debug_barrier()  # every thread's stores are in before the slice is published
+    tl.atomic_add(fl_ptr + pg * 2, 1, sem="release")
 
 
 @triton.jit
 def _h2_wait(fl, NS: tl.constexpr):
     """Returns once all NS slices of the group are published (acquire: their stores are
     visible to the loads that follow)."""
-    done = tl.atomic_add(fl + 1, 0, sem="acquire")
+    done = tl.atomic_add(fl, 0, sem="acquire")
     while done < NS:
-        done = tl.atomic_add(fl + 1, 0, sem="acquire")
+        done = tl.atomic_add(fl, 0, sem="acquire")
 
 
 @triton.jit
@@ -435,11 +436,10 @@ def _h2_release(fl_ptr, part, g0, g1, ngroups, ncons):
     """This program is done with its groups: the last of the partition's `ncons` column tiles
     zeroes their flags."""
     for g in range(g0, g1):
-        fl = fl_ptr + (part * ngroups + g) * 4
-        if tl.atomic_add(fl + 2, 1, sem="relaxed") == ncons - 1:
+        fl = fl_ptr + (part * ngroups + g) * 2
+        if tl.atomic_add(fl + 1, 1, sem="relaxed") == ncons - 1:
             tl.atomic_xchg(fl, 0, sem="relaxed")
             tl.atomic_xchg(fl + 1, 0, sem="relaxed")
-            tl.atomic_xchg(fl + 2, 0, sem="relaxed")
 
 
 @triton.jit
@@ -471,14 +471,23 @@ def gemv_h2_kernel(
     x_ptr=None,  # ROT: [M, K] activations, rows stride_xm
     rh_ptr=None,  # ROT: [P, K/G, G, G] hi blocks (as rotate_slice_kernel reads them)
     rl_ptr=None,  # ROT: lo blocks
-    fl_ptr=None,  # ROT: [P, K/G, 4] int32 flags, zero on entry and on exit
+    fl_ptr=None,  # ROT: [P, K/G, 2] int32 flags, zero on entry and on exit
     xw_ptr=None,  # ROT: a_ptr's buffer as fp16 [P, M, K]
     stride_xm=0,
-    RSL: tl.constexpr = 128,  # ROT: output channels a claim
+    RSL: tl.constexpr = 128,  # ROT: output channels a rotator program
+    NROT=0,  # ROT: rotator programs, P K / RSL (the grid's first; a 1-D grid)
 ):
     """out[:M, n-block] = sum over this split's groups of a_p @ dequant(Q); section note above."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
+    if ROT:
+        if pid_n < NROT:
+            _h2_rotator(pid_n, fl_ptr, x_ptr, rh_ptr, rl_ptr, xw_ptr, M, K, K // G, stride_xm, G,
+                        BLOCK_M, RSL, (1.0 / H2_SCALE5) if HI else (1.0 / H2_SCALE))  # fmt: skip
+            return
+        t = pid_n - NROT
+        pid_n = t % tl.cdiv(N, BLOCK_N)
+        pid_k = t // tl.cdiv(N, BLOCK_N)
     n0 = pid_n * BLOCK_N
     part = (n0 >= b1).to(tl.int32) + (n0 >= b2).to(tl.int32)
     offs_n = n0 + tl.arange(0, BLOCK_N)
@@ -504,22 +513,9 @@ def gemv_h2_kernel(
         p_lo = tl.where(part == 0, 0, tl.where(part == 1, b1, b2))
         p_hi = tl.where(part == 0, b1, tl.where(part == 1, b2, N))
         ncons = tl.cdiv(p_hi - p_lo, BLOCK_N)
-        if ASM:  # this program's words stream into L2 while it rotates (no registers held)
-            prefetch_l2(qw_ptr, n0, N, g0, g1, G, BLOCK_N)
-        # claims first, with nothing of the GEMV live (the rotation's registers are not added
-        # to the loop's); tiles start at different groups, so a split's groups are claimed at
-        # once by different programs
-        for gi in range(g0, g1):
-            g = g0 + (gi - g0 + pid_n) % (g1 - g0)
-            _h2_claim(fl_ptr + (part * ngroups + g) * 4, x_ptr, rh_ptr, rl_ptr, xw_ptr, part, g,
-                      M, K, ngroups, stride_xm, part * M, G, BLOCK_M, RSL,
-                      (1.0 / H2_SCALE5) if HI else (1.0 / H2_SCALE))  # fmt: skip
     acc0 = tl.zeros((1, BLOCK_N), dtype=tl.float32)
     acc1 = tl.zeros((1, BLOCK_N), dtype=tl.float32)
-    for gi in range(g0, g1):
-        g = gi
-        if ROT:  # in the order claimed
-            g = g0 + (gi - g0 + pid_n) % (g1 - g0)
+    for g in range(g0, g1):
         zi = tl.load(zp_ptr + g * N + offs_n[None, :], mask=nm2, other=0).to(tl.int32)
         z1 = tl.broadcast_to((zi | 0x6400) * 65537, (KW, BLOCK_N))
         z64 = tl.broadcast_to(((zi << 4) | 0x5400) * 65537, (KW, BLOCK_N))
@@ -533,7 +529,7 @@ def gemv_h2_kernel(
                 hp = h_base + ((wr // 4) * N * 4 + wr % 4)[:, None]
                 hb = tl.load(hp, mask=nm2, other=0).to(tl.int32)
             if ROT and ci == 0:  # the group's first words are in flight meanwhile
-                _h2_wait(fl_ptr + (part * ngroups + g) * 4, G // RSL)
+                _h2_wait(fl_ptr + (part * ngroups + g) * 2, G // RSL)
             a0, a1, a2, a3 = _h2_pairs(a_row0, wr, offs_r >= 0, ROT)
             if BLOCK_M == 1:
                 if ASM and HI:
