@@ -83,6 +83,7 @@ def _row(name: str, m: int, n: int, k: int, variant: str, us: float, **kw: Any) 
     r = {"shape": name, "m": m, "variant": variant, "us": us,
          "hbm_pct_4p3": nb / 4.3e12 / (us * 1e-6) * 100, **kw}  # fmt: skip
     extra = f" rel {kw['rel']:.1e}" if "rel" in kw else ""
+    extra += f" [{kw['regs']}]" if kw.get("regs") else ""
     print(f"{name} M={m} {variant}: {us:.2f} us {r['hbm_pct_4p3']:.0f}% HBM{extra}", flush=True)
     return r
 
@@ -492,10 +493,13 @@ def h2_rot(shapes: list[str], ms: list[int], reps: int, t0: float,
                     cands[f"int{bits} h2 inside {kw}"] = functools.partial(op, inside=True, kw=kw)
                 ref = None
                 for label, fn in cands.items():
+                    seen = set(_regs(decode_kernels.gemv_h2_kernel))
                     y = fn(preps[0]).float()  # type: ignore[attr-defined]
+                    regs = [r.split(": ")[-1] for r in _regs(decode_kernels.gemv_h2_kernel)
+                            if r not in seen]  # fmt: skip
                     ref = y if ref is None else ref
                     us = _t([functools.partial(fn, p) for p in preps], reps)
-                    out.append(_row(name, m, n, k, label, us,
+                    out.append(_row(name, m, n, k, label, us, regs=";".join(regs),
                                     rel=float((y - ref).norm() / ref.norm())))  # fmt: skip
             xr = fast_host.rotate_slices(x, p4[0].rot_hi, p4[0].rot_lo, G, paired=True)[0]
             fns = [functools.partial(_h2_call, "h2 alone", x, (None, xr), p) for p in p4]

@@ -386,38 +386,37 @@ def _h2_pairs(a_row, wr, ok, CG: tl.constexpr = False):
 
 @triton.jit
 def _h2_rotate_slice(x_ptr, rh_ptr, rl_ptr, xw_ptr, part, g, s, M, K, ngroups, stride_xm, row0,
-                     G: tl.constexpr, BLOCK_M: tl.constexpr, RSL: tl.constexpr,
-                     PSCALE: tl.constexpr):  # fmt: skip
-    """Output channels [s RSL, (s + 1) RSL) of group g of partition `part`: xr = x_g @ (hi + lo)
-    in fp32 (32 channels a step: a [G, 32] fp32 tile, 32 registers a thread at 4 warps),
-    written as the paired prologue writes it (fp16, times PSCALE, channels 8r + j and 8r + j + 4
-    side by side) to rows row0 .. row0 + M - 1 of xw [P M, K] fp16."""
+                     G: tl.constexpr, RSL: tl.constexpr, PSCALE: tl.constexpr):  # fmt: skip
+    """Output channels [s RSL, (s + 1) RSL) of group g of partition `part`: xr = x_g @ (hi + lo),
+    two matrix-unit dots with fp32 accumulation as `rotate_slice_kernel` does them (16 rows, M
+    of them real: a dot's least), written as the paired prologue writes them (fp16, times
+    PSCALE, channels 8r + j and 8r + j + 4 side by side) to rows row0 .. row0 + M - 1 of
+    xw [P M, K] fp16. (The first cut's FMA products and cross-thread sums took the kernel to
+    255 registers with spills, tenth pass run 3; the dots keep the GEMV's budget.)"""
+    offs_m = tl.arange(0, 16)
     offs_i = tl.arange(0, G)
-    for t in tl.static_range(RSL // 32):
-        offs_j = s * RSL + t * 32 + tl.arange(0, 32)
-        off = ((part * ngroups + g) * G + offs_i[:, None]) * G + offs_j[None, :]
-        w = tl.load(rh_ptr + off).to(tl.float32) + tl.load(rl_ptr + off).to(tl.float32)
-        jj = offs_j % 8
-        pos = g * G + offs_j - jj + tl.where(jj < 4, 2 * jj, 2 * jj - 7)
-        for r in tl.static_range(BLOCK_M):
-            xv = tl.load(x_ptr + r * stride_xm + g * G + offs_i, mask=(offs_i * 0 + r) < M,
-                         other=0.0).to(tl.float32)  # fmt: skip
-            v = tl.clamp(tl.sum(xv[:, None] * w, axis=0), -65504.0, 65504.0) * PSCALE
-            tl.store(xw_ptr + (row0 + r) * K + pos, v.to(tl.float16),
-                     mask=(offs_j * 0 + r) < M)  # fmt: skip
+    offs_j = s * RSL + tl.arange(0, RSL)
+    x = tl.load(x_ptr + offs_m[:, None] * stride_xm + g * G + offs_i[None, :],
+                mask=(offs_m < M)[:, None], other=0.0)  # fmt: skip
+    off = ((part * ngroups + g) * G + offs_i[:, None]) * G + offs_j[None, :]
+    acc = tl.dot(x, tl.load(rh_ptr + off))
+    acc = tl.dot(x, tl.load(rl_ptr + off), acc)
+    jj = offs_j % 8
+    pos = g * G + offs_j - jj + tl.where(jj < 4, 2 * jj, 2 * jj - 7)
+    v = (tl.clamp(acc, -65504.0, 65504.0) * PSCALE).to(tl.float16)
+    tl.store(xw_ptr + (row0 + offs_m)[:, None] * K + pos[None, :], v, mask=(offs_m < M)[:, None])
 
 
 @triton.jit
 def _h2_rotator(r, fl_ptr, x_ptr, rh_ptr, rl_ptr, xw_ptr, M, K, ngroups, stride_xm,
-                G: tl.constexpr, BLOCK_M: tl.constexpr, RSL: tl.constexpr,
-                PSCALE: tl.constexpr):  # fmt: skip
+                G: tl.constexpr, RSL: tl.constexpr, PSCALE: tl.constexpr):  # fmt: skip
     """Rotator program r: slice r % (G / RSL) of group (r // (G / RSL)) % ngroups of partition
     r // (G / RSL) // ngroups, published once its stores are in (section note above)."""
     ns: tl.constexpr = G // RSL
     pg = r // ns
     part = pg // ngroups
     _h2_rotate_slice(x_ptr, rh_ptr, rl_ptr, xw_ptr, part, pg % ngroups, r % ns, M, K, ngroups,
-                     stride_xm, part * M, G, BLOCK_M, RSL, PSCALE)  # fmt: skip
+                     stride_xm, part * M, G, RSL, PSCALE)  # fmt: skip
     tl.debug_barrier()  # every thread's stores are in before the slice is published
     tl.atomic_add(fl_ptr + pg * 2, 1, sem="release")
 
@@ -483,7 +482,7 @@ def gemv_h2_kernel(
     if ROT:
         if pid_n < NROT:
             _h2_rotator(pid_n, fl_ptr, x_ptr, rh_ptr, rl_ptr, xw_ptr, M, K, K // G, stride_xm, G,
-                        BLOCK_M, RSL, (1.0 / H2_SCALE5) if HI else (1.0 / H2_SCALE))  # fmt: skip
+                        RSL, (1.0 / H2_SCALE5) if HI else (1.0 / H2_SCALE))  # fmt: skip
             return
         t = pid_n - NROT
         pid_n = t % tl.cdiv(N, BLOCK_N)
