@@ -418,8 +418,8 @@ def h2_int5(shapes: list[str], ms: list[int], reps: int, t0: float,
 # Tenth pass (`--h2 rot`): the rotation inside the HFMA2 GEMV (`decode_host.gemv_h2_rot`) at
 # each rotator width (channels) and around the shipped config (`decode_host.H2_CONFIG`).
 H2_ROT: list[dict[str, int]] = [
-    dict(rsl=128), dict(rsl=64), dict(rsl=32), dict(rsl=64, programs_per_sm=4),
-    dict(rsl=64, programs_per_sm=16),
+    dict(rsl=64), dict(rsl=32), dict(rsl=64, poll=100), dict(rsl=64, poll=500),
+    dict(rsl=32, poll=200),
 ]  # fmt: skip
 
 
@@ -440,7 +440,7 @@ def _h2_op(name: str, m: int, x: torch.Tensor, p: Any, inside: bool,
     from .triton import decode_host
 
     kw = kw or {}
-    cfg = _h2_cfg(name, m, {a: v for a, v in kw.items() if a != "rsl"})
+    cfg = _h2_cfg(name, m, {a: v for a, v in kw.items() if a not in ("rsl", "poll")})
     if not inside:
         return decode_host.gemv_h2_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
                                           p.bounds, G, None, cfg, qweight_hi=p.qweight_hi,
@@ -489,7 +489,7 @@ def h2_rot(shapes: list[str], ms: list[int], reps: int, t0: float,
                 }
                 if bits == 4:
                     cands["int4 as served"] = functools.partial(_h2_call, "served", x, None)
-                for kw in H2_ROT if bits == 4 else H2_ROT[:3]:
+                for kw in H2_ROT if bits == 4 else H2_ROT[2:4]:
                     cands[f"int{bits} h2 inside {kw}"] = functools.partial(op, inside=True, kw=kw)
                 ref = None
                 for label, fn in cands.items():

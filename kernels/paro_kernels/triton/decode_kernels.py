@@ -422,12 +422,22 @@ def _h2_rotator(r, fl_ptr, x_ptr, rh_ptr, rl_ptr, xw_ptr, M, K, ngroups, stride_
 
 
 @triton.jit
-def _h2_wait(fl, NS: tl.constexpr):
+def _h2_wait(fl, NS: tl.constexpr, POLL: tl.constexpr = 0):
     """Returns once all NS slices of the group are published (acquire: their stores are
-    visible to the loads that follow)."""
+    visible to the loads that follow). POLL 0: acquire loads back to back; > 0: relaxed loads
+    POLL ns apart (`nanosleep`, NVIDIA), then one acquire load (an acquire at GPU scope
+    invalidates the SM's L1, which the co-resident programs' loads then miss)."""
     done = tl.atomic_add(fl, 0, sem="acquire")
-    while done < NS:
+    if POLL > 0:
+        while done < NS:
+            tl.inline_asm_elementwise("nanosleep.u32 $1;\n mov.u32 $0, $1;", "=r,r",
+                                      [done * 0 + POLL], dtype=tl.int32, is_pure=False,
+                                      pack=1)  # fmt: skip
+            done = tl.atomic_add(fl, 0, sem="relaxed")
         done = tl.atomic_add(fl, 0, sem="acquire")
+    else:
+        while done < NS:
+            done = tl.atomic_add(fl, 0, sem="acquire")
 
 
 @triton.jit
@@ -475,6 +485,7 @@ def gemv_h2_kernel(
     stride_xm=0,
     RSL: tl.constexpr = 128,  # ROT: output channels a rotator program
     NROT=0,  # ROT: rotator programs, P K / RSL (the grid's first; a 1-D grid)
+    POLL: tl.constexpr = 0,  # ROT: the waits' poll interval (`_h2_wait`)
 ):
     """out[:M, n-block] = sum over this split's groups of a_p @ dequant(Q); section note above."""
     pid_n = tl.program_id(0)
@@ -528,7 +539,7 @@ def gemv_h2_kernel(
                 hp = h_base + ((wr // 4) * N * 4 + wr % 4)[:, None]
                 hb = tl.load(hp, mask=nm2, other=0).to(tl.int32)
             if ROT and ci == 0:  # the group's first words are in flight meanwhile
-                _h2_wait(fl_ptr + (part * ngroups + g) * 2, G // RSL)
+                _h2_wait(fl_ptr + (part * ngroups + g) * 2, G // RSL, POLL if ASM else 0)
             a0, a1, a2, a3 = _h2_pairs(a_row0, wr, offs_r >= 0, ROT)
             if BLOCK_M == 1:
                 if ASM and HI:
