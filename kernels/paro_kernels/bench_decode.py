@@ -12,12 +12,13 @@ stage-1 config, the top configs with the shipped prologue, and the prologues alo
 `bench._time` (CUDA-graph replays over weight copies past 4x L2); % HBM against 4.3 TB/s.
 
     python -m paro_kernels.bench_decode --ab ...           fifth pass: the forced paths per cell
-    python -m paro_kernels.bench_decode --h2 run1|run2|run3|int5|rot --ms 1,2 ...
+    python -m paro_kernels.bench_decode --h2 run1|run2|run3|int5|rot|waves --ms 1,2 ...
 
 Ninth pass (`--h2`): per cell the peers, the op as served, the FMA op forced (the "before"),
 the HFMA2 op at each variant of the named grid (`H2_GRID`, `H2_RUN2`, `H2_RUN3`), the two GEMVs
 and prologues alone; `int5`: int5 as served against its HFMA2 variant and int4 as served;
-`rot` (tenth pass): the rotation inside the HFMA2 GEMV (`H2_ROT`) against its prologue.
+`rot` / `waves` (tenth pass): the rotation inside the HFMA2 GEMV (`H2_ROT`), grids of whole
+waves (`H2_WAVES`), against the prologue op.
 """
 
 from __future__ import annotations
@@ -423,6 +424,20 @@ H2_ROT: list[dict[str, int]] = [
 ]  # fmt: skip
 
 
+# `--h2 waves`: the ninth pass's GEMV at 158 registers (int4, Triton 3.6; 255 int5) holds 3
+# programs an SM (2 for int5), and its ~8-per-SM grid ran 1.7 waves (ncu, tenth pass run 5):
+# grids of one wave (3 per SM), two (6), and narrower int5 tiles (fewer registers a thread).
+H2_WAVES: list[dict[str, int]] = [
+    dict(programs_per_sm=3), dict(programs_per_sm=6), dict(programs_per_sm=3, kw=8),
+    dict(programs_per_sm=4, kw=8),
+]  # fmt: skip
+H2_WAVES5: list[dict[str, int]] = [
+    dict(programs_per_sm=2), dict(programs_per_sm=4),
+    dict(block_n=256, num_warps=4, kw=16, programs_per_sm=8),
+    dict(block_n=256, num_warps=2, kw=16, programs_per_sm=8), dict(kw=8, programs_per_sm=4),
+]  # fmt: skip
+
+
 def _regs(fn: Any) -> list[str]:
     """Registers and spills of each compiled variant of a Triton kernel (its launch cache)."""
     out = []
@@ -461,11 +476,14 @@ def _h2_op(name: str, m: int, x: torch.Tensor, p: Any, inside: bool,
     )
 
 
-def h2_rot(shapes: list[str], ms: list[int], reps: int, t0: float,
-           budget: float) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
+def h2_variants(shapes: list[str], ms: list[int], reps: int, t0: float, budget: float,
+                grid4: list[dict[str, int]],
+                grid5: list[dict[str, int]]) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
     """Per cell, same run: cuBLAS, int4pack, int4 as served, the HFMA2 op with its prologue
-    (forced), the rotation inside at every `H2_ROT` variant, the HFMA2 GEMV alone; int5 with
-    its prologue and inside (`rel`: against the prologue op of the same bits)."""
+    (forced, the shipped config), then each `grid4` variant on int4 and `grid5` on int5 (a
+    variant with "rsl": the rotation inside, `gemv_h2_rot`; else the prologue op at that
+    config), and the int4 HFMA2 GEMV alone (`rel`: against the prologue op of the same bits;
+    each candidate's registers / spills as compiled)."""
     from .triton import decode_kernels, fast_host
 
     dev = torch.device("cuda")
@@ -483,14 +501,17 @@ def h2_rot(shapes: list[str], ms: list[int], reps: int, t0: float,
             out += _peer_rows(name, m, n, k, x, reps)
 
             op = functools.partial(_h2_op, name, m, x)
-            for bits, preps in ((4, p4), (5, p5)):
+            for bits, preps, grid in ((4, p4, grid4), (5, p5, grid5)):
                 cands: dict[str, Callable[[Any], object]] = {
                     f"int{bits} h2 prologue": functools.partial(op, inside=False)
                 }
                 if bits == 4:
                     cands["int4 as served"] = functools.partial(_h2_call, "served", x, None)
-                for kw in H2_ROT if bits == 4 else H2_ROT[2:4]:
-                    cands[f"int{bits} h2 inside {kw}"] = functools.partial(op, inside=True, kw=kw)
+                for kw in grid:
+                    how = "inside" if "rsl" in kw else "prologue"
+                    cands[f"int{bits} h2 {how} {kw}"] = functools.partial(
+                        op, inside="rsl" in kw, kw=kw
+                    )
                 ref = None
                 for label, fn in cands.items():
                     seen = set(_regs(decode_kernels.gemv_h2_kernel))
@@ -505,8 +526,6 @@ def h2_rot(shapes: list[str], ms: list[int], reps: int, t0: float,
             fns = [functools.partial(_h2_call, "h2 alone", x, (None, xr), p) for p in p4]
             out.append(_row(name, m, n, k, "int4 h2 alone", _t(fns, reps)))
             torch.cuda.empty_cache()
-    for line in _regs(decode_kernels.gemv_h2_kernel):
-        print(line, flush=True)
     return out, not_run
 
 
@@ -532,8 +551,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.h2:
         if args.h2 == "int5":
             rows, nr = h2_int5(args.shapes.split(","), ms, args.reps, t0, args.budget_s)
-        elif args.h2 == "rot":
-            rows, nr = h2_rot(args.shapes.split(","), ms, args.reps, t0, args.budget_s)
+        elif args.h2 in ("rot", "waves"):
+            g4, g5 = (H2_ROT, H2_ROT[2:4]) if args.h2 == "rot" else (H2_WAVES, H2_WAVES5)
+            rows, nr = h2_variants(args.shapes.split(","), ms, args.reps, t0, args.budget_s,
+                                   g4, g5)  # fmt: skip
         else:
             grid = {"run1": H2_GRID, "run2": H2_RUN2, "run3": H2_RUN3}[args.h2]
             if args.jobs > 1:
