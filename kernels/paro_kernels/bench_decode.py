@@ -12,7 +12,7 @@ stage-1 config, the top configs with the shipped prologue, and the prologues alo
 `bench._time` (CUDA-graph replays over weight copies past 4x L2); % HBM against 4.3 TB/s.
 
     python -m paro_kernels.bench_decode --ab ...           fifth pass: the forced paths per cell
-    python -m paro_kernels.bench_decode --h2 run1|run2|run3|int5|rot|waves --ms 1,2 ...
+    python -m paro_kernels.bench_decode --h2 run1|run2|run3|int5|rot|waves|confirm --ms 1,2 ...
 
 Ninth pass (`--h2`): per cell the peers, the op as served, the FMA op forced (the "before"),
 the HFMA2 op at each variant of the named grid (`H2_GRID`, `H2_RUN2`, `H2_RUN3`), the two GEMVs
@@ -424,6 +424,15 @@ H2_ROT: list[dict[str, int]] = [
 ]  # fmt: skip
 
 
+# `--h2 confirm` (run 7): the configs run 6 picked (`decode_host.H2_BY_BITS_M`, as served)
+# against the ninth pass's (H2_CONFIG: 8 programs an SM) and around them.
+H2_CONFIRM: list[dict[str, int]] = [
+    dict(programs_per_sm=8), dict(programs_per_sm=2), dict(programs_per_sm=4),
+]  # fmt: skip
+H2_CONFIRM5: list[dict[str, int]] = [
+    dict(programs_per_sm=8), dict(block_n=256, num_warps=4, kw=16, programs_per_sm=4),
+    dict(block_n=256, num_warps=4, kw=16, programs_per_sm=6),
+]  # fmt: skip
 # `--h2 waves`: the ninth pass's GEMV at 158 registers (int4, Triton 3.6; 255 int5) holds 3
 # programs an SM (2 for int5), and its ~8-per-SM grid ran 1.7 waves (ncu, tenth pass run 5):
 # grids of one wave (3 per SM), two (6), and narrower int5 tiles (fewer registers a thread).
@@ -455,7 +464,8 @@ def _h2_op(name: str, m: int, x: torch.Tensor, p: Any, inside: bool,
     from .triton import decode_host
 
     kw = kw or {}
-    cfg = _h2_cfg(name, m, {a: v for a, v in kw.items() if a not in ("rsl", "poll")})
+    launch = {a: v for a, v in kw.items() if a not in ("rsl", "poll")}
+    cfg = _h2_cfg(name, m, launch) if launch else None  # None: the shipped config
     if not inside:
         return decode_host.gemv_h2_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
                                           p.bounds, G, None, cfg, qweight_hi=p.qweight_hi,
@@ -474,6 +484,13 @@ def _h2_op(name: str, m: int, x: torch.Tensor, p: Any, inside: bool,
         p.qweight_hi,
         kw.get("rsl", 0),
     )
+
+
+def _int5_served(p: Any, x: torch.Tensor) -> object:
+    """int5 (W5A8, I8 PG ZPE) as served: `host.linear_a8`'s route."""
+    from .triton import host
+
+    return host.linear_a8(p, x, None, "int8", "group", True)
 
 
 def h2_variants(shapes: list[str], ms: list[int], reps: int, t0: float, budget: float,
@@ -507,6 +524,8 @@ def h2_variants(shapes: list[str], ms: list[int], reps: int, t0: float, budget: 
                 }
                 if bits == 4:
                     cands["int4 as served"] = functools.partial(_h2_call, "served", x, None)
+                if bits == 5:
+                    cands["int5 as served"] = functools.partial(_int5_served, x=x)
                 for kw in grid:
                     how = "inside" if "rsl" in kw else "prologue"
                     cands[f"int{bits} h2 {how} {kw}"] = functools.partial(
@@ -551,8 +570,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.h2:
         if args.h2 == "int5":
             rows, nr = h2_int5(args.shapes.split(","), ms, args.reps, t0, args.budget_s)
-        elif args.h2 in ("rot", "waves"):
-            g4, g5 = (H2_ROT, H2_ROT[2:4]) if args.h2 == "rot" else (H2_WAVES, H2_WAVES5)
+        elif args.h2 in ("rot", "waves", "confirm"):
+            g4, g5 = {"rot": (H2_ROT, H2_ROT[2:4]), "waves": (H2_WAVES, H2_WAVES5),
+                      "confirm": (H2_CONFIRM, H2_CONFIRM5)}[args.h2]  # fmt: skip
             rows, nr = h2_variants(args.shapes.split(","), ms, args.reps, t0, args.budget_s,
                                    g4, g5)  # fmt: skip
         else:

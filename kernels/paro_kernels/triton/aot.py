@@ -278,7 +278,7 @@ def compile_gemv_h2(target: str, m: int, n: int, k: int, g: int, bounds: tuple[i
     waits' interval. Also returns the compiled kernel (its `asm` for instruction counts)."""
     from . import decode_host, decode_kernels
 
-    cfg = decode_host.h2_config(m, n, k, g, bounds, sms=132)
+    cfg = decode_host.h2_config(m, n, k, g, bounds, sms=132, bits=5 if hi else 4)
     sig = {
         "a_ptr": "*i32", "qw_ptr": "*i32", "sc_ptr": "*fp16", "zp_ptr": "*u8",
         "bias_ptr": "*bf16", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "out_ptr": "*bf16",

@@ -175,12 +175,25 @@ def gemv3_linear(
 # chunk, ~8 programs per SM: second by summed normalized time at both M (1.3% / 0.6% behind
 # each M's best, which differed), within 1 us of the best cell but gate_up M = 2 (34.2 / 32.4).
 H2_CONFIG = dict(block_n=512, num_warps=4, kw=16, programs_per_sm=8)
+# Tenth pass, by (weight bits, M) over H2_CONFIG. At 158 registers (int4 M = 1; Triton 3.6) the
+# GEMV holds 3 programs an SM and the ~8-per-SM grid ran 1.72 waves (ncu, gate_up); a grid of
+# one wave won at M = 1 on every 27B shape (run 6, same run, us: qkv 15.54 against 16.85,
+# o_proj 8.53 / 8.65, gate_up 22.29 / 23.18, down 15.50 / 16.42, in_proj 14.78 / 16.07) and lost
+# at M = 2 (240 registers, 2 an SM: 1.8-3.9 us slower). int5 (255 registers at 512 columns) at
+# M = 1 on 256 columns (128 registers, 4 spilled): qkv 25.78 against 27.52, o_proj 11.43 /
+# 11.90, gate_up 38.04 / 45.18, down 26.31 / 28.78, in_proj 26.93 / 28.66; at M = 2 it lost on
+# qkv and gate_up (31.66 / 29.90, 54.73 / 49.88), so M = 2 keeps H2_CONFIG.
+H2_BY_BITS_M: dict[tuple[int, int], dict[str, int]] = {
+    (4, 1): dict(programs_per_sm=3),
+    (5, 1): dict(block_n=256),
+}
 
 
-def h2_config(m: int, n: int, k: int, g: int, bounds: tuple[int, ...],
-              sms: int) -> fast_host.GemvConfig:  # fmt: skip
-    """The HFMA2 GEMV's shipped tile and split (H2_CONFIG) for an N x K layer at M rows."""
-    c = H2_CONFIG
+def h2_config(m: int, n: int, k: int, g: int, bounds: tuple[int, ...], sms: int,
+              bits: int = 4) -> fast_host.GemvConfig:  # fmt: skip
+    """The HFMA2 GEMV's shipped tile and split (H2_CONFIG, H2_BY_BITS_M) for an N x K layer of
+    `bits`-bit weights at M rows."""
+    c = {**H2_CONFIG, **H2_BY_BITS_M.get((bits, m), {})}
     return fast_host.gemv2_config(m, n, k, g, bounds, sms, num_warps=c["num_warps"],
                                   block_n=c["block_n"], kw=c["kw"], dot=False,
                                   programs_per_sm=c["programs_per_sm"])  # fmt: skip
@@ -217,7 +230,8 @@ def gemv_h2(
     g = group_size
     require(m <= fast_host.H2_MAX_M, "x rows", f"<= {fast_host.H2_MAX_M} for the HFMA2 GEMV", m)
     require(xr.dtype == torch.float16 and k % 2 == 0, "xr", "fp16 pairs", (xr.dtype, k))
-    cfg = config or h2_config(m, n, k, g, bounds, host.sm_count(xr.device))
+    cfg = config or h2_config(m, n, k, g, bounds, host.sm_count(xr.device),
+                              5 if qweight_hi is not None else 4)  # fmt: skip
     require(g % (8 * cfg.kw) == 0, "kw", f"dividing group_size / 8 = {g // 8}", cfg.kw)
     out, ws, cnt, tiles = fast_host._gemv_buffers(m, n, cfg, out_dtype, xr.device)
     b = (*bounds, n, n)[:2]
