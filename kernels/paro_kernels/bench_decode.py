@@ -432,6 +432,7 @@ H2_CONFIRM: list[dict[str, int]] = [
 H2_CONFIRM5: list[dict[str, int]] = [
     dict(programs_per_sm=8), dict(block_n=256, num_warps=4, kw=16, programs_per_sm=4),
     dict(block_n=256, num_warps=4, kw=16, programs_per_sm=6),
+    dict(block_n=256, num_warps=4, kw=16, programs_per_sm=8),
 ]  # fmt: skip
 # `--h2 waves`: the ninth pass's GEMV at 158 registers (int4, Triton 3.6; 255 int5) holds 3
 # programs an SM (2 for int5), and its ~8-per-SM grid ran 1.7 waves (ncu, tenth pass run 5):

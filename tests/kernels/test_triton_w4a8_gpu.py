@@ -124,7 +124,7 @@ def _a16_reference(x: torch.Tensor, parts, g: int, bits: int) -> torch.Tensor:  
 @pytest.mark.parametrize("m", [1, 2, 9, 16, 1030])
 def test_a16_bands_serve_w4a8(m: int, bits: int) -> None:
     # NVIDIA: the decode GEMVs (int4: the FMA one to M = 2, the matrix-unit one at M = 9..16;
-    # int5: the matrix-unit one at every M <= 16) and, from M = 256, fp8 calls the 8-bit vendor
+    # int5: the HFMA2 one at M <= 2, the matrix-unit one to M = 16) and, from M = 256, fp8 calls the 8-bit vendor
     # GEMM and int8 calls dequant + cuBLAS (int4, int5) serve W4A8 in their bands (the 16-bit
     # ones at the bf16 floor of the unquantized-activation linear); elsewhere the A8 kernels.
     from paro_kernels.triton import fast_host, host
@@ -137,6 +137,8 @@ def test_a16_bands_serve_w4a8(m: int, bits: int) -> None:
         route = fast_host.a8_route(m, g, bits == 5, host._is_hip(), fmt)
         big = "w8" if fmt in fast_host.W8_FORMATS else "dequant"
         small = "gemv" if m <= fast_host.GEMV_MAX_M and bits == 4 else "gemv3"  # int5: gemv3
+        if bits == 5 and fast_host.INT5_H2 and m <= fast_host.H2_MAX_M:
+            small = "gemv-h2"  # int5 decode at M <= 2: the HFMA2 GEMV (tenth pass)
         assert route == (None if host._is_hip() else big if m >= fast_host.DEQUANT_MIN_M
                          else small), fmt  # fmt: skip
         y = host.linear_a8(prep, x.cuda(), bb, fmt, "group", bits == 5)
@@ -145,7 +147,9 @@ def test_a16_bands_serve_w4a8(m: int, bits: int) -> None:
         else:
             want = _a16_reference(x, parts, g, bits) if route else reference_a8(x, parts, g, bits,
                                                                                 fmt, "group")  # fmt: skip
-        tol = {"gemv": 2e-3, "gemv3": 2e-3, "dequant": BF16_W_FLOOR}.get(route or "", 5e-3)
+        tol = {"gemv": 2e-3, "gemv3": 2e-3, "gemv-h2": 2e-3, "dequant": BF16_W_FLOOR}.get(
+            route or "", 5e-3
+        )
         if route == "w8":
             tol = W8_TOL[fast_host.W8_KIND]
         assert rel(y, want) <= tol, fmt

@@ -163,6 +163,7 @@ def gemv_w4a16(
                                       hip=host._is_hip())  # fmt: skip
         if fused is None:
             fused = gemv2_rot(host._is_hip(), n, k) and m <= GEMV2_ROT_MAX_M
+            fused = fused and not (H2_OVER_ROT and h2_ok(host._is_hip(), m, g))
         pdl = GEMV_PDL if pdl is None else pdl
         if not cfg2.dot and fused and gv_idx is not None and gv_coef is not None:
             return gemv2_w4a16_rot(x, gv_idx, gv_coef, qweight, scales, zeros, bounds, g, bias,  # type: ignore[arg-type]
@@ -351,6 +352,11 @@ GEMV2_ROT_MAX_WEIGHTS = 20 << 20
 # 10.2 us against the fused kernel's 12.0; at M = 1 10.0 against 9.7 (a tie), so the fused
 # kernel keeps M = 1 only.
 GEMV2_ROT_MAX_M = 1
+# Tenth pass: where the HFMA2 GEMV serves (`h2_ok`), it takes the fused kernel's M = 1 layers
+# too. o_proj M = 1, same run each (H200 2026-12-04, us, HFMA2 op against the fused kernel as
+# served): run 3 8.92 / 9.97, run 4 8.71 / 9.12, run 6 8.65 / 9.01, run 7 (one-wave grid)
+# 8.83 / 10.11. The fused kernel keeps the layers the HFMA2 GEMV cannot take (G = 64).
+H2_OVER_ROT = True
 
 
 # Ninth pass: the HFMA2 GEMV (`decode_kernels.gemv_h2_kernel`) serves the decode band (M <= 2,
