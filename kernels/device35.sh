@@ -1,6 +1,6 @@
 #!/bin/bash
-# Issue 14 tenth pass (H200), run 8: the dispatch as committed (int5 M = 1 on 256 columns, 4
-# programs an SM up to H2_INT5_LARGE weights; o_proj M = 1 on the HFMA2 GEMV) against the
+# Issue 14 tenth pass (H200), run 8 (not run: the machine did not start; run 9 ran its tests):
+# the dispatch as committed (o_proj M = 1 on the HFMA2 GEMV) against the
 # alternatives (`bench_decode --h2 confirm`, M = 1), then the GPU tests of the decode paths.
 # Usage: bash kernels/device35.sh BENCH_BUDGET_S TEST_LIMIT_S
 root=$PWD

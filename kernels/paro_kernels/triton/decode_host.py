@@ -185,21 +185,18 @@ H2_CONFIG = dict(block_n=512, num_warps=4, kw=16, programs_per_sm=8)
 # qkv and gate_up (31.66 / 29.90, 54.73 / 49.88), so M = 2 keeps H2_CONFIG.
 H2_BY_BITS_M: dict[tuple[int, int], dict[str, int]] = {
     (4, 1): dict(programs_per_sm=3),
-    (5, 1): dict(block_n=256, programs_per_sm=4),
+    (5, 1): dict(block_n=256),
 }
-# Run 7 (same run, int5 M = 1 on 256 columns, 8 programs an SM against 4): qkv 25.89 / 23.19 us,
-# o_proj 12.48 / 12.50, down 27.60 / 24.68, in_proj 26.40 / 24.11, but gate_up (89 M weights)
-# 38.33 / 46.79: int5 layers above H2_INT5_LARGE weights keep 8 an SM.
-H2_INT5_LARGE = 64 << 20
+# Not shipped, one run only (run 7, same run, int5 M = 1 on 256 columns, 8 programs an SM against
+# 4): qkv 25.89 / 23.19 us, o_proj 12.48 / 12.50, down 27.60 / 24.68, in_proj 26.40 / 24.11, but
+# gate_up (89 M weights) 38.33 / 46.79; a second run was lost to a failed machine start.
 
 
 def h2_config(m: int, n: int, k: int, g: int, bounds: tuple[int, ...], sms: int,
               bits: int = 4) -> fast_host.GemvConfig:  # fmt: skip
-    """The HFMA2 GEMV's shipped tile and split (H2_CONFIG, H2_BY_BITS_M, H2_INT5_LARGE) for an
-    N x K layer of `bits`-bit weights at M rows."""
+    """The HFMA2 GEMV's shipped tile and split (H2_CONFIG, H2_BY_BITS_M) for an N x K layer of
+    `bits`-bit weights at M rows."""
     c = {**H2_CONFIG, **H2_BY_BITS_M.get((bits, m), {})}
-    if bits == 5 and m == 1 and n * k > H2_INT5_LARGE:
-        c["programs_per_sm"] = H2_CONFIG["programs_per_sm"]
     return fast_host.gemv2_config(m, n, k, g, bounds, sms, num_warps=c["num_warps"],
                                   block_n=c["block_n"], kw=c["kw"], dot=False,
                                   programs_per_sm=c["programs_per_sm"])  # fmt: skip
