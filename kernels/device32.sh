@@ -1,6 +1,7 @@
 #!/bin/bash
 # Issue 14 tenth pass (H200), run 5: the rotation inside the HFMA2 GEMV with the waits polling
-# relaxed + nanosleep (`_h2_wait(POLL)`), M = 1 on every 27B shape (`bench_decode --h2 rot`),
+# relaxed + nanosleep (`_h2_wait(POLL)`, at commit f518475; removed after this run: no gain), M = 1
+# on every 27B shape (`bench_decode --h2 rot` at f518475),
 # then Nsight Compute on gate_up M = 1: the prologue op's two kernels against the one launch.
 # Usage: bash kernels/device32.sh BENCH_BUDGET_S
 root=$PWD

@@ -419,11 +419,9 @@ def h2_int5(shapes: list[str], ms: list[int], reps: int, t0: float,
 # Tenth pass (`--h2 rot`): the rotation inside the HFMA2 GEMV (`decode_host.gemv_h2_rot`) at
 # each rotator width (channels) and around the shipped config (`decode_host.H2_CONFIG`).
 H2_ROT: list[dict[str, int]] = [
-    dict(rsl=64), dict(rsl=32), dict(rsl=64, poll=100), dict(rsl=64, poll=500),
-    dict(rsl=32, poll=200),
+    dict(rsl=128), dict(rsl=64), dict(rsl=32), dict(rsl=64, programs_per_sm=4),
+    dict(rsl=64, programs_per_sm=16),
 ]  # fmt: skip
-
-
 # `--h2 confirm` (run 7): the configs run 6 picked (`decode_host.H2_BY_BITS_M`, as served)
 # against the ninth pass's (H2_CONFIG: 8 programs an SM) and around them.
 H2_CONFIRM: list[dict[str, int]] = [
@@ -465,7 +463,7 @@ def _h2_op(name: str, m: int, x: torch.Tensor, p: Any, inside: bool,
     from .triton import decode_host
 
     kw = kw or {}
-    launch = {a: v for a, v in kw.items() if a not in ("rsl", "poll")}
+    launch = {a: v for a, v in kw.items() if a != "rsl"}
     cfg = _h2_cfg(name, m, launch) if launch else None  # None: the shipped config
     if not inside:
         return decode_host.gemv_h2_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
@@ -572,7 +570,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.h2 == "int5":
             rows, nr = h2_int5(args.shapes.split(","), ms, args.reps, t0, args.budget_s)
         elif args.h2 in ("rot", "waves", "confirm"):
-            g4, g5 = {"rot": (H2_ROT, H2_ROT[2:4]), "waves": (H2_WAVES, H2_WAVES5),
+            g4, g5 = {"rot": (H2_ROT, H2_ROT[:3]), "waves": (H2_WAVES, H2_WAVES5),
                       "confirm": (H2_CONFIRM, H2_CONFIRM5)}[args.h2]  # fmt: skip
             rows, nr = h2_variants(args.shapes.split(","), ms, args.reps, t0, args.budget_s,
                                    g4, g5)  # fmt: skip

@@ -270,12 +270,11 @@ def compile_gemv2_rot(target: str, m: int, n: int, k: int, g: int,
 
 
 def compile_gemv_h2(target: str, m: int, n: int, k: int, g: int, bounds: tuple[int, ...] = (),
-                    hi: bool = False, rsl: int = 0,
-                    poll: int = 0) -> tuple[Report, object]:  # fmt: skip
+                    hi: bool = False, rsl: int = 0) -> tuple[Report, object]:  # fmt: skip
     """Build the ninth-pass HFMA2 decode GEMV (NVIDIA only: packed-fp16 PTX; `hi`: int5) at the
     config its launcher picks; `mma` reports that the loop stayed free of a matrix instruction;
-    `rsl`: the tenth pass's rotation inside, `rsl` channels a rotator program, `poll` its
-    waits' interval. Also returns the compiled kernel (its `asm` for instruction counts)."""
+    `rsl`: the tenth pass's rotation inside, `rsl` channels a rotator program. Also returns
+    the compiled kernel (its `asm` for instruction counts)."""
     from . import decode_host, decode_kernels
 
     cfg = decode_host.h2_config(m, n, k, g, bounds, sms=132, bits=5 if hi else 4)
@@ -297,10 +296,10 @@ def compile_gemv_h2(target: str, m: int, n: int, k: int, g: int, bounds: tuple[i
            "xw_ptr": "*fp16", "stride_xm": "i32", "NROT": "i32"}  # fmt: skip
     if rsl:
         sig.update(rot)
-        const.update(ROT=True, RSL=rsl, POLL=poll)
+        const.update(ROT=True, RSL=rsl)
     else:
         const.update({a: 0 if a in ("stride_xm", "NROT") else None for a in rot}, ROT=False,
-                     RSL=128, POLL=0)  # fmt: skip
+                     RSL=128)  # fmt: skip
     c = _compile(decode_kernels.gemv_h2_kernel, sig, const, target, cfg.num_warps,
                  cfg.num_stages)  # fmt: skip
     rep = _report("gemv_h2", target, str(cfg), c, r"(v_wmma|wgmma|mma\.sync)")

@@ -216,14 +216,13 @@ def gemv_h2(
     pdl: bool = False,
     qweight_hi: torch.Tensor | None = None,
     rot: tuple[torch.Tensor, torch.Tensor, torch.Tensor, int] | None = None,
-    poll: int = 0,
 ) -> torch.Tensor:
     """The HFMA2 GEMV on the paired prologue output xr [P, M <= 2, K] fp16
     (`fast_host.rotate_slices(paired=True)`, / 2^h2_shift) -> y [M, N] out_dtype; `maxnreg`
     caps its registers a thread (the bench's occupancy variants); with `qweight_hi` ([K/32, N]
     int32 fifth-bit planes) int5 weights, `zeros` their 5-bit zeros. With `rot` = (x [M, K],
     rot_hi, rot_lo, rsl) the kernel rotates x itself into xr, an uninitialized [P, M, K] fp16
-    scratch (`gemv_h2_rot`; `poll`: its waits' poll interval in ns, 0: back to back)."""
+    scratch (`gemv_h2_rot`)."""
     import os
 
     from .decode_kernels import gemv_h2_kernel
@@ -251,7 +250,7 @@ def gemv_h2(
         fl = fast_host._scratch("h2_flags", p * (k // g) * 2, torch.int32, x.device)
         nrot = p * (k // rsl)
         extra = dict(ROT=True, x_ptr=x, rh_ptr=rot_hi, rl_ptr=rot_lo, fl_ptr=fl, xw_ptr=xr,
-                     stride_xm=x.stride(0), RSL=rsl, NROT=nrot, POLL=poll)  # fmt: skip
+                     stride_xm=x.stride(0), RSL=rsl, NROT=nrot)  # fmt: skip
     grid = (nrot + tiles * cfg.split_k,) if rot is not None else (tiles, cfg.split_k)
     gemv_h2_kernel[grid](
         xr.view(torch.int32), qweight, scales, zeros, bias if bias is not None else scales,
@@ -267,9 +266,9 @@ def gemv_h2(
 
 
 # Tenth pass: the rotation inside the HFMA2 GEMV (`decode_kernels` tenth-pass note), no
-# prologue launch. H2_RSL: output channels a rotator program (G / H2_RSL rotate a group).
+# prologue launch; not served (`fast_host.H2_ROT`). H2_RSL: output channels a rotator program
+# (G / H2_RSL rotate a group); run 4: 64 and 32 within 1 us of each other, 128 1-6 us slower.
 H2_RSL = 64
-H2_POLL = 0
 
 
 def gemv_h2_rot(
@@ -285,17 +284,14 @@ def gemv_h2_rot(
     config: fast_host.GemvConfig | None = None,
     qweight_hi: torch.Tensor | None = None,
     rsl: int = 0,
-    poll: int = -1,
 ) -> torch.Tensor:
     """The decode linear in one launch: x [M <= 2, K] -> y [M, N] in x.dtype, the HFMA2 GEMV
-    rotating each group once into its scratch (`rsl` channels a rotator program; 0: H2_RSL;
-    `poll` ns between a wait's polls, -1: H2_POLL)."""
+    rotating each group once into its scratch (`rsl` channels a rotator program; 0: H2_RSL)."""
     m, k = x.shape
     xr = torch.empty(rot_hi.shape[0], m, k, dtype=torch.float16, device=x.device)
     rsl = min(rsl or H2_RSL, group_size)
     return gemv_h2(xr, qweight, scales, zeros, bounds, group_size, x.dtype, bias, config,
-                   qweight_hi=qweight_hi, rot=(x, rot_hi, rot_lo, rsl),
-                   poll=H2_POLL if poll < 0 else poll)  # fmt: skip
+                   qweight_hi=qweight_hi, rot=(x, rot_hi, rot_lo, rsl))  # fmt: skip
 
 
 def gemv_h2_linear(

@@ -378,10 +378,15 @@ def _h2_pairs(a_row, wr, ok, CG: tl.constexpr = False):
 # ids (a 1-D grid), which the hardware dispatches no later than the waiting GEMV programs (the
 # assumption serial split-K semaphores make, e.g. CUTLASS's); the interpreter runs programs in
 # id order, rotators first.
-# First cut, measured (H200 2026-12-04, tenth pass run 2): each program claimed the unclaimed
-# slices of its groups before its GEMV (no dispatch-order assumption), 1.4-2.2x slower than the
-# prologue op on every 27B shape (the claim atomics and the claimers' rotation on every
-# program's critical path).
+# Measured (H200 2026-12-04, BENCH.md tenth pass), and not served (`fast_host.H2_ROT`):
+# - run 2, a first cut: each program claimed the unclaimed slices of its groups before its GEMV
+#   (no dispatch-order assumption): 1.4-2.2x slower than the prologue op on every 27B shape;
+# - run 4, this design: int4 M = 1 1.05-1.34x slower (qkv 18.2 us against 15.8, gate_up 31.3 /
+#   23.4, down 18.9 / 17.6), M = 2 1.2-1.4x; int5 M = 1 1.04-1.09x faster on 4 of 5 shapes, M = 2
+#   slower. ncu (run 5, gate_up M = 1): 31.2 us against the two kernels' 19.2 + 4.9; 2.12 waves
+#   against 1.72 (the rotators take first-wave slots, the GEMV programs then wait in theirs),
+#   8.6 cycles a warp between issues against 5.4, and the packed fp16 work no longer on the
+#   HMMA pipe (0.5% against 16.4%: more of it on the FMA pipe).
 
 
 @triton.jit
@@ -422,22 +427,13 @@ def _h2_rotator(r, fl_ptr, x_ptr, rh_ptr, rl_ptr, xw_ptr, M, K, ngroups, stride_
 
 
 @triton.jit
-def _h2_wait(fl, NS: tl.constexpr, POLL: tl.constexpr = 0):
+def _h2_wait(fl, NS: tl.constexpr):
     """Returns once all NS slices of the group are published (acquire: their stores are
-    visible to the loads that follow). POLL 0: acquire loads back to back; > 0: relaxed loads
-    POLL ns apart (`nanosleep`, NVIDIA), then one acquire load (an acquire at GPU scope
-    invalidates the SM's L1, which the co-resident programs' loads then miss)."""
+    visible to the loads that follow). (Relaxed polls with a `nanosleep` between them and one
+    acquire at the end measured the same, tenth pass run 5: within +-0.6 us on every shape.)"""
     done = tl.atomic_add(fl, 0, sem="acquire")
-    if POLL > 0:
-        while done < NS:
-            tl.inline_asm_elementwise("nanosleep.u32 $1;\n mov.u32 $0, $1;", "=r,r",
-                                      [done * 0 + POLL], dtype=tl.int32, is_pure=False,
-                                      pack=1)  # fmt: skip
-            done = tl.atomic_add(fl, 0, sem="relaxed")
+    while done < NS:
         done = tl.atomic_add(fl, 0, sem="acquire")
-    else:
-        while done < NS:
-            done = tl.atomic_add(fl, 0, sem="acquire")
 
 
 @triton.jit
@@ -485,7 +481,6 @@ def gemv_h2_kernel(
     stride_xm=0,
     RSL: tl.constexpr = 128,  # ROT: output channels a rotator program
     NROT=0,  # ROT: rotator programs, P K / RSL (the grid's first; a 1-D grid)
-    POLL: tl.constexpr = 0,  # ROT: the waits' poll interval (`_h2_wait`)
 ):
     """out[:M, n-block] = sum over this split's groups of a_p @ dequant(Q); section note above."""
     pid_n = tl.program_id(0)
@@ -539,7 +534,7 @@ def gemv_h2_kernel(
                 hp = h_base + ((wr // 4) * N * 4 + wr % 4)[:, None]
                 hb = tl.load(hp, mask=nm2, other=0).to(tl.int32)
             if ROT and ci == 0:  # the group's first words are in flight meanwhile
-                _h2_wait(fl_ptr + (part * ngroups + g) * 2, G // RSL, POLL if ASM else 0)
+                _h2_wait(fl_ptr + (part * ngroups + g) * 2, G // RSL)
             a0, a1, a2, a3 = _h2_pairs(a_row0, wr, offs_r >= 0, ROT)
             if BLOCK_M == 1:
                 if ASM and HI:
