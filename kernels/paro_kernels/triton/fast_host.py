@@ -370,7 +370,7 @@ H2_MAX_M = 2  # its 1- and 2-row PTX
 # Tenth pass: the rotation inside the HFMA2 GEMV, one launch (`decode_host.gemv_h2_rot`): off.
 # H200 2026-12-04 (BENCH.md tenth pass, run 4, same run, M = 1, us, inside against the prologue
 # op): qkv 18.2 / 15.8, o_proj 10.8 / 8.7, gate_up 31.3 / 23.4, down 18.9 / 17.6, in_proj
-# 19.2 / 16.3; M = 2 1.2-1.4x slower (`decode_kernels` tenth-pass note: the ncu reading).
+# 19.2 / 16.3; M = 2 1.19-1.43x slower (`decode_kernels` tenth-pass note: the ncu reading).
 H2_ROT = False
 
 
