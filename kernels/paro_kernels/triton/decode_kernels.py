@@ -383,10 +383,10 @@ def _h2_pairs(a_row, wr, ok, CG: tl.constexpr = False):
 #   (no dispatch-order assumption): 1.4-2.2x slower than the prologue op on every 27B shape;
 # - run 4, this design: int4 M = 1 1.07-1.34x slower (qkv 18.2 us against 15.8, gate_up 31.3 /
 #   23.4, down 18.9 / 17.6), M = 2 1.19-1.43x; int5 M = 1 1.04-1.09x faster on 4 of 5 shapes,
-#   M = 2 slower. ncu (run 5, gate_up M = 1): 31.2 us against the two kernels' 19.2 + 4.9; 2.12 waves
-#   against 1.72 (the rotators take first-wave slots, the GEMV programs then wait in theirs),
-#   8.6 cycles a warp between issues against 5.4, and the packed fp16 work no longer on the
-#   HMMA pipe (0.5% against 16.4%: more of it on the FMA pipe).
+#   M = 2 slower. ncu (run 5, gate_up M = 1): 31.2 us against the two kernels' 19.2 + 4.9;
+#   2.12 waves against 1.72 (the rotators take first-wave slots, the GEMV programs then wait in
+#   theirs), 8.6 cycles a warp between issues against 5.4, and the packed fp16 work no longer
+#   on the HMMA pipe (0.5% against 16.4%: more of it on the FMA pipe).
 
 
 @triton.jit
