@@ -182,7 +182,8 @@ H2_CONFIG = dict(block_n=512, num_warps=4, kw=16, programs_per_sm=8)
 # at M = 2 (240 registers, 2 an SM: 1.7-3.9 us slower on 4 shapes, o_proj 0.2 us faster).
 # int5 (255 registers at 512 columns) at M = 1 on 256 columns (128 registers, 4 spilled): qkv
 # 25.78 against 27.52, o_proj 11.43 / 11.90, gate_up 38.04 / 45.18, down 26.31 / 28.78, in_proj
-# 26.93 / 28.66; at M = 2 it lost on qkv and gate_up (31.66 / 29.90, 54.73 / 49.88), so M = 2 keeps H2_CONFIG.
+# 26.93 / 28.66; at M = 2 it lost on qkv and gate_up (31.66 / 29.90, 54.73 / 49.88), so M = 2
+# keeps H2_CONFIG.
 H2_BY_BITS_M: dict[tuple[int, int], dict[str, int]] = {
     (4, 1): dict(programs_per_sm=3),
     (5, 1): dict(block_n=256),
