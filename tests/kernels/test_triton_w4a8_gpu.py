@@ -124,9 +124,10 @@ def _a16_reference(x: torch.Tensor, parts, g: int, bits: int) -> torch.Tensor:  
 @pytest.mark.parametrize("m", [1, 2, 9, 16, 1030])
 def test_a16_bands_serve_w4a8(m: int, bits: int) -> None:
     # NVIDIA: the decode GEMVs (int4: the FMA one to M = 2, the matrix-unit one at M = 9..16;
-    # int5: the HFMA2 one at M <= 2, the matrix-unit one to M = 16) and, from M = 256, fp8 calls the 8-bit vendor
-    # GEMM and int8 calls dequant + cuBLAS (int4, int5) serve W4A8 in their bands (the 16-bit
-    # ones at the bf16 floor of the unquantized-activation linear); elsewhere the A8 kernels.
+    # int5: the HFMA2 one at M <= 2, the matrix-unit one to M = 16) and, from M = 256, fp8
+    # calls the 8-bit vendor GEMM and int8 calls dequant + cuBLAS (int4, int5) serve W4A8 in
+    # their bands (the 16-bit ones at the bf16 floor of the unquantized-activation linear);
+    # elsewhere the A8 kernels.
     from paro_kernels.triton import fast_host, host
 
     k, sizes, g = 1024, [512, 128, 128], 128
