@@ -12,13 +12,14 @@ stage-1 config, the top configs with the shipped prologue, and the prologues alo
 `bench._time` (CUDA-graph replays over weight copies past 4x L2); % HBM against 4.3 TB/s.
 
     python -m paro_kernels.bench_decode --ab ...           fifth pass: the forced paths per cell
-    python -m paro_kernels.bench_decode --h2 run1|run2|run3|int5|rot|waves|confirm --ms 1,2 ...
+    python -m paro_kernels.bench_decode --h2 run1|run2|run3|int5|rot|coop|waves|confirm ...
 
 Ninth pass (`--h2`): per cell the peers, the op as served, the FMA op forced (the "before"),
 the HFMA2 op at each variant of the named grid (`H2_GRID`, `H2_RUN2`, `H2_RUN3`), the two GEMVs
 and prologues alone; `int5`: int5 as served against its HFMA2 variant and int4 as served;
-`rot` / `waves` (tenth pass): the rotation inside the HFMA2 GEMV (`H2_ROT`), grids of whole
-waves (`H2_WAVES`), against the prologue op.
+`rot` / `coop` / `waves` / `confirm` (tenth pass): the rotation inside the HFMA2 GEMV
+(`H2_ROT`, its co-resident variant `H2_COOP`), grids of whole waves (`H2_WAVES`), the shipped
+per-(bits, M) configs (`H2_CONFIRM`), each against the prologue op.
 """
 
 from __future__ import annotations
@@ -422,6 +423,12 @@ H2_ROT: list[dict[str, int]] = [
     dict(rsl=128), dict(rsl=64), dict(rsl=32), dict(rsl=64, programs_per_sm=4),
     dict(rsl=64, programs_per_sm=16),
 ]  # fmt: skip
+# The co-resident variant (`gemv_h2_rot(coop=)`: a cooperative one-wave grid, every program
+# rotating before its GEMV item), built after run 5 for the next session's run.
+H2_COOP: list[dict[str, int]] = [
+    dict(rsl=64), dict(rsl=64, coop=3), dict(rsl=32, coop=3), dict(rsl=64, coop=2),
+]  # fmt: skip
+H2_COOP5: list[dict[str, int]] = [dict(rsl=64), dict(rsl=64, coop=2), dict(rsl=32, coop=2)]
 # `--h2 confirm` (run 7): the configs run 6 picked (`decode_host.H2_BY_BITS_M`, as served)
 # against the ninth pass's (H2_CONFIG: 8 programs an SM) and around them.
 H2_CONFIRM: list[dict[str, int]] = [
@@ -459,30 +466,19 @@ def _regs(fn: Any) -> list[str]:
 def _h2_op(name: str, m: int, x: torch.Tensor, p: Any, inside: bool,
            kw: dict[str, int] | None = None) -> object:  # fmt: skip
     """The HFMA2 op on layer p: the paired prologue + GEMV, or (`inside`) one launch at the
-    claim width kw["rsl"] and the config kw's other keys."""
+    rotator width kw["rsl"] (kw["coop"]: co-resident, programs an SM) and kw's config keys."""
     from .triton import decode_host
 
     kw = kw or {}
-    launch = {a: v for a, v in kw.items() if a != "rsl"}
+    launch = {a: v for a, v in kw.items() if a not in ("rsl", "coop")}
     cfg = _h2_cfg(name, m, launch) if launch else None  # None: the shipped config
     if not inside:
         return decode_host.gemv_h2_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
                                           p.bounds, G, None, cfg, qweight_hi=p.qweight_hi,
                                           inside=False)  # fmt: skip
-    return decode_host.gemv_h2_rot(
-        x,
-        p.rot_hi,
-        p.rot_lo,
-        p.qweight,
-        p.scales,
-        p.zeros,
-        p.bounds,
-        G,
-        None,
-        cfg,
-        p.qweight_hi,
-        kw.get("rsl", 0),
-    )
+    return decode_host.gemv_h2_rot(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
+                                   p.bounds, G, None, cfg, p.qweight_hi, kw.get("rsl", 0),
+                                   kw.get("coop", 0))  # fmt: skip
 
 
 def _int5_served(p: Any, x: torch.Tensor) -> object:
@@ -561,7 +557,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ab", action="store_true", help="run 3: the forced paths per cell, stop")
     ap.add_argument("--h2", default="", help="ninth pass: the HFMA2 GEMV per cell at the "
                     "configs of run1 (H2_GRID), run2 (H2_RUN2), run3 (H2_RUN3); int5: its "
-                    "int5 variant against int5 and int4 as served")  # fmt: skip
+                    "int5 variant against int5 and int4 as served; tenth pass: rot, coop, "
+                    "waves, confirm (module doc)")  # fmt: skip
     args = ap.parse_args(argv)
     torch.manual_seed(0)
     t0 = time.monotonic()
@@ -569,8 +566,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.h2:
         if args.h2 == "int5":
             rows, nr = h2_int5(args.shapes.split(","), ms, args.reps, t0, args.budget_s)
-        elif args.h2 in ("rot", "waves", "confirm"):
-            g4, g5 = {"rot": (H2_ROT, H2_ROT[:3]), "waves": (H2_WAVES, H2_WAVES5),
+        elif args.h2 in ("rot", "coop", "waves", "confirm"):
+            g4, g5 = {"rot": (H2_ROT, H2_ROT[:3]), "coop": (H2_COOP, H2_COOP5),
+                      "waves": (H2_WAVES, H2_WAVES5),
                       "confirm": (H2_CONFIRM, H2_CONFIRM5)}[args.h2]  # fmt: skip
             rows, nr = h2_variants(args.shapes.split(","), ms, args.reps, t0, args.budget_s,
                                    g4, g5)  # fmt: skip

@@ -56,6 +56,12 @@ for k, sizes, g, m, path, rot in [(256, [96], 128, 1, "gemv", False),
         out.append(rel(y, reference(x, parts, g)))
         if path == "gemv-h2-rot":  # the rotation flags were left zeroed for the next call
             assert not fast_host._WS[("h2_flags", "cpu")].any()
+            # its co-resident variant (every program rotates, then runs its GEMV item)
+            from paro_kernels.triton import decode_host
+            y = decode_host.gemv_h2_rot(x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
+                                        prep.zeros, prep.bounds, g, bb, coop=3)
+            out.append(rel(y, reference(x, parts, g)))
+            assert not fast_host._WS[("h2_flags", "cpu")].any()
 print(max(out))
 """
 
@@ -103,10 +109,11 @@ for k, sizes, m in [(384, [64, 32, 32], 1), (256, [96, 32], 2), (384, [64, 32, 3
             ys.append(decode_host.gemv_h2_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight,
                                                  prep.scales, prep.zeros, prep.bounds, 128, b,
                                                  qweight_hi=prep.qweight_hi, inside=False))
-            for rsl in (128, 32):
+            for rsl, coop in ((128, 0), (32, 0), (64, 3)):
                 ys.append(decode_host.gemv_h2_rot(x, prep.rot_hi, prep.rot_lo, prep.qweight,
                                                   prep.scales, prep.zeros, prep.bounds, 128, b,
-                                                  qweight_hi=prep.qweight_hi, rsl=rsl))
+                                                  qweight_hi=prep.qweight_hi, rsl=rsl,
+                                                  coop=coop))
         for y in ys:
             assert y.shape == (m, sum(sizes)) and y.dtype == torch.float16
             out.append(rel(y, want))
@@ -200,11 +207,11 @@ def test_aot_gemv_h2_rotation_inside_sm90(m: int) -> None:
     # intended in the PTX: a rotator publishes its slice with a release after a CTA barrier,
     # the GEMV programs wait with acquire loads and read the activations from L2 (written in
     # this launch by other programs); no spills. The one matrix instruction is the rotators'
-    # (their two dots, as the prologue's).
+    # (their two dots, as the prologue's). Also its co-resident variant (COOP).
     import re
 
-    for hi in (False, True):
-        rep, c = aot.compile_gemv_h2("sm90", m, 7168, 5120, 128, (6144, 6656), hi, rsl=32)
+    for hi, coop in ((False, False), (True, False), (False, True)):
+        rep, c = aot.compile_gemv_h2("sm90", m, 7168, 5120, 128, (6144, 6656), hi, 32, coop)
         ptx = c.asm["ptx"]  # type: ignore[attr-defined]
         assert not rep.mma and rep.spills == 0, rep  # `mma`: no matrix instruction (aot)
         assert ptx.count("fma.rn.f16x2") == 3 * m * (ptx.count("sub.f16x2") // 4) > 0

@@ -210,15 +210,18 @@ def test_int5_h2_matches_fp64(scale: float, m: int, inside: bool) -> None:
             assert not buf.any(), kind
 
 
+@pytest.mark.parametrize("coop", [0, 3])
 @pytest.mark.parametrize("rsl", [128, 32])
 @pytest.mark.parametrize("bits", [4, 5])
-def test_h2_rotation_inside_graph_replays(bits: int, rsl: int) -> None:
+def test_h2_rotation_inside_graph_replays(bits: int, rsl: int, coop: int) -> None:
     # The tenth pass's one-launch decode op (the HFMA2 GEMV after rotator programs that rotate
     # each group once, the GEMV programs waiting on their flags): captured in a CUDA graph and
     # replayed with new activations each time, every replay must match the fp64 reference and
     # leave the flags zeroed (else the next replay would read a stale rotation or hang). 3
     # partitions, several column tiles each, split-K over 18 groups; rotators of 128 channels
-    # (one a group) and of 32 (four a group).
+    # (one a group) and of 32 (four a group); `coop`: the co-resident variant (a cooperative
+    # grid of at most 3 programs an SM, capped by `H2_COOP_MAX`, each rotating before its GEMV
+    # item).
     from paro_kernels.triton import decode_host, fast_host
 
     k, sizes, g = 2304, [2048, 1024, 512], 128
@@ -228,7 +231,8 @@ def test_h2_rotation_inside_graph_replays(bits: int, rsl: int) -> None:
 
     def op(x: torch.Tensor) -> torch.Tensor:
         return decode_host.gemv_h2_rot(x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
-                                       prep.zeros, prep.bounds, g, bb, qweight_hi=qh, rsl=rsl)  # fmt: skip
+                                       prep.zeros, prep.bounds, g, bb, qweight_hi=qh, rsl=rsl,
+                                       coop=coop)  # fmt: skip
 
     for m in (1, 2):
         static_x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)

@@ -9,7 +9,7 @@ Shape contract: that of `host.w4a16_linear` (the tensors of a `Prepared` layer),
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import gcd
 
 import torch
@@ -217,13 +217,15 @@ def gemv_h2(
     pdl: bool = False,
     qweight_hi: torch.Tensor | None = None,
     rot: tuple[torch.Tensor, torch.Tensor, torch.Tensor, int] | None = None,
+    coop: int = 0,
 ) -> torch.Tensor:
     """The HFMA2 GEMV on the paired prologue output xr [P, M <= 2, K] fp16
     (`fast_host.rotate_slices(paired=True)`, / 2^h2_shift) -> y [M, N] out_dtype; `maxnreg`
     caps its registers a thread (the bench's occupancy variants); with `qweight_hi` ([K/32, N]
     int32 fifth-bit planes) int5 weights, `zeros` their 5-bit zeros. With `rot` = (x [M, K],
     rot_hi, rot_lo, rsl) the kernel rotates x itself into xr, an uninitialized [P, M, K] fp16
-    scratch (`gemv_h2_rot`)."""
+    scratch (`gemv_h2_rot`); `coop` > 0: on a co-resident grid of at most `coop` programs an
+    SM, launched cooperative, every program rotating before its GEMV item."""
     import os
 
     from .decode_kernels import gemv_h2_kernel
@@ -252,6 +254,15 @@ def gemv_h2(
         nrot = p * (k // rsl)
         extra = dict(ROT=True, x_ptr=x, rh_ptr=rot_hi, rl_ptr=rot_lo, fl_ptr=fl, xw_ptr=xr,
                      stride_xm=x.stride(0), RSL=rsl, NROT=nrot)  # fmt: skip
+        if coop:  # split-K rounded down: the grid fits `coop` programs an SM
+            coop = min(coop, H2_COOP_MAX.get((5 if qweight_hi is not None else 4, m), 2))
+            ngroups = k // g
+            per = -(-ngroups // max(1, coop * host.sm_count(x.device) // tiles))
+            cfg = replace(cfg, split_k=-(-ngroups // per))
+            out, ws, cnt, tiles = fast_host._gemv_buffers(m, n, cfg, out_dtype, xr.device)
+            extra.update(COOP=True, RPROG=tiles * cfg.split_k if asm else 1)
+            extra.update({} if not asm else {"launch_cooperative_grid": True})
+            nrot = 0
     grid = (nrot + tiles * cfg.split_k,) if rot is not None else (tiles, cfg.split_k)
     gemv_h2_kernel[grid](
         xr.view(torch.int32), qweight, scales, zeros, bias if bias is not None else scales,
@@ -270,6 +281,11 @@ def gemv_h2(
 # prologue launch; not served (`fast_host.H2_ROT`). H2_RSL: output channels a rotator program
 # (G / H2_RSL rotate a group); run 4: 64 and 32 within 1 us of each other, 128 1-6 us slower.
 H2_RSL = 64
+# The co-resident variant's programs an SM at most, by (bits, M): what fits the registers the
+# rotation-inside kernel took on the H200 (run 4, Triton 3.6: int4 M = 1 164 a thread, 3
+# programs of 4 warps an SM; int5 and M = 2 up to 255: 2). A cooperative launch of a grid that
+# cannot be co-resident fails at launch, it does not hang.
+H2_COOP_MAX: dict[tuple[int, int], int] = {(4, 1): 3}
 
 
 def gemv_h2_rot(
@@ -285,14 +301,16 @@ def gemv_h2_rot(
     config: fast_host.GemvConfig | None = None,
     qweight_hi: torch.Tensor | None = None,
     rsl: int = 0,
+    coop: int = 0,
 ) -> torch.Tensor:
     """The decode linear in one launch: x [M <= 2, K] -> y [M, N] in x.dtype, the HFMA2 GEMV
-    rotating each group once into its scratch (`rsl` channels a rotator program; 0: H2_RSL)."""
+    rotating each group once into its scratch (`rsl` channels a rotator program; 0: H2_RSL;
+    `coop`: programs an SM of a co-resident grid that rotates before its GEMV, `gemv_h2`)."""
     m, k = x.shape
     xr = torch.empty(rot_hi.shape[0], m, k, dtype=torch.float16, device=x.device)
     rsl = min(rsl or H2_RSL, group_size)
     return gemv_h2(xr, qweight, scales, zeros, bounds, group_size, x.dtype, bias, config,
-                   qweight_hi=qweight_hi, rot=(x, rot_hi, rot_lo, rsl))  # fmt: skip
+                   qweight_hi=qweight_hi, rot=(x, rot_hi, rot_lo, rsl), coop=coop)  # fmt: skip
 
 
 def gemv_h2_linear(

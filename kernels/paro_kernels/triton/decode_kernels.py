@@ -378,6 +378,12 @@ def _h2_pairs(a_row, wr, ok, CG: tl.constexpr = False):
 # ids (a 1-D grid), which the hardware dispatches no later than the waiting GEMV programs (the
 # assumption serial split-K semaphores make, e.g. CUTLASS's); the interpreter runs programs in
 # id order, rotators first.
+# COOP (built after the measurements below, for the next device session; not measured): a grid
+# of one wave launched cooperative (the driver refuses a grid that cannot be co-resident, so no
+# program waits on one that is not running), no rotator programs: every program first rotates
+# slices pid, pid + grid, ... and publishes them, then runs its GEMV item. The waiting GEMV
+# programs then hold no slot another program needs (what run 5's ncu blamed); the interpreter,
+# one program after another, has program 0 rotate every slice (RPROG = 1).
 # Measured (H200 2026-12-04, BENCH.md tenth pass), and not served (`fast_host.H2_ROT`):
 # - run 2, a first cut: each program claimed the unclaimed slices of its groups before its GEMV
 #   (no dispatch-order assumption): 1.4-2.2x slower than the prologue op on every 27B shape;
@@ -480,17 +486,27 @@ def gemv_h2_kernel(
     xw_ptr=None,  # ROT: a_ptr's buffer as fp16 [P, M, K]
     stride_xm=0,
     RSL: tl.constexpr = 128,  # ROT: output channels a rotator program
-    NROT=0,  # ROT: rotator programs, P K / RSL (the grid's first; a 1-D grid)
+    NROT=0,  # ROT: rotation slices, P K / RSL (without COOP: the grid's first programs)
+    COOP: tl.constexpr = False,  # ROT: co-resident grid, no rotator programs (note above)
+    RPROG=0,  # COOP: the programs that rotate (the grid; 1 in the interpreter)
 ):
     """out[:M, n-block] = sum over this split's groups of a_p @ dequant(Q); section note above."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     if ROT:
-        if pid_n < NROT:
-            _h2_rotator(pid_n, fl_ptr, x_ptr, rh_ptr, rl_ptr, xw_ptr, M, K, K // G, stride_xm, G,
-                        RSL, (1.0 / H2_SCALE5) if HI else (1.0 / H2_SCALE))  # fmt: skip
-            return
-        t = pid_n - NROT
+        psc: tl.constexpr = (1.0 / H2_SCALE5) if HI else (1.0 / H2_SCALE)
+        if COOP:
+            t = pid_n
+            if pid_n < RPROG:
+                for r in range(pid_n, NROT, RPROG):
+                    _h2_rotator(r, fl_ptr, x_ptr, rh_ptr, rl_ptr, xw_ptr, M, K, K // G,
+                                stride_xm, G, RSL, psc)  # fmt: skip
+        else:
+            if pid_n < NROT:
+                _h2_rotator(pid_n, fl_ptr, x_ptr, rh_ptr, rl_ptr, xw_ptr, M, K, K // G,
+                            stride_xm, G, RSL, psc)  # fmt: skip
+                return
+            t = pid_n - NROT
         pid_n = t % tl.cdiv(N, BLOCK_N)
         pid_k = t // tl.cdiv(N, BLOCK_N)
     n0 = pid_n * BLOCK_N
