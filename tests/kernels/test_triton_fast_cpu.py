@@ -56,6 +56,18 @@ for k, sizes, g, m, path, rot in [(256, [96], 128, 1, "gemv", False),
         out.append(rel(y, reference(x, parts, g)))
         if path == "gemv-h2-rot":  # the rotation flags were left zeroed for the next call
             assert not fast_host._WS[("h2_flags", "cpu")].any()
+        if path == "gemv-h2":  # the records prologue (eleventh pass), forced: the same xr as
+            # the blocks' up to fp16 rounding, and the op against fp64
+            from paro_kernels.triton import decode_host
+            assert prep.gv_idx is not None and prep.gv_coef is not None
+            xg = fast_host.rotate_givens_paired(x, prep.gv_idx, prep.gv_coef, g)
+            xs = fast_host.rotate_slices(x, prep.rot_hi, prep.rot_lo, g, paired=True)[0]
+            assert xg.shape == xs.shape and xg.dtype == xs.dtype
+            assert rel(xg, xs) <= 2e-3, rel(xg, xs)
+            y = decode_host.gemv_h2_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
+                                           prep.zeros, prep.bounds, g, bb, inside=False,
+                                           gv=(prep.gv_idx, prep.gv_coef), prologue="givens")
+            out.append(rel(y, reference(x, parts, g)))
             # its co-resident variant (every program rotates, then runs its GEMV item)
             from paro_kernels.triton import decode_host
             y = decode_host.gemv_h2_rot(x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
@@ -109,6 +121,11 @@ for k, sizes, m in [(384, [64, 32, 32], 1), (256, [96, 32], 2), (384, [64, 32, 3
             ys.append(decode_host.gemv_h2_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight,
                                                  prep.scales, prep.zeros, prep.bounds, 128, b,
                                                  qweight_hi=prep.qweight_hi, inside=False))
+            ys.append(decode_host.gemv_h2_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight,
+                                                 prep.scales, prep.zeros, prep.bounds, 128, b,
+                                                 qweight_hi=prep.qweight_hi, inside=False,
+                                                 gv=(prep.gv_idx, prep.gv_coef),
+                                                 prologue="givens"))
             for rsl, coop in ((128, 0), (32, 0), (64, 3)):
                 ys.append(decode_host.gemv_h2_rot(x, prep.rot_hi, prep.rot_lo, prep.qweight,
                                                   prep.scales, prep.zeros, prep.bounds, 128, b,

@@ -90,6 +90,33 @@ def test_h2_gemv_range(scale: float, m: int) -> None:
     assert rel(y, reference(x, parts, 128)) <= 2e-3
 
 
+@pytest.mark.parametrize(("k", "sizes"), [(k, s) for k, s, g in CASES if g == 128])
+@pytest.mark.parametrize("scale", [1.0, 1e3])
+@pytest.mark.parametrize("m", [1, 2])
+@pytest.mark.parametrize("prologue", ["slice", "givens"])
+def test_h2_prologues_match_fp64(k: int, sizes: list[int], scale: float, m: int,
+                                 prologue: str) -> None:  # fmt: skip
+    # The HFMA2 op with either paired prologue (the folded blocks, or the eleventh pass's
+    # records kernel, forced whatever decode_host.H2_PROLOGUE says) across the tile-boundary
+    # cases, activations in the thousands too; the two prologues' xr agree to fp16 rounding.
+    from paro_kernels.triton import decode_host, fast_host
+
+    parts, prep = _prep(k, sizes, 128, b=m == 1)
+    assert prep.gv_idx is not None and prep.gv_coef is not None
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m + k)) * scale
+    x = x.to(torch.bfloat16)
+    bb = bias(parts)
+    y = decode_host.gemv_h2_linear(x.cuda(), prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
+                                   prep.zeros, prep.bounds, 128,
+                                   None if bb is None else bb.cuda(), inside=False,
+                                   gv=(prep.gv_idx, prep.gv_coef), prologue=prologue)  # fmt: skip
+    assert y.dtype == torch.bfloat16 and torch.isfinite(y).all()
+    assert rel(y, reference(x, parts, 128)) <= 2e-3
+    xg = fast_host.rotate_givens_paired(x.cuda(), prep.gv_idx, prep.gv_coef, 128)
+    xs = fast_host.rotate_slices(x.cuda(), prep.rot_hi, prep.rot_lo, 128, paired=True)[0]
+    assert rel(xg, xs.double().cpu()) <= 2e-3
+
+
 @pytest.mark.parametrize(("k", "sizes", "g"), CASES[3:])
 @pytest.mark.parametrize("m", [1, 3, 4])
 def test_gemv_with_givens_inside(k: int, sizes: list[int], g: int, m: int) -> None:

@@ -185,13 +185,14 @@ def test_int5_gemv3_configs_match_fp64(cfg: str, m: int) -> None:
             assert not buf.any(), kind
 
 
-@pytest.mark.parametrize("inside", [False, True])
+@pytest.mark.parametrize("how", ["slice", "givens", "inside"])
 @pytest.mark.parametrize("scale", [1.0, 1e3])
 @pytest.mark.parametrize("m", [1, 2])
-def test_int5_h2_matches_fp64(scale: float, m: int, inside: bool) -> None:
+def test_int5_h2_matches_fp64(scale: float, m: int, how: str) -> None:
     # int5 on the HFMA2 GEMV (ninth pass; its PTX ORs the fifth bits into the fp16 pairs, the
     # prologue writes xr / 128): 3 partitions, 5 groups (odd split-K tails), activations in the
-    # thousands too (its fp16 range argument, |c - z| <= 31); twice (workspace left zeroed).
+    # thousands too (its fp16 range argument, |c - z| <= 31); twice (workspace left zeroed);
+    # with either paired prologue (blocks or the eleventh pass's records), or the rotation inside.
     from paro_kernels.triton import decode_host, fast_host
 
     k, sizes, g = 640, [512, 256, 128], 128
@@ -202,7 +203,9 @@ def test_int5_h2_matches_fp64(scale: float, m: int, inside: bool) -> None:
     for _ in range(2):
         y = decode_host.gemv_h2_linear(x.cuda(), prep.rot_hi, prep.rot_lo, prep.qweight,
                                        prep.scales, prep.zeros, prep.bounds, g, bb,
-                                       qweight_hi=prep.qweight_hi, inside=inside)  # fmt: skip
+                                       qweight_hi=prep.qweight_hi, inside=how == "inside",
+                                       gv=(prep.gv_idx, prep.gv_coef),
+                                       prologue="" if how == "inside" else how)  # fmt: skip
         assert y.dtype == torch.bfloat16 and torch.isfinite(y).all()
         assert rel(y, want) <= 2e-3
     for (kind, _), buf in fast_host._WS.items():

@@ -313,6 +313,11 @@ def gemv_h2_rot(
                    qweight_hi=qweight_hi, rot=(x, rot_hi, rot_lo, rsl), coop=coop)  # fmt: skip
 
 
+# Eleventh pass: the paired prologue the HFMA2 op runs where the layer has Givens records:
+# "slice" (`fast_host.rotate_slices`, the folded blocks) or "givens" (the records kernel).
+H2_PROLOGUE = "slice"
+
+
 def gemv_h2_linear(
     x: torch.Tensor,
     rot_hi: torch.Tensor,
@@ -331,23 +336,35 @@ def gemv_h2_linear(
     one: bool = False,
     qweight_hi: torch.Tensor | None = None,
     inside: bool | None = None,
+    gv: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None),
+    prologue: str = "",
 ) -> torch.Tensor:
-    """The decode linear on the HFMA2 GEMV: the sliced paired prologue (`slice_` channels a
-    program, `prologue_warps`; 0: the shipped ones) + `gemv_h2`, y [M, N] in
-    x.dtype; `pdl` / `one` / `maxnreg`: the bench's variants (`fast_host.rotate_slices`);
+    """The decode linear on the HFMA2 GEMV: the paired prologue + `gemv_h2`, y [M, N] in
+    x.dtype. `prologue` (default H2_PROLOGUE): "slice", the sliced blocks kernel (`slice_`
+    channels a program, `prologue_warps`; 0: the shipped ones), or "givens", the records
+    kernel on `gv` = (gv_idx, gv_coef) (`prologue_warps` its warps; the blocks without the
+    records); `pdl` / `one` / `maxnreg`: the bench's variants (`fast_host.rotate_slices`);
     `qweight_hi`: int5 weights; `inside` (default `fast_host.H2_ROT`, without the bench's
     variants): one launch, the rotation inside (`gemv_h2_rot`)."""
     from .decode_kernels import H2_SHIFT, H2_SHIFT5
 
-    plain = not (slice_ or prologue_warps or maxnreg or pdl or one)
+    plain = not (slice_ or prologue_warps or maxnreg or pdl or one or prologue)
     if (fast_host.H2_ROT if inside is None else inside) and plain:
         return gemv_h2_rot(x, rot_hi, rot_lo, qweight, scales, zeros, bounds, group_size, bias,
                            config, qweight_hi)  # fmt: skip
 
+    kind = prologue or H2_PROLOGUE
+    require(kind in ("slice", "givens"), "prologue", ("slice", "givens"), kind)
     pdl = pdl and fast_host.pdl_ok(host._is_hip())
     shift = H2_SHIFT5 if qweight_hi is not None else H2_SHIFT
-    xr, _ = fast_host.rotate_slices(x, rot_hi, rot_lo, group_size, slice_,
-                                    prologue_warps, pdl=pdl, paired=True, one=one,
-                                    pair_shift=shift)  # fmt: skip
+    gv_idx, gv_coef = gv
+    if kind == "givens" and gv_idx is not None and gv_coef is not None and not (one or slice_):
+        xr = fast_host.rotate_givens_paired(x, gv_idx, gv_coef, group_size, shift,
+                                            prologue_warps)  # fmt: skip
+        pdl = False
+    else:
+        xr, _ = fast_host.rotate_slices(x, rot_hi, rot_lo, group_size, slice_,
+                                        prologue_warps, pdl=pdl, paired=True, one=one,
+                                        pair_shift=shift)  # fmt: skip
     return gemv_h2(xr, qweight, scales, zeros, bounds, group_size, x.dtype, bias, config,
                    maxnreg, pdl, qweight_hi)  # fmt: skip

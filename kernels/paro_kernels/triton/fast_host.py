@@ -174,7 +174,7 @@ def gemv_w4a16(
             from . import decode_host
 
             return decode_host.gemv_h2_linear(x, rot_hi, rot_lo, qweight, scales, zeros, bounds,  # type: ignore[arg-type]
-                                              g, bias)  # fmt: skip
+                                              g, bias, gv=(gv_idx, gv_coef))  # fmt: skip
         use_pdl = pdl_ok(host._is_hip()) and pdl
         if not cfg2.dot and prologue_slice(host._is_hip()):
             xr, rs = rotate_slices(x, rot_hi, rot_lo, g, pdl=use_pdl)  # type: ignore[arg-type]
@@ -233,6 +233,11 @@ GEMV2_STAGES = 2
 # 18.2-18.3 vs 19.7, down 18.9-19.7 vs 18.7-18.9, gate_up 29.7-30.0 vs 28.7-28.8 (the one loss).
 PROLOGUE_SLICE = 64
 PROLOGUE_SLICE_WARPS = 4
+
+
+# Eleventh pass: the HFMA2 GEMV's prologue from the Givens records (`rotate_givens_paired`),
+# warps a program.
+GIVENS_PAIRED_WARPS = 4
 
 
 # Fifth pass: the GEMV launched programmatically dependent on its prologue (PDL, sm_90): the
@@ -300,6 +305,32 @@ def rotate_slices(
         num_warps=num_warps or PROLOGUE_SLICE_WARPS,
     )  # fmt: skip
     return xr, rs
+
+
+def rotate_givens_paired(
+    x: torch.Tensor,
+    gv_idx: torch.Tensor,
+    gv_coef: torch.Tensor,
+    group_size: int,
+    pair_shift: int = 6,
+    num_warps: int = 0,
+) -> torch.Tensor:
+    """The HFMA2 GEMV's prologue from the Givens records: x [M <= 16, K] -> xr [P, M, K] fp16,
+    as `rotate_slices(paired=True)` writes it (`fast_kernels.givens_paired_kernel`)."""
+    from .fast_kernels import givens_paired_kernel
+
+    m, k = x.shape
+    p, krot = gv_idx.shape[0], gv_idx.shape[1]
+    g = group_size
+    require(m <= 16, "x rows", "<= 16 for the Givens prologue", m)
+    require(x.stride(1) == 1, "x", "unit stride along K", x.stride())
+    xr = torch.empty(p, m, k, dtype=torch.float16, device=x.device)
+    givens_paired_kernel[(k // g, p)](
+        x, gv_idx, gv_coef, xr, m, k, x.stride(0), KROT=krot, G=g,
+        BLOCK_M=1 << max(0, (m - 1).bit_length()), PSCALE=2.0**-pair_shift,
+        num_warps=num_warps or GIVENS_PAIRED_WARPS,
+    )  # fmt: skip
+    return xr
 
 
 def gemv2_config(m: int, n: int, k: int, g: int, bounds: tuple[int, ...], sms: int,

@@ -562,7 +562,8 @@ def w4a16_linear(
 
         inside = None if path is None else path == "gemv-h2-rot"  # a forced path: that one
         return decode_host.gemv_h2_linear(x, rot_hi, rot_lo, qweight, scales, zeros, bounds,
-                                          group_size, bias, inside=inside)  # fmt: skip
+                                          group_size, bias, inside=inside,
+                                          gv=(gv_idx, gv_coef))  # fmt: skip
     if route == "gemv3":
         from . import decode_host
 
@@ -738,7 +739,8 @@ def w4a8_linear(
     on NVIDIA the bands of `fast_host.a8_route` take the 16-bit-activation paths instead (the
     same weight tensors: no activation quantization there).
     """
-    check_linear(x, rot_hi, rot_lo, qweight, scales, zeros, bounds, group_size, bias)
+    check_linear(x, rot_hi, rot_lo, qweight, scales, zeros, bounds, group_size, bias, gv_idx,
+                 gv_coef)  # fmt: skip
     require(act_format in ACT_FORMATS, "act_format", ACT_FORMATS, act_format)
     require(act_scale in ACT_SCALES, "act_scale", ACT_SCALES, act_scale)
     k, n = x.shape[1], qweight.shape[1]
@@ -758,7 +760,8 @@ def w4a8_linear(
         from . import decode_host
 
         return decode_host.gemv_h2_linear(x, rot_hi, rot_lo, qweight, scales, zeros, bounds,
-                                          group_size, bias, qweight_hi=qweight_hi)  # fmt: skip
+                                          group_size, bias, qweight_hi=qweight_hi,
+                                          gv=(gv_idx, gv_coef))  # fmt: skip
     if route == "gemv3":
         from . import decode_host
 
