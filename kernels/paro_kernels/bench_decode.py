@@ -12,7 +12,7 @@ stage-1 config, the top configs with the shipped prologue, and the prologues alo
 `bench._time` (CUDA-graph replays over weight copies past 4x L2); % HBM against 4.3 TB/s.
 
     python -m paro_kernels.bench_decode --ab ...           fifth pass: the forced paths per cell
-    python -m paro_kernels.bench_decode --h2 run1|run2|run3|int5|rot|coop|waves|confirm|gv ...
+    python -m paro_kernels.bench_decode --h2 run1|run2|run3|int5|rot|coop|waves|confirm|gv|gvpdl ...
 
 Ninth pass (`--h2`): per cell the peers, the op as served, the FMA op forced (the "before"),
 the HFMA2 op at each variant of the named grid (`H2_GRID`, `H2_RUN2`, `H2_RUN3`), the two GEMVs
@@ -429,9 +429,15 @@ H2_COOP: list[dict[str, int]] = [
     dict(rsl=64), dict(rsl=64, coop=3), dict(rsl=32, coop=3), dict(rsl=64, coop=2),
 ]  # fmt: skip
 H2_COOP5: list[dict[str, int]] = [dict(rsl=64), dict(rsl=64, coop=2), dict(rsl=32, coop=2)]
-# `--h2 gv` (eleventh pass): the paired prologue from the Givens records
-# (`fast_host.rotate_givens_paired`) at 1, 2, 4 warps, against the sliced blocks prologue.
+# `--h2 gv` (eleventh pass, run 2): the paired prologue from the Givens records
+# (`fast_host.rotate_givens_paired`) at 1, 2, 4 warps, against the sliced blocks prologue
+# (run 2); `--h2 gvpdl` (run 3): the records prologue as served against 2 warps and with the
+# GEMV launched dependent on it (PDL: the GEMV's L2 prefetch overlaps the prologue), and the
+# blocks prologue with PDL.
 H2_GV: list[dict[str, int]] = [dict(gv=1), dict(gv=2), dict(gv=4)]
+H2_GVPDL: list[dict[str, int]] = [
+    dict(gv=2), dict(gv=4, pdl=1), dict(gv=1, pdl=1), dict(pdl=1),
+]  # fmt: skip
 # `--h2 confirm` (run 7): the configs run 6 picked (`decode_host.H2_BY_BITS_M`, as served)
 # against the ninth pass's (H2_CONFIG: 8 programs an SM) and around them.
 H2_CONFIRM: list[dict[str, int]] = [
@@ -473,14 +479,15 @@ def _h2_op(name: str, m: int, x: torch.Tensor, p: Any, inside: bool,
     from .triton import decode_host
 
     kw = kw or {}
-    launch = {a: v for a, v in kw.items() if a not in ("rsl", "coop", "gv")}
+    launch = {a: v for a, v in kw.items() if a not in ("rsl", "coop", "gv", "pdl")}
     cfg = _h2_cfg(name, m, launch) if launch else None  # None: the shipped config
     if not inside:
         return decode_host.gemv_h2_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
                                           p.bounds, G, None, cfg, qweight_hi=p.qweight_hi,
                                           inside=False, gv=(p.gv_idx, p.gv_coef),
                                           prologue="givens" if "gv" in kw else "slice",
-                                          prologue_warps=kw.get("gv", 0))  # fmt: skip
+                                          prologue_warps=kw.get("gv", 0),
+                                          pdl=bool(kw.get("pdl")))  # fmt: skip
     return decode_host.gemv_h2_rot(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
                                    p.bounds, G, None, cfg, p.qweight_hi, kw.get("rsl", 0),
                                    kw.get("coop", 0))  # fmt: skip
@@ -544,7 +551,7 @@ def h2_variants(shapes: list[str], ms: list[int], reps: int, t0: float, budget: 
             xr = fast_host.rotate_slices(x, p4[0].rot_hi, p4[0].rot_lo, G, paired=True)[0]
             fns = [functools.partial(_h2_call, "h2 alone", x, (None, xr), p) for p in p4]
             out.append(_row(name, m, n, k, "int4 h2 alone", _t(fns, reps)))
-            if grid4 is H2_GV:  # the two prologues alone
+            if grid4 in (H2_GV, H2_GVPDL):  # the two prologues alone
                 sl: list[Callable[[], object]] = [
                     functools.partial(fast_host.rotate_slices, x, p.rot_hi, p.rot_lo, G,
                                       paired=True) for p in p4]  # fmt: skip
@@ -580,9 +587,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.h2:
         if args.h2 == "int5":
             rows, nr = h2_int5(args.shapes.split(","), ms, args.reps, t0, args.budget_s)
-        elif args.h2 in ("rot", "coop", "waves", "confirm", "gv"):
+        elif args.h2 in ("rot", "coop", "waves", "confirm", "gv", "gvpdl"):
             g4, g5 = {"rot": (H2_ROT, H2_ROT[:3]), "coop": (H2_COOP, H2_COOP5),
-                      "gv": (H2_GV, H2_GV),
+                      "gv": (H2_GV, H2_GV), "gvpdl": (H2_GVPDL, H2_GVPDL),
                       "waves": (H2_WAVES, H2_WAVES5),
                       "confirm": (H2_CONFIRM, H2_CONFIRM5)}[args.h2]  # fmt: skip
             rows, nr = h2_variants(args.shapes.split(","), ms, args.reps, t0, args.budget_s,

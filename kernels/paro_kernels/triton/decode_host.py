@@ -314,8 +314,14 @@ def gemv_h2_rot(
 
 
 # Eleventh pass: the paired prologue the HFMA2 op runs where the layer has Givens records:
-# "slice" (`fast_host.rotate_slices`, the folded blocks) or "givens" (the records kernel).
-H2_PROLOGUE = "slice"
+# "slice" (`fast_host.rotate_slices`, the folded blocks) or "givens" (the records kernel,
+# `fast_host.rotate_givens_paired`). H200 run 2 (BENCH.md eleventh pass, same run, us, records
+# at 4 warps / blocks): int4 M = 1 qkv 13.48 / 16.11, o_proj 9.67 / 9.51, gate_up 21.42 /
+# 22.51, down 15.14 / 15.79, in_proj 13.70 / 14.99; M = 2 18.26 / 21.18, 9.86 / 10.13, 30.74 /
+# 31.74, 20.48 / 21.17, 19.22 / 21.07; int5 M = 1 and 2 0.99-1.09x the blocks' time on every
+# shape; the prologue alone 2.6-3.1 us against 3.6-4.3 at M = 1 (1, 2, 4 warps within 0.5 us).
+# Layers without the records (and gfx1201, which has no HFMA2 op) keep the blocks.
+H2_PROLOGUE = "givens"
 
 
 def gemv_h2_linear(
@@ -360,8 +366,7 @@ def gemv_h2_linear(
     gv_idx, gv_coef = gv
     if kind == "givens" and gv_idx is not None and gv_coef is not None and not (one or slice_):
         xr = fast_host.rotate_givens_paired(x, gv_idx, gv_coef, group_size, shift,
-                                            prologue_warps)  # fmt: skip
-        pdl = False
+                                            prologue_warps, pdl)  # fmt: skip
     else:
         xr, _ = fast_host.rotate_slices(x, rot_hi, rot_lo, group_size, slice_,
                                         prologue_warps, pdl=pdl, paired=True, one=one,

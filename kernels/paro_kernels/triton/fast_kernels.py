@@ -679,6 +679,7 @@ def givens_paired_kernel(
     G: tl.constexpr,
     BLOCK_M: tl.constexpr,
     PSCALE: tl.constexpr,
+    PDL: tl.constexpr = False,  # let the dependent GEMV launch now (it waits before reading xr)
 ):
     """The HFMA2 GEMV's prologue from the Givens records (eleventh pass), one program per
     (group, partition): every layer's records loaded before the first gather
@@ -686,6 +687,8 @@ def givens_paired_kernel(
     and reads ~12.5 KB a group (records) instead of the blocks' 64 KB."""
     g = tl.program_id(0)
     p = tl.program_id(1)
+    if PDL:
+        gdc_launch_dependents()
     offs_m = tl.arange(0, BLOCK_M)
     m_mask = offs_m < M
     x = _rotated_group_pre(x_ptr, gi_ptr, gc_ptr, offs_m, m_mask, g, p, K, stride_xm, KROT, G)
