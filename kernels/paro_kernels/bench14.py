@@ -19,6 +19,7 @@ import argparse
 import dataclasses
 import functools
 import json
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -563,6 +564,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--gemlite-config", default="")
     ap.add_argument("--only-check", action="store_true")
     ap.add_argument("--no-check", action="store_true", help="skip the correctness smoke")
+    argv = sys.argv[1:] if argv is None else argv  # recorded in the JSON
     args = ap.parse_args(argv)
     torch.manual_seed(0)
     t0 = time.monotonic()

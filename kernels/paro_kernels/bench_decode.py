@@ -29,6 +29,7 @@ import dataclasses
 import functools
 import itertools
 import json
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -580,6 +581,7 @@ def main(argv: list[str] | None = None) -> None:
                     "configs of run1 (H2_GRID), run2 (H2_RUN2), run3 (H2_RUN3); int5: its "
                     "int5 variant against int5 and int4 as served; tenth pass: rot, coop, "
                     "waves, confirm (module doc)")  # fmt: skip
+    argv = sys.argv[1:] if argv is None else argv  # recorded in the JSON
     args = ap.parse_args(argv)
     torch.manual_seed(0)
     t0 = time.monotonic()

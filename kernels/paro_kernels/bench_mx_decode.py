@@ -28,6 +28,7 @@ import contextlib
 import dataclasses
 import functools
 import json
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -332,6 +333,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--int5-shapes", default="qkv,o_proj,gate_up,down,in_proj")
     ap.add_argument("--int5-old", default="", help="module of a previous tree's gemv3 kernel")
     ap.add_argument("--int5-sweep", action="store_true", help="int5 GEMV configs (INT5_SWEEP)")
+    argv = sys.argv[1:] if argv is None else argv  # recorded in the JSON
     args = ap.parse_args(argv)
     torch.manual_seed(0)
     t0 = time.monotonic()
