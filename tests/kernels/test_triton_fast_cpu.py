@@ -56,6 +56,15 @@ for k, sizes, g, m, path, rot in [(256, [96], 128, 1, "gemv", False),
         out.append(rel(y, reference(x, parts, g)))
         if path == "gemv-h2-rot":  # the rotation flags were left zeroed for the next call
             assert not fast_host._WS[("h2_flags", "cpu")].any()
+        if path == "gemv3":  # the records kernel unpaired (eleventh pass) as its prologue
+            from paro_kernels.triton import decode_host
+            xg = fast_host.rotate_givens_paired(x, prep.gv_idx, prep.gv_coef, g, paired=False)
+            xs = fast_host.rotate_slices(x, prep.rot_hi, prep.rot_lo, g, f16=True)[0]
+            assert rel(xg, xs) <= 2e-3, rel(xg, xs)
+            y = decode_host.gemv3_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
+                                         prep.zeros, prep.bounds, g, bb, prep.gv_idx,
+                                         prep.gv_coef, prologue="givens")
+            out.append(rel(y, reference(x, parts, g)))
         if path == "gemv-h2":  # the records prologue (eleventh pass), forced: the same xr as
             # the blocks' up to fp16 rounding, and the op against fp64
             from paro_kernels.triton import decode_host

@@ -43,6 +43,8 @@ GEMV3_SMALL = dict(block_n=64, num_warps=4, programs_per_sm=4, gpi=2, num_stages
 # configs around it in run 2, 32 columns / 2 warps / 16 per SM won at M = 1 (gate_up 48.8) but
 # lost at M = 16 (75.8): one config for the band.
 GEMV3_INT5 = dict(block_n=64, num_warps=4, programs_per_sm=8, gpi=1, num_stages=3)
+# "givens" runs the eleventh pass's records kernel since that pass (not yet measured at M = 3-16;
+# pass 5's numbers above are the old per-layer-round-trip kernel's).
 GEMV3_PROLOGUE = "slice"  # "slice" (fast_host.rotate_slices) | "block" | "givens"
 PROLOGUES = ("slice", "block", "givens")
 
@@ -96,7 +98,9 @@ def prologue16(x: torch.Tensor, rot_hi: torch.Tensor, rot_lo: torch.Tensor, g: i
     kind = kind or GEMV3_PROLOGUE
     require(kind in PROLOGUES, "prologue", PROLOGUES, kind)
     if kind == "givens" and gv_idx is not None and gv_coef is not None:
-        return host.rotate_scale(x, rot_hi, rot_lo, g, gv_idx, gv_coef)[0]
+        # eleventh pass: the records kernel that loads every layer before its first gather
+        # (`fast_host.rotate_givens_paired`), not `host.rotate_scale`'s one round trip a layer
+        return fast_host.rotate_givens_paired(x, gv_idx, gv_coef, g, paired=False)
     if kind == "block":
         return host.rotate_scale(x, rot_hi, rot_lo, g)[0]
     return fast_host.rotate_slices(x, rot_hi, rot_lo, g, f16=True, pdl=pdl)[0]
@@ -284,7 +288,9 @@ H2_RSL = 64
 # The co-resident variant's programs an SM at most, by (bits, M): what fits the registers the
 # rotation-inside kernel took on the H200 (run 4, Triton 3.6: int4 M = 1 164 a thread, 3
 # programs of 4 warps an SM; int5 and M = 2 up to 255: 2). A cooperative launch of a grid that
-# cannot be co-resident fails at launch, it does not hang.
+# cannot be co-resident fails at launch, it does not hang. Measured (eleventh pass, run 1):
+# Triton 3.6 launches it and its graph replays pass, but it is slower than the prologue op on
+# every int4 cell (M = 1 qkv 19.78 us against 16.51, gate_up 33.58 / 22.45) and 1.2-1.7x on int5.
 H2_COOP_MAX: dict[tuple[int, int], int] = {(4, 1): 3}
 
 
@@ -318,8 +324,10 @@ def gemv_h2_rot(
 # `fast_host.rotate_givens_paired`). H200 run 2 (BENCH.md eleventh pass, same run, us, records
 # at 4 warps / blocks): int4 M = 1 qkv 13.48 / 16.11, o_proj 9.67 / 9.51, gate_up 21.42 /
 # 22.51, down 15.14 / 15.79, in_proj 13.70 / 14.99; M = 2 18.26 / 21.18, 9.86 / 10.13, 30.74 /
-# 31.74, 20.48 / 21.17, 19.22 / 21.07; int5 M = 1 and 2 0.99-1.09x the blocks' time on every
-# shape; the prologue alone 2.6-3.1 us against 3.6-4.3 at M = 1 (1, 2, 4 warps within 0.5 us).
+# 31.74, 20.48 / 21.17, 19.22 / 21.07; int5 M = 1 and 2: the blocks' time over the records'
+# 0.99-1.09 on every shape; the prologue alone 2.6-3.7 us against 3.6-4.3 at M = 1 (1, 2, 4
+# warps within 0.5 us in the op). Run 3 agrees (int4 M = 1 qkv 13.76 / 15.39, gate_up 21.62 /
+# 22.38).
 # Layers without the records (and gfx1201, which has no HFMA2 op) keep the blocks.
 H2_PROLOGUE = "givens"
 

@@ -315,10 +315,12 @@ def rotate_givens_paired(
     pair_shift: int = 6,
     num_warps: int = 0,
     pdl: bool = False,
+    paired: bool = True,
 ) -> torch.Tensor:
     """The HFMA2 GEMV's prologue from the Givens records: x [M <= 16, K] -> xr [P, M, K] fp16,
     as `rotate_slices(paired=True)` writes it (`fast_kernels.givens_paired_kernel`; `pdl`: it
-    lets a dependent launch start at once)."""
+    lets a dependent launch start at once); `paired=False`: as `rotate_slices(f16=True)`, the
+    fifth-pass GEMV's input (`decode_host.prologue16`)."""
     from .fast_kernels import givens_paired_kernel
 
     m, k = x.shape
@@ -330,6 +332,7 @@ def rotate_givens_paired(
     givens_paired_kernel[(k // g, p)](
         x, gv_idx, gv_coef, xr, m, k, x.stride(0), KROT=krot, G=g,
         BLOCK_M=1 << max(0, (m - 1).bit_length()), PSCALE=2.0**-pair_shift, PDL=pdl,
+        PAIRED=paired,
         num_warps=num_warps or GIVENS_PAIRED_WARPS,
     )  # fmt: skip
     return xr

@@ -680,6 +680,7 @@ def givens_paired_kernel(
     BLOCK_M: tl.constexpr,
     PSCALE: tl.constexpr,
     PDL: tl.constexpr = False,  # let the dependent GEMV launch now (it waits before reading xr)
+    PAIRED: tl.constexpr = True,  # else plain fp16 in channel order (the fifth-pass GEMV's xr)
 ):
     """The HFMA2 GEMV's prologue from the Givens records (eleventh pass), one program per
     (group, partition): every layer's records loaded before the first gather
@@ -692,8 +693,12 @@ def givens_paired_kernel(
     offs_m = tl.arange(0, BLOCK_M)
     m_mask = offs_m < M
     x = _rotated_group_pre(x_ptr, gi_ptr, gc_ptr, offs_m, m_mask, g, p, K, stride_xm, KROT, G)
-    xh = (tl.clamp(x, -65504.0, 65504.0) * PSCALE).to(tl.float16)
-    pos = g * G + _paired_pos(tl.arange(0, G))
+    if PAIRED:
+        xh = (tl.clamp(x, -65504.0, 65504.0) * PSCALE).to(tl.float16)
+        pos = g * G + _paired_pos(tl.arange(0, G))
+    else:
+        xh = tl.clamp(x, -65504.0, 65504.0).to(tl.float16)
+        pos = g * G + tl.arange(0, G)
     row = p * M + offs_m
     tl.store(xr_ptr + row[:, None] * K + pos[None, :], xh, mask=m_mask[:, None])
 
