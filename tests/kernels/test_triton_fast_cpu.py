@@ -56,6 +56,12 @@ for k, sizes, g, m, path, rot in [(256, [96], 128, 1, "gemv", False),
         out.append(rel(y, reference(x, parts, g)))
         if path == "gemv-h2-rot":  # the rotation flags were left zeroed for the next call
             assert not fast_host._WS[("h2_flags", "cpu")].any()
+            # its co-resident variant (every program rotates, then runs its GEMV item)
+            from paro_kernels.triton import decode_host
+            y = decode_host.gemv_h2_rot(x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
+                                        prep.zeros, prep.bounds, g, bb, coop=3)
+            out.append(rel(y, reference(x, parts, g)))
+            assert not fast_host._WS[("h2_flags", "cpu")].any()
         if path == "gemv3":  # the records kernel unpaired (eleventh pass) as its prologue
             from paro_kernels.triton import decode_host
             xg = fast_host.rotate_givens_paired(x, prep.gv_idx, prep.gv_coef, g, paired=False)
@@ -77,12 +83,6 @@ for k, sizes, g, m, path, rot in [(256, [96], 128, 1, "gemv", False),
                                            prep.zeros, prep.bounds, g, bb, inside=False,
                                            gv=(prep.gv_idx, prep.gv_coef), prologue="givens")
             out.append(rel(y, reference(x, parts, g)))
-            # its co-resident variant (every program rotates, then runs its GEMV item)
-            from paro_kernels.triton import decode_host
-            y = decode_host.gemv_h2_rot(x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
-                                        prep.zeros, prep.bounds, g, bb, coop=3)
-            out.append(rel(y, reference(x, parts, g)))
-            assert not fast_host._WS[("h2_flags", "cpu")].any()
 print(max(out))
 """
 
