@@ -431,8 +431,8 @@ H2_COOP: list[dict[str, int]] = [
 ]  # fmt: skip
 H2_COOP5: list[dict[str, int]] = [dict(rsl=64), dict(rsl=64, coop=2), dict(rsl=32, coop=2)]
 # `--h2 gv` (eleventh pass, run 2): the paired prologue from the Givens records
-# (`fast_host.rotate_givens_paired`) at 1, 2, 4 warps, against the sliced blocks prologue
-# (run 2); `--h2 gvpdl` (run 3): the records prologue as served against 2 warps and with the
+# (`fast_host.rotate_givens_paired`) at 1, 2, 4 warps, against the sliced blocks prologue;
+# `--h2 gvpdl` (run 3): the records prologue as served against 2 warps and with the
 # GEMV launched dependent on it (PDL: the GEMV's L2 prefetch overlaps the prologue), and the
 # blocks prologue with PDL.
 H2_GV: list[dict[str, int]] = [dict(gv=1), dict(gv=2), dict(gv=4)]
