@@ -12,7 +12,7 @@ stage-1 config, the top configs with the shipped prologue, and the prologues alo
 `bench._time` (CUDA-graph replays over weight copies past 4x L2); % HBM against 4.3 TB/s.
 
     python -m paro_kernels.bench_decode --ab ...           fifth pass: the forced paths per cell
-    python -m paro_kernels.bench_decode --h2 run1|run2|run3|int5|rot|coop|waves|confirm|gv|gvpdl ...
+    python -m paro_kernels.bench_decode --h2 run1|run2|run3|int5|rot|coop|waves|confirm|gv|gvpdl|mma ...
 
 Ninth pass (`--h2`): per cell the peers, the op as served, the FMA op forced (the "before"),
 the HFMA2 op at each variant of the named grid (`H2_GRID`, `H2_RUN2`, `H2_RUN3`), the two GEMVs
@@ -565,6 +565,74 @@ def h2_variants(shapes: list[str], ms: list[int], reps: int, t0: float, budget: 
     return out, not_run
 
 
+# `--h2 mma` (twelfth pass): the mma.sync GEMV (`decode_host.gemv_mma_linear`: the records
+# prologue at pair shift 0 + `gemv_mma`) at each config, against int4 as served, per cell.
+MMA_GRID: list[dict[str, int]] = [
+    dict(block_n=256, programs_per_sm=8), dict(block_n=128, programs_per_sm=8),
+    dict(block_n=128, programs_per_sm=16), dict(block_n=256, programs_per_sm=4),
+    dict(block_n=256, programs_per_sm=12), dict(block_n=512, programs_per_sm=4),
+    dict(block_n=512, programs_per_sm=2),
+]  # fmt: skip
+
+
+def h2_mma(shapes: list[str], ms: list[int], reps: int, t0: float,
+           budget: float) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
+    """Per cell, same run: cuBLAS, int4pack, int4 as served, the mma op at each MMA_GRID config
+    (`rel` against as served: both on the layer's records; registers as compiled), then the
+    mma GEMV alone (MMA_CONFIG), the HFMA2 GEMV alone (M <= 2) and the records prologue alone."""
+    from .triton import decode_host, decode_kernels, fast_host
+
+    dev = torch.device("cuda")
+    out, not_run = [], []
+    for name in shapes:
+        _, n, k, sizes = next(s for s in b.SHAPES if s[0] == name)
+        p4 = _preps(n, k, sizes, dev)
+        for m in ms:
+            if budget and time.monotonic() - t0 > budget:
+                not_run.append(f"{name}@{m}")
+                continue
+            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+            out += _peer_rows(name, m, n, k, x, reps)
+            cands: dict[str, Callable[[Any], object]] = {
+                "int4 as served": functools.partial(_h2_call, "served", x, None)
+            }
+            for kw in MMA_GRID:
+                cfg = decode_host.mma_config(m, n, k, G, b._bounds(sizes), 132, **kw)
+                cands[f"int4 mma {kw}"] = functools.partial(_mma_op, x, cfg)
+            ref = None
+            for label, fn in cands.items():
+                seen = set(_regs(decode_kernels.gemv_mma_kernel))
+                y = fn(p4[0]).float()  # type: ignore[attr-defined]
+                regs = [r.split(": ")[-1] for r in _regs(decode_kernels.gemv_mma_kernel)
+                        if r not in seen]  # fmt: skip
+                ref = y if ref is None else ref
+                us = _t([functools.partial(fn, p) for p in p4], reps)
+                out.append(_row(name, m, n, k, label, us, regs=";".join(regs),
+                                rel=float((y - ref).norm() / ref.norm())))  # fmt: skip
+            p0 = p4[0]
+            xr = fast_host.rotate_givens_paired(x, p0.gv_idx, p0.gv_coef, G, 0)
+            fns = [functools.partial(decode_host.gemv_mma, xr, p.qweight, p.scales, p.zeros,
+                                     p.bounds, G, torch.bfloat16) for p in p4]  # fmt: skip
+            out.append(_row(name, m, n, k, "int4 mma alone", _t(fns, reps)))
+            if m <= 2:
+                xh = fast_host.rotate_givens_paired(x, p0.gv_idx, p0.gv_coef, G)
+                fns = [functools.partial(_h2_call, "h2 alone", x, (None, xh), p) for p in p4]
+                out.append(_row(name, m, n, k, "int4 h2 alone", _t(fns, reps)))
+            fns = [functools.partial(fast_host.rotate_givens_paired, x, p.gv_idx, p.gv_coef, G,
+                                     0) for p in p4]  # fmt: skip
+            out.append(_row(name, m, n, k, "givens prologue alone", _t(fns, reps)))
+            torch.cuda.empty_cache()
+    return out, not_run
+
+
+def _mma_op(x: torch.Tensor, cfg: Any, p: Any) -> object:
+    """The mma op on layer p at config cfg (its records prologue)."""
+    from .triton import decode_host
+
+    return decode_host.gemv_mma_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
+                                       p.bounds, G, None, cfg, (p.gv_idx, p.gv_coef))  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> None:
     """Stage 1, stage 2; JSON written after each."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -587,7 +655,9 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.monotonic()
     ms = [int(v) for v in args.ms.split(",")]
     if args.h2:
-        if args.h2 == "int5":
+        if args.h2 == "mma":
+            rows, nr = h2_mma(args.shapes.split(","), ms, args.reps, t0, args.budget_s)
+        elif args.h2 == "int5":
             rows, nr = h2_int5(args.shapes.split(","), ms, args.reps, t0, args.budget_s)
         elif args.h2 in ("rot", "coop", "waves", "confirm", "gv", "gvpdl"):
             g4, g5 = {"rot": (H2_ROT, H2_ROT[:3]), "coop": (H2_COOP, H2_COOP5),

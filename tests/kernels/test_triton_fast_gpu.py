@@ -117,6 +117,42 @@ def test_h2_prologues_match_fp64(k: int, sizes: list[int], scale: float, m: int,
     assert rel(xg, xs.double().cpu()) <= 2e-3
 
 
+@pytest.mark.parametrize(("k", "sizes", "g"), CASES)
+@pytest.mark.parametrize("m", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("scale", [1.0, 1e3])
+@pytest.mark.parametrize("cfg", [{}, {"block_n": 512, "programs_per_sm": 2}])
+def test_mma_gemv_matches_fp64(k: int, sizes: list[int], g: int, m: int, scale: float,
+                               cfg: dict[str, int]) -> None:  # fmt: skip
+    # The twelfth pass's mma.sync GEMV (decode_kernels): its lane mapping, split-K finish and
+    # both paired prologues (records, blocks) at pair shift 0, across the tile-boundary cases
+    # (odd N, 1-3 partitions, G = 64 and 128), every output row a thread can own (M <= 8), and
+    # a one-split config; activations in the thousands too (fp32 accumulation: no fp16 range).
+    # Partition bounds off the 32-column grid are refused by name.
+    from paro_kernels.triton import decode_host, fast_host
+
+    parts, prep = _prep(k, sizes, g, b=m % 2 == 1)
+    if not decode_host.mma_ok(prep.bounds):
+        with pytest.raises(ValueError, match="partition bounds"):
+            decode_host.mma_config(m, sum(sizes), k, g, prep.bounds, 132)
+        return
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m + k)) * scale
+    x = x.to(torch.bfloat16)
+    bb = bias(parts)
+    c = decode_host.mma_config(m, sum(sizes), k, g, prep.bounds, 132, **cfg)
+    want = reference(x, parts, g)
+    for gv in ((prep.gv_idx, prep.gv_coef), (None, None)):
+        for _ in range(2):  # the second call finds the split-K workspace and tickets zeroed
+            y = decode_host.gemv_mma_linear(x.cuda(), prep.rot_hi, prep.rot_lo, prep.qweight,
+                                            prep.scales, prep.zeros, prep.bounds, g,
+                                            None if bb is None else bb.cuda(), c, gv)  # fmt: skip
+            assert y.shape == (m, sum(sizes)) and y.dtype == torch.bfloat16
+            assert torch.isfinite(y).all()
+            assert rel(y, want) <= 2e-3, (gv[0] is None, rel(y, want))
+    for (kind, _), buf in fast_host._WS.items():
+        if kind not in SCRATCH:
+            assert not buf.any(), kind
+
+
 @pytest.mark.parametrize(("k", "sizes", "g"), CASES[3:])
 @pytest.mark.parametrize("m", [1, 3, 4])
 def test_gemv_with_givens_inside(k: int, sizes: list[int], g: int, m: int) -> None:

@@ -73,10 +73,13 @@ def _report(
 
 
 def _compile(fn: object, signature: dict[str, str], constexprs: Mapping[str, object], target: str,
-             num_warps: int, num_stages: int) -> object:  # fmt: skip
+             num_warps: int, num_stages: int, aligned: tuple[str, ...] = ()) -> object:  # fmt: skip
+    """`aligned`: arguments specialized as multiples of 16 (bytes for pointers), as the JIT
+    specializes torch's allocations and shapes at run time."""
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     sig = {**signature, **dict.fromkeys(constexprs, "constexpr")}
-    src = triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=constexprs)
+    attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(sig) if a in aligned}
+    src = triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
     return triton.compile(
         src, target=TARGETS[target][0], options={"num_warps": num_warps, "num_stages": num_stages}
     )
@@ -306,3 +309,26 @@ def compile_gemv_h2(target: str, m: int, n: int, k: int, g: int, bounds: tuple[i
                  cfg.num_stages)  # fmt: skip
     rep = _report("gemv_h2", target, str(cfg), c, r"(v_wmma|wgmma|mma\.sync)")
     return Report(**{**rep.__dict__, "mma": not rep.mma}), c
+
+
+def compile_gemv_mma(target: str, m: int, n: int, k: int, g: int, bounds: tuple[int, ...] = (),
+                     **kw: int) -> tuple[Report, object]:  # fmt: skip
+    """Build the twelfth-pass mma.sync decode GEMV (NVIDIA only) at its launcher's config
+    (`decode_host.mma_config`, kw overriding it); `mma` reports the matrix instruction in the
+    loop. Also returns the compiled kernel (its `asm`)."""
+    from . import decode_host, decode_kernels
+
+    cfg = decode_host.mma_config(m, n, k, g, bounds, 132, **kw)
+    t = 32 * cfg.num_warps
+    sig = {
+        "a_ptr": "*i32", "qw_ptr": "*i32", "sc_ptr": "*fp16", "zp_ptr": "*u8",
+        "bias_ptr": "*bf16", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "out_ptr": "*bf16",
+        "M": "i32", "N": "i32", "K": "i32", "b1": "i32", "b2": "i32",
+    }  # fmt: skip
+    const: dict[str, object] = {
+        "HAS_BIAS": False, "G": g, "BLOCK_N": cfg.block_n, "CPT": cfg.block_n // t, "T": t,
+        "SPLIT_K": cfg.split_k, "ASM": True,
+    }  # fmt: skip
+    c = _compile(decode_kernels.gemv_mma_kernel, sig, const, target, cfg.num_warps,
+                 cfg.num_stages, tuple(a for a in sig if a.endswith("_ptr")) + ("N", "K"))  # fmt: skip
+    return _report("gemv_mma", target, str(cfg), c, r"mma\.sync"), c

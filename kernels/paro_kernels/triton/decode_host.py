@@ -381,3 +381,90 @@ def gemv_h2_linear(
                                         pair_shift=shift)  # fmt: skip
     return gemv_h2(xr, qweight, scales, zeros, bounds, group_size, x.dtype, bias, config,
                    maxnreg, pdl, qweight_hi)  # fmt: skip
+
+
+# Twelfth pass: the mma.sync GEMV (`decode_kernels.gemv_mma_kernel`, NVIDIA, M <= 8, int4) on
+# the paired prologue's output at pair shift 0 (fp32 accumulation: no range scaling). Its tile
+# (columns a program: 4 CPT a thread, 32 num_warps threads) and split as `fast_host.gemv2_config`
+# makes them; MMA_CONFIG: the defaults before a sweep.
+MMA_MAX_M = 8
+MMA_CONFIG = dict(block_n=256, num_warps=4, programs_per_sm=8)
+
+
+def mma_config(m: int, n: int, k: int, g: int, bounds: tuple[int, ...], sms: int,
+               **kw: int) -> fast_host.GemvConfig:  # fmt: skip
+    """The mma GEMV's tile and split (MMA_CONFIG, overridden by kw) for an N x K layer at M."""
+    c = {**MMA_CONFIG, **kw}
+    cfg = fast_host.gemv2_config(m, n, k, g, bounds, sms, num_warps=c["num_warps"],
+                                 block_n=c["block_n"], dot=False,
+                                 programs_per_sm=c["programs_per_sm"])  # fmt: skip
+    require(mma_ok(bounds), "partition bounds", "multiples of 32 (an mma's 32 columns)", bounds)
+    # narrower tiles at partition bounds: fewer warps (32 columns a warp and column quad)
+    return replace(cfg, num_warps=min(cfg.num_warps, max(1, cfg.block_n // 32)))
+
+
+def mma_ok(bounds: tuple[int, ...]) -> bool:
+    """Whether the mma GEMV takes a layer with these partition bounds: every mma's 32 columns
+    (8 column quads) read one partition's activations."""
+    return all(b % 32 == 0 for b in bounds)
+
+
+def gemv_mma(
+    xr: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor,
+    bounds: tuple[int, ...],
+    group_size: int,
+    out_dtype: torch.dtype,
+    bias: torch.Tensor | None = None,
+    config: fast_host.GemvConfig | None = None,
+) -> torch.Tensor:
+    """The mma GEMV on the paired prologue output xr [P, M <= 8, K] fp16 (pair shift 0)
+    -> y [M, N] out_dtype."""
+    import os
+
+    from .decode_kernels import gemv_mma_kernel
+
+    p, m, k = xr.shape
+    n = qweight.shape[1]
+    g = group_size
+    require(m <= MMA_MAX_M, "x rows", f"<= {MMA_MAX_M} for the mma GEMV", m)
+    require(g % 32 == 0 and k % g == 0, "group_size", "a multiple of 32 dividing K", (g, k))
+    require(xr.dtype == torch.float16, "xr", "fp16 pairs", xr.dtype)
+    cfg = config or mma_config(m, n, k, g, bounds, host.sm_count(xr.device))
+    t = 32 * cfg.num_warps
+    out, ws, cnt, tiles = fast_host._gemv_buffers(m, n, cfg, out_dtype, xr.device)
+    b = (*bounds, n, n)[:2]
+    asm = not host._is_hip() and os.environ.get("TRITON_INTERPRET", "0") != "1"
+    gemv_mma_kernel[(tiles, cfg.split_k)](
+        xr.view(torch.int32), qweight, scales, zeros, bias if bias is not None else scales,
+        ws, cnt, out, m, n, k, b[0], b[1],
+        HAS_BIAS=bias is not None, G=g, BLOCK_N=cfg.block_n, CPT=cfg.block_n // t, T=t,
+        SPLIT_K=cfg.split_k, ASM=asm, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )  # fmt: skip
+    return out
+
+
+def gemv_mma_linear(
+    x: torch.Tensor,
+    rot_hi: torch.Tensor,
+    rot_lo: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor,
+    bounds: tuple[int, ...],
+    group_size: int,
+    bias: torch.Tensor | None = None,
+    config: fast_host.GemvConfig | None = None,
+    gv: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None),
+) -> torch.Tensor:
+    """The decode linear on the mma GEMV: the paired prologue at pair shift 0 (the Givens
+    records where `gv` has them, else the sliced blocks) + `gemv_mma`, y [M, N] in x.dtype."""
+    gv_idx, gv_coef = gv
+    if gv_idx is not None and gv_coef is not None:
+        xr = fast_host.rotate_givens_paired(x, gv_idx, gv_coef, group_size, 0)
+    else:
+        xr, _ = fast_host.rotate_slices(x, rot_hi, rot_lo, group_size, paired=True,
+                                        pair_shift=0)  # fmt: skip
+    return gemv_mma(xr, qweight, scales, zeros, bounds, group_size, x.dtype, bias, config)

@@ -595,3 +595,225 @@ def gemv_h2_kernel(
                    n_mask, N, HAS_BIAS, SPLIT_K, BLOCK_M, BLOCK_N)  # fmt: skip
     if ROT:
         _h2_release(fl_ptr, part, g0, g1, ngroups, ncons)
+
+
+# --------------------------------------------------------------------------- the mma.sync GEMV
+#
+# Twelfth pass (issue 14): the decode GEMV (M <= 8) with the multiply-adds on the matrix unit
+# through `mma.sync.m16n8k16` (fp16 in, fp32 accumulate), the unpacked weights as the A operand
+# straight from the thread's registers. The HFMA2 GEMV's ncu (tenth pass, gate_up M = 1): 158
+# registers, 3 programs an SM, ALU 30% + FMA 29% of peak, 5.4 cycles between a warp's issues,
+# 53% DRAM: its 17 instructions per word (8 weights; 26 at M = 2) are ~75% of the weight
+# stream's time at the HBM rate, and the loads and the math did not overlap enough to hide
+# them. Here a word costs its unpack (4 LOP3 + 1 SHR + 4 SUB.F16X2: 8 exact fp16 c - z) and one
+# quarter-warp share of an mma: ~10 issue slots, at any M <= 8 (the mma's 8 B columns).
+#
+# Lane mapping (PTX ISA, m16n8k16 .f16 fragments; lane = 4 gid + tig): A row gid holds k slots
+# (2 tig, 2 tig + 1) in register 0 and (2 tig + 8, + 9) in register 2, row gid + 8 the same in
+# registers 1 and 3; B column gid holds k slots (2 tig, + 1) and (2 tig + 8, + 9); D row gid
+# columns (2 tig, 2 tig + 1) in d0, d1, row gid + 8 in d2, d3. A thread loads, per word row
+# it owns (row 4 i + tig of the group, i < G / 32), the int32 words of 4 adjacent output
+# columns (one 16-byte load) and the 4 paired activation words of that word row (the paired
+# prologue's layout: word j = channels (8r + j, 8r + j + 4), the pairs the LOP3 unpack yields).
+# Columns (0, 1) of the 4 are A rows (gid, gid + 8) of one mma pair, columns (2, 3) of another;
+# nibbles (0, 4), (1, 5) of a word feed the first mma of a pair, (2, 6), (3, 7) the second, at
+# the k slots of the same activation pairs: a quad (the 4 lanes of a gid) spans 4 word rows,
+# 32 channels an mma pair. The thread supplies B column gid, so activation row gid (zero past
+# M), and receives D columns 2 tig and 2 tig + 1: output rows 2 tig, 2 tig + 1 of its 4
+# columns. The mma sums over the quad's k slots and the accumulator over the group's G / 32
+# word rows; the group's fp32 sums then take the column's scale. No fp16 accumulation, so the
+# activations come unscaled (pair shift 0).
+#
+# Registers a thread (CPT column quads): 4 CPT words + 4 activation words per word row, 8 CPT
+# sums a group and 8 CPT totals, far under the HFMA2 GEMV's 158: more programs an SM.
+# The interpreter (no mma) computes the same per-(column, row) group sums with plain ops.
+
+
+def mma_word_asm() -> str:
+    """PTX of one word row against 4 adjacent columns (one column quad): outputs $0..$3 the
+    fp32 sums of output row 2 tig for columns 0..3, $4..$7 row 2 tig + 1; inputs the 4 words,
+    the 4 columns' zero pairs (1024 + z, 1024 + z) and (64 + z, 64 + z), the 4 paired activation
+    words of the word row (B column gid), then the running sums as $0..$7 are laid out."""
+    lines = ["{", ".reg .b32 u, x<4>, y<4>;", ".reg .f32 d<4>;"]
+    for half in range(2):  # columns (0, 1), then (2, 3)
+        for col, r in ((2 * half, "x"), (2 * half + 1, "y")):
+            q, z1, z64 = f"${8 + col}", f"${12 + col}", f"${16 + col}"
+            lines += [
+                f"lop3.b32 {r}0, {q}, 0x000F000F, 0x64006400, 0xea;",
+                f"lop3.b32 {r}1, {q}, 0x00F000F0, 0x54005400, 0xea;",
+                f"shr.u32 u, {q}, 8;",
+                f"lop3.b32 {r}2, u, 0x000F000F, 0x64006400, 0xea;",
+                f"lop3.b32 {r}3, u, 0x00F000F0, 0x54005400, 0xea;",
+                f"sub.f16x2 {r}0, {r}0, {z1};",
+                f"sub.f16x2 {r}1, {r}1, {z64};",
+                f"sub.f16x2 {r}2, {r}2, {z1};",
+                f"sub.f16x2 {r}3, {r}3, {z64};",
+            ]
+        c0, c1 = 2 * half, 2 * half + 1
+        ce = f"${24 + c0}, ${28 + c0}, ${24 + c1}, ${28 + c1}"
+        de = f"${c0}, ${4 + c0}, ${c1}, ${4 + c1}"
+        mma = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+        lines += [
+            f"{mma} {{d0, d1, d2, d3}}, {{x0, y0, x1, y1}}, {{$20, $21}}, {{{ce}}};",
+            f"{mma} {{{de}}}, {{x2, y2, x3, y3}}, {{$22, $23}}, {{d0, d1, d2, d3}};",
+        ]
+    return "\n".join([*lines, "}"])
+
+
+_MMA_ASM = tl.constexpr(mma_word_asm())
+_MMA_CONSTRAINTS = tl.constexpr(",".join(["=f"] * 8 + ["r"] * 16 + ["f"] * 8))
+
+
+@triton.jit
+def _split4(x, C: tl.constexpr, T: tl.constexpr):
+    """[C, T, 4] -> its 4 [C, T] slices along the last (in-thread) axis."""
+    a, b = tl.split(tl.reshape(x, (C, T, 2, 2)))
+    e0, e2 = tl.split(a)
+    e1, e3 = tl.split(b)
+    return e0, e1, e2, e3
+
+
+@triton.jit
+def _join4(e0, e1, e2, e3, C: tl.constexpr, T: tl.constexpr):
+    """`_split4`'s inverse."""
+    return tl.reshape(tl.join(tl.join(e0, e2), tl.join(e1, e3)), (C, T, 4))
+
+
+@triton.jit
+def _mma_group(qw_ptr, a_rows, a_ok, zi, col, n_mask, g, N, CPT: tl.constexpr, T: tl.constexpr,
+               G: tl.constexpr, tig):  # fmt: skip
+    """The group's fp32 sums (row 2 tig, row 2 tig + 1) of the thread's [CPT, T, 4] columns
+    through `mma_word_asm`, one call a word row it owns (section note)."""
+    z1 = (zi | 0x6400) * 65537
+    z64 = ((zi << 4) | 0x5400) * 65537
+    za0, za1, za2, za3 = _split4(z1, CPT, T)
+    zb0, zb1, zb2, zb3 = _split4(z64, CPT, T)
+    zero = tl.zeros((CPT, T), tl.float32)
+    e0, e1, e2, e3, o0, o1, o2, o3 = zero, zero, zero, zero, zero, zero, zero, zero
+    v = tl.arange(0, 4)[None, None, :]
+    for i in tl.static_range(G // 32):
+        w = (g * (G // 8) + 4 * i + tig)[None, :, None]
+        q = tl.load(qw_ptr + w * N + col, mask=n_mask, other=0)
+        a = tl.load(a_rows + w * 4 + v, mask=a_ok, other=0)
+        q0, q1, q2, q3 = _split4(q, CPT, T)
+        a0, a1, a2, a3 = _split4(tl.broadcast_to(a, (CPT, T, 4)), CPT, T)
+        e0, e1, e2, e3, o0, o1, o2, o3 = tl.inline_asm_elementwise(
+            _MMA_ASM, _MMA_CONSTRAINTS,
+            [q0, q1, q2, q3, za0, za1, za2, za3, zb0, zb1, zb2, zb3, a0, a1, a2, a3,
+             e0, e1, e2, e3, o0, o1, o2, o3],
+            dtype=(tl.float32,) * 8, is_pure=True, pack=1,
+        )  # fmt: skip
+    return _join4(e0, e1, e2, e3, CPT, T), _join4(o0, o1, o2, o3, CPT, T)
+
+
+@triton.jit
+def _mma_group_ops(qw_ptr, a_e, a_o, ok_e, ok_o, zi, col, n_mask, g, N, G: tl.constexpr):
+    """`_mma_group` with plain ops (the interpreter): every word row of the group against the
+    activation rows a_e / a_o ([1, T, 1] row pointers) of each thread's outputs."""
+    de = tl.zeros(col.shape, tl.float32)
+    do = tl.zeros(col.shape, tl.float32)
+    for r in tl.static_range(G // 8):
+        w = g * (G // 8) + r
+        q = tl.load(qw_ptr + w * N + col, mask=n_mask, other=0)
+        for j in tl.static_range(4):
+            ae = tl.load(a_e + w * 4 + j, mask=ok_e, other=0)
+            ao = tl.load(a_o + w * 4 + j, mask=ok_o, other=0)
+            lo = (((q >> (4 * j)) & 15) - zi).to(tl.float32)
+            hi = (((q >> (4 * j + 16)) & 15) - zi).to(tl.float32)
+            de += lo * _pair_f32(ae, False) + hi * _pair_f32(ae, True)
+            do += lo * _pair_f32(ao, False) + hi * _pair_f32(ao, True)
+    return de, do
+
+
+@triton.jit
+def gemv_mma_kernel(
+    a_ptr,  # [P, M, K/2] int32: the paired fp16 prologue output, pair shift 0
+    qw_ptr,  # [K/8, N] int32 codes packed along K (nibble s of word r = row 8r + s)
+    sc_ptr,  # [K/G, N] fp16 scales
+    zp_ptr,  # [K/G, N] uint8 zero codes
+    bias_ptr,  # [N] or a dummy
+    ws_ptr,  # SPLIT_K > 1: [>= M * N] fp32 workspace, zero on entry and on exit
+    cnt_ptr,  # SPLIT_K > 1: [>= N / BLOCK_N] int32 tickets, zero on entry and on exit
+    out_ptr,  # [M, N] output dtype
+    M,
+    N,
+    K,
+    b1,
+    b2,
+    HAS_BIAS: tl.constexpr,
+    G: tl.constexpr,  # a multiple of 32
+    BLOCK_N: tl.constexpr,  # CPT * T
+    CPT: tl.constexpr,  # column quads a thread
+    T: tl.constexpr,  # threads a program (32 num_warps)
+    SPLIT_K: tl.constexpr,
+    ASM: tl.constexpr,  # the mma PTX (NVIDIA); else plain ops (the interpreter)
+):
+    """out[:M, n-block] = sum over this split's groups of a_p @ dequant(Q); section note above."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    n0 = pid_n * BLOCK_N
+    part = (n0 >= b1).to(tl.int32) + (n0 >= b2).to(tl.int32)
+    t = tl.arange(0, T)
+    lane = t % 32
+    gid = lane // 4
+    tig = lane % 4
+    quad = (t // 32) * 8 + gid
+    col = (n0 + tl.arange(0, CPT)[:, None, None] * T + quad[None, :, None] * 4
+           + tl.arange(0, 4)[None, None, :])  # fmt: skip
+    col = tl.max_contiguous(tl.multiple_of(col, (1, 1, 4)), (1, 1, 4))  # 16-byte loads
+    n_mask = col < N
+    ngroups = K // G
+    per = tl.cdiv(ngroups, SPLIT_K)
+    g0 = pid_k * per
+    g1 = tl.minimum(g0 + per, ngroups)
+    row0 = (part * M).to(tl.int64)
+    m_e = (2 * tig)[None, :, None]
+    tot_e = tl.zeros((CPT, T, 4), tl.float32)
+    tot_o = tl.zeros((CPT, T, 4), tl.float32)
+    for g in range(g0, g1):
+        zi = tl.load(zp_ptr + g * N + col, mask=n_mask, other=0).to(tl.int32)
+        if ASM:
+            a_rows = a_ptr + (row0 + gid[None, :, None]) * (K // 2)
+            de, do = _mma_group(qw_ptr, a_rows, (gid < M)[None, :, None], zi, col, n_mask, g,
+                                N, CPT, T, G, tig)  # fmt: skip
+        else:
+            de, do = _mma_group_ops(qw_ptr, a_ptr + (row0 + m_e) * (K // 2),
+                                    a_ptr + (row0 + m_e + 1) * (K // 2), m_e < M, m_e + 1 < M,
+                                    zi, col, n_mask, g, N, G)  # fmt: skip
+        s = tl.load(sc_ptr + g * N + col, mask=n_mask, other=0.0).to(tl.float32)
+        tot_e += de * s
+        tot_o += do * s
+    for h in tl.static_range(2):
+        y = tot_e if h == 0 else tot_o
+        m = m_e + h
+        out_offs = m.to(tl.int64) * N + col
+        mask = (m < M) & n_mask
+        if SPLIT_K == 1:
+            if HAS_BIAS:
+                y += tl.load(bias_ptr + col, mask=n_mask, other=0.0).to(tl.float32)
+            tl.store(out_ptr + out_offs, y.to(out_ptr.dtype.element_ty), mask=mask)
+        else:
+            tl.atomic_add(ws_ptr + out_offs, y, mask=mask, sem="relaxed")
+    if SPLIT_K > 1:
+        _mma_finish(ws_ptr, out_ptr, cnt_ptr, bias_ptr, pid_n, m_e, col, n_mask, M, N, HAS_BIAS,
+                    SPLIT_K)  # fmt: skip
+
+
+@triton.jit
+def _mma_finish(ws_ptr, out_ptr, cnt_ptr, bias_ptr, tile, m_e, col, n_mask, M, N,
+                HAS_BIAS: tl.constexpr, SPLIT_K: tl.constexpr):  # fmt: skip
+    """The split-K ticket (`kernels._ticket_finish`) for the thread-shaped outputs: the last
+    split of the column tile writes both of each thread's rows and zeroes its workspace."""
+    tl.debug_barrier()  # every thread's partial is in before the ticket is taken
+    ticket = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel")
+    if ticket == SPLIT_K - 1:
+        for h in tl.static_range(2):
+            m = m_e + h
+            out_offs = m.to(tl.int64) * N + col
+            mask = (m < M) & n_mask
+            tot = tl.load(ws_ptr + out_offs, mask=mask, other=0.0, volatile=True)
+            if HAS_BIAS:
+                tot += tl.load(bias_ptr + col, mask=n_mask, other=0.0).to(tl.float32)
+            tl.store(out_ptr + out_offs, tot.to(out_ptr.dtype.element_ty), mask=mask)
+            tl.store(ws_ptr + out_offs, tl.zeros_like(tot), mask=mask)
+        tl.atomic_xchg(cnt_ptr + tile, 0, sem="relaxed")
