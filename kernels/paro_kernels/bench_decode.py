@@ -12,7 +12,8 @@ stage-1 config, the top configs with the shipped prologue, and the prologues alo
 `bench._time` (CUDA-graph replays over weight copies past 4x L2); % HBM against 4.3 TB/s.
 
     python -m paro_kernels.bench_decode --ab ...           fifth pass: the forced paths per cell
-    python -m paro_kernels.bench_decode --h2 run1|run2|run3|int5|rot|coop|waves|confirm|gv|gvpdl|mma ...
+    python -m paro_kernels.bench_decode --h2 run1|run2|run3|int5|rot|coop|waves|confirm|gv|\
+        gvpdl|mma ...
 
 Ninth pass (`--h2`): per cell the peers, the op as served, the FMA op forced (the "before"),
 the HFMA2 op at each variant of the named grid (`H2_GRID`, `H2_RUN2`, `H2_RUN3`), the two GEMVs

@@ -329,6 +329,7 @@ def compile_gemv_mma(target: str, m: int, n: int, k: int, g: int, bounds: tuple[
         "HAS_BIAS": False, "G": g, "BLOCK_N": cfg.block_n, "CPT": cfg.block_n // t, "T": t,
         "SPLIT_K": cfg.split_k, "ASM": True,
     }  # fmt: skip
+    aligned = (*(a for a in sig if a.endswith("_ptr")), "N", "K")
     c = _compile(decode_kernels.gemv_mma_kernel, sig, const, target, cfg.num_warps,
-                 cfg.num_stages, tuple(a for a in sig if a.endswith("_ptr")) + ("N", "K"))  # fmt: skip
+                 cfg.num_stages, aligned)  # fmt: skip
     return _report("gemv_mma", target, str(cfg), c, r"mma\.sync"), c

@@ -426,7 +426,7 @@ def gemv_mma(
 
     from .decode_kernels import gemv_mma_kernel
 
-    p, m, k = xr.shape
+    _, m, k = xr.shape
     n = qweight.shape[1]
     g = group_size
     require(m <= MMA_MAX_M, "x rows", f"<= {MMA_MAX_M} for the mma GEMV", m)
