@@ -569,10 +569,9 @@ def h2_variants(shapes: list[str], ms: list[int], reps: int, t0: float, budget: 
 # `--h2 mma` (twelfth pass): the mma.sync GEMV (`decode_host.gemv_mma_linear`: the records
 # prologue at pair shift 0 + `gemv_mma`) at each config, against int4 as served, per cell.
 MMA_GRID: list[dict[str, int]] = [
-    dict(block_n=256, programs_per_sm=8), dict(block_n=128, programs_per_sm=8),
-    dict(block_n=128, programs_per_sm=16), dict(block_n=256, programs_per_sm=4),
-    dict(block_n=256, programs_per_sm=12), dict(block_n=512, programs_per_sm=4),
-    dict(block_n=512, programs_per_sm=2),
+    dict(block_n=128, programs_per_sm=8), dict(block_n=128, programs_per_sm=12),
+    dict(block_n=64, num_warps=2, programs_per_sm=16), dict(block_n=256, programs_per_sm=4),
+    dict(block_n=128, programs_per_sm=4, pipe=1), dict(block_n=256, programs_per_sm=3, pipe=1),
 ]  # fmt: skip
 
 

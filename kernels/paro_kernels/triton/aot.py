@@ -327,7 +327,7 @@ def compile_gemv_mma(target: str, m: int, n: int, k: int, g: int, bounds: tuple[
     }  # fmt: skip
     const: dict[str, object] = {
         "HAS_BIAS": False, "G": g, "BLOCK_N": cfg.block_n, "CPT": cfg.block_n // t, "T": t,
-        "SPLIT_K": cfg.split_k, "ASM": True,
+        "SPLIT_K": cfg.split_k, "ASM": True, "PIPE": cfg.pipe,
     }  # fmt: skip
     aligned = (*(a for a in sig if a.endswith("_ptr")), "N", "K")
     c = _compile(decode_kernels.gemv_mma_kernel, sig, const, target, cfg.num_warps,

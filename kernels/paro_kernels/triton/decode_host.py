@@ -388,7 +388,7 @@ def gemv_h2_linear(
 # (columns a program: 4 CPT a thread, 32 num_warps threads) and split as `fast_host.gemv2_config`
 # makes them; MMA_CONFIG: the defaults before a sweep.
 MMA_MAX_M = 8
-MMA_CONFIG = dict(block_n=256, num_warps=4, programs_per_sm=8)
+MMA_CONFIG = dict(block_n=128, num_warps=4, programs_per_sm=8, pipe=0)
 
 
 def mma_config(m: int, n: int, k: int, g: int, bounds: tuple[int, ...], sms: int,
@@ -400,7 +400,8 @@ def mma_config(m: int, n: int, k: int, g: int, bounds: tuple[int, ...], sms: int
                                  programs_per_sm=c["programs_per_sm"])  # fmt: skip
     require(mma_ok(bounds), "partition bounds", "multiples of 32 (an mma's 32 columns)", bounds)
     # narrower tiles at partition bounds: fewer warps (32 columns a warp and column quad)
-    return replace(cfg, num_warps=min(cfg.num_warps, max(1, cfg.block_n // 32)))
+    return replace(cfg, num_warps=min(cfg.num_warps, max(1, cfg.block_n // 32)),
+                   pipe=bool(c["pipe"]))  # fmt: skip
 
 
 def mma_ok(bounds: tuple[int, ...]) -> bool:
@@ -441,7 +442,8 @@ def gemv_mma(
         xr.view(torch.int32), qweight, scales, zeros, bias if bias is not None else scales,
         ws, cnt, out, m, n, k, b[0], b[1],
         HAS_BIAS=bias is not None, G=g, BLOCK_N=cfg.block_n, CPT=cfg.block_n // t, T=t,
-        SPLIT_K=cfg.split_k, ASM=asm, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        SPLIT_K=cfg.split_k, ASM=asm, PIPE=cfg.pipe, num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
     )  # fmt: skip
     return out
 

@@ -680,29 +680,68 @@ def _join4(e0, e1, e2, e3, C: tl.constexpr, T: tl.constexpr):
 
 
 @triton.jit
-def _mma_group(qw_ptr, a_rows, a_ok, zi, col, n_mask, g, N, CPT: tl.constexpr, T: tl.constexpr,
-               G: tl.constexpr, tig):  # fmt: skip
+def _mma_word(qw_ptr, a_rows, a_ok, col, n_mask, g, N, G: tl.constexpr, tig, i: tl.constexpr,
+              ok):  # fmt: skip
+    """The thread's words (4 columns a column quad) and activation pairs of its word row i of
+    group g (`ok`: else nothing is read)."""
+    w = (g * (G // 8) + 4 * i + tig)[None, :, None]
+    q = tl.load(qw_ptr + w * N + col, mask=n_mask & ok, other=0)
+    a = tl.load(a_rows + w * 4 + tl.arange(0, 4)[None, None, :], mask=a_ok & ok, other=0)
+    return q, a
+
+
+@triton.jit
+def _mma_loads(qw_ptr, sc_ptr, zp_ptr, a_rows, a_ok, col, n_mask, g, N, G: tl.constexpr, tig,
+               ok):  # fmt: skip
+    """Everything group g's sums read, issued together (one memory round trip, not one a word
+    row): the thread's words and activation pairs of its G / 32 <= 4 word rows (rows past G / 32
+    repeat row 0: not used), the zero codes and the scales."""
+    q0, a0 = _mma_word(qw_ptr, a_rows, a_ok, col, n_mask, g, N, G, tig, 0, ok)
+    q1, a1 = _mma_word(qw_ptr, a_rows, a_ok, col, n_mask, g, N, G, tig, 1, ok)
+    q2, a2, q3, a3 = q0, a0, q1, a1
+    if G // 32 == 4:
+        q2, a2 = _mma_word(qw_ptr, a_rows, a_ok, col, n_mask, g, N, G, tig, 2, ok)
+        q3, a3 = _mma_word(qw_ptr, a_rows, a_ok, col, n_mask, g, N, G, tig, 3, ok)
+    zi = tl.load(zp_ptr + g * N + col, mask=n_mask & ok, other=0).to(tl.int32)
+    s = tl.load(sc_ptr + g * N + col, mask=n_mask & ok, other=0.0).to(tl.float32)
+    return q0, q1, q2, q3, a0, a1, a2, a3, zi, s
+
+
+@triton.jit
+def _mma_step(q, a, za0, za1, za2, za3, zb0, zb1, zb2, zb3, e0, e1, e2, e3, o0, o1, o2, o3,
+              CPT: tl.constexpr, T: tl.constexpr):  # fmt: skip
+    """One word row through `mma_word_asm`: the running sums e (row 2 tig), o (2 tig + 1)."""
+    q0, q1, q2, q3 = _split4(q, CPT, T)
+    a0, a1, a2, a3 = _split4(tl.broadcast_to(a, (CPT, T, 4)), CPT, T)
+    return tl.inline_asm_elementwise(
+        _MMA_ASM, _MMA_CONSTRAINTS,
+        [q0, q1, q2, q3, za0, za1, za2, za3, zb0, zb1, zb2, zb3, a0, a1, a2, a3,
+         e0, e1, e2, e3, o0, o1, o2, o3],
+        dtype=(tl.float32,) * 8, is_pure=True, pack=1,
+    )  # fmt: skip
+
+
+@triton.jit
+def _mma_group(q0, q1, q2, q3, a0, a1, a2, a3, zi, CPT: tl.constexpr, T: tl.constexpr,
+               G: tl.constexpr):  # fmt: skip
     """The group's fp32 sums (row 2 tig, row 2 tig + 1) of the thread's [CPT, T, 4] columns
-    through `mma_word_asm`, one call a word row it owns (section note)."""
+    from `_mma_loads`' words, one `_mma_step` a word row (section note)."""
     z1 = (zi | 0x6400) * 65537
     z64 = ((zi << 4) | 0x5400) * 65537
     za0, za1, za2, za3 = _split4(z1, CPT, T)
     zb0, zb1, zb2, zb3 = _split4(z64, CPT, T)
-    zero = tl.zeros((CPT, T), tl.float32)
-    e0, e1, e2, e3, o0, o1, o2, o3 = zero, zero, zero, zero, zero, zero, zero, zero
-    v = tl.arange(0, 4)[None, None, :]
-    for i in tl.static_range(G // 32):
-        w = (g * (G // 8) + 4 * i + tig)[None, :, None]
-        q = tl.load(qw_ptr + w * N + col, mask=n_mask, other=0)
-        a = tl.load(a_rows + w * 4 + v, mask=a_ok, other=0)
-        q0, q1, q2, q3 = _split4(q, CPT, T)
-        a0, a1, a2, a3 = _split4(tl.broadcast_to(a, (CPT, T, 4)), CPT, T)
-        e0, e1, e2, e3, o0, o1, o2, o3 = tl.inline_asm_elementwise(
-            _MMA_ASM, _MMA_CONSTRAINTS,
-            [q0, q1, q2, q3, za0, za1, za2, za3, zb0, zb1, zb2, zb3, a0, a1, a2, a3,
-             e0, e1, e2, e3, o0, o1, o2, o3],
-            dtype=(tl.float32,) * 8, is_pure=True, pack=1,
-        )  # fmt: skip
+    e = tl.zeros((CPT, T), tl.float32)
+    e0, e1, e2, e3, o0, o1, o2, o3 = _mma_step(q0, a0, za0, za1, za2, za3, zb0, zb1, zb2, zb3,
+                                               e, e, e, e, e, e, e, e, CPT, T)  # fmt: skip
+    e0, e1, e2, e3, o0, o1, o2, o3 = _mma_step(q1, a1, za0, za1, za2, za3, zb0, zb1, zb2, zb3,
+                                               e0, e1, e2, e3, o0, o1, o2, o3, CPT, T)  # fmt: skip
+    if G // 32 == 4:
+        e0, e1, e2, e3, o0, o1, o2, o3 = _mma_step(q2, a2, za0, za1, za2, za3, zb0, zb1, zb2,
+                                                   zb3, e0, e1, e2, e3, o0, o1, o2, o3, CPT,
+                                                   T)  # fmt: skip
+        e0, e1, e2, e3, o0, o1, o2, o3 = _mma_step(q3, a3, za0, za1, za2, za3, zb0, zb1, zb2,
+                                                   zb3, e0, e1, e2, e3, o0, o1, o2, o3, CPT,
+                                                   T)  # fmt: skip
     return _join4(e0, e1, e2, e3, CPT, T), _join4(o0, o1, o2, o3, CPT, T)
 
 
@@ -747,6 +786,7 @@ def gemv_mma_kernel(
     T: tl.constexpr,  # threads a program (32 num_warps)
     SPLIT_K: tl.constexpr,
     ASM: tl.constexpr,  # the mma PTX (NVIDIA); else plain ops (the interpreter)
+    PIPE: tl.constexpr = False,  # the next group's loads issued before this group's math
 ):
     """out[:M, n-block] = sum over this split's groups of a_p @ dequant(Q); section note above."""
     pid_n = tl.program_id(0)
@@ -770,19 +810,39 @@ def gemv_mma_kernel(
     m_e = (2 * tig)[None, :, None]
     tot_e = tl.zeros((CPT, T, 4), tl.float32)
     tot_o = tl.zeros((CPT, T, 4), tl.float32)
-    for g in range(g0, g1):
-        zi = tl.load(zp_ptr + g * N + col, mask=n_mask, other=0).to(tl.int32)
-        if ASM:
-            a_rows = a_ptr + (row0 + gid[None, :, None]) * (K // 2)
-            de, do = _mma_group(qw_ptr, a_rows, (gid < M)[None, :, None], zi, col, n_mask, g,
-                                N, CPT, T, G, tig)  # fmt: skip
+    if ASM:
+        a_rows = a_ptr + (row0 + gid[None, :, None]) * (K // 2)
+        a_ok = (gid < M)[None, :, None]
+        if PIPE:  # group g's loads issued before group g - 1's math
+            q0, q1, q2, q3, a0, a1, a2, a3, zi, s = _mma_loads(
+                qw_ptr, sc_ptr, zp_ptr, a_rows, a_ok, col, n_mask, g0, N, G, tig, g0 < g1
+            )  # fmt: skip
+            for g in range(g0, g1):
+                r0, r1, r2, r3, b0, b1_, b2_, b3, zn, sn = _mma_loads(
+                    qw_ptr, sc_ptr, zp_ptr, a_rows, a_ok, col, n_mask, g + 1, N, G, tig,
+                    g + 1 < g1,
+                )  # fmt: skip
+                de, do = _mma_group(q0, q1, q2, q3, a0, a1, a2, a3, zi, CPT, T, G)
+                tot_e += de * s
+                tot_o += do * s
+                q0, q1, q2, q3, a0, a1, a2, a3, zi, s = r0, r1, r2, r3, b0, b1_, b2_, b3, zn, sn
         else:
+            for g in range(g0, g1):
+                q0, q1, q2, q3, a0, a1, a2, a3, zi, s = _mma_loads(
+                    qw_ptr, sc_ptr, zp_ptr, a_rows, a_ok, col, n_mask, g, N, G, tig, g < g1
+                )  # fmt: skip
+                de, do = _mma_group(q0, q1, q2, q3, a0, a1, a2, a3, zi, CPT, T, G)
+                tot_e += de * s
+                tot_o += do * s
+    else:
+        for g in range(g0, g1):
+            zi = tl.load(zp_ptr + g * N + col, mask=n_mask, other=0).to(tl.int32)
             de, do = _mma_group_ops(qw_ptr, a_ptr + (row0 + m_e) * (K // 2),
                                     a_ptr + (row0 + m_e + 1) * (K // 2), m_e < M, m_e + 1 < M,
                                     zi, col, n_mask, g, N, G)  # fmt: skip
-        s = tl.load(sc_ptr + g * N + col, mask=n_mask, other=0.0).to(tl.float32)
-        tot_e += de * s
-        tot_o += do * s
+            s = tl.load(sc_ptr + g * N + col, mask=n_mask, other=0.0).to(tl.float32)
+            tot_e += de * s
+            tot_o += do * s
     for h in tl.static_range(2):
         y = tot_e if h == 0 else tot_o
         m = m_e + h

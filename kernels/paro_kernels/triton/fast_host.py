@@ -84,6 +84,7 @@ class GemvConfig:
     num_stages: int = 3
     kw: int = 16  # gemv2: int32 word rows per chunk
     dot: bool = False  # gemv2: fp16 planes on the matrix unit (16-row tile)
+    pipe: bool = False  # the mma GEMV: the next group's loads before this group's math
 
 
 _WS: dict[tuple[str, str], torch.Tensor] = {}
