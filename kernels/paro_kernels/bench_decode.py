@@ -569,16 +569,16 @@ def h2_variants(shapes: list[str], ms: list[int], reps: int, t0: float, budget: 
 # `--h2 mma` (twelfth pass): the mma.sync GEMV (`decode_host.gemv_mma_linear`: the records
 # prologue at pair shift 0 + `gemv_mma`) at each config, against int4 as served, per cell.
 MMA_GRID: list[dict[str, int]] = [
-    dict(block_n=128, programs_per_sm=8), dict(block_n=128, programs_per_sm=12),
-    dict(block_n=64, num_warps=2, programs_per_sm=16), dict(block_n=256, programs_per_sm=4),
-    dict(block_n=128, programs_per_sm=4, pipe=1), dict(block_n=256, programs_per_sm=3, pipe=1),
+    dict(block_n=128, programs_per_sm=8), dict(block_n=64, programs_per_sm=16),
+    dict(block_n=256, programs_per_sm=4), dict(block_n=128, programs_per_sm=6),
 ]  # fmt: skip
 
 
 def h2_mma(shapes: list[str], ms: list[int], reps: int, t0: float,
            budget: float) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
-    """Per cell, same run: cuBLAS, int4pack, int4 as served, the mma op at each MMA_GRID config
-    (`rel` against as served: both on the layer's records; registers as compiled), then the
+    """Per cell, same run: cuBLAS, int4pack, int4 as served, the path served before (forced),
+    the mma op at each MMA_GRID config (`rel` against as served: both on the layer's records at
+    M <= 2 and from the twelfth pass's dispatch; registers as compiled), then the
     mma GEMV alone (MMA_CONFIG), the HFMA2 GEMV alone (M <= 2) and the records prologue alone."""
     from .triton import decode_host, decode_kernels, fast_host
 
@@ -594,7 +594,9 @@ def h2_mma(shapes: list[str], ms: list[int], reps: int, t0: float,
             x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
             out += _peer_rows(name, m, n, k, x, reps)
             cands: dict[str, Callable[[Any], object]] = {
-                "int4 as served": functools.partial(_h2_call, "served", x, None)
+                "int4 as served": functools.partial(_h2_call, "served", x, None),
+                # the path that served before the twelfth pass, forced
+                "int4 before": functools.partial(_before, x, "gemv" if m <= 4 else "mma"),
             }
             for kw in MMA_GRID:
                 cfg = decode_host.mma_config(m, n, k, G, b._bounds(sizes), 132, **kw)
@@ -623,6 +625,14 @@ def h2_mma(shapes: list[str], ms: list[int], reps: int, t0: float,
             out.append(_row(name, m, n, k, "givens prologue alone", _t(fns, reps)))
             torch.cuda.empty_cache()
     return out, not_run
+
+
+def _before(x: torch.Tensor, path: str, p: Any) -> object:
+    """`host.w4a16_linear` on layer p with `path` forced (with the layer's records)."""
+    from .triton import host
+
+    return host.w4a16_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros, p.bounds, G,
+                             None, p.gv_idx, p.gv_coef, path=path)  # fmt: skip
 
 
 def _mma_op(x: torch.Tensor, cfg: Any, p: Any) -> object:

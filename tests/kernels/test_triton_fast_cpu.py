@@ -33,13 +33,16 @@ for k, sizes, g, m, path, rot in [(256, [96], 128, 1, "gemv", False),
                                   (640, [512, 256, 128], 128, 1, "gemv-h2", False),
                                   (384, [80, 48], 128, 2, "gemv-h2", False),
                                   (640, [512, 256, 128], 128, 1, "gemv-h2-rot", False),
-                                  (384, [80, 48], 128, 2, "gemv-h2-rot", False)]:
+                                  (384, [80, 48], 128, 2, "gemv-h2-rot", False),
+                                  (384, [64, 32, 32], 128, 5, "gemv-mma", False),
+                                  (256, [96], 64, 8, "gemv-mma", False)]:
     parts = merged_layer(k, sizes, g, seed=k + m, bias=m % 2 == 1)
     prep = host.prepare(*packed(parts), runs(parts), g, dtype=torch.float16, device="cpu")
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.float16)
     bb = bias(parts)
     for _ in range(2):  # the second call finds the split-K workspace and tickets zeroed
-        if path.startswith("gemv") and path not in ("gemv3", "gemv-h2", "gemv-h2-rot"):
+        if path.startswith("gemv") and path not in ("gemv3", "gemv-h2", "gemv-h2-rot",
+                                                    "gemv-mma"):
             if rot:
                 cfg = fast_host.gemv_config(m, sum(sizes), k, g, prep.bounds, 4, 32, 4, 2)
             else:  # the second-pass GEMV (FMA path, or the matrix-unit path's plain-op unpack)
@@ -225,6 +228,41 @@ def test_aot_gemv_h2_sm90(m: int) -> None:
         assert ptx.count("fma.rn.f16x2") == 3 * m * words > 0
         assert ptx.count("lop3.b32") == (9 if hi else 4) * words
         assert f"kw={decode_host.H2_CONFIG['kw']}" in rep.config
+
+
+@pytest.mark.parametrize("m", [1, 2, 8])
+def test_aot_gemv_mma_sm90(m: int) -> None:
+    # The twelfth-pass mma.sync GEMV at its launcher's config (NVIDIA only): per group 4 word rows
+    # a thread, each 4 words (one 16-byte load) and its activation pairs (one 16-byte load), all
+    # 8 loads issued before the group's 16 mmas (one memory round trip a group: the first cut
+    # interleaved them); 4 LOP3 a word; the same kernel at every M <= 8 (no per-row work), no
+    # layout conversion (the lanes hold what the mma fragments need), no spills, and at most 64
+    # registers (9 programs of 4 warps an SM; the HFMA2 GEMV took 158).
+    import re
+    import tempfile
+
+    from paro_kernels.triton import decode_host, fast_host
+
+    assert fast_host.mma_gemv_ok(False, m, 128) == (m >= fast_host.MMA_GEMV_MIN_M)
+    assert not fast_host.mma_gemv_ok(True, m, 128)
+    assert not fast_host.mma_gemv_ok(False, m, 128, (6144, 6160))
+    rep, c = aot.compile_gemv_mma("sm90", m, 7168, 5120, 128, (6144, 6656))
+    ptx = c.asm["ptx"]  # type: ignore[attr-defined]
+    assert rep.mma and rep.spills == 0, rep
+    assert f"block_n={decode_host.MMA_CONFIG['block_n']}" in rep.config
+    loads = ptx[: ptx.rindex("ld.global.v4")]
+    assert ptx.count("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") == 16
+    assert ptx.count("ld.global.v4.b32") == 8 and "mma.sync" not in loads
+    assert ptx.count("lop3.b32") == 4 * 16
+    assert "convert_layout" not in c.asm["ttgir"]  # type: ignore[attr-defined]
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(c.asm["cubin"])  # type: ignore[attr-defined]
+        f.flush()
+        usage = subprocess.run([str(tool), "--dump-resource-usage", f.name], capture_output=True,
+                               text=True, check=True).stdout  # fmt: skip
+    regs = int(re.search(r"REG:(\d+)", usage).group(1))  # type: ignore[union-attr]
+    assert 0 < regs <= 64, usage
 
 
 @pytest.mark.parametrize("m", [1, 2])

@@ -18,7 +18,7 @@ from _triton_cases import (
 pytestmark = pytest.mark.gpu
 
 CASES = W4A16_CASES  # tile-boundary and odd N, K not a multiple of the split, 1-3 parts
-MS = [1, 5, 16, 17, 64, 129, 300]
+MS = [1, 2, 5, 8, 16, 17, 64, 129, 300]
 
 
 def _prep(k: int, sizes: list[int], g: int, dtype: torch.dtype, b: bool):  # type: ignore[no-untyped-def]

@@ -319,15 +319,13 @@ def compile_gemv_mma(target: str, m: int, n: int, k: int, g: int, bounds: tuple[
     from . import decode_host, decode_kernels
 
     cfg = decode_host.mma_config(m, n, k, g, bounds, 132, **kw)
-    t = 32 * cfg.num_warps
     sig = {
         "a_ptr": "*i32", "qw_ptr": "*i32", "sc_ptr": "*fp16", "zp_ptr": "*u8",
         "bias_ptr": "*bf16", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "out_ptr": "*bf16",
         "M": "i32", "N": "i32", "K": "i32", "b1": "i32", "b2": "i32",
     }  # fmt: skip
     const: dict[str, object] = {
-        "HAS_BIAS": False, "G": g, "BLOCK_N": cfg.block_n, "CPT": cfg.block_n // t, "T": t,
-        "SPLIT_K": cfg.split_k, "ASM": True, "PIPE": cfg.pipe,
+        "HAS_BIAS": False, "G": g, "T": cfg.block_n, "SPLIT_K": cfg.split_k, "ASM": True,
     }  # fmt: skip
     aligned = (*(a for a in sig if a.endswith("_ptr")), "N", "K")
     c = _compile(decode_kernels.gemv_mma_kernel, sig, const, target, cfg.num_warps,

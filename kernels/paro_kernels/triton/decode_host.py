@@ -384,24 +384,30 @@ def gemv_h2_linear(
 
 
 # Twelfth pass: the mma.sync GEMV (`decode_kernels.gemv_mma_kernel`, NVIDIA, M <= 8, int4) on
-# the paired prologue's output at pair shift 0 (fp32 accumulation: no range scaling). Its tile
-# (columns a program: 4 CPT a thread, 32 num_warps threads) and split as `fast_host.gemv2_config`
-# makes them; MMA_CONFIG: the defaults before a sweep.
+# the paired prologue's output at pair shift 0 (fp32 accumulation: no range scaling). One
+# column quad a gid (4 lanes): block_n = 32 num_warps columns (num_warps follows block_n); split
+# as `fast_host.gemv2_config` makes it. Config (H200 2026-12-04, BENCH.md twelfth pass, run 2,
+# the op on every 27B shape at M = 1, 2, 4, 8, same run): 128 columns (4 warps), ~8 programs
+# an SM (56 registers: 9 fit) best or within 4% on 15 of 20 cells; 64 columns / 2 warps / 16 an
+# SM within 1 us everywhere (o_proj M = 1 9.59 us against 10.16, in_proj M = 2 16.03 / 15.09);
+# 12 an SM 1.0-4.3 us slower on gate_up / down.
 MMA_MAX_M = 8
-MMA_CONFIG = dict(block_n=128, num_warps=4, programs_per_sm=8, pipe=0)
+MMA_CONFIG = dict(block_n=128, programs_per_sm=8)
 
 
 def mma_config(m: int, n: int, k: int, g: int, bounds: tuple[int, ...], sms: int,
                **kw: int) -> fast_host.GemvConfig:  # fmt: skip
-    """The mma GEMV's tile and split (MMA_CONFIG, overridden by kw) for an N x K layer at M."""
+    """The mma GEMV's tile and split (MMA_CONFIG, overridden by kw: block_n, programs_per_sm)
+    for an N x K layer at M."""
     c = {**MMA_CONFIG, **kw}
-    cfg = fast_host.gemv2_config(m, n, k, g, bounds, sms, num_warps=c["num_warps"],
+    require(c["block_n"] in (32, 64, 128, 256, 512), "block_n", "32 x (1, 2, 4, 8 or 16)",
+            c["block_n"])  # fmt: skip
+    require(mma_ok(bounds), "partition bounds", "multiples of 32 (an mma's 32 columns)", bounds)
+    cfg = fast_host.gemv2_config(m, n, k, g, bounds, sms, num_warps=c["block_n"] // 32,
                                  block_n=c["block_n"], dot=False,
                                  programs_per_sm=c["programs_per_sm"])  # fmt: skip
-    require(mma_ok(bounds), "partition bounds", "multiples of 32 (an mma's 32 columns)", bounds)
-    # narrower tiles at partition bounds: fewer warps (32 columns a warp and column quad)
-    return replace(cfg, num_warps=min(cfg.num_warps, max(1, cfg.block_n // 32)),
-                   pipe=bool(c["pipe"]))  # fmt: skip
+    # a column a thread (narrower tiles at partition bounds: fewer warps)
+    return replace(cfg, num_warps=cfg.block_n // 32)
 
 
 def mma_ok(bounds: tuple[int, ...]) -> bool:
@@ -434,16 +440,17 @@ def gemv_mma(
     require(g % 32 == 0 and k % g == 0, "group_size", "a multiple of 32 dividing K", (g, k))
     require(xr.dtype == torch.float16, "xr", "fp16 pairs", xr.dtype)
     cfg = config or mma_config(m, n, k, g, bounds, host.sm_count(xr.device))
-    t = 32 * cfg.num_warps
+    t = cfg.block_n
+    require(t == 32 * cfg.num_warps, "config", "block_n = 32 num_warps (a column a thread)",
+            cfg)  # fmt: skip
     out, ws, cnt, tiles = fast_host._gemv_buffers(m, n, cfg, out_dtype, xr.device)
     b = (*bounds, n, n)[:2]
     asm = not host._is_hip() and os.environ.get("TRITON_INTERPRET", "0") != "1"
     gemv_mma_kernel[(tiles, cfg.split_k)](
         xr.view(torch.int32), qweight, scales, zeros, bias if bias is not None else scales,
         ws, cnt, out, m, n, k, b[0], b[1],
-        HAS_BIAS=bias is not None, G=g, BLOCK_N=cfg.block_n, CPT=cfg.block_n // t, T=t,
-        SPLIT_K=cfg.split_k, ASM=asm, PIPE=cfg.pipe, num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages,
+        HAS_BIAS=bias is not None, G=g, T=t, SPLIT_K=cfg.split_k, ASM=asm,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     return out
 

@@ -624,8 +624,13 @@ def gemv_h2_kernel(
 # word rows; the group's fp32 sums then take the column's scale. No fp16 accumulation, so the
 # activations come unscaled (pair shift 0).
 #
-# Registers a thread (CPT column quads): 4 CPT words + 4 activation words per word row, 8 CPT
-# sums a group and 8 CPT totals, far under the HFMA2 GEMV's 158: more programs an SM.
+# A thread owns 4 columns (a column quad, shared by the 4 lanes of its gid: a program T columns,
+# T = 32 num_warps threads): per group
+# 4 words and 4 activation words per word row, loaded together before the group's mmas, 8 sums
+# and 8 totals: 56 registers (sm_90 build; the HFMA2 GEMV's 158), 9 programs of 4 warps an SM.
+# (Two quads a thread gave wrong sums on the H200, Triton 3.6: the asm instances' lane mapping
+# needs one quad a thread, which the kernel now is; the next group's loads issued under this
+# group's math (123 registers, 4 programs an SM) measured 1.05-1.2x slower at M = 1-2.)
 # The interpreter (no mma) computes the same per-(column, row) group sums with plain ops.
 
 
@@ -665,54 +670,51 @@ _MMA_CONSTRAINTS = tl.constexpr(",".join(["=f"] * 8 + ["r"] * 16 + ["f"] * 8))
 
 
 @triton.jit
-def _split4(x, C: tl.constexpr, T: tl.constexpr):
-    """[C, T, 4] -> its 4 [C, T] slices along the last (in-thread) axis."""
-    a, b = tl.split(tl.reshape(x, (C, T, 2, 2)))
+def _split4(x, T: tl.constexpr):
+    """[1, T, 4] -> its 4 [1, T] slices along the last (in-thread) axis."""
+    a, b = tl.split(tl.reshape(x, (1, T, 2, 2)))
     e0, e2 = tl.split(a)
     e1, e3 = tl.split(b)
     return e0, e1, e2, e3
 
 
 @triton.jit
-def _join4(e0, e1, e2, e3, C: tl.constexpr, T: tl.constexpr):
+def _join4(e0, e1, e2, e3, T: tl.constexpr):
     """`_split4`'s inverse."""
-    return tl.reshape(tl.join(tl.join(e0, e2), tl.join(e1, e3)), (C, T, 4))
+    return tl.reshape(tl.join(tl.join(e0, e2), tl.join(e1, e3)), (1, T, 4))
 
 
 @triton.jit
-def _mma_word(qw_ptr, a_rows, a_ok, col, n_mask, g, N, G: tl.constexpr, tig, i: tl.constexpr,
-              ok):  # fmt: skip
-    """The thread's words (4 columns a column quad) and activation pairs of its word row i of
-    group g (`ok`: else nothing is read)."""
+def _mma_word(qw_ptr, a_rows, a_ok, col, n_mask, g, N, G: tl.constexpr, tig, i: tl.constexpr):
+    """The thread's words (its column quad) and activation pairs of its word row i of group g."""
     w = (g * (G // 8) + 4 * i + tig)[None, :, None]
-    q = tl.load(qw_ptr + w * N + col, mask=n_mask & ok, other=0)
-    a = tl.load(a_rows + w * 4 + tl.arange(0, 4)[None, None, :], mask=a_ok & ok, other=0)
+    q = tl.load(qw_ptr + w * N + col, mask=n_mask, other=0)
+    a = tl.load(a_rows + w * 4 + tl.arange(0, 4)[None, None, :], mask=a_ok, other=0)
     return q, a
 
 
 @triton.jit
-def _mma_loads(qw_ptr, sc_ptr, zp_ptr, a_rows, a_ok, col, n_mask, g, N, G: tl.constexpr, tig,
-               ok):  # fmt: skip
+def _mma_loads(qw_ptr, sc_ptr, zp_ptr, a_rows, a_ok, col, n_mask, g, N, G: tl.constexpr, tig):
     """Everything group g's sums read, issued together (one memory round trip, not one a word
-    row): the thread's words and activation pairs of its G / 32 <= 4 word rows (rows past G / 32
-    repeat row 0: not used), the zero codes and the scales."""
-    q0, a0 = _mma_word(qw_ptr, a_rows, a_ok, col, n_mask, g, N, G, tig, 0, ok)
-    q1, a1 = _mma_word(qw_ptr, a_rows, a_ok, col, n_mask, g, N, G, tig, 1, ok)
+    row as the first cut's PTX had it): the thread's words and activation pairs of its G / 32
+    word rows (G = 64: rows 2, 3 repeat 0, 1, unused), the zero codes and the scales."""
+    q0, a0 = _mma_word(qw_ptr, a_rows, a_ok, col, n_mask, g, N, G, tig, 0)
+    q1, a1 = _mma_word(qw_ptr, a_rows, a_ok, col, n_mask, g, N, G, tig, 1)
     q2, a2, q3, a3 = q0, a0, q1, a1
     if G // 32 == 4:
-        q2, a2 = _mma_word(qw_ptr, a_rows, a_ok, col, n_mask, g, N, G, tig, 2, ok)
-        q3, a3 = _mma_word(qw_ptr, a_rows, a_ok, col, n_mask, g, N, G, tig, 3, ok)
-    zi = tl.load(zp_ptr + g * N + col, mask=n_mask & ok, other=0).to(tl.int32)
-    s = tl.load(sc_ptr + g * N + col, mask=n_mask & ok, other=0.0).to(tl.float32)
+        q2, a2 = _mma_word(qw_ptr, a_rows, a_ok, col, n_mask, g, N, G, tig, 2)
+        q3, a3 = _mma_word(qw_ptr, a_rows, a_ok, col, n_mask, g, N, G, tig, 3)
+    zi = tl.load(zp_ptr + g * N + col, mask=n_mask, other=0).to(tl.int32)
+    s = tl.load(sc_ptr + g * N + col, mask=n_mask, other=0.0).to(tl.float32)
     return q0, q1, q2, q3, a0, a1, a2, a3, zi, s
 
 
 @triton.jit
 def _mma_step(q, a, za0, za1, za2, za3, zb0, zb1, zb2, zb3, e0, e1, e2, e3, o0, o1, o2, o3,
-              CPT: tl.constexpr, T: tl.constexpr):  # fmt: skip
+              T: tl.constexpr):  # fmt: skip
     """One word row through `mma_word_asm`: the running sums e (row 2 tig), o (2 tig + 1)."""
-    q0, q1, q2, q3 = _split4(q, CPT, T)
-    a0, a1, a2, a3 = _split4(tl.broadcast_to(a, (CPT, T, 4)), CPT, T)
+    q0, q1, q2, q3 = _split4(q, T)
+    a0, a1, a2, a3 = _split4(tl.broadcast_to(a, (1, T, 4)), T)
     return tl.inline_asm_elementwise(
         _MMA_ASM, _MMA_CONSTRAINTS,
         [q0, q1, q2, q3, za0, za1, za2, za3, zb0, zb1, zb2, zb3, a0, a1, a2, a3,
@@ -722,27 +724,26 @@ def _mma_step(q, a, za0, za1, za2, za3, zb0, zb1, zb2, zb3, e0, e1, e2, e3, o0, 
 
 
 @triton.jit
-def _mma_group(q0, q1, q2, q3, a0, a1, a2, a3, zi, CPT: tl.constexpr, T: tl.constexpr,
-               G: tl.constexpr):  # fmt: skip
-    """The group's fp32 sums (row 2 tig, row 2 tig + 1) of the thread's [CPT, T, 4] columns
+def _mma_group(q0, q1, q2, q3, a0, a1, a2, a3, zi, T: tl.constexpr, G: tl.constexpr):
+    """The group's fp32 sums (row 2 tig, row 2 tig + 1) of the thread's [T, 4] columns
     from `_mma_loads`' words, one `_mma_step` a word row (section note)."""
     z1 = (zi | 0x6400) * 65537
     z64 = ((zi << 4) | 0x5400) * 65537
-    za0, za1, za2, za3 = _split4(z1, CPT, T)
-    zb0, zb1, zb2, zb3 = _split4(z64, CPT, T)
-    e = tl.zeros((CPT, T), tl.float32)
+    za0, za1, za2, za3 = _split4(z1, T)
+    zb0, zb1, zb2, zb3 = _split4(z64, T)
+    e = tl.zeros((1, T), tl.float32)
     e0, e1, e2, e3, o0, o1, o2, o3 = _mma_step(q0, a0, za0, za1, za2, za3, zb0, zb1, zb2, zb3,
-                                               e, e, e, e, e, e, e, e, CPT, T)  # fmt: skip
+                                               e, e, e, e, e, e, e, e, T)  # fmt: skip
     e0, e1, e2, e3, o0, o1, o2, o3 = _mma_step(q1, a1, za0, za1, za2, za3, zb0, zb1, zb2, zb3,
-                                               e0, e1, e2, e3, o0, o1, o2, o3, CPT, T)  # fmt: skip
+                                               e0, e1, e2, e3, o0, o1, o2, o3, T)  # fmt: skip
     if G // 32 == 4:
         e0, e1, e2, e3, o0, o1, o2, o3 = _mma_step(q2, a2, za0, za1, za2, za3, zb0, zb1, zb2,
-                                                   zb3, e0, e1, e2, e3, o0, o1, o2, o3, CPT,
+                                                   zb3, e0, e1, e2, e3, o0, o1, o2, o3,
                                                    T)  # fmt: skip
         e0, e1, e2, e3, o0, o1, o2, o3 = _mma_step(q3, a3, za0, za1, za2, za3, zb0, zb1, zb2,
-                                                   zb3, e0, e1, e2, e3, o0, o1, o2, o3, CPT,
+                                                   zb3, e0, e1, e2, e3, o0, o1, o2, o3,
                                                    T)  # fmt: skip
-    return _join4(e0, e1, e2, e3, CPT, T), _join4(o0, o1, o2, o3, CPT, T)
+    return _join4(e0, e1, e2, e3, T), _join4(o0, o1, o2, o3, T)
 
 
 @triton.jit
@@ -781,25 +782,21 @@ def gemv_mma_kernel(
     b2,
     HAS_BIAS: tl.constexpr,
     G: tl.constexpr,  # a multiple of 32
-    BLOCK_N: tl.constexpr,  # CPT * T
-    CPT: tl.constexpr,  # column quads a thread
-    T: tl.constexpr,  # threads a program (32 num_warps)
+    T: tl.constexpr,  # threads a program (32 num_warps) = its columns (T / 4 quads of 4)
     SPLIT_K: tl.constexpr,
     ASM: tl.constexpr,  # the mma PTX (NVIDIA); else plain ops (the interpreter)
-    PIPE: tl.constexpr = False,  # the next group's loads issued before this group's math
 ):
     """out[:M, n-block] = sum over this split's groups of a_p @ dequant(Q); section note above."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
-    n0 = pid_n * BLOCK_N
+    n0 = pid_n * T
     part = (n0 >= b1).to(tl.int32) + (n0 >= b2).to(tl.int32)
     t = tl.arange(0, T)
     lane = t % 32
     gid = lane // 4
     tig = lane % 4
     quad = (t // 32) * 8 + gid
-    col = (n0 + tl.arange(0, CPT)[:, None, None] * T + quad[None, :, None] * 4
-           + tl.arange(0, 4)[None, None, :])  # fmt: skip
+    col = n0 + quad[None, :, None] * 4 + tl.arange(0, 4)[None, None, :]
     col = tl.max_contiguous(tl.multiple_of(col, (1, 1, 4)), (1, 1, 4))  # 16-byte loads
     n_mask = col < N
     ngroups = K // G
@@ -808,32 +805,18 @@ def gemv_mma_kernel(
     g1 = tl.minimum(g0 + per, ngroups)
     row0 = (part * M).to(tl.int64)
     m_e = (2 * tig)[None, :, None]
-    tot_e = tl.zeros((CPT, T, 4), tl.float32)
-    tot_o = tl.zeros((CPT, T, 4), tl.float32)
+    tot_e = tl.zeros((1, T, 4), tl.float32)
+    tot_o = tl.zeros((1, T, 4), tl.float32)
     if ASM:
         a_rows = a_ptr + (row0 + gid[None, :, None]) * (K // 2)
         a_ok = (gid < M)[None, :, None]
-        if PIPE:  # group g's loads issued before group g - 1's math
+        for g in range(g0, g1):
             q0, q1, q2, q3, a0, a1, a2, a3, zi, s = _mma_loads(
-                qw_ptr, sc_ptr, zp_ptr, a_rows, a_ok, col, n_mask, g0, N, G, tig, g0 < g1
-            )  # fmt: skip
-            for g in range(g0, g1):
-                r0, r1, r2, r3, b0, b1_, b2_, b3, zn, sn = _mma_loads(
-                    qw_ptr, sc_ptr, zp_ptr, a_rows, a_ok, col, n_mask, g + 1, N, G, tig,
-                    g + 1 < g1,
-                )  # fmt: skip
-                de, do = _mma_group(q0, q1, q2, q3, a0, a1, a2, a3, zi, CPT, T, G)
-                tot_e += de * s
-                tot_o += do * s
-                q0, q1, q2, q3, a0, a1, a2, a3, zi, s = r0, r1, r2, r3, b0, b1_, b2_, b3, zn, sn
-        else:
-            for g in range(g0, g1):
-                q0, q1, q2, q3, a0, a1, a2, a3, zi, s = _mma_loads(
-                    qw_ptr, sc_ptr, zp_ptr, a_rows, a_ok, col, n_mask, g, N, G, tig, g < g1
-                )  # fmt: skip
-                de, do = _mma_group(q0, q1, q2, q3, a0, a1, a2, a3, zi, CPT, T, G)
-                tot_e += de * s
-                tot_o += do * s
+                qw_ptr, sc_ptr, zp_ptr, a_rows, a_ok, col, n_mask, g, N, G, tig
+            )
+            de, do = _mma_group(q0, q1, q2, q3, a0, a1, a2, a3, zi, T, G)
+            tot_e += de * s
+            tot_o += do * s
     else:
         for g in range(g0, g1):
             zi = tl.load(zp_ptr + g * N + col, mask=n_mask, other=0).to(tl.int32)

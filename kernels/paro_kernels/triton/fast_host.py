@@ -84,7 +84,6 @@ class GemvConfig:
     num_stages: int = 3
     kw: int = 16  # gemv2: int32 word rows per chunk
     dot: bool = False  # gemv2: fp16 planes on the matrix unit (16-row tile)
-    pipe: bool = False  # the mma GEMV: the next group's loads before this group's math
 
 
 _WS: dict[tuple[str, str], torch.Tensor] = {}
@@ -420,6 +419,30 @@ def h2_ok(hip: bool, m: int, g: int) -> bool:
     return GEMV_H2 and not hip and not interp and m <= H2_MAX_M and g % 128 == 0
 
 
+# Twelfth pass: int4 decode at MMA_GEMV_MIN_M <= M <= 8 on the mma.sync GEMV
+# (`decode_host.gemv_mma_linear`: the records prologue at pair shift 0, fp32 accumulation on the
+# matrix unit). H200 2026-12-04 (BENCH.md twelfth pass, run 2, as served before against the mma
+# op, same run, us): M = 2 (the HFMA2 op) qkv 18.13 / 14.47, gate_up 31.28 / 24.22, down 19.79 /
+# 16.66, in_proj 19.08 / 15.09, o_proj 9.86 / 9.79; M = 4 (the FMA GEMV) 26.81 / 14.81, 45.13 /
+# 24.16, 28.95 / 16.85, 27.84 / 16.09, 15.16 / 10.02; M = 8 (the tile kernels) 29.38 / 16.10,
+# 49.79 / 26.38, 32.13 / 18.78, 30.30 / 17.56, 16.21 / 10.90. At M = 1 it lost on 4 of 5 shapes
+# (gate_up 22.97 against the HFMA2 op's 21.99, o_proj 10.16 / 8.80): M = 1 keeps the HFMA2 op.
+MMA_GEMV = True
+MMA_GEMV_MIN_M = 2
+
+
+def mma_gemv_ok(hip: bool, m: int, g: int, bounds: tuple[int, ...] = ()) -> bool:
+    """The mma GEMV serves an M-row int4 decode call: NVIDIA, compiled code, MMA_GEMV_MIN_M <= M
+    <= 8, G a multiple of 32, partition bounds on the 32-column grid (`decode_host.mma_ok`)."""
+    import os
+
+    from . import decode_host
+
+    interp = os.environ.get("TRITON_INTERPRET", "0") == "1"
+    return (MMA_GEMV and not hip and not interp and MMA_GEMV_MIN_M <= m <= decode_host.MMA_MAX_M
+            and g % 32 == 0 and decode_host.mma_ok(bounds))  # fmt: skip
+
+
 def gemv2_rot(hip: bool, n: int = 0, k: int = 0) -> bool:
     """The Givens layers inside the FMA GEMV for an N x K layer (NVIDIA, up to
     GEMV2_ROT_MAX_WEIGHTS weights); gfx1201 keeps the block prologue its AOT budget was
@@ -682,12 +705,15 @@ INT5_GEMV3 = True
 INT5_H2 = True
 
 
-def a8_route(m: int, group_size: int, int5: bool, hip: bool,
-             act_format: str = "fp8") -> str | None:  # fmt: skip
-    """The path ("gemv" | "gemv-h2" | "gemv3" | "dequant" | "w8": the 8-bit vendor GEMM,
-    `w8_linear`) that serves a W4A8 / W5A8 call of M rows, or None (the A8 kernels)."""
+def a8_route(m: int, group_size: int, int5: bool, hip: bool, act_format: str = "fp8",
+             bounds: tuple[int, ...] = ()) -> str | None:  # fmt: skip
+    """The path ("gemv" | "gemv-h2" | "gemv-mma" | "gemv3" | "dequant" | "w8": the 8-bit vendor
+    GEMM, `w8_linear`) that serves a W4A8 / W5A8 call of M rows (partition `bounds`), or None
+    (the A8 kernels)."""
     if hip or not A8_ROUTE:
         return None
+    if not int5 and mma_gemv_ok(hip, m, group_size, bounds):
+        return "gemv-mma"
     if int5 and INT5_H2 and h2_ok(hip, m, group_size):
         return "gemv-h2"
     if int5 and INT5_GEMV3 and GEMV3 and group_size == 128 and m <= 16:

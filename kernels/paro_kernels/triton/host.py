@@ -539,9 +539,10 @@ def w4a16_linear(
 ) -> torch.Tensor:
     """y = ((x * cs_p) R_p^T) dequant(Q)^T (+ bias) per column run p; contract in module doc.
 
-    `path` ("gemv" | "gemv-h2" | "gemv-h2-rot" | "gemv3" | "mma" | "dequant") overrides the
-    M-band dispatch of `fast_host.band` ("gemv-h2-rot": the HFMA2 GEMV with the rotation
-    inside, "gemv-h2" with its prologue).
+    `path` ("gemv" | "gemv-h2" | "gemv-h2-rot" | "gemv-mma" | "gemv3" | "mma" | "dequant")
+    overrides the M-band dispatch of `fast_host.band` and `fast_host.mma_gemv_ok`
+    ("gemv-h2-rot": the HFMA2 GEMV with the rotation inside, "gemv-h2" with its prologue,
+    "gemv-mma": the twelfth pass's mma.sync GEMV).
     """
     from . import fast_host
 
@@ -551,6 +552,8 @@ def w4a16_linear(
     m, k = x.shape
     n = qweight.shape[1]
     route = path or fast_host.band(m, group_size)
+    if path is None and fast_host.mma_gemv_ok(_is_hip(), m, group_size, bounds):
+        route = "gemv-mma"
     if route in ("gemv", "gemv3") and group_size != 128 and (m > fast_host.GEMV2_FMA_MAX_M
                                                               or route == "gemv3"):  # fmt: skip
         route = "mma"  # the GEMVs' matrix-unit paths need G = 128
@@ -569,6 +572,11 @@ def w4a16_linear(
 
         return decode_host.gemv3_linear(x, rot_hi, rot_lo, qweight, scales, zeros, bounds,
                                         group_size, bias, gv_idx, gv_coef)  # fmt: skip
+    if route == "gemv-mma":
+        from . import decode_host
+
+        return decode_host.gemv_mma_linear(x, rot_hi, rot_lo, qweight, scales, zeros, bounds,
+                                           group_size, bias, gv=(gv_idx, gv_coef))  # fmt: skip
     if route == "dequant":
         w = fast_host.dequant_rotate(
             qweight, None, scales, zeros, rot_hi, rot_lo, bounds, group_size, dtype=x.dtype
@@ -752,7 +760,12 @@ def w4a8_linear(
     from . import fast_host
 
     route = fast_host.a8_route(x.shape[0], group_size, qweight_hi is not None, _is_hip(),
-                               act_format)  # fmt: skip
+                               act_format, bounds)  # fmt: skip
+    if route == "gemv-mma":
+        from . import decode_host
+
+        return decode_host.gemv_mma_linear(x, rot_hi, rot_lo, qweight, scales, zeros, bounds,
+                                           group_size, bias, gv=(gv_idx, gv_coef))  # fmt: skip
     if route == "gemv":
         args = (rot_hi, rot_lo, qweight, scales, zeros, gv_idx, gv_coef)
         return fast_host.gemv_w4a16(args, x, bounds, group_size, bias)
