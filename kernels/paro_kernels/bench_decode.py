@@ -596,7 +596,9 @@ def h2_mma(shapes: list[str], ms: list[int], reps: int, t0: float,
             cands: dict[str, Callable[[Any], object]] = {
                 "int4 as served": functools.partial(_h2_call, "served", x, None),
                 # the path that served before the twelfth pass, forced
-                "int4 before": functools.partial(_before, x, "gemv" if m <= 4 else "mma"),
+                "int4 before": functools.partial(
+                    _before, x, "gemv" if m <= 4 else "mma" if m <= 8 else "gemv3"
+                ),
             }
             for kw in MMA_GRID:
                 cfg = decode_host.mma_config(m, n, k, G, b._bounds(sizes), 132, **kw)

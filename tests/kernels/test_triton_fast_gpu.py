@@ -118,7 +118,7 @@ def test_h2_prologues_match_fp64(k: int, sizes: list[int], scale: float, m: int,
 
 
 @pytest.mark.parametrize(("k", "sizes", "g"), CASES)
-@pytest.mark.parametrize("m", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("m", [1, 2, 3, 5, 8, 9, 16])
 @pytest.mark.parametrize(
     "cfg", [{}, {"block_n": 64, "programs_per_sm": 2}, {"block_n": 256, "programs_per_sm": 4}]
 )
@@ -126,7 +126,8 @@ def test_mma_gemv_matches_fp64(k: int, sizes: list[int], g: int, m: int,
                                cfg: dict[str, int]) -> None:  # fmt: skip
     # The twelfth pass's mma.sync GEMV (decode_kernels): its lane mapping, split-K finish and
     # both paired prologues (records, blocks) at pair shift 0, across the tile-boundary cases
-    # (odd N, 1-3 partitions, G = 64 and 128), every output row a thread can own (M <= 8), and
+    # (odd N, 1-3 partitions, G = 64 and 128), every output row a thread can own (M <= 8: one
+    # 8-row activation tile; M = 9, 16: two), and
     # 2- and 8-warp tiles; activations in the thousands at even M (fp32
     # accumulation: no fp16 range). Partition bounds off the 32-column grid are refused by name.
     from paro_kernels.triton import decode_host, fast_host

@@ -326,6 +326,7 @@ def compile_gemv_mma(target: str, m: int, n: int, k: int, g: int, bounds: tuple[
     }  # fmt: skip
     const: dict[str, object] = {
         "HAS_BIAS": False, "G": g, "T": cfg.block_n, "SPLIT_K": cfg.split_k, "ASM": True,
+        "NT": 1 if m <= 8 else 2,
     }  # fmt: skip
     aligned = (*(a for a in sig if a.endswith("_ptr")), "N", "K")
     c = _compile(decode_kernels.gemv_mma_kernel, sig, const, target, cfg.num_warps,

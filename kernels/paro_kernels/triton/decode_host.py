@@ -391,7 +391,7 @@ def gemv_h2_linear(
 # an SM (56 registers: 9 fit) best or within 4% on 15 of 20 cells; 64 columns / 2 warps / 16 an
 # SM within 1 us everywhere (o_proj M = 1 9.59 us against 10.16, in_proj M = 2 16.03 / 15.09);
 # 12 an SM 1.0-4.3 us slower on gate_up / down.
-MMA_MAX_M = 8
+MMA_MAX_M = 16  # 8 a tile of activation rows: 2 tiles past M = 8
 MMA_CONFIG = dict(block_n=128, programs_per_sm=8)
 
 
@@ -449,7 +449,7 @@ def gemv_mma(
     gemv_mma_kernel[(tiles, cfg.split_k)](
         xr.view(torch.int32), qweight, scales, zeros, bias if bias is not None else scales,
         ws, cnt, out, m, n, k, b[0], b[1],
-        HAS_BIAS=bias is not None, G=g, T=t, SPLIT_K=cfg.split_k, ASM=asm,
+        HAS_BIAS=bias is not None, G=g, T=t, SPLIT_K=cfg.split_k, ASM=asm, NT=1 if m <= 8 else 2,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     return out

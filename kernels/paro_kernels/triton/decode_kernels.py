@@ -634,15 +634,19 @@ def gemv_h2_kernel(
 # The interpreter (no mma) computes the same per-(column, row) group sums with plain ops.
 
 
-def mma_word_asm() -> str:
-    """PTX of one word row against 4 adjacent columns (one column quad): outputs $0..$3 the
-    fp32 sums of output row 2 tig for columns 0..3, $4..$7 row 2 tig + 1; inputs the 4 words,
-    the 4 columns' zero pairs (1024 + z, 1024 + z) and (64 + z, 64 + z), the 4 paired activation
-    words of the word row (B column gid), then the running sums as $0..$7 are laid out."""
+def mma_word_asm(tiles: int = 1) -> str:
+    """PTX of one word row against 4 adjacent columns (one column quad) and `tiles` 8-row
+    activation tiles: outputs per tile t at 8 t + (0..3) the fp32 sums of output row 8 t + 2 tig
+    for columns 0..3, at 8 t + (4..7) row 8 t + 2 tig + 1; inputs the 4 words, the 4 columns'
+    zero pairs (1024 + z, 1024 + z) and (64 + z, 64 + z), per tile the 4 paired activation words
+    of the word row (B column gid: row 8 t + gid), then per tile the running sums as its
+    outputs are laid out."""
+    base = 8 * tiles
+    act, acc = base + 12, base + 12 + 4 * tiles
     lines = ["{", ".reg .b32 u, x<4>, y<4>;", ".reg .f32 d<4>;"]
     for half in range(2):  # columns (0, 1), then (2, 3)
         for col, r in ((2 * half, "x"), (2 * half + 1, "y")):
-            q, z1, z64 = f"${8 + col}", f"${12 + col}", f"${16 + col}"
+            q, z1, z64 = f"${base + col}", f"${base + 4 + col}", f"${base + 8 + col}"
             lines += [
                 f"lop3.b32 {r}0, {q}, 0x000F000F, 0x64006400, 0xea;",
                 f"lop3.b32 {r}1, {q}, 0x00F000F0, 0x54005400, 0xea;",
@@ -655,18 +659,22 @@ def mma_word_asm() -> str:
                 f"sub.f16x2 {r}3, {r}3, {z64};",
             ]
         c0, c1 = 2 * half, 2 * half + 1
-        ce = f"${24 + c0}, ${28 + c0}, ${24 + c1}, ${28 + c1}"
-        de = f"${c0}, ${4 + c0}, ${c1}, ${4 + c1}"
         mma = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
-        lines += [
-            f"{mma} {{d0, d1, d2, d3}}, {{x0, y0, x1, y1}}, {{$20, $21}}, {{{ce}}};",
-            f"{mma} {{{de}}}, {{x2, y2, x3, y3}}, {{$22, $23}}, {{d0, d1, d2, d3}};",
-        ]
+        for t in range(tiles):
+            a, o, ci = act + 4 * t, 8 * t, acc + 8 * t
+            ce = f"${ci + c0}, ${ci + 4 + c0}, ${ci + c1}, ${ci + 4 + c1}"
+            de = f"${o + c0}, ${o + 4 + c0}, ${o + c1}, ${o + 4 + c1}"
+            lines += [
+                f"{mma} {{d0, d1, d2, d3}}, {{x0, y0, x1, y1}}, {{${a}, ${a + 1}}}, {{{ce}}};",
+                f"{mma} {{{de}}}, {{x2, y2, x3, y3}}, {{${a + 2}, ${a + 3}}}, {{d0, d1, d2, d3}};",
+            ]
     return "\n".join([*lines, "}"])
 
 
 _MMA_ASM = tl.constexpr(mma_word_asm())
 _MMA_CONSTRAINTS = tl.constexpr(",".join(["=f"] * 8 + ["r"] * 16 + ["f"] * 8))
+_MMA_ASM2 = tl.constexpr(mma_word_asm(2))
+_MMA_CONSTRAINTS2 = tl.constexpr(",".join(["=f"] * 16 + ["r"] * 20 + ["f"] * 16))
 
 
 @triton.jit
@@ -685,28 +693,37 @@ def _join4(e0, e1, e2, e3, T: tl.constexpr):
 
 
 @triton.jit
-def _mma_word(qw_ptr, a_rows, a_ok, col, n_mask, g, N, G: tl.constexpr, tig, i: tl.constexpr):
-    """The thread's words (its column quad) and activation pairs of its word row i of group g."""
+def _mma_word(qw_ptr, a_rows, a_ok, col, n_mask, g, N, G: tl.constexpr, tig, i: tl.constexpr,
+              a_hi, ah_ok, NT: tl.constexpr):  # fmt: skip
+    """The thread's words (its column quad) and activation pairs of its word row i of group g
+    (NT = 2: also of activation row gid + 8, `a_hi` further; else `a` again, unused)."""
     w = (g * (G // 8) + 4 * i + tig)[None, :, None]
     q = tl.load(qw_ptr + w * N + col, mask=n_mask, other=0)
-    a = tl.load(a_rows + w * 4 + tl.arange(0, 4)[None, None, :], mask=a_ok, other=0)
-    return q, a
+    ap = a_rows + w * 4 + tl.arange(0, 4)[None, None, :]
+    a = tl.load(ap, mask=a_ok, other=0)
+    ah = a
+    if NT == 2:
+        ah = tl.load(ap + a_hi, mask=ah_ok, other=0)
+    return q, a, ah
 
 
 @triton.jit
-def _mma_loads(qw_ptr, sc_ptr, zp_ptr, a_rows, a_ok, col, n_mask, g, N, G: tl.constexpr, tig):
+def _mma_loads(qw_ptr, sc_ptr, zp_ptr, a_rows, a_ok, col, n_mask, g, N, G: tl.constexpr, tig,
+               a_hi, ah_ok, NT: tl.constexpr):  # fmt: skip
     """Everything group g's sums read, issued together (one memory round trip, not one a word
     row as the first cut's PTX had it): the thread's words and activation pairs of its G / 32
     word rows (G = 64: rows 2, 3 repeat 0, 1, unused), the zero codes and the scales."""
-    q0, a0 = _mma_word(qw_ptr, a_rows, a_ok, col, n_mask, g, N, G, tig, 0)
-    q1, a1 = _mma_word(qw_ptr, a_rows, a_ok, col, n_mask, g, N, G, tig, 1)
-    q2, a2, q3, a3 = q0, a0, q1, a1
+    q0, a0, h0 = _mma_word(qw_ptr, a_rows, a_ok, col, n_mask, g, N, G, tig, 0, a_hi, ah_ok, NT)
+    q1, a1, h1 = _mma_word(qw_ptr, a_rows, a_ok, col, n_mask, g, N, G, tig, 1, a_hi, ah_ok, NT)
+    q2, a2, h2, q3, a3, h3 = q0, a0, h0, q1, a1, h1
     if G // 32 == 4:
-        q2, a2 = _mma_word(qw_ptr, a_rows, a_ok, col, n_mask, g, N, G, tig, 2)
-        q3, a3 = _mma_word(qw_ptr, a_rows, a_ok, col, n_mask, g, N, G, tig, 3)
+        q2, a2, h2 = _mma_word(qw_ptr, a_rows, a_ok, col, n_mask, g, N, G, tig, 2, a_hi, ah_ok,
+                               NT)  # fmt: skip
+        q3, a3, h3 = _mma_word(qw_ptr, a_rows, a_ok, col, n_mask, g, N, G, tig, 3, a_hi, ah_ok,
+                               NT)  # fmt: skip
     zi = tl.load(zp_ptr + g * N + col, mask=n_mask, other=0).to(tl.int32)
     s = tl.load(sc_ptr + g * N + col, mask=n_mask, other=0.0).to(tl.float32)
-    return q0, q1, q2, q3, a0, a1, a2, a3, zi, s
+    return q0, q1, q2, q3, a0, a1, a2, a3, h0, h1, h2, h3, zi, s
 
 
 @triton.jit
@@ -724,32 +741,54 @@ def _mma_step(q, a, za0, za1, za2, za3, zb0, zb1, zb2, zb3, e0, e1, e2, e3, o0, 
 
 
 @triton.jit
-def _mma_group(q0, q1, q2, q3, a0, a1, a2, a3, zi, T: tl.constexpr, G: tl.constexpr):
-    """The group's fp32 sums (row 2 tig, row 2 tig + 1) of the thread's [T, 4] columns
-    from `_mma_loads`' words, one `_mma_step` a word row (section note)."""
+def _mma_step2(q, a, ah, za0, za1, za2, za3, zb0, zb1, zb2, zb3, e0, e1, e2, e3, o0, o1, o2,
+               o3, f0, f1, f2, f3, p0, p1, p2, p3, T: tl.constexpr):  # fmt: skip
+    """`_mma_step` against two activation tiles (`mma_word_asm(2)`): rows 2 tig, 2 tig + 1 (e,
+    o) and 8 + 2 tig, 9 + 2 tig (f, p), one unpack for both."""
+    q0, q1, q2, q3 = _split4(q, T)
+    a0, a1, a2, a3 = _split4(tl.broadcast_to(a, (1, T, 4)), T)
+    b0, b1, b2, b3 = _split4(tl.broadcast_to(ah, (1, T, 4)), T)
+    return tl.inline_asm_elementwise(
+        _MMA_ASM2, _MMA_CONSTRAINTS2,
+        [q0, q1, q2, q3, za0, za1, za2, za3, zb0, zb1, zb2, zb3, a0, a1, a2, a3,
+         b0, b1, b2, b3, e0, e1, e2, e3, o0, o1, o2, o3, f0, f1, f2, f3, p0, p1, p2, p3],
+        dtype=(tl.float32,) * 16, is_pure=True, pack=1,
+    )  # fmt: skip
+
+
+@triton.jit
+def _mma_group(q0, q1, q2, q3, a0, a1, a2, a3, h0, h1, h2, h3, zi, T: tl.constexpr,
+               G: tl.constexpr, NT: tl.constexpr):  # fmt: skip
+    """The group's fp32 sums of the thread's quad of columns for output rows 2 tig, 2 tig + 1
+    (and with NT = 2 rows 8 + 2 tig, 9 + 2 tig; else zeros) from `_mma_loads`' words, one step
+    a word row (section note)."""
     z1 = (zi | 0x6400) * 65537
     z64 = ((zi << 4) | 0x5400) * 65537
     za0, za1, za2, za3 = _split4(z1, T)
     zb0, zb1, zb2, zb3 = _split4(z64, T)
     e = tl.zeros((1, T), tl.float32)
-    e0, e1, e2, e3, o0, o1, o2, o3 = _mma_step(q0, a0, za0, za1, za2, za3, zb0, zb1, zb2, zb3,
-                                               e, e, e, e, e, e, e, e, T)  # fmt: skip
-    e0, e1, e2, e3, o0, o1, o2, o3 = _mma_step(q1, a1, za0, za1, za2, za3, zb0, zb1, zb2, zb3,
-                                               e0, e1, e2, e3, o0, o1, o2, o3, T)  # fmt: skip
-    if G // 32 == 4:
-        e0, e1, e2, e3, o0, o1, o2, o3 = _mma_step(q2, a2, za0, za1, za2, za3, zb0, zb1, zb2,
-                                                   zb3, e0, e1, e2, e3, o0, o1, o2, o3,
-                                                   T)  # fmt: skip
-        e0, e1, e2, e3, o0, o1, o2, o3 = _mma_step(q3, a3, za0, za1, za2, za3, zb0, zb1, zb2,
-                                                   zb3, e0, e1, e2, e3, o0, o1, o2, o3,
-                                                   T)  # fmt: skip
-    return _join4(e0, e1, e2, e3, T), _join4(o0, o1, o2, o3, T)
+    e0, e1, e2, e3, o0, o1, o2, o3 = e, e, e, e, e, e, e, e
+    f0, f1, f2, f3, p0, p1, p2, p3 = e, e, e, e, e, e, e, e
+    for i in tl.static_range(G // 32):
+        q = q0 if i == 0 else q1 if i == 1 else q2 if i == 2 else q3
+        a = a0 if i == 0 else a1 if i == 1 else a2 if i == 2 else a3
+        if NT == 2:
+            ah = h0 if i == 0 else h1 if i == 1 else h2 if i == 2 else h3
+            (e0, e1, e2, e3, o0, o1, o2, o3, f0, f1, f2, f3, p0, p1, p2, p3) = _mma_step2(
+                q, a, ah, za0, za1, za2, za3, zb0, zb1, zb2, zb3, e0, e1, e2, e3, o0, o1, o2,
+                o3, f0, f1, f2, f3, p0, p1, p2, p3, T)  # fmt: skip
+        else:
+            e0, e1, e2, e3, o0, o1, o2, o3 = _mma_step(q, a, za0, za1, za2, za3, zb0, zb1, zb2,
+                                                       zb3, e0, e1, e2, e3, o0, o1, o2, o3,
+                                                       T)  # fmt: skip
+    return (_join4(e0, e1, e2, e3, T), _join4(o0, o1, o2, o3, T), _join4(f0, f1, f2, f3, T),
+            _join4(p0, p1, p2, p3, T))  # fmt: skip
 
 
 @triton.jit
 def _mma_group_ops(qw_ptr, a_e, a_o, ok_e, ok_o, zi, col, n_mask, g, N, G: tl.constexpr):
-    """`_mma_group` with plain ops (the interpreter): every word row of the group against the
-    activation rows a_e / a_o ([1, T, 1] row pointers) of each thread's outputs."""
+    """`_mma_group` with plain ops (the interpreter), two output rows: every word row of the
+    group against the activation rows a_e / a_o ([1, T, 1] row pointers)."""
     de = tl.zeros(col.shape, tl.float32)
     do = tl.zeros(col.shape, tl.float32)
     for r in tl.static_range(G // 8):
@@ -763,6 +802,20 @@ def _mma_group_ops(qw_ptr, a_e, a_o, ok_e, ok_o, zi, col, n_mask, g, N, G: tl.co
             de += lo * _pair_f32(ae, False) + hi * _pair_f32(ae, True)
             do += lo * _pair_f32(ao, False) + hi * _pair_f32(ao, True)
     return de, do
+
+
+@triton.jit
+def _mma_out(y, m, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS: tl.constexpr,
+             SPLIT_K: tl.constexpr):  # fmt: skip
+    """One output row set of the thread: stored (+ bias), or added into the split-K workspace."""
+    out_offs = m.to(tl.int64) * N + col
+    mask = (m < M) & n_mask
+    if SPLIT_K == 1:
+        if HAS_BIAS:
+            y += tl.load(bias_ptr + col, mask=n_mask, other=0.0).to(tl.float32)
+        tl.store(out_ptr + out_offs, y.to(out_ptr.dtype.element_ty), mask=mask)
+    else:
+        tl.atomic_add(ws_ptr + out_offs, y, mask=mask, sem="relaxed")
 
 
 @triton.jit
@@ -785,6 +838,7 @@ def gemv_mma_kernel(
     T: tl.constexpr,  # threads a program (32 num_warps) = its columns (T / 4 quads of 4)
     SPLIT_K: tl.constexpr,
     ASM: tl.constexpr,  # the mma PTX (NVIDIA); else plain ops (the interpreter)
+    NT: tl.constexpr = 1,  # 8-row activation tiles: 1 (M <= 8) or 2 (M <= 16)
 ):
     """out[:M, n-block] = sum over this split's groups of a_p @ dequant(Q); section note above."""
     pid_n = tl.program_id(0)
@@ -807,51 +861,61 @@ def gemv_mma_kernel(
     m_e = (2 * tig)[None, :, None]
     tot_e = tl.zeros((1, T, 4), tl.float32)
     tot_o = tl.zeros((1, T, 4), tl.float32)
+    tot_f = tl.zeros((1, T, 4), tl.float32)
+    tot_p = tl.zeros((1, T, 4), tl.float32)
     if ASM:
         a_rows = a_ptr + (row0 + gid[None, :, None]) * (K // 2)
         a_ok = (gid < M)[None, :, None]
+        ah_ok = (gid + 8 < M)[None, :, None]
         for g in range(g0, g1):
-            q0, q1, q2, q3, a0, a1, a2, a3, zi, s = _mma_loads(
-                qw_ptr, sc_ptr, zp_ptr, a_rows, a_ok, col, n_mask, g, N, G, tig
-            )
-            de, do = _mma_group(q0, q1, q2, q3, a0, a1, a2, a3, zi, T, G)
+            q0, q1, q2, q3, a0, a1, a2, a3, h0, h1, h2, h3, zi, s = _mma_loads(
+                qw_ptr, sc_ptr, zp_ptr, a_rows, a_ok, col, n_mask, g, N, G, tig, 8 * (K // 2),
+                ah_ok, NT,
+            )  # fmt: skip
+            de, do, df, dp = _mma_group(q0, q1, q2, q3, a0, a1, a2, a3, h0, h1, h2, h3, zi, T,
+                                        G, NT)  # fmt: skip
             tot_e += de * s
             tot_o += do * s
+            if NT == 2:
+                tot_f += df * s
+                tot_p += dp * s
     else:
         for g in range(g0, g1):
             zi = tl.load(zp_ptr + g * N + col, mask=n_mask, other=0).to(tl.int32)
-            de, do = _mma_group_ops(qw_ptr, a_ptr + (row0 + m_e) * (K // 2),
-                                    a_ptr + (row0 + m_e + 1) * (K // 2), m_e < M, m_e + 1 < M,
-                                    zi, col, n_mask, g, N, G)  # fmt: skip
             s = tl.load(sc_ptr + g * N + col, mask=n_mask, other=0.0).to(tl.float32)
-            tot_e += de * s
-            tot_o += do * s
-    for h in tl.static_range(2):
-        y = tot_e if h == 0 else tot_o
-        m = m_e + h
-        out_offs = m.to(tl.int64) * N + col
-        mask = (m < M) & n_mask
-        if SPLIT_K == 1:
-            if HAS_BIAS:
-                y += tl.load(bias_ptr + col, mask=n_mask, other=0.0).to(tl.float32)
-            tl.store(out_ptr + out_offs, y.to(out_ptr.dtype.element_ty), mask=mask)
-        else:
-            tl.atomic_add(ws_ptr + out_offs, y, mask=mask, sem="relaxed")
+            for r in tl.static_range(NT):
+                me = m_e + 8 * r
+                de, do = _mma_group_ops(qw_ptr, a_ptr + (row0 + me) * (K // 2),
+                                        a_ptr + (row0 + me + 1) * (K // 2), me < M, me + 1 < M,
+                                        zi, col, n_mask, g, N, G)  # fmt: skip
+                if r == 0:
+                    tot_e += de * s
+                    tot_o += do * s
+                else:
+                    tot_f += de * s
+                    tot_p += do * s
+    _mma_out(tot_e, m_e, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS, SPLIT_K)
+    _mma_out(tot_o, m_e + 1, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS, SPLIT_K)
+    if NT == 2:
+        _mma_out(tot_f, m_e + 8, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS,
+                 SPLIT_K)  # fmt: skip
+        _mma_out(tot_p, m_e + 9, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS,
+                 SPLIT_K)  # fmt: skip
     if SPLIT_K > 1:
         _mma_finish(ws_ptr, out_ptr, cnt_ptr, bias_ptr, pid_n, m_e, col, n_mask, M, N, HAS_BIAS,
-                    SPLIT_K)  # fmt: skip
+                    SPLIT_K, NT)  # fmt: skip
 
 
 @triton.jit
 def _mma_finish(ws_ptr, out_ptr, cnt_ptr, bias_ptr, tile, m_e, col, n_mask, M, N,
-                HAS_BIAS: tl.constexpr, SPLIT_K: tl.constexpr):  # fmt: skip
+                HAS_BIAS: tl.constexpr, SPLIT_K: tl.constexpr, NT: tl.constexpr):  # fmt: skip
     """The split-K ticket (`kernels._ticket_finish`) for the thread-shaped outputs: the last
-    split of the column tile writes both of each thread's rows and zeroes its workspace."""
+    split of the column tile writes each thread's rows and zeroes its workspace."""
     tl.debug_barrier()  # every thread's partial is in before the ticket is taken
     ticket = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel")
     if ticket == SPLIT_K - 1:
-        for h in tl.static_range(2):
-            m = m_e + h
+        for h in tl.static_range(2 * NT):
+            m = m_e + h % 2 + 8 * (h // 2)
             out_offs = m.to(tl.int64) * N + col
             mask = (m < M) & n_mask
             tot = tl.load(ws_ptr + out_offs, mask=mask, other=0.0, volatile=True)

@@ -429,17 +429,19 @@ def h2_ok(hip: bool, m: int, g: int) -> bool:
 # (gate_up 22.97 against the HFMA2 op's 21.99, o_proj 10.16 / 8.80): M = 1 keeps the HFMA2 op.
 MMA_GEMV = True
 MMA_GEMV_MIN_M = 2
+MMA_GEMV_MAX_M = 8
 
 
 def mma_gemv_ok(hip: bool, m: int, g: int, bounds: tuple[int, ...] = ()) -> bool:
     """The mma GEMV serves an M-row int4 decode call: NVIDIA, compiled code, MMA_GEMV_MIN_M <= M
-    <= 8, G a multiple of 32, partition bounds on the 32-column grid (`decode_host.mma_ok`)."""
+    <= MMA_GEMV_MAX_M, G a multiple of 32, partition bounds on the 32-column grid
+    (`decode_host.mma_ok`)."""
     import os
 
     from . import decode_host
 
     interp = os.environ.get("TRITON_INTERPRET", "0") == "1"
-    return (MMA_GEMV and not hip and not interp and MMA_GEMV_MIN_M <= m <= decode_host.MMA_MAX_M
+    return (MMA_GEMV and not hip and not interp and MMA_GEMV_MIN_M <= m <= MMA_GEMV_MAX_M
             and g % 32 == 0 and decode_host.mma_ok(bounds))  # fmt: skip
 
 
