@@ -123,8 +123,7 @@ def _a16_reference(x: torch.Tensor, parts, g: int, bits: int) -> torch.Tensor:  
 @pytest.mark.parametrize("bits", [4, 5])
 @pytest.mark.parametrize("m", [1, 2, 5, 9, 16, 1030])
 def test_a16_bands_serve_w4a8(m: int, bits: int) -> None:
-    # NVIDIA: the decode GEMVs (int4: the HFMA2 one at M = 1, the mma.sync one at M = 2..8,
-    # the matrix-unit one at M = 9..16;
+    # NVIDIA: the decode GEMVs (int4: the HFMA2 one at M = 1, the mma.sync one at M = 2..16;
     # int5: the HFMA2 one at M <= 2, the matrix-unit one to M = 16) and, from M = 256, fp8
     # calls the 8-bit vendor GEMM and int8 calls dequant + cuBLAS (int4, int5) serve W4A8 in
     # their bands (the 16-bit ones at the bf16 floor of the unquantized-activation linear);
@@ -142,7 +141,7 @@ def test_a16_bands_serve_w4a8(m: int, bits: int) -> None:
         if bits == 5 and fast_host.INT5_H2 and m <= fast_host.H2_MAX_M:
             small = "gemv-h2"  # int5 decode at M <= 2: the HFMA2 GEMV (tenth pass)
         if bits == 4 and fast_host.mma_gemv_ok(host._is_hip(), m, g, prep.bounds):
-            small = "gemv-mma"  # int4 decode at M = 2..8: the mma.sync GEMV (twelfth pass)
+            small = "gemv-mma"  # int4 decode at M = 2..16: the mma.sync GEMV (twelfth pass)
         assert route == (None if host._is_hip() else big if m >= fast_host.DEQUANT_MIN_M
                          else small), fmt  # fmt: skip
         y = host.linear_a8(prep, x.cuda(), bb, fmt, "group", bits == 5)

@@ -429,7 +429,7 @@ def h2_ok(hip: bool, m: int, g: int) -> bool:
 # (gate_up 22.97 against the HFMA2 op's 21.99, o_proj 10.16 / 8.80): M = 1 keeps the HFMA2 op.
 MMA_GEMV = True
 MMA_GEMV_MIN_M = 2
-MMA_GEMV_MAX_M = 8
+MMA_GEMV_MAX_M = 16
 
 
 def mma_gemv_ok(hip: bool, m: int, g: int, bounds: tuple[int, ...] = ()) -> bool:
