@@ -570,7 +570,6 @@ def h2_variants(shapes: list[str], ms: list[int], reps: int, t0: float, budget: 
 # prologue at pair shift 0 + `gemv_mma`) at each config, against int4 as served, per cell.
 MMA_GRID: list[dict[str, int]] = [
     dict(block_n=128, programs_per_sm=8), dict(block_n=64, programs_per_sm=16),
-    dict(block_n=256, programs_per_sm=4), dict(block_n=128, programs_per_sm=6),
 ]  # fmt: skip
 
 
@@ -603,6 +602,8 @@ def h2_mma(shapes: list[str], ms: list[int], reps: int, t0: float,
             for kw in MMA_GRID:
                 cfg = decode_host.mma_config(m, n, k, G, b._bounds(sizes), 132, **kw)
                 cands[f"int4 mma {kw}"] = functools.partial(_mma_op, x, cfg)
+            # the blocks prologue (sliced, paired, shift 0) instead of the records
+            cands["int4 mma blocks prologue"] = functools.partial(_mma_op, x, None, blocks=True)
             ref = None
             for label, fn in cands.items():
                 seen = set(_regs(decode_kernels.gemv_mma_kernel))
@@ -637,12 +638,14 @@ def _before(x: torch.Tensor, path: str, p: Any) -> object:
                              None, p.gv_idx, p.gv_coef, path=path)  # fmt: skip
 
 
-def _mma_op(x: torch.Tensor, cfg: Any, p: Any) -> object:
-    """The mma op on layer p at config cfg (its records prologue)."""
+def _mma_op(x: torch.Tensor, cfg: Any, p: Any, blocks: bool = False) -> object:
+    """The mma op on layer p at config cfg (None: the shipped one): its records prologue, or
+    with `blocks` the sliced blocks one."""
     from .triton import decode_host
 
+    gv = (None, None) if blocks else (p.gv_idx, p.gv_coef)
     return decode_host.gemv_mma_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
-                                       p.bounds, G, None, cfg, (p.gv_idx, p.gv_coef))  # fmt: skip
+                                       p.bounds, G, None, cfg, gv)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -100,7 +100,8 @@ def test_w4a8_linear_matches_fp64(
     assert rel(y, exact_gemm(q, asc, parts, g, bits)) <= 2e-3
     # end to end through the custom op vs the independent fp64 reference
     y2 = ops.linear_a8(prep, xc, bb, fmt, scale, zpe)
-    route = fast_host.a8_route(m, g, bits == 5, host._is_hip(), fmt, prep.bounds)
+    route = fast_host.a8_route(m, g, bits == 5, host._is_hip(), fmt, prep.bounds,
+                               k * sum(sizes))  # fmt: skip
     if route == "w8":  # the 8-bit vendor GEMM (prefill): per-token acts, per-channel W'
         assert rel(y2, reference_a8(x, parts, g, bits, fmt, scale)) <= W8_TOL[fast_host.W8_KIND]
         return
@@ -123,7 +124,8 @@ def _a16_reference(x: torch.Tensor, parts, g: int, bits: int) -> torch.Tensor:  
 @pytest.mark.parametrize("bits", [4, 5])
 @pytest.mark.parametrize("m", [1, 2, 5, 9, 16, 1030])
 def test_a16_bands_serve_w4a8(m: int, bits: int) -> None:
-    # NVIDIA: the decode GEMVs (int4: the HFMA2 one at M = 1, the mma.sync one at M = 2..16;
+    # NVIDIA: the decode GEMVs (int4: the HFMA2 one at M = 1, the mma.sync one at M = 2..8 and
+    # to 16 on large layers, the matrix-unit one at M = 9..16 on small ones;
     # int5: the HFMA2 one at M <= 2, the matrix-unit one to M = 16) and, from M = 256, fp8
     # calls the 8-bit vendor GEMM and int8 calls dequant + cuBLAS (int4, int5) serve W4A8 in
     # their bands (the 16-bit ones at the bf16 floor of the unquantized-activation linear);
@@ -135,13 +137,14 @@ def test_a16_bands_serve_w4a8(m: int, bits: int) -> None:
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.bfloat16)
     bb = bias(parts).cuda()  # type: ignore[union-attr]
     for fmt in ("int8", "fp8"):
-        route = fast_host.a8_route(m, g, bits == 5, host._is_hip(), fmt, prep.bounds)
+        route = fast_host.a8_route(m, g, bits == 5, host._is_hip(), fmt, prep.bounds,
+                                   k * sum(sizes))  # fmt: skip
         big = "w8" if fmt in fast_host.W8_FORMATS else "dequant"
         small = "gemv" if m <= fast_host.GEMV_MAX_M and bits == 4 else "gemv3"  # int5: gemv3
         if bits == 5 and fast_host.INT5_H2 and m <= fast_host.H2_MAX_M:
             small = "gemv-h2"  # int5 decode at M <= 2: the HFMA2 GEMV (tenth pass)
-        if bits == 4 and fast_host.mma_gemv_ok(host._is_hip(), m, g, prep.bounds):
-            small = "gemv-mma"  # int4 decode at M = 2..16: the mma.sync GEMV (twelfth pass)
+        if bits == 4 and fast_host.mma_gemv_ok(host._is_hip(), m, g, prep.bounds, k * 768):
+            small = "gemv-mma"  # int4 decode at M = 2..16 (past 8 large layers): the mma GEMV
         assert route == (None if host._is_hip() else big if m >= fast_host.DEQUANT_MIN_M
                          else small), fmt  # fmt: skip
         y = host.linear_a8(prep, x.cuda(), bb, fmt, "group", bits == 5)

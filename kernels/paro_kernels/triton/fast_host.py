@@ -419,29 +419,39 @@ def h2_ok(hip: bool, m: int, g: int) -> bool:
     return GEMV_H2 and not hip and not interp and m <= H2_MAX_M and g % 128 == 0
 
 
-# Twelfth pass: int4 decode at MMA_GEMV_MIN_M <= M <= 8 on the mma.sync GEMV
+# Twelfth pass: int4 decode at MMA_GEMV_MIN_M <= M <= MMA_GEMV_MAX_M on the mma.sync GEMV
 # (`decode_host.gemv_mma_linear`: the records prologue at pair shift 0, fp32 accumulation on the
-# matrix unit). H200 2026-12-04 (BENCH.md twelfth pass, run 2, as served before against the mma
-# op, same run, us): M = 2 (the HFMA2 op) qkv 18.13 / 14.47, gate_up 31.28 / 24.22, down 19.79 /
-# 16.66, in_proj 19.08 / 15.09, o_proj 9.86 / 9.79; M = 4 (the FMA GEMV) 26.81 / 14.81, 45.13 /
-# 24.16, 28.95 / 16.85, 27.84 / 16.09, 15.16 / 10.02; M = 8 (the tile kernels) 29.38 / 16.10,
-# 49.79 / 26.38, 32.13 / 18.78, 30.30 / 17.56, 16.21 / 10.90. At M = 1 it lost on 4 of 5 shapes
-# (gate_up 22.97 against the HFMA2 op's 21.99, o_proj 10.16 / 8.80): M = 1 keeps the HFMA2 op.
+# matrix unit). H200 2026-12-04 (BENCH.md twelfth pass, runs 3 and 4, the path served before
+# forced against the mma op as served, same run, us):
+# - M = 2 (the HFMA2 op) qkv 18.78 / 14.63, gate_up 31.32 / 25.34, down 21.02 / 16.94, in_proj
+#   20.02 / 15.66, o_proj 11.18 / 10.94; M = 4 (the FMA GEMV) 32.71 / 14.68, 55.78 / 24.18,
+#   33.40 / 16.86, 33.48 / 16.13, 14.50 / 10.80; M = 8 (the tile kernels) 29.72 / 15.67,
+#   50.77 / 27.11, 31.96 / 18.07, 31.04 / 17.84, 16.93 / 12.76;
+# - M = 9 / 16 (two activation tiles; the matrix-unit GEMV of pass 5 before): qkv 28.93 / 23.09
+#   and 30.24 / 24.92, gate_up 52.40 / 35.44 and 59.42 / 38.50, down 35.97 / 25.79 and 36.90 /
+#   26.65, in_proj 35.32 / 24.10 and 36.02 / 26.40; o_proj 15.47 / 16.46 and 16.58 / 18.06: so
+#   past M = 8 layers of at most `decode_host.GEMV3_SMALL_WEIGHTS` keep that GEMV (its small
+#   config);
+# - M = 1: it lost on 4 of 5 shapes (gate_up 22.97 against the HFMA2 op's 21.99, o_proj 10.16 /
+#   8.80; run 2): M = 1 keeps the HFMA2 op.
 MMA_GEMV = True
 MMA_GEMV_MIN_M = 2
 MMA_GEMV_MAX_M = 16
 
 
-def mma_gemv_ok(hip: bool, m: int, g: int, bounds: tuple[int, ...] = ()) -> bool:
-    """The mma GEMV serves an M-row int4 decode call: NVIDIA, compiled code, MMA_GEMV_MIN_M <= M
-    <= MMA_GEMV_MAX_M, G a multiple of 32, partition bounds on the 32-column grid
-    (`decode_host.mma_ok`)."""
+def mma_gemv_ok(hip: bool, m: int, g: int, bounds: tuple[int, ...] = (),
+                weights: int = 0) -> bool:  # fmt: skip
+    """The mma GEMV serves an M-row int4 decode call of a layer of `weights` (N K) weights:
+    NVIDIA, compiled code, MMA_GEMV_MIN_M <= M <= MMA_GEMV_MAX_M (past M = 8 only above
+    `decode_host.GEMV3_SMALL_WEIGHTS`), G a multiple of 32, partition bounds on the 32-column
+    grid (`decode_host.mma_ok`)."""
     import os
 
     from . import decode_host
 
     interp = os.environ.get("TRITON_INTERPRET", "0") == "1"
     return (MMA_GEMV and not hip and not interp and MMA_GEMV_MIN_M <= m <= MMA_GEMV_MAX_M
+            and (m <= 8 or weights > decode_host.GEMV3_SMALL_WEIGHTS)
             and g % 32 == 0 and decode_host.mma_ok(bounds))  # fmt: skip
 
 
@@ -708,13 +718,13 @@ INT5_H2 = True
 
 
 def a8_route(m: int, group_size: int, int5: bool, hip: bool, act_format: str = "fp8",
-             bounds: tuple[int, ...] = ()) -> str | None:  # fmt: skip
+             bounds: tuple[int, ...] = (), weights: int = 0) -> str | None:  # fmt: skip
     """The path ("gemv" | "gemv-h2" | "gemv-mma" | "gemv3" | "dequant" | "w8": the 8-bit vendor
-    GEMM, `w8_linear`) that serves a W4A8 / W5A8 call of M rows (partition `bounds`), or None
-    (the A8 kernels)."""
+    GEMM, `w8_linear`) that serves a W4A8 / W5A8 call of M rows (partition `bounds`, N K
+    `weights`), or None (the A8 kernels)."""
     if hip or not A8_ROUTE:
         return None
-    if not int5 and mma_gemv_ok(hip, m, group_size, bounds):
+    if not int5 and mma_gemv_ok(hip, m, group_size, bounds, weights):
         return "gemv-mma"
     if int5 and INT5_H2 and h2_ok(hip, m, group_size):
         return "gemv-h2"
