@@ -567,9 +567,11 @@ def h2_variants(shapes: list[str], ms: list[int], reps: int, t0: float, budget: 
 
 
 # `--h2 mma` (twelfth pass): the mma.sync GEMV (`decode_host.gemv_mma_linear`: the records
-# prologue at pair shift 0 + `gemv_mma`) at each config, against int4 as served, per cell.
+# prologue at pair shift 0 + `gemv_mma`) at each config, against int4 as served, per cell
+# (runs 1-2 swept 6-7 configs, run 3 four; BENCH.md twelfth pass).
 MMA_GRID: list[dict[str, int]] = [
     dict(block_n=128, programs_per_sm=8), dict(block_n=64, programs_per_sm=16),
+    dict(block_n=128, programs_per_sm=5),  # one wave at 96 registers (M > 8; not yet run)
 ]  # fmt: skip
 
 

@@ -272,6 +272,15 @@ def compile_gemv2_rot(target: str, m: int, n: int, k: int, g: int,
     return Report(**{**rep.__dict__, "mma": not rep.mma})
 
 
+# The arguments before the constexprs of the GEMVs on the paired prologue output (the HFMA2 and
+# the mma one): xr as int32 pairs, the int4 layer, split-K buffers, out, M N K, bounds.
+_PAIRED_GEMV_SIG = {
+    "a_ptr": "*i32", "qw_ptr": "*i32", "sc_ptr": "*fp16", "zp_ptr": "*u8",
+    "bias_ptr": "*bf16", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "out_ptr": "*bf16",
+    "M": "i32", "N": "i32", "K": "i32", "b1": "i32", "b2": "i32",
+}  # fmt: skip
+
+
 def compile_gemv_h2(target: str, m: int, n: int, k: int, g: int, bounds: tuple[int, ...] = (),
                     hi: bool = False, rsl: int = 0,
                     coop: bool = False) -> tuple[Report, object]:  # fmt: skip
@@ -283,11 +292,7 @@ def compile_gemv_h2(target: str, m: int, n: int, k: int, g: int, bounds: tuple[i
     from . import decode_host, decode_kernels
 
     cfg = decode_host.h2_config(m, n, k, g, bounds, sms=132, bits=5 if hi else 4)
-    sig = {
-        "a_ptr": "*i32", "qw_ptr": "*i32", "sc_ptr": "*fp16", "zp_ptr": "*u8",
-        "bias_ptr": "*bf16", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "out_ptr": "*bf16",
-        "M": "i32", "N": "i32", "K": "i32", "b1": "i32", "b2": "i32",
-    }  # fmt: skip
+    sig = dict(_PAIRED_GEMV_SIG)
     const: dict[str, object] = {
         "HAS_BIAS": False, "G": g, "BLOCK_M": 1 if m == 1 else 2, "BLOCK_N": cfg.block_n,
         "KW": cfg.kw, "SPLIT_K": cfg.split_k, "ASM": target != "gfx1201", "PDL": False,
@@ -319,11 +324,7 @@ def compile_gemv_mma(target: str, m: int, n: int, k: int, g: int, bounds: tuple[
     from . import decode_host, decode_kernels
 
     cfg = decode_host.mma_config(m, n, k, g, bounds, 132, **kw)
-    sig = {
-        "a_ptr": "*i32", "qw_ptr": "*i32", "sc_ptr": "*fp16", "zp_ptr": "*u8",
-        "bias_ptr": "*bf16", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "out_ptr": "*bf16",
-        "M": "i32", "N": "i32", "K": "i32", "b1": "i32", "b2": "i32",
-    }  # fmt: skip
+    sig = dict(_PAIRED_GEMV_SIG)
     const: dict[str, object] = {
         "HAS_BIAS": False, "G": g, "T": cfg.block_n, "SPLIT_K": cfg.split_k, "ASM": True,
         "NT": 1 if m <= 8 else 2,

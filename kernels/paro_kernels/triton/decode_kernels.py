@@ -599,14 +599,16 @@ def gemv_h2_kernel(
 
 # --------------------------------------------------------------------------- the mma.sync GEMV
 #
-# Twelfth pass (issue 14): the decode GEMV (M <= 8) with the multiply-adds on the matrix unit
+# Twelfth pass (issue 14): the decode GEMV (M <= 16) with the multiply-adds on the matrix unit
 # through `mma.sync.m16n8k16` (fp16 in, fp32 accumulate), the unpacked weights as the A operand
 # straight from the thread's registers. The HFMA2 GEMV's ncu (tenth pass, gate_up M = 1): 158
 # registers, 3 programs an SM, ALU 30% + FMA 29% of peak, 5.4 cycles between a warp's issues,
 # 53% DRAM: its 17 instructions per word (8 weights; 26 at M = 2) are ~75% of the weight
 # stream's time at the HBM rate, and the loads and the math did not overlap enough to hide
 # them. Here a word costs its unpack (4 LOP3 + 1 SHR + 4 SUB.F16X2: 8 exact fp16 c - z) and one
-# quarter-warp share of an mma: ~10 issue slots, at any M <= 8 (the mma's 8 B columns).
+# quarter-warp share of an mma: ~10 issue slots, at any M <= 8 (the mma's 8 B columns); at
+# M = 9..16 a second activation tile (NT = 2: B column gid is activation row gid + 8, outputs
+# rows 8 + 2 tig, 9 + 2 tig) adds one mma a word on the same unpack.
 #
 # Lane mapping (PTX ISA, m16n8k16 .f16 fragments; lane = 4 gid + tig): A row gid holds k slots
 # (2 tig, 2 tig + 1) in register 0 and (2 tig + 8, + 9) in register 2, row gid + 8 the same in
@@ -625,12 +627,13 @@ def gemv_h2_kernel(
 # activations come unscaled (pair shift 0).
 #
 # A thread owns 4 columns (a column quad, shared by the 4 lanes of its gid: a program T columns,
-# T = 32 num_warps threads): per group
-# 4 words and 4 activation words per word row, loaded together before the group's mmas, 8 sums
-# and 8 totals: 56 registers (sm_90 build; the HFMA2 GEMV's 158), 9 programs of 4 warps an SM.
-# (Two quads a thread gave wrong sums on the H200, Triton 3.6: the asm instances' lane mapping
-# needs one quad a thread, which the kernel now is; the next group's loads issued under this
-# group's math (123 registers, 4 programs an SM) measured 1.05-1.2x slower at M = 1-2.)
+# T = 32 num_warps threads): per group 4 words and 4 activation words per word row, loaded
+# together before the group's mmas (one memory round trip a group; the first cut's PTX had each
+# row's load right before its mma), 8 sums and 8 totals: 56 registers (sm_90 build; the HFMA2
+# GEMV's 158), 9 programs of 4 warps an SM; 96 with two tiles. (Two quads a thread gave wrong
+# sums on the H200, Triton 3.6: the asm instances' lane mapping needs one quad a thread, which
+# the kernel now is; the next group's loads issued under this group's math (123 registers, 4
+# programs an SM) measured 1.05-1.2x slower at M = 1-2. BENCH.md twelfth pass.)
 # The interpreter (no mma) computes the same per-(column, row) group sums with plain ops.
 
 
