@@ -35,7 +35,8 @@ for k, sizes, g, m, path, rot in [(256, [96], 128, 1, "gemv", False),
                                   (640, [512, 256, 128], 128, 1, "gemv-h2-rot", False),
                                   (384, [80, 48], 128, 2, "gemv-h2-rot", False),
                                   (384, [64, 32, 32], 128, 5, "gemv-mma", False),
-                                  (256, [96], 64, 8, "gemv-mma", False)]:
+                                  (256, [96], 64, 8, "gemv-mma", False),
+                                  (256, [64, 64], 128, 11, "gemv-mma", False)]:
     parts = merged_layer(k, sizes, g, seed=k + m, bias=m % 2 == 1)
     prep = host.prepare(*packed(parts), runs(parts), g, dtype=torch.float16, device="cpu")
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.float16)
