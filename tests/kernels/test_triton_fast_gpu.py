@@ -127,13 +127,12 @@ def test_mma_gemv_matches_fp64(k: int, sizes: list[int], g: int, m: int,
     # The twelfth pass's mma.sync GEMV (decode_kernels): its lane mapping, split-K finish and
     # both paired prologues (records, blocks) at pair shift 0, across the tile-boundary cases
     # (odd N, 1-3 partitions, G = 64 and 128), every output row a thread can own (M <= 8: one
-    # 8-row activation tile; M = 9, 16: two), and
-    # 2- and 8-warp tiles; activations in the thousands at even M (fp32
-    # accumulation: no fp16 range). Partition bounds off the 32-column grid are refused by name.
+    # 8-row activation tile; M = 9, 16: two), and 2- and 8-warp tiles; activations in the
+    # thousands at even M (fp32 accumulation: no fp16 range). Partition bounds off the
+    # 32-column grid are refused by name.
     from paro_kernels.triton import decode_host, fast_host
 
     scale = 1e3 if m % 2 == 0 else 1.0
-
     parts, prep = _prep(k, sizes, g, b=m % 2 == 1)
     if not decode_host.mma_ok(prep.bounds):
         with pytest.raises(ValueError, match="partition bounds"):
