@@ -474,6 +474,22 @@ def _regs(fn: Any) -> list[str]:
     return out
 
 
+def _cand_rows(name: str, m: int, n: int, k: int, cands: dict[str, Callable[[Any], object]],
+               preps: list[Any], reps: int, kernel: Any) -> list[dict[str, Any]]:  # fmt: skip
+    """One row per candidate on the cell: its time over the layer copies, `rel` against the
+    first candidate's output, and the registers / spills of the `kernel` variants it compiled."""
+    rows, ref = [], None
+    for label, fn in cands.items():
+        seen = set(_regs(kernel))
+        y = fn(preps[0]).float()  # type: ignore[attr-defined]
+        regs = [r.split(": ")[-1] for r in _regs(kernel) if r not in seen]
+        ref = y if ref is None else ref
+        us = _t([functools.partial(fn, p) for p in preps], reps)
+        rows.append(_row(name, m, n, k, label, us, regs=";".join(regs),
+                         rel=float((y - ref).norm() / ref.norm())))  # fmt: skip
+    return rows
+
+
 def _h2_op(name: str, m: int, x: torch.Tensor, p: Any, inside: bool,
            kw: dict[str, int] | None = None) -> object:  # fmt: skip
     """The HFMA2 op on layer p: the paired prologue + GEMV, or (`inside`) one launch at the
@@ -540,16 +556,8 @@ def h2_variants(shapes: list[str], ms: list[int], reps: int, t0: float, budget: 
                     cands[f"int{bits} h2 {how} {kw}"] = functools.partial(
                         op, inside="rsl" in kw, kw=kw
                     )
-                ref = None
-                for label, fn in cands.items():
-                    seen = set(_regs(decode_kernels.gemv_h2_kernel))
-                    y = fn(preps[0]).float()  # type: ignore[attr-defined]
-                    regs = [r.split(": ")[-1] for r in _regs(decode_kernels.gemv_h2_kernel)
-                            if r not in seen]  # fmt: skip
-                    ref = y if ref is None else ref
-                    us = _t([functools.partial(fn, p) for p in preps], reps)
-                    out.append(_row(name, m, n, k, label, us, regs=";".join(regs),
-                                    rel=float((y - ref).norm() / ref.norm())))  # fmt: skip
+                out += _cand_rows(name, m, n, k, cands, preps, reps,
+                                  decode_kernels.gemv_h2_kernel)  # fmt: skip
             xr = fast_host.rotate_slices(x, p4[0].rot_hi, p4[0].rot_lo, G, paired=True)[0]
             fns = [functools.partial(_h2_call, "h2 alone", x, (None, xr), p) for p in p4]
             out.append(_row(name, m, n, k, "int4 h2 alone", _t(fns, reps)))
@@ -606,16 +614,7 @@ def h2_mma(shapes: list[str], ms: list[int], reps: int, t0: float,
                 cands[f"int4 mma {kw}"] = functools.partial(_mma_op, x, cfg)
             # the blocks prologue (sliced, paired, shift 0) instead of the records
             cands["int4 mma blocks prologue"] = functools.partial(_mma_op, x, None, blocks=True)
-            ref = None
-            for label, fn in cands.items():
-                seen = set(_regs(decode_kernels.gemv_mma_kernel))
-                y = fn(p4[0]).float()  # type: ignore[attr-defined]
-                regs = [r.split(": ")[-1] for r in _regs(decode_kernels.gemv_mma_kernel)
-                        if r not in seen]  # fmt: skip
-                ref = y if ref is None else ref
-                us = _t([functools.partial(fn, p) for p in p4], reps)
-                out.append(_row(name, m, n, k, label, us, regs=";".join(regs),
-                                rel=float((y - ref).norm() / ref.norm())))  # fmt: skip
+            out += _cand_rows(name, m, n, k, cands, p4, reps, decode_kernels.gemv_mma_kernel)
             p0 = p4[0]
             xr = fast_host.rotate_givens_paired(x, p0.gv_idx, p0.gv_coef, G, 0)
             fns = [functools.partial(decode_host.gemv_mma, xr, p.qweight, p.scales, p.zeros,

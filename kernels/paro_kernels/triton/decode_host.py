@@ -121,8 +121,6 @@ def gemv3_w4a16(
 ) -> torch.Tensor:
     """The GEMV on the prologue output xr [P, M <= 16, K] fp16 -> y [M, N] out_dtype; with
     `qweight_hi` ([K/32, N] int32 fifth-bit planes) int5 weights, `zeros` their 5-bit zeros."""
-    import os
-
     from .decode_kernels import gemv3_w4a16_kernel
 
     _, m, k = xr.shape
@@ -133,7 +131,7 @@ def gemv3_w4a16(
     gcfg = fast_host.GemvConfig(16, cfg.block_n, cfg.split_k, cfg.num_warps)
     out, ws, cnt, tiles = fast_host._gemv_buffers(m, n, gcfg, out_dtype, xr.device)
     b = (*bounds, n, n)[:2]
-    asm = not host._is_hip() and os.environ.get("TRITON_INTERPRET", "0") != "1"
+    asm = not host._is_hip() and not host._interpreted()
     gemv3_w4a16_kernel[(tiles, cfg.split_k)](
         xr, qweight, scales, zeros, bias if bias is not None else scales, ws, cnt, out,
         m, n, k, b[0], b[1],
@@ -230,8 +228,6 @@ def gemv_h2(
     rot_hi, rot_lo, rsl) the kernel rotates x itself into xr, an uninitialized [P, M, K] fp16
     scratch (`gemv_h2_rot`); `coop` > 0: on a co-resident grid of at most `coop` programs an
     SM, launched cooperative, every program rotating before its GEMV item."""
-    import os
-
     from .decode_kernels import gemv_h2_kernel
 
     p, m, k = xr.shape
@@ -244,7 +240,7 @@ def gemv_h2(
     require(g % (8 * cfg.kw) == 0, "kw", f"dividing group_size / 8 = {g // 8}", cfg.kw)
     out, ws, cnt, tiles = fast_host._gemv_buffers(m, n, cfg, out_dtype, xr.device)
     b = (*bounds, n, n)[:2]
-    asm = not host._is_hip() and os.environ.get("TRITON_INTERPRET", "0") != "1"
+    asm = not host._is_hip() and not host._interpreted()
     extra: dict[str, object] = {}
     nrot = 0
     if rot is not None:
@@ -430,8 +426,6 @@ def gemv_mma(
 ) -> torch.Tensor:
     """The mma GEMV on the paired prologue output xr [P, M <= 16, K] fp16 (pair shift 0)
     -> y [M, N] out_dtype."""
-    import os
-
     from .decode_kernels import gemv_mma_kernel
 
     _, m, k = xr.shape
@@ -446,7 +440,7 @@ def gemv_mma(
             cfg)  # fmt: skip
     out, ws, cnt, tiles = fast_host._gemv_buffers(m, n, cfg, out_dtype, xr.device)
     b = (*bounds, n, n)[:2]
-    asm = not host._is_hip() and os.environ.get("TRITON_INTERPRET", "0") != "1"
+    asm = not host._is_hip() and not host._interpreted()
     gemv_mma_kernel[(tiles, cfg.split_k)](
         xr.view(torch.int32), qweight, scales, zeros, bias if bias is not None else scales,
         ws, cnt, out, m, n, k, b[0], b[1],

@@ -254,11 +254,9 @@ GEMV_PDL = False
 def pdl_ok(hip: bool) -> bool:
     """Programmatic dependent launch available: NVIDIA sm_90+, a Triton with GDC, compiled code
     (not the interpreter)."""
-    import os
-
     from . import fast_kernels
 
-    if hip or fast_kernels.gdc_wait is None or os.environ.get("TRITON_INTERPRET", "0") == "1":
+    if hip or fast_kernels.gdc_wait is None or host._interpreted():
         return False
     return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
 
@@ -413,9 +411,7 @@ H2_ROT = False
 def h2_ok(hip: bool, m: int, g: int) -> bool:
     """The HFMA2 GEMV serves an M-row decode call: NVIDIA, compiled code, M <= H2_MAX_M,
     G % 128 == 0 (its 16-row chunk)."""
-    import os
-
-    interp = os.environ.get("TRITON_INTERPRET", "0") == "1"
+    interp = host._interpreted()
     return GEMV_H2 and not hip and not interp and m <= H2_MAX_M and g % 128 == 0
 
 
@@ -445,11 +441,9 @@ def mma_gemv_ok(hip: bool, m: int, g: int, bounds: tuple[int, ...] = (),
     NVIDIA, compiled code, MMA_GEMV_MIN_M <= M <= MMA_GEMV_MAX_M (past M = 8 only above
     `decode_host.GEMV3_SMALL_WEIGHTS`), G a multiple of 32, partition bounds on the 32-column
     grid (`decode_host.mma_ok`)."""
-    import os
-
     from . import decode_host
 
-    interp = os.environ.get("TRITON_INTERPRET", "0") == "1"
+    interp = host._interpreted()
     return (MMA_GEMV and not hip and not interp and MMA_GEMV_MIN_M <= m <= MMA_GEMV_MAX_M
             and (m <= 8 or weights > decode_host.GEMV3_SMALL_WEIGHTS)
             and g % 32 == 0 and decode_host.mma_ok(bounds))  # fmt: skip
@@ -514,8 +508,6 @@ def gemv2_w4a16(
     """The second-pass GEMV on the prologue outputs xr [P, M, K] (fp16 for the matrix-unit
     path, fp32 nibble-scaled for the FMA path: `host.rotate_scale(nibble_scaled=...)` or
     `rotate_slices`), rs [P, M, K/G * RS] fp32 -> y [M, N] out_dtype."""
-    import os
-
     from .fast_kernels import gemv2_w4a16_kernel
 
     _, m, k = xr.shape
@@ -527,7 +519,7 @@ def gemv2_w4a16(
     require(xr.dtype == want, "xr dtype", f"{want} for this GEMV path", xr.dtype)
     out, ws, cnt, tiles = _gemv_buffers(m, n, cfg, out_dtype, xr.device)
     b = (*bounds, n, n)[:2]
-    asm = not hip and os.environ.get("TRITON_INTERPRET", "0") != "1"
+    asm = not hip and not host._interpreted()
     parts_rs = rs.shape[-1] // (k // group_size)  # the sliced prologue's partial sums per group
     gemv2_w4a16_kernel[(tiles, cfg.split_k)](
         xr, rs, qweight, scales, zeros, bias if bias is not None else scales, ws, cnt, out,

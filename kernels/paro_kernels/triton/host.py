@@ -344,6 +344,13 @@ def _is_hip() -> bool:
     return torch.version.hip is not None
 
 
+def _interpreted() -> bool:
+    """Kernels run under the Triton interpreter (TRITON_INTERPRET=1): no inline assembly."""
+    import os
+
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
 def rotate_scale(
     x: torch.Tensor,
     rot_hi: torch.Tensor,

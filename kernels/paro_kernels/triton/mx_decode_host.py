@@ -15,7 +15,6 @@ int4 GEMV there (`fast_host.a8_route`).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,7 +132,7 @@ def mx_gemv(
         cnt = fast_host._scratch("gemv_cnt", tiles, torch.int32, a.device)
     b = (*bounds, n, n)[:2]
     if asm is None:
-        asm = not hip and os.environ.get("TRITON_INTERPRET", "0") != "1"
+        asm = not hip and not host._interpreted()
     # the asm activation loads read 8 bytes at columns 4 w: rows must start 8-byte aligned
     asm = asm and a.data_ptr() % 8 == 0 and a.stride(1) % 4 == 0 and a.stride(2) == 1
     mx_gemv_kernel[(tiles, cfg.split_k)](
