@@ -631,6 +631,68 @@ def h2_mma(shapes: list[str], ms: list[int], reps: int, t0: float,
     return out, not_run
 
 
+# `--h2 mma5` (thirteenth pass): int5 (I8 PG ZPE) on the mma GEMV (`gemv_mma(qweight_hi=)`) at
+# each config, against int5 as served and the path that served int5 before (the HFMA2 op at
+# M <= 2, the matrix-unit GEMV to 16), and int4 as served (the int5 / int4 goal: 1.24x).
+MMA5_GRID: list[dict[str, int]] = [
+    dict(block_n=128, programs_per_sm=8), dict(block_n=64, programs_per_sm=16),
+    dict(block_n=128, programs_per_sm=6),  # 71 registers at M <= 8: 7 fit an SM
+]  # fmt: skip
+
+
+def _int5_before(x: torch.Tensor, p: Any) -> object:
+    """The path that served int5 before the thirteenth pass, forced: the HFMA2 op at M <= 2,
+    else the matrix-unit GEMV (both on the layer's records)."""
+    from .triton import decode_host
+
+    if x.shape[0] <= 2:
+        return decode_host.gemv_h2_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
+                                          p.bounds, G, qweight_hi=p.qweight_hi,
+                                          gv=(p.gv_idx, p.gv_coef))  # fmt: skip
+    return decode_host.gemv3_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
+                                    p.bounds, G, None, p.gv_idx, p.gv_coef,
+                                    qweight_hi=p.qweight_hi)  # fmt: skip
+
+
+def h2_mma5(shapes: list[str], ms: list[int], reps: int, t0: float,
+            budget: float) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
+    """Per cell, same run: int4 as served, int5 as served, int5 before (forced), the int5 mma
+    op at each MMA5_GRID config (`rel` against int5 as served; registers as compiled), then the
+    int5 mma GEMV alone (the shipped config)."""
+    from .triton import decode_host, decode_kernels, fast_host
+
+    dev = torch.device("cuda")
+    out, not_run = [], []
+    for name in shapes:
+        _, n, k, sizes = next(s for s in b.SHAPES if s[0] == name)
+        p4 = _preps(n, k, sizes, dev)
+        p5 = [_with_givens(b._random_prep(n, k, sizes, 5, dev), k, len(sizes), dev)
+              for _ in range(b.copies(_bytes_w4(n, k, 0) * 5 // 4))]  # fmt: skip
+        for m in ms:
+            if budget and time.monotonic() - t0 > budget:
+                not_run.append(f"{name}@{m}")
+                continue
+            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+            fns = [functools.partial(_h2_call, "served", x, None, p) for p in p4]
+            out.append(_row(name, m, n, k, "int4 as served", _t(fns, reps)))
+            cands: dict[str, Callable[[Any], object]] = {
+                "int5 as served": functools.partial(_int5_served, x=x),
+                "int5 before": functools.partial(_int5_before, x),
+            }
+            for kw in MMA5_GRID:
+                cfg = decode_host.mma_config(m, n, k, G, b._bounds(sizes), 132, **kw)
+                cands[f"int5 mma {kw}"] = functools.partial(_mma_op, x, cfg)
+            out += _cand_rows(name, m, n, k, cands, p5, reps, decode_kernels.gemv_mma_kernel)
+            p0 = p5[0]
+            xr = fast_host.rotate_givens_paired(x, p0.gv_idx, p0.gv_coef, G, 0)
+            fns = [functools.partial(decode_host.gemv_mma, xr, p.qweight, p.scales, p.zeros,
+                                     p.bounds, G, torch.bfloat16, qweight_hi=p.qweight_hi)
+                   for p in p5]  # fmt: skip
+            out.append(_row(name, m, n, k, "int5 mma alone", _t(fns, reps)))
+            torch.cuda.empty_cache()
+    return out, not_run
+
+
 def _before(x: torch.Tensor, path: str, p: Any) -> object:
     """`host.w4a16_linear` on layer p with `path` forced (with the layer's records)."""
     from .triton import host
@@ -646,7 +708,7 @@ def _mma_op(x: torch.Tensor, cfg: Any, p: Any, blocks: bool = False) -> object:
 
     gv = (None, None) if blocks else (p.gv_idx, p.gv_coef)
     return decode_host.gemv_mma_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
-                                       p.bounds, G, None, cfg, gv)  # fmt: skip
+                                       p.bounds, G, None, cfg, gv, p.qweight_hi)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -664,7 +726,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--h2", default="", help="ninth pass: the HFMA2 GEMV per cell at the "
                     "configs of run1 (H2_GRID), run2 (H2_RUN2), run3 (H2_RUN3); int5: its "
                     "int5 variant against int5 and int4 as served; tenth pass: rot, coop, "
-                    "waves, confirm (module doc)")  # fmt: skip
+                    "waves, confirm; twelfth / thirteenth: mma, mma5 (module doc)")  # fmt: skip
     argv = sys.argv[1:] if argv is None else argv  # recorded in the JSON
     args = ap.parse_args(argv)
     torch.manual_seed(0)
@@ -673,6 +735,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.h2:
         if args.h2 == "mma":
             rows, nr = h2_mma(args.shapes.split(","), ms, args.reps, t0, args.budget_s)
+        elif args.h2 == "mma5":
+            rows, nr = h2_mma5(args.shapes.split(","), ms, args.reps, t0, args.budget_s)
         elif args.h2 == "int5":
             rows, nr = h2_int5(args.shapes.split(","), ms, args.reps, t0, args.budget_s)
         elif args.h2 in ("rot", "coop", "waves", "confirm", "gv", "gvpdl"):

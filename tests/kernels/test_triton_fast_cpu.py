@@ -231,8 +231,9 @@ def test_aot_gemv_h2_sm90(m: int) -> None:
         assert f"kw={decode_host.H2_CONFIG['kw']}" in rep.config
 
 
+@pytest.mark.parametrize("hi", [False, True], ids=["int4", "int5"])
 @pytest.mark.parametrize("m", [1, 2, 8, 16])
-def test_aot_gemv_mma_sm90(m: int) -> None:
+def test_aot_gemv_mma_sm90(m: int, hi: bool) -> None:
     # The twelfth-pass mma.sync GEMV at its launcher's config (NVIDIA only): per group 4 word rows
     # a thread, each 4 words (one 16-byte load) and its activation pairs (one 16-byte load), all
     # 8 loads issued before the group's 16 mmas (one memory round trip a group: the first cut
@@ -240,7 +241,9 @@ def test_aot_gemv_mma_sm90(m: int) -> None:
     # M = 8 a second activation tile: its 4 more loads and 16 more mmas on the same unpack. No
     # layout conversion of data (the lanes hold what the mma fragments need; only masks), no
     # spills, and at most 64 registers at M <= 8 (9 programs of 4 warps an SM; the HFMA2 GEMV
-    # took 158), 104 with two tiles.
+    # took 158), 104 with two tiles. int5 (thirteenth pass): a 16-byte load of the 4 columns'
+    # fifth-bit words a word row, in the same round trip; one PRMT (the thread's byte), one
+    # multiply and 4 shift + LOP3 pairs a word (8 lop3 in all); <= 80 / 104 registers.
     import re
     import tempfile
 
@@ -251,15 +254,17 @@ def test_aot_gemv_mma_sm90(m: int) -> None:
     assert fast_host.mma_gemv_ok(False, m, 128, (), small) == (2 <= m <= 8)  # past 8: gemv3
     assert not fast_host.mma_gemv_ok(True, m, 128, (), big)
     assert not fast_host.mma_gemv_ok(False, m, 128, (6144, 6160), big)
-    rep, c = aot.compile_gemv_mma("sm90", m, 7168, 5120, 128, (6144, 6656))
+    assert fast_host.mma_gemv_ok(False, m, 128, (), big, 5) == (m >= fast_host.MMA_GEMV5_MIN_M)
+    rep, c = aot.compile_gemv_mma("sm90", m, 7168, 5120, 128, (6144, 6656), hi=hi)
     ptx = c.asm["ptx"]  # type: ignore[attr-defined]
     assert rep.mma and rep.spills == 0, rep
     assert f"block_n={decode_host.MMA_CONFIG['block_n']}" in rep.config
     tiles = 1 if m <= 8 else 2
     loads = ptx[: ptx.rindex("ld.global.v4")]
     assert ptx.count("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") == 16 * tiles
-    assert ptx.count("ld.global.v4.b32") == 4 + 4 * tiles and "mma.sync" not in loads
-    assert ptx.count("lop3.b32") == 4 * 16
+    assert ptx.count("ld.global.v4.b32") == 4 + 4 * tiles + 4 * hi and "mma.sync" not in loads
+    assert ptx.count("lop3.b32") == (8 if hi else 4) * 16
+    assert ptx.count("mul.lo.u32") >= 16 * hi
     ttgir = c.asm["ttgir"]  # type: ignore[attr-defined]
     assert all("xi1" in ln for ln in ttgir.splitlines() if "convert_layout" in ln)
     tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
@@ -269,7 +274,7 @@ def test_aot_gemv_mma_sm90(m: int) -> None:
         usage = subprocess.run([str(tool), "--dump-resource-usage", f.name], capture_output=True,
                                text=True, check=True).stdout  # fmt: skip
     regs = int(re.search(r"REG:(\d+)", usage).group(1))  # type: ignore[union-attr]
-    assert 0 < regs <= (64 if tiles == 1 else 104), usage
+    assert 0 < regs <= ((80 if hi else 64) if tiles == 1 else 104), usage
 
 
 @pytest.mark.parametrize("m", [1, 2])

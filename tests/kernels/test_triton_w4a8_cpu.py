@@ -60,6 +60,46 @@ def test_interpreter_w4a8_matches_fp64(case: tuple) -> None:  # type: ignore[typ
     assert e2e <= 5e-3  # vs the independent reference: + rare code flips at rounding ties
 
 
+_MMA5_CHILD = """
+import sys, torch
+from _triton_cases import bias, hi_planes, merged_layer_bits, packed, rel, runs
+from paro_kernels import reference as ref
+from paro_kernels.triton import decode_host, host
+k, sizes, g, m = eval(sys.argv[1])
+parts = merged_layer_bits(k, sizes, g, 5, seed=k + m)
+prep = host.prepare(*packed(parts), runs(parts), g, dtype=torch.float16, device="cpu", bits=5,
+                    **hi_planes(parts))
+assert any(int(prep.qweight_hi[:, :sizes[0]].reshape(-1)[i]) for i in range(8))  # bits in use
+x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.float16)
+want = torch.cat([ref.paro_linear_ref(x, *p.args(), 5, g, p.bias, **p.hi()) for p in parts], 1)
+out = []
+for gv in ((prep.gv_idx, prep.gv_coef), (None, None)):
+    y = decode_host.gemv_mma_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
+                                    prep.zeros, prep.bounds, g, bias(parts), gv=gv,
+                                    qweight_hi=prep.qweight_hi)
+    assert y.shape == (m, sum(sizes)) and y.dtype == torch.float16
+    out.append(rel(y, want))
+print(*out)
+"""
+
+
+# int5 (I8 PG ZPE) on the mma GEMV (thirteenth pass) through the interpreter, which runs the
+# kernel's plain-op unpack (the same fifth-bit byte a word row); the GPU test runs its PTX.
+@pytest.mark.parametrize("case", [(256, [96], 64, 1), (384, [64, 32, 32], 128, 5),
+                                  (256, [64, 64], 128, 11)], ids=lambda c: f"g{c[2]}-m{c[3]}")
+def test_interpreter_int5_mma_gemv_matches_fp64(case: tuple) -> None:  # type: ignore[type-arg]
+    here = Path(__file__).parent
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    env["PYTHONPATH"] = os.pathsep.join([str(here), str(here.parents[1] / "kernels")])
+    out = subprocess.run(
+        [sys.executable, "-c", _MMA5_CHILD, repr(case)], env=env, capture_output=True, text=True,
+        check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    for r in map(float, out.stdout.strip().splitlines()[-1].split()):  # records, blocks
+        assert r <= 2e-3  # exact c - z, fp32 sums: the fp16 output floor
+
+
 def test_quantize_acts_reference_rules() -> None:
     x = torch.tensor([[0.0] * 64 + [1.0, -2.5, 127.0 / 50, 3.0] + [0.0] * 60], dtype=torch.float64)
     q, s = ref.quantize_acts(x, "int8", "group", 64)

@@ -125,8 +125,8 @@ def _a16_reference(x: torch.Tensor, parts, g: int, bits: int) -> torch.Tensor:  
 @pytest.mark.parametrize("m", [1, 2, 5, 9, 16, 1030])
 def test_a16_bands_serve_w4a8(m: int, bits: int) -> None:
     # NVIDIA: the decode GEMVs (int4: the HFMA2 one at M = 1, the mma.sync one at M = 2..8 and
-    # to 16 on large layers, the matrix-unit one at M = 9..16 on small ones;
-    # int5: the HFMA2 one at M <= 2, the matrix-unit one to M = 16) and, from M = 256, fp8
+    # to 16 on large layers, the matrix-unit one at M = 9..16 on small ones; int5 the same
+    # from fast_host.MMA_GEMV5_MIN_M, else the HFMA2 one at M <= 2 and the matrix-unit one) and, from M = 256, fp8
     # calls the 8-bit vendor GEMM and int8 calls dequant + cuBLAS (int4, int5) serve W4A8 in
     # their bands (the 16-bit ones at the bf16 floor of the unquantized-activation linear);
     # elsewhere the A8 kernels.
@@ -143,8 +143,8 @@ def test_a16_bands_serve_w4a8(m: int, bits: int) -> None:
         small = "gemv" if m <= fast_host.GEMV_MAX_M and bits == 4 else "gemv3"  # int5: gemv3
         if bits == 5 and fast_host.INT5_H2 and m <= fast_host.H2_MAX_M:
             small = "gemv-h2"  # int5 decode at M <= 2: the HFMA2 GEMV (tenth pass)
-        if bits == 4 and fast_host.mma_gemv_ok(host._is_hip(), m, g, prep.bounds, k * 768):
-            small = "gemv-mma"  # int4 decode at M = 2..16 (past 8 large layers): the mma GEMV
+        if fast_host.mma_gemv_ok(host._is_hip(), m, g, prep.bounds, k * 768, bits):
+            small = "gemv-mma"  # decode on the mma GEMV (int4 from M = 2, int5 from its min)
         assert route == (None if host._is_hip() else big if m >= fast_host.DEQUANT_MIN_M
                          else small), fmt  # fmt: skip
         y = host.linear_a8(prep, x.cuda(), bb, fmt, "group", bits == 5)
@@ -153,7 +153,8 @@ def test_a16_bands_serve_w4a8(m: int, bits: int) -> None:
         else:
             want = _a16_reference(x, parts, g, bits) if route else reference_a8(x, parts, g, bits,
                                                                                 fmt, "group")  # fmt: skip
-        tol = {"gemv": 2e-3, "gemv3": 2e-3, "gemv-h2": 2e-3, "dequant": BF16_W_FLOOR}.get(
+        tol = {"gemv": 2e-3, "gemv3": 2e-3, "gemv-h2": 2e-3, "gemv-mma": 2e-3,
+               "dequant": BF16_W_FLOOR}.get(
             route or "", 5e-3
         )
         if route == "w8":
@@ -213,6 +214,38 @@ def test_int5_h2_matches_fp64(scale: float, m: int, how: str) -> None:
                                        prologue="" if how == "inside" else how)  # fmt: skip
         assert y.dtype == torch.bfloat16 and torch.isfinite(y).all()
         assert rel(y, want) <= 2e-3
+    for (kind, _), buf in fast_host._WS.items():
+        if kind in ("gemv_ws", "gemv_cnt"):
+            assert not buf.any(), kind
+
+
+@pytest.mark.parametrize(("k", "sizes", "g"), CASES)
+@pytest.mark.parametrize("m", [1, 2, 3, 5, 8, 9, 16])
+@pytest.mark.parametrize("cfg", [{}, {"block_n": 64, "programs_per_sm": 2}])
+def test_int5_mma_gemv_matches_fp64(k: int, sizes: list[int], g: int, m: int,
+                                    cfg: dict[str, int]) -> None:  # fmt: skip
+    # int5 (I8 PG ZPE) on the mma.sync GEMV (thirteenth pass: the fifth bits, byte tig of the
+    # 4 columns' fifth-bit words, OR-ed into each pair before the zero's subtraction) across
+    # the tile-boundary cases (odd N, 1-3 partitions, G = 64 and 128), one and two activation
+    # tiles, 2- and 4-warp tiles, both paired prologues (records, blocks) at pair shift 0,
+    # activations in the thousands at even M; twice (split-K workspace and tickets left zeroed).
+    from paro_kernels.triton import decode_host, fast_host
+
+    parts, prep = _prep(k, sizes, g, 5)
+    scale = 1e3 if m % 2 == 0 else 1.0
+    x = (torch.randn(m, k, generator=torch.Generator().manual_seed(m + k)) * scale)
+    x = x.to(torch.bfloat16)
+    bb = bias(parts).cuda()  # type: ignore[union-attr]
+    c = decode_host.mma_config(m, sum(sizes), k, g, prep.bounds, 132, **cfg)
+    want = _a16_reference(x, parts, g, 5)
+    for gv in ((prep.gv_idx, prep.gv_coef), (None, None)):
+        for _ in range(2):
+            y = decode_host.gemv_mma_linear(x.cuda(), prep.rot_hi, prep.rot_lo, prep.qweight,
+                                            prep.scales, prep.zeros, prep.bounds, g, bb, c, gv,
+                                            prep.qweight_hi)  # fmt: skip
+            assert y.shape == (m, sum(sizes)) and y.dtype == torch.bfloat16
+            assert torch.isfinite(y).all()
+            assert rel(y, want) <= 2e-3, (gv[0] is None, rel(y, want))
     for (kind, _), buf in fast_host._WS.items():
         if kind in ("gemv_ws", "gemv_cnt"):
             assert not buf.any(), kind

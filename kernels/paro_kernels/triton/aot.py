@@ -317,18 +317,22 @@ def compile_gemv_h2(target: str, m: int, n: int, k: int, g: int, bounds: tuple[i
 
 
 def compile_gemv_mma(target: str, m: int, n: int, k: int, g: int, bounds: tuple[int, ...] = (),
-                     **kw: int) -> tuple[Report, object]:  # fmt: skip
-    """Build the twelfth-pass mma.sync decode GEMV (NVIDIA only) at its launcher's config
-    (`decode_host.mma_config`, kw overriding it); `mma` reports the matrix instruction in the
-    loop. Also returns the compiled kernel (its `asm`)."""
+                     hi: bool = False, **kw: int) -> tuple[Report, object]:  # fmt: skip
+    """Build the twelfth-pass mma.sync decode GEMV (NVIDIA only; `hi`: int5, the thirteenth
+    pass) at its launcher's config (`decode_host.mma_config`, kw overriding it); `mma` reports
+    the matrix instruction in the loop. Also returns the compiled kernel (its `asm`)."""
     from . import decode_host, decode_kernels
 
     cfg = decode_host.mma_config(m, n, k, g, bounds, 132, **kw)
     sig = dict(_PAIRED_GEMV_SIG)
     const: dict[str, object] = {
         "HAS_BIAS": False, "G": g, "T": cfg.block_n, "SPLIT_K": cfg.split_k, "ASM": True,
-        "NT": 1 if m <= 8 else 2,
+        "NT": 1 if m <= 8 else 2, "HI": hi,
     }  # fmt: skip
+    if hi:
+        sig["qh_ptr"] = "*i32"
+    else:
+        const["qh_ptr"] = None
     aligned = (*(a for a in sig if a.endswith("_ptr")), "N", "K")
     c = _compile(decode_kernels.gemv_mma_kernel, sig, const, target, cfg.num_warps,
                  cfg.num_stages, aligned)  # fmt: skip

@@ -423,9 +423,10 @@ def gemv_mma(
     out_dtype: torch.dtype,
     bias: torch.Tensor | None = None,
     config: fast_host.GemvConfig | None = None,
+    qweight_hi: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The mma GEMV on the paired prologue output xr [P, M <= 16, K] fp16 (pair shift 0)
-    -> y [M, N] out_dtype."""
+    -> y [M, N] out_dtype; `qweight_hi` [K/32, N]: int5 (I8 PG ZPE) weights' fifth bits."""
     from .decode_kernels import gemv_mma_kernel
 
     _, m, k = xr.shape
@@ -438,6 +439,10 @@ def gemv_mma(
     t = cfg.block_n
     require(t == 32 * cfg.num_warps, "config", "block_n = 32 num_warps (a column a thread)",
             cfg)  # fmt: skip
+    if qweight_hi is not None:
+        require(tuple(qweight_hi.shape) == (k // 32, n) and qweight_hi.dtype == torch.int32,
+                "qweight_hi", f"int32 [{k // 32}, {n}] (K / 32 fifth-bit words a column)",
+                (tuple(qweight_hi.shape), qweight_hi.dtype))  # fmt: skip
     out, ws, cnt, tiles = fast_host._gemv_buffers(m, n, cfg, out_dtype, xr.device)
     b = (*bounds, n, n)[:2]
     asm = not host._is_hip() and not host._interpreted()
@@ -445,6 +450,7 @@ def gemv_mma(
         xr.view(torch.int32), qweight, scales, zeros, bias if bias is not None else scales,
         ws, cnt, out, m, n, k, b[0], b[1],
         HAS_BIAS=bias is not None, G=g, T=t, SPLIT_K=cfg.split_k, ASM=asm, NT=1 if m <= 8 else 2,
+        HI=qweight_hi is not None, qh_ptr=qweight_hi,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     return out
@@ -462,13 +468,16 @@ def gemv_mma_linear(
     bias: torch.Tensor | None = None,
     config: fast_host.GemvConfig | None = None,
     gv: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None),
+    qweight_hi: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The decode linear on the mma GEMV: the paired prologue at pair shift 0 (the Givens
-    records where `gv` has them, else the sliced blocks) + `gemv_mma`, y [M, N] in x.dtype."""
+    records where `gv` has them, else the sliced blocks) + `gemv_mma`, y [M, N] in x.dtype;
+    `qweight_hi`: int5 weights."""
     gv_idx, gv_coef = gv
     if gv_idx is not None and gv_coef is not None:
         xr = fast_host.rotate_givens_paired(x, gv_idx, gv_coef, group_size, 0)
     else:
         xr, _ = fast_host.rotate_slices(x, rot_hi, rot_lo, group_size, paired=True,
                                         pair_shift=0)  # fmt: skip
-    return gemv_mma(xr, qweight, scales, zeros, bounds, group_size, x.dtype, bias, config)
+    return gemv_mma(xr, qweight, scales, zeros, bounds, group_size, x.dtype, bias, config,
+                    qweight_hi)

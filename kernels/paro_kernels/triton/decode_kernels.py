@@ -637,16 +637,18 @@ def gemv_h2_kernel(
 # The interpreter (no mma) computes the same per-(column, row) group sums with plain ops.
 
 
-def mma_word_asm(tiles: int = 1) -> str:
+def mma_word_asm(tiles: int = 1, hi: bool = False) -> str:
     """PTX of one word row against 4 adjacent columns (one column quad) and `tiles` 8-row
     activation tiles: outputs per tile t at 8 t + (0..3) the fp32 sums of output row 8 t + 2 tig
     for columns 0..3, at 8 t + (4..7) row 8 t + 2 tig + 1; inputs the 4 words, the 4 columns'
-    zero pairs (1024 + z, 1024 + z) and (64 + z, 64 + z), per tile the 4 paired activation words
-    of the word row (B column gid: row 8 t + gid), then per tile the running sums as its
-    outputs are laid out."""
+    zero pairs (1024 + z, 1024 + z) and (64 + z, 64 + z), with `hi` (int5) the 4 columns'
+    fifth-bit words and the `prmt` selector of the thread's byte in them (0x4440 + tig), per
+    tile the 4 paired activation words of the word row (B column gid: row 8 t + gid), then per
+    tile the running sums as its outputs are laid out."""
     base = 8 * tiles
-    act, acc = base + 12, base + 12 + 4 * tiles
-    lines = ["{", ".reg .b32 u, x<4>, y<4>;", ".reg .f32 d<4>;"]
+    act = base + 12 + (5 if hi else 0)
+    acc = act + 4 * tiles
+    lines = ["{", ".reg .b32 u, v, w, x<4>, y<4>;", ".reg .f32 d<4>;"]
     for half in range(2):  # columns (0, 1), then (2, 3)
         for col, r in ((2 * half, "x"), (2 * half + 1, "y")):
             q, z1, z64 = f"${base + col}", f"${base + 4 + col}", f"${base + 8 + col}"
@@ -656,6 +658,22 @@ def mma_word_asm(tiles: int = 1) -> str:
                 f"shr.u32 u, {q}, 8;",
                 f"lop3.b32 {r}2, u, 0x000F000F, 0x64006400, 0xea;",
                 f"lop3.b32 {r}3, u, 0x00F000F0, 0x54005400, 0xea;",
+            ]
+            if hi:  # the word row's 8 fifth bits (planes 0..3 at bits 0..3 and 12..15 of w,
+                # 4..7 at 4..7 and 16..19), each pair's into its halves' bit 4 / 8 (_UNPACK5_ASM)
+                lines += [
+                    f"prmt.b32 v, ${base + 12 + col}, 0, ${base + 16};",
+                    "mul.lo.u32 w, v, 0x1001;",
+                    "shl.b32 v, w, 4;",
+                    f"lop3.b32 {r}0, v, 0x00100010, {r}0, 0xea;",
+                    "shl.b32 v, w, 7;",
+                    f"lop3.b32 {r}1, v, 0x01000100, {r}1, 0xea;",
+                    "shl.b32 v, w, 2;",
+                    f"lop3.b32 {r}2, v, 0x00100010, {r}2, 0xea;",
+                    "shl.b32 v, w, 5;",
+                    f"lop3.b32 {r}3, v, 0x01000100, {r}3, 0xea;",
+                ]
+            lines += [
                 f"sub.f16x2 {r}0, {r}0, {z1};",
                 f"sub.f16x2 {r}1, {r}1, {z64};",
                 f"sub.f16x2 {r}2, {r}2, {z1};",
@@ -674,10 +692,20 @@ def mma_word_asm(tiles: int = 1) -> str:
     return "\n".join([*lines, "}"])
 
 
+def _mma_constraints(tiles: int, hi: bool) -> str:
+    """`mma_word_asm(tiles, hi)`'s operand constraints."""
+    ins = 12 + (5 if hi else 0) + 4 * tiles
+    return ",".join(["=f"] * (8 * tiles) + ["r"] * ins + ["f"] * (8 * tiles))
+
+
 _MMA_ASM = tl.constexpr(mma_word_asm())
-_MMA_CONSTRAINTS = tl.constexpr(",".join(["=f"] * 8 + ["r"] * 16 + ["f"] * 8))
+_MMA_CONSTRAINTS = tl.constexpr(_mma_constraints(1, False))
 _MMA_ASM2 = tl.constexpr(mma_word_asm(2))
-_MMA_CONSTRAINTS2 = tl.constexpr(",".join(["=f"] * 16 + ["r"] * 20 + ["f"] * 16))
+_MMA_CONSTRAINTS2 = tl.constexpr(_mma_constraints(2, False))
+_MMA_ASM5 = tl.constexpr(mma_word_asm(1, hi=True))
+_MMA_CONSTRAINTS5 = tl.constexpr(_mma_constraints(1, True))
+_MMA_ASM25 = tl.constexpr(mma_word_asm(2, hi=True))
+_MMA_CONSTRAINTS25 = tl.constexpr(_mma_constraints(2, True))
 
 
 @triton.jit
@@ -712,10 +740,12 @@ def _mma_word(qw_ptr, a_rows, a_ok, col, n_mask, g, N, G: tl.constexpr, tig, i: 
 
 @triton.jit
 def _mma_loads(qw_ptr, sc_ptr, zp_ptr, a_rows, a_ok, col, n_mask, g, N, G: tl.constexpr, tig,
-               a_hi, ah_ok, NT: tl.constexpr):  # fmt: skip
+               a_hi, ah_ok, NT: tl.constexpr, qh_ptr, HI: tl.constexpr):  # fmt: skip
     """Everything group g's sums read, issued together (one memory round trip, not one a word
     row as the first cut's PTX had it): the thread's words and activation pairs of its G / 32
-    word rows (G = 64: rows 2, 3 repeat 0, 1, unused), the zero codes and the scales."""
+    word rows (G = 64: rows 2, 3 repeat 0, 1, unused), with HI their fifth-bit words (word row
+    4 i + tig's 8 bits are byte tig of fifth-bit row G / 32 g + i, the same 16 bytes for the 4
+    lanes of a gid), the zero codes and the scales."""
     q0, a0, h0 = _mma_word(qw_ptr, a_rows, a_ok, col, n_mask, g, N, G, tig, 0, a_hi, ah_ok, NT)
     q1, a1, h1 = _mma_word(qw_ptr, a_rows, a_ok, col, n_mask, g, N, G, tig, 1, a_hi, ah_ok, NT)
     q2, a2, h2, q3, a3, h3 = q0, a0, h0, q1, a1, h1
@@ -724,17 +754,34 @@ def _mma_loads(qw_ptr, sc_ptr, zp_ptr, a_rows, a_ok, col, n_mask, g, N, G: tl.co
                                NT)  # fmt: skip
         q3, a3, h3 = _mma_word(qw_ptr, a_rows, a_ok, col, n_mask, g, N, G, tig, 3, a_hi, ah_ok,
                                NT)  # fmt: skip
+    b0, b1, b2, b3 = q0, q1, q2, q3
+    if HI:
+        b0 = tl.load(qh_ptr + (g * (G // 32)) * N + col, mask=n_mask, other=0)
+        b1 = tl.load(qh_ptr + (g * (G // 32) + 1) * N + col, mask=n_mask, other=0)
+        b2, b3 = b0, b1
+        if G // 32 == 4:
+            b2 = tl.load(qh_ptr + (g * (G // 32) + 2) * N + col, mask=n_mask, other=0)
+            b3 = tl.load(qh_ptr + (g * (G // 32) + 3) * N + col, mask=n_mask, other=0)
     zi = tl.load(zp_ptr + g * N + col, mask=n_mask, other=0).to(tl.int32)
     s = tl.load(sc_ptr + g * N + col, mask=n_mask, other=0.0).to(tl.float32)
-    return q0, q1, q2, q3, a0, a1, a2, a3, h0, h1, h2, h3, zi, s
+    return q0, q1, q2, q3, a0, a1, a2, a3, h0, h1, h2, h3, b0, b1, b2, b3, zi, s
 
 
 @triton.jit
 def _mma_step(q, a, za0, za1, za2, za3, zb0, zb1, zb2, zb3, e0, e1, e2, e3, o0, o1, o2, o3,
-              T: tl.constexpr):  # fmt: skip
-    """One word row through `mma_word_asm`: the running sums e (row 2 tig), o (2 tig + 1)."""
+              T: tl.constexpr, hq, sel, HI: tl.constexpr):  # fmt: skip
+    """One word row through `mma_word_asm`: the running sums e (row 2 tig), o (2 tig + 1); HI:
+    hq the fifth-bit words, sel the byte selector."""
     q0, q1, q2, q3 = _split4(q, T)
     a0, a1, a2, a3 = _split4(tl.broadcast_to(a, (1, T, 4)), T)
+    if HI:
+        h0, h1, h2, h3 = _split4(hq, T)
+        return tl.inline_asm_elementwise(
+            _MMA_ASM5, _MMA_CONSTRAINTS5,
+            [q0, q1, q2, q3, za0, za1, za2, za3, zb0, zb1, zb2, zb3, h0, h1, h2, h3, sel,
+             a0, a1, a2, a3, e0, e1, e2, e3, o0, o1, o2, o3],
+            dtype=(tl.float32,) * 8, is_pure=True, pack=1,
+        )  # fmt: skip
     return tl.inline_asm_elementwise(
         _MMA_ASM, _MMA_CONSTRAINTS,
         [q0, q1, q2, q3, za0, za1, za2, za3, zb0, zb1, zb2, zb3, a0, a1, a2, a3,
@@ -745,12 +792,22 @@ def _mma_step(q, a, za0, za1, za2, za3, zb0, zb1, zb2, zb3, e0, e1, e2, e3, o0, 
 
 @triton.jit
 def _mma_step2(q, a, ah, za0, za1, za2, za3, zb0, zb1, zb2, zb3, e0, e1, e2, e3, o0, o1, o2,
-               o3, f0, f1, f2, f3, p0, p1, p2, p3, T: tl.constexpr):  # fmt: skip
+               o3, f0, f1, f2, f3, p0, p1, p2, p3, T: tl.constexpr, hq, sel,
+               HI: tl.constexpr):  # fmt: skip
     """`_mma_step` against two activation tiles (`mma_word_asm(2)`): rows 2 tig, 2 tig + 1 (e,
     o) and 8 + 2 tig, 9 + 2 tig (f, p), one unpack for both."""
     q0, q1, q2, q3 = _split4(q, T)
     a0, a1, a2, a3 = _split4(tl.broadcast_to(a, (1, T, 4)), T)
     b0, b1, b2, b3 = _split4(tl.broadcast_to(ah, (1, T, 4)), T)
+    if HI:
+        h0, h1, h2, h3 = _split4(hq, T)
+        return tl.inline_asm_elementwise(
+            _MMA_ASM25, _MMA_CONSTRAINTS25,
+            [q0, q1, q2, q3, za0, za1, za2, za3, zb0, zb1, zb2, zb3, h0, h1, h2, h3, sel,
+             a0, a1, a2, a3, b0, b1, b2, b3, e0, e1, e2, e3, o0, o1, o2, o3,
+             f0, f1, f2, f3, p0, p1, p2, p3],
+            dtype=(tl.float32,) * 16, is_pure=True, pack=1,
+        )  # fmt: skip
     return tl.inline_asm_elementwise(
         _MMA_ASM2, _MMA_CONSTRAINTS2,
         [q0, q1, q2, q3, za0, za1, za2, za3, zb0, zb1, zb2, zb3, a0, a1, a2, a3,
@@ -760,11 +817,12 @@ def _mma_step2(q, a, ah, za0, za1, za2, za3, zb0, zb1, zb2, zb3, e0, e1, e2, e3,
 
 
 @triton.jit
-def _mma_group(q0, q1, q2, q3, a0, a1, a2, a3, h0, h1, h2, h3, zi, T: tl.constexpr,
-               G: tl.constexpr, NT: tl.constexpr):  # fmt: skip
+def _mma_group(q0, q1, q2, q3, a0, a1, a2, a3, h0, h1, h2, h3, b0, b1, b2, b3, zi, sel,
+               T: tl.constexpr, G: tl.constexpr, NT: tl.constexpr,
+               HI: tl.constexpr):  # fmt: skip
     """The group's fp32 sums of the thread's quad of columns for output rows 2 tig, 2 tig + 1
-    (and with NT = 2 rows 8 + 2 tig, 9 + 2 tig; else zeros) from `_mma_loads`' words, one step
-    a word row (section note)."""
+    (and with NT = 2 rows 8 + 2 tig, 9 + 2 tig; else zeros) from `_mma_loads`' words (HI: and
+    fifth-bit words b, byte selector sel), one step a word row (section note)."""
     z1 = (zi | 0x6400) * 65537
     z64 = ((zi << 4) | 0x5400) * 65537
     za0, za1, za2, za3 = _split4(z1, T)
@@ -775,33 +833,39 @@ def _mma_group(q0, q1, q2, q3, a0, a1, a2, a3, h0, h1, h2, h3, zi, T: tl.constex
     for i in tl.static_range(G // 32):
         q = q0 if i == 0 else q1 if i == 1 else q2 if i == 2 else q3
         a = a0 if i == 0 else a1 if i == 1 else a2 if i == 2 else a3
+        hq = b0 if i == 0 else b1 if i == 1 else b2 if i == 2 else b3
         if NT == 2:
             ah = h0 if i == 0 else h1 if i == 1 else h2 if i == 2 else h3
             (e0, e1, e2, e3, o0, o1, o2, o3, f0, f1, f2, f3, p0, p1, p2, p3) = _mma_step2(
                 q, a, ah, za0, za1, za2, za3, zb0, zb1, zb2, zb3, e0, e1, e2, e3, o0, o1, o2,
-                o3, f0, f1, f2, f3, p0, p1, p2, p3, T)  # fmt: skip
+                o3, f0, f1, f2, f3, p0, p1, p2, p3, T, hq, sel, HI)  # fmt: skip
         else:
             e0, e1, e2, e3, o0, o1, o2, o3 = _mma_step(q, a, za0, za1, za2, za3, zb0, zb1, zb2,
                                                        zb3, e0, e1, e2, e3, o0, o1, o2, o3,
-                                                       T)  # fmt: skip
+                                                       T, hq, sel, HI)  # fmt: skip
     return (_join4(e0, e1, e2, e3, T), _join4(o0, o1, o2, o3, T), _join4(f0, f1, f2, f3, T),
             _join4(p0, p1, p2, p3, T))  # fmt: skip
 
 
 @triton.jit
-def _mma_group_ops(qw_ptr, a_e, a_o, ok_e, ok_o, zi, col, n_mask, g, N, G: tl.constexpr):
+def _mma_group_ops(qw_ptr, a_e, a_o, ok_e, ok_o, zi, col, n_mask, g, N, G: tl.constexpr,
+                   qh_ptr, HI: tl.constexpr):  # fmt: skip
     """`_mma_group` with plain ops (the interpreter), two output rows: every word row of the
-    group against the activation rows a_e / a_o ([1, T, 1] row pointers)."""
+    group against the activation rows a_e / a_o ([1, T, 1] row pointers); HI: the fifth bits
+    (bit s of byte r % 4 of fifth-bit word r // 4: plane s of word row r)."""
     de = tl.zeros(col.shape, tl.float32)
     do = tl.zeros(col.shape, tl.float32)
     for r in tl.static_range(G // 8):
         w = g * (G // 8) + r
         q = tl.load(qw_ptr + w * N + col, mask=n_mask, other=0)
+        hb = q * 0
+        if HI:
+            hb = tl.load(qh_ptr + (w // 4) * N + col, mask=n_mask, other=0) >> (8 * (r % 4))
         for j in tl.static_range(4):
             ae = tl.load(a_e + w * 4 + j, mask=ok_e, other=0)
             ao = tl.load(a_o + w * 4 + j, mask=ok_o, other=0)
-            lo = (((q >> (4 * j)) & 15) - zi).to(tl.float32)
-            hi = (((q >> (4 * j + 16)) & 15) - zi).to(tl.float32)
+            lo = (((q >> (4 * j)) & 15) + 16 * ((hb >> j) & 1) - zi).to(tl.float32)
+            hi = (((q >> (4 * j + 16)) & 15) + 16 * ((hb >> (j + 4)) & 1) - zi).to(tl.float32)
             de += lo * _pair_f32(ae, False) + hi * _pair_f32(ae, True)
             do += lo * _pair_f32(ao, False) + hi * _pair_f32(ao, True)
     return de, do
@@ -842,6 +906,8 @@ def gemv_mma_kernel(
     SPLIT_K: tl.constexpr,
     ASM: tl.constexpr,  # the mma PTX (NVIDIA); else plain ops (the interpreter)
     NT: tl.constexpr = 1,  # 8-row activation tiles: 1 (M <= 8) or 2 (M <= 16)
+    HI: tl.constexpr = False,  # int5: fifth bits in qh_ptr, zp_ptr holds the 5-bit zeros
+    qh_ptr=None,  # HI: [K/32, N] int32 fifth-bit planes (bit b of word w = row 32 w + b)
 ):
     """out[:M, n-block] = sum over this split's groups of a_p @ dequant(Q); section note above."""
     pid_n = tl.program_id(0)
@@ -870,13 +936,16 @@ def gemv_mma_kernel(
         a_rows = a_ptr + (row0 + gid[None, :, None]) * (K // 2)
         a_ok = (gid < M)[None, :, None]
         ah_ok = (gid + 8 < M)[None, :, None]
+        # prmt: byte tig of a fifth-bit word, zeros above (built in the words' layout and
+        # split as they are: no layout conversion)
+        sel = _split4((0x4440 + tig)[None, :, None] + tl.zeros((1, T, 4), tl.int32), T)[0]
         for g in range(g0, g1):
-            q0, q1, q2, q3, a0, a1, a2, a3, h0, h1, h2, h3, zi, s = _mma_loads(
+            q0, q1, q2, q3, a0, a1, a2, a3, h0, h1, h2, h3, v0, v1, v2, v3, zi, s = _mma_loads(
                 qw_ptr, sc_ptr, zp_ptr, a_rows, a_ok, col, n_mask, g, N, G, tig, 8 * (K // 2),
-                ah_ok, NT,
+                ah_ok, NT, qh_ptr, HI,
             )  # fmt: skip
-            de, do, df, dp = _mma_group(q0, q1, q2, q3, a0, a1, a2, a3, h0, h1, h2, h3, zi, T,
-                                        G, NT)  # fmt: skip
+            de, do, df, dp = _mma_group(q0, q1, q2, q3, a0, a1, a2, a3, h0, h1, h2, h3, v0, v1,
+                                        v2, v3, zi, sel, T, G, NT, HI)  # fmt: skip
             tot_e += de * s
             tot_o += do * s
             if NT == 2:
@@ -890,7 +959,7 @@ def gemv_mma_kernel(
                 me = m_e + 8 * r
                 de, do = _mma_group_ops(qw_ptr, a_ptr + (row0 + me) * (K // 2),
                                         a_ptr + (row0 + me + 1) * (K // 2), me < M, me + 1 < M,
-                                        zi, col, n_mask, g, N, G)  # fmt: skip
+                                        zi, col, n_mask, g, N, G, qh_ptr, HI)  # fmt: skip
                 if r == 0:
                     tot_e += de * s
                     tot_o += do * s

@@ -433,18 +433,24 @@ def h2_ok(hip: bool, m: int, g: int) -> bool:
 MMA_GEMV = True
 MMA_GEMV_MIN_M = 2
 MMA_GEMV_MAX_M = 16
+# Thirteenth pass: int5 (I8 PG ZPE) on the same GEMV (`gemv_mma(qweight_hi=)`: the fifth bits
+# OR-ed into each pair before the zero's subtraction) from MMA_GEMV5_MIN_M rows.
+MMA_GEMV5 = True
+MMA_GEMV5_MIN_M = 1
 
 
-def mma_gemv_ok(hip: bool, m: int, g: int, bounds: tuple[int, ...] = (),
-                weights: int = 0) -> bool:  # fmt: skip
-    """The mma GEMV serves an M-row int4 decode call of a layer of `weights` (N K) weights:
-    NVIDIA, compiled code, MMA_GEMV_MIN_M <= M <= MMA_GEMV_MAX_M (past M = 8 only above
-    `decode_host.GEMV3_SMALL_WEIGHTS`), G a multiple of 32, partition bounds on the 32-column
-    grid (`decode_host.mma_ok`)."""
+def mma_gemv_ok(hip: bool, m: int, g: int, bounds: tuple[int, ...] = (), weights: int = 0,
+                bits: int = 4) -> bool:  # fmt: skip
+    """The mma GEMV serves an M-row decode call of a `bits` (4 or 5) layer of `weights` (N K)
+    weights: NVIDIA, compiled code, MMA_GEMV_MIN_M (int5: MMA_GEMV5_MIN_M) <= M <=
+    MMA_GEMV_MAX_M (past M = 8 only above `decode_host.GEMV3_SMALL_WEIGHTS`), G a multiple of
+    32, partition bounds on the 32-column grid (`decode_host.mma_ok`)."""
     from . import decode_host
 
     interp = host._interpreted()
-    return (MMA_GEMV and not hip and not interp and MMA_GEMV_MIN_M <= m <= MMA_GEMV_MAX_M
+    lo = MMA_GEMV5_MIN_M if bits == 5 else MMA_GEMV_MIN_M
+    on = MMA_GEMV5 if bits == 5 else MMA_GEMV
+    return (on and not hip and not interp and lo <= m <= MMA_GEMV_MAX_M
             and (m <= 8 or weights > decode_host.GEMV3_SMALL_WEIGHTS)
             and g % 32 == 0 and decode_host.mma_ok(bounds))  # fmt: skip
 
@@ -716,7 +722,7 @@ def a8_route(m: int, group_size: int, int5: bool, hip: bool, act_format: str = "
     `weights`), or None (the A8 kernels)."""
     if hip or not A8_ROUTE:
         return None
-    if not int5 and mma_gemv_ok(hip, m, group_size, bounds, weights):
+    if mma_gemv_ok(hip, m, group_size, bounds, weights, 5 if int5 else 4):
         return "gemv-mma"
     if int5 and INT5_H2 and h2_ok(hip, m, group_size):
         return "gemv-h2"

@@ -772,7 +772,8 @@ def w4a8_linear(
         from . import decode_host
 
         return decode_host.gemv_mma_linear(x, rot_hi, rot_lo, qweight, scales, zeros, bounds,
-                                           group_size, bias, gv=(gv_idx, gv_coef))  # fmt: skip
+                                           group_size, bias, gv=(gv_idx, gv_coef),
+                                           qweight_hi=qweight_hi)  # fmt: skip
     if route == "gemv":
         args = (rot_hi, rot_lo, qweight, scales, zeros, gv_idx, gv_coef)
         return fast_host.gemv_w4a16(args, x, bounds, group_size, bias)
