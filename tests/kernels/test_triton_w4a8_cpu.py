@@ -85,8 +85,11 @@ print(*out)
 
 # int5 (I8 PG ZPE) on the mma GEMV (thirteenth pass) through the interpreter, which runs the
 # kernel's plain-op unpack (the same fifth-bit byte a word row); the GPU test runs its PTX.
-@pytest.mark.parametrize("case", [(256, [96], 64, 1), (384, [64, 32, 32], 128, 5),
-                                  (256, [64, 64], 128, 11)], ids=lambda c: f"g{c[2]}-m{c[3]}")
+@pytest.mark.parametrize(
+    "case",
+    [(256, [96], 64, 1), (384, [64, 32, 32], 128, 5), (256, [64, 64], 128, 11)],
+    ids=lambda c: f"g{c[2]}-m{c[3]}",
+)
 def test_interpreter_int5_mma_gemv_matches_fp64(case: tuple) -> None:  # type: ignore[type-arg]
     here = Path(__file__).parent
     env = {**os.environ, "TRITON_INTERPRET": "1"}

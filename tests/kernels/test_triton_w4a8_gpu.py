@@ -153,10 +153,13 @@ def test_a16_bands_serve_w4a8(m: int, bits: int) -> None:
         else:
             want = _a16_reference(x, parts, g, bits) if route else reference_a8(x, parts, g, bits,
                                                                                 fmt, "group")  # fmt: skip
-        tol = {"gemv": 2e-3, "gemv3": 2e-3, "gemv-h2": 2e-3, "gemv-mma": 2e-3,
-               "dequant": BF16_W_FLOOR}.get(
-            route or "", 5e-3
-        )
+        tol = {
+            "gemv": 2e-3,
+            "gemv3": 2e-3,
+            "gemv-h2": 2e-3,
+            "gemv-mma": 2e-3,
+            "dequant": BF16_W_FLOOR,
+        }.get(route or "", 5e-3)
         if route == "w8":
             tol = W8_TOL[fast_host.W8_KIND]
         assert rel(y, want) <= tol, fmt
@@ -233,7 +236,7 @@ def test_int5_mma_gemv_matches_fp64(k: int, sizes: list[int], g: int, m: int,
 
     parts, prep = _prep(k, sizes, g, 5)
     scale = 1e3 if m % 2 == 0 else 1.0
-    x = (torch.randn(m, k, generator=torch.Generator().manual_seed(m + k)) * scale)
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m + k)) * scale
     x = x.to(torch.bfloat16)
     bb = bias(parts).cuda()  # type: ignore[union-attr]
     c = decode_host.mma_config(m, sum(sizes), k, g, prep.bounds, 132, **cfg)

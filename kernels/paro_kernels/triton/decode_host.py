@@ -479,5 +479,6 @@ def gemv_mma_linear(
     else:
         xr, _ = fast_host.rotate_slices(x, rot_hi, rot_lo, group_size, paired=True,
                                         pair_shift=0)  # fmt: skip
-    return gemv_mma(xr, qweight, scales, zeros, bounds, group_size, x.dtype, bias, config,
-                    qweight_hi)
+    return gemv_mma(
+        xr, qweight, scales, zeros, bounds, group_size, x.dtype, bias, config, qweight_hi
+    )
