@@ -577,9 +577,10 @@ def h2_variants(shapes: list[str], ms: list[int], reps: int, t0: float, budget: 
 # `--h2 mma` (twelfth pass): the mma.sync GEMV (`decode_host.gemv_mma_linear`: the records
 # prologue at pair shift 0 + `gemv_mma`) at each config, against int4 as served, per cell
 # (runs 1-2 swept 6-7 configs, run 3 four; BENCH.md twelfth pass).
+# Thirteenth pass: the one-wave split (`decode_host.one_wave_split`, shipped: no
+# programs_per_sm) at 4 and 2 warps against the twelfth pass's 8 programs an SM.
 MMA_GRID: list[dict[str, int]] = [
-    dict(block_n=128, programs_per_sm=8), dict(block_n=64, programs_per_sm=16),
-    dict(block_n=128, programs_per_sm=5),  # one wave at 96 registers (M > 8; not yet run)
+    dict(block_n=128), dict(block_n=128, programs_per_sm=8), dict(block_n=64),
 ]  # fmt: skip
 
 
@@ -635,8 +636,7 @@ def h2_mma(shapes: list[str], ms: list[int], reps: int, t0: float,
 # each config, against int5 as served and the path that served int5 before (the HFMA2 op at
 # M <= 2, the matrix-unit GEMV to 16), and int4 as served (the int5 / int4 goal: 1.24x).
 MMA5_GRID: list[dict[str, int]] = [
-    dict(block_n=128, programs_per_sm=8), dict(block_n=64, programs_per_sm=16),
-    dict(block_n=128, programs_per_sm=6),  # 71 registers at M <= 8: 7 fit an SM
+    dict(block_n=128), dict(block_n=128, programs_per_sm=8), dict(block_n=64),
 ]  # fmt: skip
 
 
@@ -680,7 +680,7 @@ def h2_mma5(shapes: list[str], ms: list[int], reps: int, t0: float,
                 "int5 before": functools.partial(_int5_before, x),
             }
             for kw in MMA5_GRID:
-                cfg = decode_host.mma_config(m, n, k, G, b._bounds(sizes), 132, **kw)
+                cfg = decode_host.mma_config(m, n, k, G, b._bounds(sizes), 132, 5, **kw)
                 cands[f"int5 mma {kw}"] = functools.partial(_mma_op, x, cfg)
             out += _cand_rows(name, m, n, k, cands, p5, reps, decode_kernels.gemv_mma_kernel)
             p0 = p5[0]

@@ -275,6 +275,24 @@ def test_aot_gemv_mma_sm90(m: int, hi: bool) -> None:
                                text=True, check=True).stdout  # fmt: skip
     regs = int(re.search(r"REG:(\d+)", usage).group(1))  # type: ignore[union-attr]
     assert 0 < regs <= ((80 if hi else 64) if tiles == 1 else 104), usage
+    # the launcher's one-wave split counts on MMA_FIT programs an SM: never more than fit
+    fit = 65536 // (-(-regs // 8) * 8 * decode_host.MMA_CONFIG["block_n"])
+    assert decode_host.MMA_FIT[(tiles, 5 if hi else 4)] <= fit, (regs, fit)
+
+
+def test_mma_one_wave_split() -> None:
+    # The mma GEMV's split (thirteenth pass): the most splits whose programs fit the resident
+    # slots at once, trimmed to splits that get groups; 1 where the tiles alone overflow.
+    from paro_kernels.triton import decode_host
+
+    ws = decode_host.one_wave_split
+    assert ws(136, 40, 132 * 7) == 6  # int5 gate_up: 816 programs, not 8 (1088 > 924 slots)
+    assert ws(56, 40, 132 * 9) == 20  # int4 qkv: 21 fit, 2 groups a split -> 20
+    assert ws(40, 24, 132 * 9) == 24  # o_proj: one group a split
+    assert ws(40, 68, 132 * 5) == 14  # down past M = 8: 16 fit, 5 groups a split -> 14
+    assert ws(1000, 40, 132 * 5) == 1
+    c = decode_host.mma_config(16, 17408, 5120, 128, (8704,), 132, 5)
+    assert c.split_k == 3 and c.block_n == 128  # 136 tiles x 4 fit int5 two-tile programs
 
 
 @pytest.mark.parametrize("m", [1, 2])

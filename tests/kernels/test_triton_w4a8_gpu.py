@@ -239,7 +239,7 @@ def test_int5_mma_gemv_matches_fp64(k: int, sizes: list[int], g: int, m: int,
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m + k)) * scale
     x = x.to(torch.bfloat16)
     bb = bias(parts).cuda()  # type: ignore[union-attr]
-    c = decode_host.mma_config(m, sum(sizes), k, g, prep.bounds, 132, **cfg)
+    c = decode_host.mma_config(m, sum(sizes), k, g, prep.bounds, 132, 5, **cfg)
     want = _a16_reference(x, parts, g, 5)
     for gv in ((prep.gv_idx, prep.gv_coef), (None, None)):
         for _ in range(2):

@@ -389,22 +389,53 @@ def gemv_h2_linear(
 # 12 an SM 1.0-4.3 us slower on gate_up / down. M = 9..16 (two activation tiles, 96 registers:
 # 5 programs an SM, so ~8 an SM runs 1.65 waves, ncu run 5) keeps it unswept.
 MMA_MAX_M = 16  # 8 a tile of activation rows: 2 tiles past M = 8
-MMA_CONFIG = dict(block_n=128, programs_per_sm=8)
+MMA_CONFIG = dict(block_n=128)
+# Thirteenth pass: the split from the grid's one wave, not a programs-per-SM target: the
+# largest split-K whose programs all fit the SMs' resident slots at once (SMs x MMA_FIT:
+# programs of 4 warps an SM that the registers allow, by (activation tiles, bits); sm_90,
+# Triton 3.6 and 3.9: 56 / 71 / 96 / 97 registers, 64 for int5 at M = 1;
+# `test_aot_gemv_mma_sm90` holds the table to the compiled counts). A grid past the slots ran a
+# partial second wave: H200 2026-12-04 (BENCH.md thirteenth pass, run 1, same run, us): int5
+# gate_up M = 1..8 at 816 programs (one wave of 7 an SM) 29.0-31.8 against 1088 (1.18 waves)
+# 33.0-35.7; int4 past M = 8 (5 fit) at 5 an SM: qkv 20.5 / 22.4 against 23.5 / 25.5 (1.19
+# waves), in_proj 21.0 / 22.5 against 24.9 / 27.2, o_proj 14.6 / 16.1 against 16.8 / 19.3,
+# but gate_up 45.0 / 47.0 (680 programs: 20 in a second wave, 8 groups each) against 35.9 /
+# 37.4 (1088).
+MMA_FIT = {(1, 4): 9, (1, 5): 7, (2, 4): 5, (2, 5): 4}
+
+
+def mma_tiles(m: int) -> int:
+    """The mma GEMV's 8-row activation tiles at M rows."""
+    return 1 if m <= 8 else 2
+
+
+def one_wave_split(tiles: int, ngroups: int, slots: int) -> int:
+    """The split-K of `tiles` column tiles over `ngroups` groups: the most splits whose programs
+    fit `slots` at once (1 where the tiles alone do not), trimmed to the splits that get
+    groups."""
+    split = max(1, min(ngroups, slots // tiles))
+    per = -(-ngroups // split)
+    return -(-ngroups // per)
 
 
 def mma_config(m: int, n: int, k: int, g: int, bounds: tuple[int, ...], sms: int,
-               **kw: int) -> fast_host.GemvConfig:  # fmt: skip
-    """The mma GEMV's tile and split (MMA_CONFIG, overridden by kw: block_n, programs_per_sm)
-    for an N x K layer at M."""
+               bits: int = 4, **kw: int) -> fast_host.GemvConfig:  # fmt: skip
+    """The mma GEMV's tile and split for an N x K layer at M (MMA_CONFIG, overridden by kw:
+    block_n, and programs_per_sm for the twelfth pass's split toward that many programs an SM;
+    without it `one_wave_split` at the MMA_FIT slots of `bits`)."""
     c = {**MMA_CONFIG, **kw}
     require(c["block_n"] in (32, 64, 128, 256, 512), "block_n", "32 x (1, 2, 4, 8 or 16)",
             c["block_n"])  # fmt: skip
     require(mma_ok(bounds), "partition bounds", "multiples of 32 (an mma's 32 columns)", bounds)
     cfg = fast_host.gemv2_config(m, n, k, g, bounds, sms, num_warps=c["block_n"] // 32,
                                  block_n=c["block_n"], dot=False,
-                                 programs_per_sm=c["programs_per_sm"])  # fmt: skip
+                                 programs_per_sm=c.get("programs_per_sm", 8))  # fmt: skip
     # a column a thread (narrower tiles at partition bounds: fewer warps)
-    return replace(cfg, num_warps=cfg.block_n // 32)
+    cfg = replace(cfg, num_warps=cfg.block_n // 32)
+    if "programs_per_sm" in c:
+        return cfg
+    fit = MMA_FIT[(mma_tiles(m), bits)] * 128 // cfg.block_n  # registers a program scale with T
+    return replace(cfg, split_k=one_wave_split(-(-n // cfg.block_n), k // g, sms * fit))
 
 
 def mma_ok(bounds: tuple[int, ...]) -> bool:
@@ -435,7 +466,8 @@ def gemv_mma(
     require(m <= MMA_MAX_M, "x rows", f"<= {MMA_MAX_M} for the mma GEMV", m)
     require(g % 32 == 0 and k % g == 0, "group_size", "a multiple of 32 dividing K", (g, k))
     require(xr.dtype == torch.float16, "xr", "fp16 pairs", xr.dtype)
-    cfg = config or mma_config(m, n, k, g, bounds, host.sm_count(xr.device))
+    bits = 4 if qweight_hi is None else 5
+    cfg = config or mma_config(m, n, k, g, bounds, host.sm_count(xr.device), bits)
     t = cfg.block_n
     require(t == 32 * cfg.num_warps, "config", "block_n = 32 num_warps (a column a thread)",
             cfg)  # fmt: skip
@@ -449,7 +481,7 @@ def gemv_mma(
     gemv_mma_kernel[(tiles, cfg.split_k)](
         xr.view(torch.int32), qweight, scales, zeros, bias if bias is not None else scales,
         ws, cnt, out, m, n, k, b[0], b[1],
-        HAS_BIAS=bias is not None, G=g, T=t, SPLIT_K=cfg.split_k, ASM=asm, NT=1 if m <= 8 else 2,
+        HAS_BIAS=bias is not None, G=g, T=t, SPLIT_K=cfg.split_k, ASM=asm, NT=mma_tiles(m),
         HI=qweight_hi is not None, qh_ptr=qweight_hi,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
