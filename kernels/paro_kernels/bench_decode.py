@@ -702,13 +702,13 @@ def _before(x: torch.Tensor, path: str, p: Any) -> object:
 
 
 def _mma_op(x: torch.Tensor, cfg: Any, p: Any, blocks: bool = False) -> object:
-    """The mma op on layer p at config cfg (None: the shipped one): its records prologue, or
+    """The mma op on layer p at config cfg (None: the shipped one): the records prologue, or
     with `blocks` the sliced blocks one."""
     from .triton import decode_host
 
-    gv = (None, None) if blocks else (p.gv_idx, p.gv_coef)
     return decode_host.gemv_mma_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
-                                       p.bounds, G, None, cfg, gv, p.qweight_hi)  # fmt: skip
+                                       p.bounds, G, None, cfg, (p.gv_idx, p.gv_coef),
+                                       p.qweight_hi, "slice" if blocks else "givens")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -249,12 +249,10 @@ def test_aot_gemv_mma_sm90(m: int, hi: bool) -> None:
 
     from paro_kernels.triton import decode_host, fast_host
 
-    big, small = 7168 * 5120, 5120 * 3072  # qkv, o_proj (27B TP = 2)
-    assert fast_host.mma_gemv_ok(False, m, 128, (), big) == (m >= fast_host.MMA_GEMV_MIN_M)
-    assert fast_host.mma_gemv_ok(False, m, 128, (), small) == (2 <= m <= 8)  # past 8: gemv3
-    assert not fast_host.mma_gemv_ok(True, m, 128, (), big)
-    assert not fast_host.mma_gemv_ok(False, m, 128, (6144, 6160), big)
-    assert fast_host.mma_gemv_ok(False, m, 128, (), big, 5) == (m >= fast_host.MMA_GEMV5_MIN_M)
+    assert fast_host.mma_gemv_ok(False, m, 128) == (m >= fast_host.MMA_GEMV_MIN_M)
+    assert not fast_host.mma_gemv_ok(True, m, 128)
+    assert not fast_host.mma_gemv_ok(False, m, 128, (6144, 6160))
+    assert fast_host.mma_gemv_ok(False, m, 128, (), 5) == (m >= fast_host.MMA_GEMV5_MIN_M)
     rep, c = aot.compile_gemv_mma("sm90", m, 7168, 5120, 128, (6144, 6656), hi=hi)
     ptx = c.asm["ptx"]  # type: ignore[attr-defined]
     assert rep.mma and rep.spills == 0, rep

@@ -143,14 +143,16 @@ def test_mma_gemv_matches_fp64(k: int, sizes: list[int], g: int, m: int,
     bb = bias(parts)
     c = decode_host.mma_config(m, sum(sizes), k, g, prep.bounds, 132, **cfg)
     want = reference(x, parts, g)
-    for gv in ((prep.gv_idx, prep.gv_coef), (None, None)):
+    gv = (prep.gv_idx, prep.gv_coef)
+    for prologue in ("givens", "slice"):
         for _ in range(2):  # the second call finds the split-K workspace and tickets zeroed
             y = decode_host.gemv_mma_linear(x.cuda(), prep.rot_hi, prep.rot_lo, prep.qweight,
                                             prep.scales, prep.zeros, prep.bounds, g,
-                                            None if bb is None else bb.cuda(), c, gv)  # fmt: skip
+                                            None if bb is None else bb.cuda(), c, gv,
+                                            prologue=prologue)  # fmt: skip
             assert y.shape == (m, sum(sizes)) and y.dtype == torch.bfloat16
             assert torch.isfinite(y).all()
-            assert rel(y, want) <= 2e-3, (gv[0] is None, rel(y, want))
+            assert rel(y, want) <= 2e-3, (prologue, rel(y, want))
     for (kind, _), buf in fast_host._WS.items():
         if kind not in SCRATCH:
             assert not buf.any(), kind

@@ -73,10 +73,11 @@ assert any(int(prep.qweight_hi[:, :sizes[0]].reshape(-1)[i]) for i in range(8)) 
 x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.float16)
 want = torch.cat([ref.paro_linear_ref(x, *p.args(), 5, g, p.bias, **p.hi()) for p in parts], 1)
 out = []
-for gv in ((prep.gv_idx, prep.gv_coef), (None, None)):
+for prologue in ("givens", "slice"):
     y = decode_host.gemv_mma_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
-                                    prep.zeros, prep.bounds, g, bias(parts), gv=gv,
-                                    qweight_hi=prep.qweight_hi)
+                                    prep.zeros, prep.bounds, g, bias(parts),
+                                    gv=(prep.gv_idx, prep.gv_coef), qweight_hi=prep.qweight_hi,
+                                    prologue=prologue)
     assert y.shape == (m, sum(sizes)) and y.dtype == torch.float16
     out.append(rel(y, want))
 print(*out)

@@ -100,8 +100,7 @@ def test_w4a8_linear_matches_fp64(
     assert rel(y, exact_gemm(q, asc, parts, g, bits)) <= 2e-3
     # end to end through the custom op vs the independent fp64 reference
     y2 = ops.linear_a8(prep, xc, bb, fmt, scale, zpe)
-    route = fast_host.a8_route(m, g, bits == 5, host._is_hip(), fmt, prep.bounds,
-                               k * sum(sizes))  # fmt: skip
+    route = fast_host.a8_route(m, g, bits == 5, host._is_hip(), fmt, prep.bounds)
     if route == "w8":  # the 8-bit vendor GEMM (prefill): per-token acts, per-channel W'
         assert rel(y2, reference_a8(x, parts, g, bits, fmt, scale)) <= W8_TOL[fast_host.W8_KIND]
         return
@@ -124,12 +123,11 @@ def _a16_reference(x: torch.Tensor, parts, g: int, bits: int) -> torch.Tensor:  
 @pytest.mark.parametrize("bits", [4, 5])
 @pytest.mark.parametrize("m", [1, 2, 5, 9, 16, 1030])
 def test_a16_bands_serve_w4a8(m: int, bits: int) -> None:
-    # NVIDIA: the decode GEMVs (int4: the HFMA2 one at M = 1, the mma.sync one at M = 2..8 and
-    # to 16 on large layers, the matrix-unit one at M = 9..16 on small ones; int5 the same
-    # from fast_host.MMA_GEMV5_MIN_M, else the HFMA2 one at M <= 2 and the matrix-unit one) and, from M = 256, fp8
-    # calls the 8-bit vendor GEMM and int8 calls dequant + cuBLAS (int4, int5) serve W4A8 in
-    # their bands (the 16-bit ones at the bf16 floor of the unquantized-activation linear);
-    # elsewhere the A8 kernels.
+    # NVIDIA: the decode GEMVs (int4: the HFMA2 one at M = 1, the mma.sync one at M = 2..16;
+    # int5: the mma.sync one from fast_host.MMA_GEMV5_MIN_M, below it the HFMA2 one) and, from
+    # M = 256, fp8 calls the 8-bit vendor GEMM and int8 calls dequant + cuBLAS (int4, int5)
+    # serve W4A8 in their bands (the 16-bit ones at the bf16 floor of the unquantized-activation
+    # linear); elsewhere the A8 kernels.
     from paro_kernels.triton import fast_host, host
 
     k, sizes, g = 1024, [512, 128, 128], 128
@@ -137,13 +135,12 @@ def test_a16_bands_serve_w4a8(m: int, bits: int) -> None:
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.bfloat16)
     bb = bias(parts).cuda()  # type: ignore[union-attr]
     for fmt in ("int8", "fp8"):
-        route = fast_host.a8_route(m, g, bits == 5, host._is_hip(), fmt, prep.bounds,
-                                   k * sum(sizes))  # fmt: skip
+        route = fast_host.a8_route(m, g, bits == 5, host._is_hip(), fmt, prep.bounds)
         big = "w8" if fmt in fast_host.W8_FORMATS else "dequant"
         small = "gemv" if m <= fast_host.GEMV_MAX_M and bits == 4 else "gemv3"  # int5: gemv3
         if bits == 5 and fast_host.INT5_H2 and m <= fast_host.H2_MAX_M:
             small = "gemv-h2"  # int5 decode at M <= 2: the HFMA2 GEMV (tenth pass)
-        if fast_host.mma_gemv_ok(host._is_hip(), m, g, prep.bounds, k * 768, bits):
+        if fast_host.mma_gemv_ok(host._is_hip(), m, g, prep.bounds, bits):
             small = "gemv-mma"  # decode on the mma GEMV (int4 from M = 2, int5 from its min)
         assert route == (None if host._is_hip() else big if m >= fast_host.DEQUANT_MIN_M
                          else small), fmt  # fmt: skip
@@ -241,14 +238,15 @@ def test_int5_mma_gemv_matches_fp64(k: int, sizes: list[int], g: int, m: int,
     bb = bias(parts).cuda()  # type: ignore[union-attr]
     c = decode_host.mma_config(m, sum(sizes), k, g, prep.bounds, 132, 5, **cfg)
     want = _a16_reference(x, parts, g, 5)
-    for gv in ((prep.gv_idx, prep.gv_coef), (None, None)):
+    gv = (prep.gv_idx, prep.gv_coef)
+    for prologue in ("givens", "slice"):
         for _ in range(2):
             y = decode_host.gemv_mma_linear(x.cuda(), prep.rot_hi, prep.rot_lo, prep.qweight,
                                             prep.scales, prep.zeros, prep.bounds, g, bb, c, gv,
-                                            prep.qweight_hi)  # fmt: skip
+                                            prep.qweight_hi, prologue)  # fmt: skip
             assert y.shape == (m, sum(sizes)) and y.dtype == torch.bfloat16
             assert torch.isfinite(y).all()
-            assert rel(y, want) <= 2e-3, (gv[0] is None, rel(y, want))
+            assert rel(y, want) <= 2e-3, (prologue, rel(y, want))
     for (kind, _), buf in fast_host._WS.items():
         if kind in ("gemv_ws", "gemv_cnt"):
             assert not buf.any(), kind

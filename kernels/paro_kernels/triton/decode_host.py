@@ -402,6 +402,14 @@ MMA_CONFIG = dict(block_n=128)
 # but gate_up 45.0 / 47.0 (680 programs: 20 in a second wave, 8 groups each) against 35.9 /
 # 37.4 (1088).
 MMA_FIT = {(1, 4): 9, (1, 5): 7, (2, 4): 5, (2, 5): 4}
+# The prologue past M = 8 on layers of at most MMA_BLOCKS_MAX_WEIGHTS weights (o_proj): the
+# sliced blocks, not the records (the records kernel runs its rows one after another, 6.6-7.6
+# us alone at M = 9-16). H200 2026-12-04 (BENCH.md thirteenth pass, run 2, same run, one-wave
+# split, us): o_proj M = 9 / 16 12.19 / 13.39 against the records' 14.03 / 15.72 and the
+# matrix-unit GEMV's 15.44 / 15.94 (served there before); on the large layers within 1.5 us
+# either way (qkv M = 9 21.63 / 20.20, gate_up M = 16 35.76 / 37.77), so they keep the records.
+MMA_BLOCKS_MIN_M = 9
+MMA_BLOCKS_MAX_WEIGHTS = GEMV3_SMALL_WEIGHTS
 
 
 def mma_tiles(m: int) -> int:
@@ -501,12 +509,18 @@ def gemv_mma_linear(
     config: fast_host.GemvConfig | None = None,
     gv: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None),
     qweight_hi: torch.Tensor | None = None,
+    prologue: str = "",
 ) -> torch.Tensor:
-    """The decode linear on the mma GEMV: the paired prologue at pair shift 0 (the Givens
-    records where `gv` has them, else the sliced blocks) + `gemv_mma`, y [M, N] in x.dtype;
-    `qweight_hi`: int5 weights."""
+    """The decode linear on the mma GEMV: the paired prologue at pair shift 0 + `gemv_mma`,
+    y [M, N] in x.dtype; `qweight_hi`: int5. `prologue`: "givens", the records kernel on `gv`
+    (the blocks where `gv` has no records), or "slice", the sliced blocks; default the records,
+    but the blocks from MMA_BLOCKS_MIN_M rows on layers of at most MMA_BLOCKS_MAX_WEIGHTS."""
+    require(prologue in ("", "givens", "slice"), "prologue", ("givens", "slice"), prologue)
     gv_idx, gv_coef = gv
-    if gv_idx is not None and gv_coef is not None:
+    m, k = x.shape
+    small = qweight.shape[1] * k <= MMA_BLOCKS_MAX_WEIGHTS
+    kind = prologue or ("slice" if m >= MMA_BLOCKS_MIN_M and small else "givens")
+    if gv_idx is not None and gv_coef is not None and kind == "givens":
         xr = fast_host.rotate_givens_paired(x, gv_idx, gv_coef, group_size, 0)
     else:
         xr, _ = fast_host.rotate_slices(x, rot_hi, rot_lo, group_size, paired=True,

@@ -425,9 +425,10 @@ def h2_ok(hip: bool, m: int, g: int) -> bool:
 #   50.77 / 27.11, 31.96 / 18.07, 31.04 / 17.84, 16.93 / 12.76;
 # - M = 9 / 16 (two activation tiles; the matrix-unit GEMV of pass 5 before): qkv 28.93 / 23.09
 #   and 30.24 / 24.92, gate_up 52.40 / 35.44 and 59.42 / 38.50, down 35.97 / 25.79 and 36.90 /
-#   26.65, in_proj 35.32 / 24.10 and 36.02 / 26.40; o_proj 15.47 / 16.46 and 16.58 / 18.06: so
-#   past M = 8 layers of at most `decode_host.GEMV3_SMALL_WEIGHTS` keep that GEMV (its small
-#   config);
+#   26.65, in_proj 35.32 / 24.10 and 36.02 / 26.40; o_proj 15.47 / 16.46 and 16.58 / 18.06 (the
+#   twelfth pass kept that GEMV past M = 8 on layers of at most
+#   `decode_host.GEMV3_SMALL_WEIGHTS`; the thirteenth pass's one-wave split and blocks prologue
+#   took them: `decode_host.MMA_BLOCKS_MIN_M`);
 # - M = 1: it lost on 4 of 5 shapes (gate_up 22.97 against the HFMA2 op's 21.99, o_proj 10.16 /
 #   8.80; run 2): M = 1 keeps the HFMA2 op.
 MMA_GEMV = True
@@ -439,20 +440,17 @@ MMA_GEMV5 = True
 MMA_GEMV5_MIN_M = 1
 
 
-def mma_gemv_ok(hip: bool, m: int, g: int, bounds: tuple[int, ...] = (), weights: int = 0,
-                bits: int = 4) -> bool:  # fmt: skip
-    """The mma GEMV serves an M-row decode call of a `bits` (4 or 5) layer of `weights` (N K)
-    weights: NVIDIA, compiled code, MMA_GEMV_MIN_M (int5: MMA_GEMV5_MIN_M) <= M <=
-    MMA_GEMV_MAX_M (past M = 8 only above `decode_host.GEMV3_SMALL_WEIGHTS`), G a multiple of
-    32, partition bounds on the 32-column grid (`decode_host.mma_ok`)."""
+def mma_gemv_ok(hip: bool, m: int, g: int, bounds: tuple[int, ...] = (), bits: int = 4) -> bool:
+    """The mma GEMV serves an M-row decode call of a `bits` (4 or 5) layer: NVIDIA, compiled
+    code, MMA_GEMV_MIN_M (int5: MMA_GEMV5_MIN_M) <= M <= MMA_GEMV_MAX_M, G a multiple of 32,
+    partition bounds on the 32-column grid (`decode_host.mma_ok`)."""
     from . import decode_host
 
     interp = host._interpreted()
     lo = MMA_GEMV5_MIN_M if bits == 5 else MMA_GEMV_MIN_M
     on = MMA_GEMV5 if bits == 5 else MMA_GEMV
-    return (on and not hip and not interp and lo <= m <= MMA_GEMV_MAX_M
-            and (m <= 8 or weights > decode_host.GEMV3_SMALL_WEIGHTS)
-            and g % 32 == 0 and decode_host.mma_ok(bounds))  # fmt: skip
+    return (on and not hip and not interp and lo <= m <= MMA_GEMV_MAX_M and g % 32 == 0
+            and decode_host.mma_ok(bounds))  # fmt: skip
 
 
 def gemv2_rot(hip: bool, n: int = 0, k: int = 0) -> bool:
@@ -716,13 +714,13 @@ INT5_H2 = True
 
 
 def a8_route(m: int, group_size: int, int5: bool, hip: bool, act_format: str = "fp8",
-             bounds: tuple[int, ...] = (), weights: int = 0) -> str | None:  # fmt: skip
+             bounds: tuple[int, ...] = ()) -> str | None:  # fmt: skip
     """The path ("gemv" | "gemv-h2" | "gemv-mma" | "gemv3" | "dequant" | "w8": the 8-bit vendor
-    GEMM, `w8_linear`) that serves a W4A8 / W5A8 call of M rows (partition `bounds`, N K
-    `weights`), or None (the A8 kernels)."""
+    GEMM, `w8_linear`) that serves a W4A8 / W5A8 call of M rows (partition `bounds`), or None
+    (the A8 kernels)."""
     if hip or not A8_ROUTE:
         return None
-    if mma_gemv_ok(hip, m, group_size, bounds, weights, 5 if int5 else 4):
+    if mma_gemv_ok(hip, m, group_size, bounds, 5 if int5 else 4):
         return "gemv-mma"
     if int5 and INT5_H2 and h2_ok(hip, m, group_size):
         return "gemv-h2"

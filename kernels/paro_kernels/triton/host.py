@@ -559,7 +559,7 @@ def w4a16_linear(
     m, k = x.shape
     n = qweight.shape[1]
     route = path or fast_host.band(m, group_size)
-    if path is None and fast_host.mma_gemv_ok(_is_hip(), m, group_size, bounds, n * k):
+    if path is None and fast_host.mma_gemv_ok(_is_hip(), m, group_size, bounds):
         route = "gemv-mma"
     if route in ("gemv", "gemv3") and group_size != 128 and (m > fast_host.GEMV2_FMA_MAX_M
                                                               or route == "gemv3"):  # fmt: skip
@@ -767,7 +767,7 @@ def w4a8_linear(
     from . import fast_host
 
     route = fast_host.a8_route(x.shape[0], group_size, qweight_hi is not None, _is_hip(),
-                               act_format, bounds, n * k)  # fmt: skip
+                               act_format, bounds)  # fmt: skip
     if route == "gemv-mma":
         from . import decode_host
 
