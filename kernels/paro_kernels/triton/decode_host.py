@@ -379,15 +379,14 @@ def gemv_h2_linear(
                    maxnreg, pdl, qweight_hi)  # fmt: skip
 
 
-# Twelfth pass: the mma.sync GEMV (`decode_kernels.gemv_mma_kernel`, NVIDIA, M <= 16, int4) on
-# the paired prologue's output at pair shift 0 (fp32 accumulation: no range scaling). One
-# column quad a gid (4 lanes): block_n = 32 num_warps columns (num_warps follows block_n); split
-# as `fast_host.gemv2_config` makes it. Config (H200 2026-12-04, BENCH.md twelfth pass, run 2,
+# Twelfth pass: the mma.sync GEMV (`decode_kernels.gemv_mma_kernel`, NVIDIA, M <= 16; int4, and
+# int5 from the thirteenth pass) on the paired prologue's output at pair shift 0 (fp32
+# accumulation: no range scaling). One column quad a gid (4 lanes): block_n = 32 num_warps
+# columns (num_warps follows block_n). Config (H200 2026-12-04, BENCH.md twelfth pass, run 2,
 # the op on every 27B shape at M = 1, 2, 4, 8, same run): 128 columns (4 warps), ~8 programs
 # an SM (56 registers: 9 fit) best or within 4% on 15 of 20 cells; 64 columns / 2 warps / 16 an
 # SM within 1 us everywhere (o_proj M = 1 9.59 us against 10.16, in_proj M = 2 16.03 / 15.09);
-# 12 an SM 1.0-4.3 us slower on gate_up / down. M = 9..16 (two activation tiles, 96 registers:
-# 5 programs an SM, so ~8 an SM runs 1.65 waves, ncu run 5) keeps it unswept.
+# 12 an SM 1.0-4.3 us slower on gate_up / down. The split: below (thirteenth pass).
 MMA_MAX_M = 16  # 8 a tile of activation rows: 2 tiles past M = 8
 MMA_CONFIG = dict(block_n=128)
 # Thirteenth pass: the split from the grid's one wave, not a programs-per-SM target: the

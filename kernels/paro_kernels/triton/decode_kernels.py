@@ -635,6 +635,16 @@ def gemv_h2_kernel(
 # the kernel now is; the next group's loads issued under this group's math (123 registers, 4
 # programs an SM) measured 1.05-1.2x slower at M = 1-2. BENCH.md twelfth pass.)
 # The interpreter (no mma) computes the same per-(column, row) group sums with plain ops.
+#
+# Thirteenth pass: int5 (HI, I8 PG ZPE weights) on the same mapping. Word row 4 i + tig's 8
+# fifth bits are byte tig of fifth-bit row G / 32 g + i ([K/32, N] words): the thread loads that
+# row's 4 columns' words (one more 16-byte load a word row, the same 16 bytes for the 4 lanes of
+# a gid, in the group's one round trip), PRMT takes its byte (selector 0x4440 + tig), a multiply
+# by 0x1001 copies it to bits 12..19, and 4 shift + LOP3 pairs put each pair's fifth bits at bit
+# 4 / 20 (the 1024-magic halves) or 8 / 24 (the 64-magic ones) before the zero's subtraction:
+# 10 more instructions a word, exact c - z in [-31, 31]. 71 registers at M = 2..8 (64 at M = 1),
+# 97 with two tiles. (The shifts written as multiplies compile to the same SASS: ptxas already
+# issues the left shifts as IMAD.SHL.)
 
 
 def mma_word_asm(tiles: int = 1, hi: bool = False) -> str:
