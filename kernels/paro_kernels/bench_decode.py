@@ -32,7 +32,7 @@ import itertools
 import json
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -102,6 +102,27 @@ def _peer_rows(name: str, m: int, n: int, k: int, x: torch.Tensor,
     del wd
     rows.append(_row(name, m, n, k, "int4pack", b._time(_int4pack(n, k, m, x.device), reps)))
     return rows
+
+
+def _cells(shapes: list[str], ms: list[int], t0: float, budget: float, not_run: list[str],
+           int5: bool = False) -> Iterator[tuple[str, int, int, int, torch.Tensor, list[Any],
+                                                  list[Any]]]:  # fmt: skip
+    """The bench's cells in order, (shape, N, K, M, x, int4 layers, int5 layers or []), until
+    the budget (later cells go to `not_run`): the layer copies made once a shape (with the
+    Givens records), the allocator's cache emptied after each cell."""
+    dev = torch.device("cuda")
+    for name in shapes:
+        _, n, k, sizes = next(s for s in b.SHAPES if s[0] == name)
+        p4 = _preps(n, k, sizes, dev)
+        copies5 = b.copies(_bytes_w4(n, k, 0) * 5 // 4) if int5 else 0
+        p5 = [_with_givens(b._random_prep(n, k, sizes, 5, dev), k, len(sizes), dev)
+              for _ in range(copies5)]  # fmt: skip
+        for m in ms:
+            if budget and time.monotonic() - t0 > budget:
+                not_run.append(f"{name}@{m}")
+                continue
+            yield name, n, k, m, torch.randn(m, k, device=dev, dtype=torch.bfloat16), p4, p5
+            torch.cuda.empty_cache()
 
 
 def stage1(shapes: list[str], ms: list[int], reps: int) -> list[dict[str, Any]]:
@@ -389,33 +410,23 @@ def h2_int5(shapes: list[str], ms: list[int], reps: int, t0: float,
     activations), int5 on the HFMA2 GEMV (forced; `fast_host.INT5_H2`), int4 as served."""
     from .triton import decode_host, host
 
-    dev = torch.device("cuda")
-    out, not_run = [], []
-    for name in shapes:
-        _, n, k, sizes = next(s for s in b.SHAPES if s[0] == name)
-        p5 = [_with_givens(b._random_prep(n, k, sizes, 5, dev), k, len(sizes), dev)
-              for _ in range(b.copies(_bytes_w4(n, k, 0) * 5 // 4))]  # fmt: skip
-        p4 = _preps(n, k, sizes, dev)
-        for m in ms:
-            if budget and time.monotonic() - t0 > budget:
-                not_run.append(f"{name}@{m}")
-                continue
-            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-            y0 = host.linear_a8(p5[0], x, None, "int8", "group", True).float()
-            y1 = decode_host.gemv_h2_linear(x, p5[0].rot_hi, p5[0].rot_lo, p5[0].qweight,
-                                            p5[0].scales, p5[0].zeros, p5[0].bounds, G,
-                                            qweight_hi=p5[0].qweight_hi).float()  # fmt: skip
-            rel = float((y1 - y0).norm() / y0.norm())
-            served = [functools.partial(host.linear_a8, p, x, None, "int8", "group", True)
-                      for p in p5]  # fmt: skip
-            forced = [functools.partial(decode_host.gemv_h2_linear, x, p.rot_hi, p.rot_lo,
-                      p.qweight, p.scales, p.zeros, p.bounds, G, qweight_hi=p.qweight_hi)
-                      for p in p5]  # fmt: skip
-            out.append(_row(name, m, n, k, "int5 as served", _t(served, reps)))
-            out.append(_row(name, m, n, k, "int5 h2", _t(forced, reps), rel=rel))
-            int4 = [functools.partial(_h2_call, "served", x, None, p) for p in p4]
-            out.append(_row(name, m, n, k, "int4 as served", _t(int4, reps)))
-            torch.cuda.empty_cache()
+    out: list[dict[str, Any]] = []
+    not_run: list[str] = []
+    for name, n, k, m, x, p4, p5 in _cells(shapes, ms, t0, budget, not_run, int5=True):
+        y0 = host.linear_a8(p5[0], x, None, "int8", "group", True).float()
+        y1 = decode_host.gemv_h2_linear(x, p5[0].rot_hi, p5[0].rot_lo, p5[0].qweight,
+                                        p5[0].scales, p5[0].zeros, p5[0].bounds, G,
+                                        qweight_hi=p5[0].qweight_hi).float()  # fmt: skip
+        rel = float((y1 - y0).norm() / y0.norm())
+        served = [functools.partial(host.linear_a8, p, x, None, "int8", "group", True)
+                  for p in p5]  # fmt: skip
+        forced = [functools.partial(decode_host.gemv_h2_linear, x, p.rot_hi, p.rot_lo,
+                  p.qweight, p.scales, p.zeros, p.bounds, G, qweight_hi=p.qweight_hi)
+                  for p in p5]  # fmt: skip
+        out.append(_row(name, m, n, k, "int5 as served", _t(served, reps)))
+        out.append(_row(name, m, n, k, "int5 h2", _t(forced, reps), rel=rel))
+        int4 = [functools.partial(_h2_call, "served", x, None, p) for p in p4]
+        out.append(_row(name, m, n, k, "int4 as served", _t(int4, reps)))
     return out, not_run
 
 
@@ -528,49 +539,37 @@ def h2_variants(shapes: list[str], ms: list[int], reps: int, t0: float, budget: 
     each candidate's registers / spills as compiled)."""
     from .triton import decode_kernels, fast_host
 
-    dev = torch.device("cuda")
-    out, not_run = [], []
-    for name in shapes:
-        _, n, k, sizes = next(s for s in b.SHAPES if s[0] == name)
-        p4 = _preps(n, k, sizes, dev)
-        p5 = [_with_givens(b._random_prep(n, k, sizes, 5, dev), k, len(sizes), dev)
-              for _ in range(b.copies(_bytes_w4(n, k, 0) * 5 // 4))]  # fmt: skip
-        for m in ms:
-            if budget and time.monotonic() - t0 > budget:
-                not_run.append(f"{name}@{m}")
-                continue
-            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-            out += _peer_rows(name, m, n, k, x, reps)
+    out: list[dict[str, Any]] = []
+    not_run: list[str] = []
+    for name, n, k, m, x, p4, p5 in _cells(shapes, ms, t0, budget, not_run, int5=True):
+        out += _peer_rows(name, m, n, k, x, reps)
 
-            op = functools.partial(_h2_op, name, m, x)
-            for bits, preps, grid in ((4, p4, grid4), (5, p5, grid5)):
-                cands: dict[str, Callable[[Any], object]] = {
-                    f"int{bits} h2 prologue": functools.partial(op, inside=False)
-                }
-                if bits == 4:
-                    cands["int4 as served"] = functools.partial(_h2_call, "served", x, None)
-                if bits == 5:
-                    cands["int5 as served"] = functools.partial(_int5_served, x=x)
-                for kw in grid:
-                    how = "inside" if "rsl" in kw else "givens" if "gv" in kw else "prologue"
-                    cands[f"int{bits} h2 {how} {kw}"] = functools.partial(
-                        op, inside="rsl" in kw, kw=kw
-                    )
-                out += _cand_rows(name, m, n, k, cands, preps, reps,
-                                  decode_kernels.gemv_h2_kernel)  # fmt: skip
-            xr = fast_host.rotate_slices(x, p4[0].rot_hi, p4[0].rot_lo, G, paired=True)[0]
-            fns = [functools.partial(_h2_call, "h2 alone", x, (None, xr), p) for p in p4]
-            out.append(_row(name, m, n, k, "int4 h2 alone", _t(fns, reps)))
-            if grid4 in (H2_GV, H2_GVPDL):  # the two prologues alone
-                sl: list[Callable[[], object]] = [
-                    functools.partial(fast_host.rotate_slices, x, p.rot_hi, p.rot_lo, G,
-                                      paired=True) for p in p4]  # fmt: skip
-                out.append(_row(name, m, n, k, "slice prologue alone", _t(sl, reps)))
-                for w in (1, 2, 4):
-                    fns = [functools.partial(fast_host.rotate_givens_paired, x, p.gv_idx,
-                                             p.gv_coef, G, num_warps=w) for p in p4]  # fmt: skip
-                    out.append(_row(name, m, n, k, f"givens prologue alone w{w}", _t(fns, reps)))
-            torch.cuda.empty_cache()
+        op = functools.partial(_h2_op, name, m, x)
+        for bits, preps, grid in ((4, p4, grid4), (5, p5, grid5)):
+            cands: dict[str, Callable[[Any], object]] = {
+                f"int{bits} h2 prologue": functools.partial(op, inside=False)
+            }
+            if bits == 4:
+                cands["int4 as served"] = functools.partial(_h2_call, "served", x, None)
+            if bits == 5:
+                cands["int5 as served"] = functools.partial(_int5_served, x=x)
+            for kw in grid:
+                how = "inside" if "rsl" in kw else "givens" if "gv" in kw else "prologue"
+                cands[f"int{bits} h2 {how} {kw}"] = functools.partial(op, inside="rsl" in kw, kw=kw)
+            out += _cand_rows(name, m, n, k, cands, preps, reps,
+                              decode_kernels.gemv_h2_kernel)  # fmt: skip
+        xr = fast_host.rotate_slices(x, p4[0].rot_hi, p4[0].rot_lo, G, paired=True)[0]
+        fns = [functools.partial(_h2_call, "h2 alone", x, (None, xr), p) for p in p4]
+        out.append(_row(name, m, n, k, "int4 h2 alone", _t(fns, reps)))
+        if grid4 in (H2_GV, H2_GVPDL):  # the two prologues alone
+            sl: list[Callable[[], object]] = [
+                functools.partial(fast_host.rotate_slices, x, p.rot_hi, p.rot_lo, G,
+                                  paired=True) for p in p4]  # fmt: skip
+            out.append(_row(name, m, n, k, "slice prologue alone", _t(sl, reps)))
+            for w in (1, 2, 4):
+                fns = [functools.partial(fast_host.rotate_givens_paired, x, p.gv_idx,
+                                         p.gv_coef, G, num_warps=w) for p in p4]  # fmt: skip
+                out.append(_row(name, m, n, k, f"givens prologue alone w{w}", _t(fns, reps)))
     return out, not_run
 
 
@@ -592,43 +591,35 @@ def h2_mma(shapes: list[str], ms: list[int], reps: int, t0: float,
     mma GEMV alone (MMA_CONFIG), the HFMA2 GEMV alone (M <= 2) and the records prologue alone."""
     from .triton import decode_host, decode_kernels, fast_host
 
-    dev = torch.device("cuda")
-    out, not_run = [], []
-    for name in shapes:
-        _, n, k, sizes = next(s for s in b.SHAPES if s[0] == name)
-        p4 = _preps(n, k, sizes, dev)
-        for m in ms:
-            if budget and time.monotonic() - t0 > budget:
-                not_run.append(f"{name}@{m}")
-                continue
-            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-            out += _peer_rows(name, m, n, k, x, reps)
-            cands: dict[str, Callable[[Any], object]] = {
-                "int4 as served": functools.partial(_h2_call, "served", x, None),
-                # the path that served before the twelfth pass, forced
-                "int4 before": functools.partial(
-                    _before, x, "gemv" if m <= 4 else "mma" if m <= 8 else "gemv3"
-                ),
-            }
-            for kw in MMA_GRID:
-                cfg = decode_host.mma_config(m, n, k, G, b._bounds(sizes), 132, **kw)
-                cands[f"int4 mma {kw}"] = functools.partial(_mma_op, x, cfg)
-            # the blocks prologue (sliced, paired, shift 0) instead of the records
-            cands["int4 mma blocks prologue"] = functools.partial(_mma_op, x, None, blocks=True)
-            out += _cand_rows(name, m, n, k, cands, p4, reps, decode_kernels.gemv_mma_kernel)
-            p0 = p4[0]
-            xr = fast_host.rotate_givens_paired(x, p0.gv_idx, p0.gv_coef, G, 0)
-            fns = [functools.partial(decode_host.gemv_mma, xr, p.qweight, p.scales, p.zeros,
-                                     p.bounds, G, torch.bfloat16) for p in p4]  # fmt: skip
-            out.append(_row(name, m, n, k, "int4 mma alone", _t(fns, reps)))
-            if m <= 2:
-                xh = fast_host.rotate_givens_paired(x, p0.gv_idx, p0.gv_coef, G)
-                fns = [functools.partial(_h2_call, "h2 alone", x, (None, xh), p) for p in p4]
-                out.append(_row(name, m, n, k, "int4 h2 alone", _t(fns, reps)))
-            fns = [functools.partial(fast_host.rotate_givens_paired, x, p.gv_idx, p.gv_coef, G,
-                                     0) for p in p4]  # fmt: skip
-            out.append(_row(name, m, n, k, "givens prologue alone", _t(fns, reps)))
-            torch.cuda.empty_cache()
+    out: list[dict[str, Any]] = []
+    not_run: list[str] = []
+    for name, n, k, m, x, p4, _ in _cells(shapes, ms, t0, budget, not_run):
+        out += _peer_rows(name, m, n, k, x, reps)
+        cands: dict[str, Callable[[Any], object]] = {
+            "int4 as served": functools.partial(_h2_call, "served", x, None),
+            # the path that served before the twelfth pass, forced
+            "int4 before": functools.partial(
+                _before, x, "gemv" if m <= 4 else "mma" if m <= 8 else "gemv3"
+            ),
+        }
+        for kw in MMA_GRID:
+            cfg = decode_host.mma_config(m, n, k, G, p4[0].bounds, 132, **kw)
+            cands[f"int4 mma {kw}"] = functools.partial(_mma_op, x, cfg)
+        # the blocks prologue (sliced, paired, shift 0) instead of the records
+        cands["int4 mma blocks prologue"] = functools.partial(_mma_op, x, None, blocks=True)
+        out += _cand_rows(name, m, n, k, cands, p4, reps, decode_kernels.gemv_mma_kernel)
+        p0 = p4[0]
+        xr = fast_host.rotate_givens_paired(x, p0.gv_idx, p0.gv_coef, G, 0)
+        fns = [functools.partial(decode_host.gemv_mma, xr, p.qweight, p.scales, p.zeros,
+                                 p.bounds, G, torch.bfloat16) for p in p4]  # fmt: skip
+        out.append(_row(name, m, n, k, "int4 mma alone", _t(fns, reps)))
+        if m <= 2:
+            xh = fast_host.rotate_givens_paired(x, p0.gv_idx, p0.gv_coef, G)
+            fns = [functools.partial(_h2_call, "h2 alone", x, (None, xh), p) for p in p4]
+            out.append(_row(name, m, n, k, "int4 h2 alone", _t(fns, reps)))
+        fns = [functools.partial(fast_host.rotate_givens_paired, x, p.gv_idx, p.gv_coef, G,
+                                 0) for p in p4]  # fmt: skip
+        out.append(_row(name, m, n, k, "givens prologue alone", _t(fns, reps)))
     return out, not_run
 
 
@@ -661,35 +652,25 @@ def h2_mma5(shapes: list[str], ms: list[int], reps: int, t0: float,
     int5 mma GEMV alone (the shipped config)."""
     from .triton import decode_host, decode_kernels, fast_host
 
-    dev = torch.device("cuda")
-    out, not_run = [], []
-    for name in shapes:
-        _, n, k, sizes = next(s for s in b.SHAPES if s[0] == name)
-        p4 = _preps(n, k, sizes, dev)
-        p5 = [_with_givens(b._random_prep(n, k, sizes, 5, dev), k, len(sizes), dev)
-              for _ in range(b.copies(_bytes_w4(n, k, 0) * 5 // 4))]  # fmt: skip
-        for m in ms:
-            if budget and time.monotonic() - t0 > budget:
-                not_run.append(f"{name}@{m}")
-                continue
-            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-            fns = [functools.partial(_h2_call, "served", x, None, p) for p in p4]
-            out.append(_row(name, m, n, k, "int4 as served", _t(fns, reps)))
-            cands: dict[str, Callable[[Any], object]] = {
-                "int5 as served": functools.partial(_int5_served, x=x),
-                "int5 before": functools.partial(_int5_before, x),
-            }
-            for kw in MMA5_GRID:
-                cfg = decode_host.mma_config(m, n, k, G, b._bounds(sizes), 132, 5, **kw)
-                cands[f"int5 mma {kw}"] = functools.partial(_mma_op, x, cfg)
-            out += _cand_rows(name, m, n, k, cands, p5, reps, decode_kernels.gemv_mma_kernel)
-            p0 = p5[0]
-            xr = fast_host.rotate_givens_paired(x, p0.gv_idx, p0.gv_coef, G, 0)
-            fns = [functools.partial(decode_host.gemv_mma, xr, p.qweight, p.scales, p.zeros,
-                                     p.bounds, G, torch.bfloat16, qweight_hi=p.qweight_hi)
-                   for p in p5]  # fmt: skip
-            out.append(_row(name, m, n, k, "int5 mma alone", _t(fns, reps)))
-            torch.cuda.empty_cache()
+    out: list[dict[str, Any]] = []
+    not_run: list[str] = []
+    for name, n, k, m, x, p4, p5 in _cells(shapes, ms, t0, budget, not_run, int5=True):
+        fns = [functools.partial(_h2_call, "served", x, None, p) for p in p4]
+        out.append(_row(name, m, n, k, "int4 as served", _t(fns, reps)))
+        cands: dict[str, Callable[[Any], object]] = {
+            "int5 as served": functools.partial(_int5_served, x=x),
+            "int5 before": functools.partial(_int5_before, x),
+        }
+        for kw in MMA5_GRID:
+            cfg = decode_host.mma_config(m, n, k, G, p4[0].bounds, 132, 5, **kw)
+            cands[f"int5 mma {kw}"] = functools.partial(_mma_op, x, cfg)
+        out += _cand_rows(name, m, n, k, cands, p5, reps, decode_kernels.gemv_mma_kernel)
+        p0 = p5[0]
+        xr = fast_host.rotate_givens_paired(x, p0.gv_idx, p0.gv_coef, G, 0)
+        fns = [functools.partial(decode_host.gemv_mma, xr, p.qweight, p.scales, p.zeros,
+                                 p.bounds, G, torch.bfloat16, qweight_hi=p.qweight_hi)
+               for p in p5]  # fmt: skip
+        out.append(_row(name, m, n, k, "int5 mma alone", _t(fns, reps)))
     return out, not_run
 
 

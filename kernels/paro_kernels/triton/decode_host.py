@@ -402,7 +402,7 @@ MMA_CONFIG = dict(block_n=128)
 # 37.4 (1088).
 MMA_FIT = {(1, 4): 9, (1, 5): 7, (2, 4): 5, (2, 5): 4}
 # The prologue past M = 8 on layers of at most MMA_BLOCKS_MAX_WEIGHTS weights (o_proj): the
-# sliced blocks, not the records (the records kernel runs its rows one after another, 6.6-7.6
+# sliced blocks, not the records (the records kernel runs its rows one after another, 6.4-8.8
 # us alone at M = 9-16). H200 2026-12-04 (BENCH.md thirteenth pass, run 2, same run, one-wave
 # split, us): o_proj M = 9 / 16 12.19 / 13.39 against the records' 14.03 / 15.72 and the
 # matrix-unit GEMV's 15.44 / 15.94 (served there before); on the large layers within 1.5 us
