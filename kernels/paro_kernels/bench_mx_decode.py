@@ -18,7 +18,9 @@ timed in the sweep at each of its configs beside this tree's, outputs compared. 
 decode rows (`int5_cells`: as served, the A8 kernels forced, int4 W4A16 as served); with
 --int5-old MODULE (eighth pass) also as served on a previous tree's `gemv3_w4a16_kernel` (e.g.
 `git show ccbd255:kernels/paro_kernels/triton/decode_kernels.py > .../triton/_dk_old.py`), and
-with --int5-sweep the GEMV at INT5_SWEEP's configs.
+with --int5-sweep the GEMV at INT5_SWEEP's configs. --mma (fourteenth pass): only `mma_cells`
+at --ms (no sweep): MXFP4 and MXFP4-PARO as served on the mma GEMV against the paths they took
+before, int4 as served and cuBLAS, and the mma GEMV alone at MMA_GRID's configs.
 """
 
 from __future__ import annotations
@@ -243,6 +245,67 @@ def cells(shapes: list[str], ms: list[int], reps: int, best: dict[int, dict[str,
     return out, not_run
 
 
+MMA_GRID: list[dict[str, int]] = [{}, {"unroll": 1}, {"block_n": 64}, {"block_n": 256}]
+
+
+def _mma(p: Any, a: torch.Tensor, cfg: Any) -> object:
+    from .triton import mx_decode_host
+
+    return mx_decode_host.mx_gemv_mma(a, p.weight, p.bounds, torch.bfloat16, None, cfg)
+
+
+def mma_cells(shapes: list[str], ms: list[int], reps: int, t0: float,
+              budget: float) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
+    """Fourteenth pass, per (shape, M), same run: cuBLAS, the int4 W4A16 op as served, MXFP4
+    and MXFP4-PARO as served (the mma GEMV from MMA_MIN_M), the paths they took before (the FMA
+    GEMV to M = 4, the A16 GEMM past it) forced, and the mma GEMV alone at MMA_GRID's configs
+    (its output against fp64)."""
+    from .triton import host, mx_decode_host, mx_host
+
+    dev = torch.device("cuda")
+    out, not_run = [], []
+    for name in shapes:
+        _, n, k, sizes = next(s for s in b.SHAPES if s[0] == name)
+        for m in ms:
+            if budget and time.monotonic() - t0 > budget:
+                not_run.append(f"{name}@{m}")
+                continue
+            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+            wd = [torch.randn(k, n, device=dev, dtype=torch.bfloat16)
+                  for _ in range(b.copies(2 * k * n))]  # fmt: skip
+            cub = _t([functools.partial(torch.matmul, x, w) for w in wd], reps)
+            out.append(_row(name, m, "cublas-bf16", cub, 2 * n * k + 2 * m * (k + n)))
+            del wd
+            i4 = [_with_givens(b._random_prep(n, k, sizes, 4, dev), k, len(sizes), dev)
+                  for _ in range(b.copies(_bytes_w4(n, k, 0)))]  # fmt: skip
+            out.append(_row(name, m, "w4a16-int4 as served",
+                            _t([functools.partial(host.linear, p, x) for p in i4], reps),
+                            _bytes_w4(n, k, m)))  # fmt: skip
+            del i4
+            for rot in (False, True):
+                label = "mxfp4-paro" if rot else "mxfp4"
+                preps = _mx_preps(n, k, sizes, rot, dev)
+                nbm = _mx_bytes(n, k, m, len(sizes) if rot else 1)
+                before = "gemv" if m <= mx_decode_host.GEMV_MAX_M else "gemm"
+                for path in (None, before):
+                    fns = [functools.partial(mx_host.mx_linear, p, x, None, "fp8", path)
+                           for p in preps]  # fmt: skip
+                    out.append(_row(name, m, f"{label} {path or 'as served'}", _t(fns, reps),
+                                    nbm))  # fmt: skip
+                if not rot:
+                    a = mx_decode_host.pair_fp16(x)
+                    a16 = x.unsqueeze(0)
+                    for kw in MMA_GRID:
+                        cfg = mx_decode_host.mma_config(m, n, k, preps[0].bounds, 132, **kw)
+                        err = _ref_err(_mma(preps[0], a, cfg), a16, preps[0])
+                        fns = [functools.partial(_mma, p, a, cfg) for p in preps]
+                        out.append(_row(name, m, f"{label} mma alone {kw}", _t(fns, reps), nbm,
+                                        split=cfg.split_k, rel=f"{err:.1e}"))  # fmt: skip
+                del preps
+                torch.cuda.empty_cache()
+    return out, not_run
+
+
 @contextlib.contextmanager
 def _gemv3_kernel(module: str) -> Iterator[None]:
     """decode_host launching `module`'s `gemv3_w4a16_kernel` (a previous tree's, --int5-old)
@@ -333,6 +396,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--int5-shapes", default="qkv,o_proj,gate_up,down,in_proj")
     ap.add_argument("--int5-old", default="", help="module of a previous tree's gemv3 kernel")
     ap.add_argument("--int5-sweep", action="store_true", help="int5 GEMV configs (INT5_SWEEP)")
+    ap.add_argument("--mma", action="store_true", help="only mma_cells at --ms (fourteenth pass)")
     argv = sys.argv[1:] if argv is None else argv  # recorded in the JSON
     args = ap.parse_args(argv)
     torch.manual_seed(0)
@@ -342,6 +406,12 @@ def main(argv: list[str] | None = None) -> None:
                             "triton": __import__("triton").__version__,
                             "command": " ".join(["python -m paro_kernels.bench_mx_decode",
                                                  *(argv or [])])}  # fmt: skip
+    if args.mma:
+        shapes = list(filter(None, args.shapes.split(",")))
+        meta["cells"], meta["not_run"] = mma_cells(shapes, ms, args.reps, t0, args.budget_s)
+        with open(args.out, "w") as f:
+            json.dump(meta, f, indent=1)
+        return
     sw = list(filter(None, args.sweep.split(",")))
     if args.jobs > 1 and sw:
         from .triton import mx_decode_host

@@ -162,10 +162,19 @@ GEMV_INTERP_CASES = [
     ("three_rows", 160, [72], 3, False),
     ("paro_planes", 128, [32, 16, 16], 4, True),
 ]
+# The mma GEMV (fourteenth pass; plain ops in the interpreter): (name, K, partition sizes, M,
+# rotated) with one and two activation tiles, a padded last pair (544), 2 planes.
+MMA_INTERP_CASES = [
+    ("mma_one_row", 96, [40], 1, False),
+    ("mma_odd_pairs", 544, [64], 5, False),
+    ("mma_two_tiles", 160, [72], 11, False),
+    ("mma_paro_planes", 128, [32, 32], 3, True),
+]
 # TRITON_INTERPRET is read when a kernel is decorated, so the interpreter runs in a child process.
 _CHILD = """
 import json, sys, torch
-from test_triton_mx_cpu import GEMV_INTERP_CASES, INTERP_CASES, mx_layer, plane_ref, rel
+from test_triton_mx_cpu import GEMV_INTERP_CASES, INTERP_CASES, MMA_INTERP_CASES, mx_layer
+from test_triton_mx_cpu import plane_ref, rel
 from paro_kernels import mx
 
 from paro_kernels.formats import e4m3_decode
@@ -226,6 +235,34 @@ for name, k, sizes, m, rotated in GEMV_INTERP_CASES:
     y = mx_host.mx_linear(prep, x, bias, "fp8")  # decode rows: the GEMV, 16-bit activations
     gemv[f"{name}/served"] = {"rel": rel(y, r), "shape": list(y.shape), "split": 0}
 out["gemv"] = gemv
+# The mma GEMV on paired fp16 (pair_fp16, or the rotated paired prologue at pair shift 0),
+# split 1 and 3, bias; the pairing itself against x.
+from paro_kernels.triton import fast_host
+mma = {}
+for name, k, sizes, m, rotated in MMA_INTERP_CASES:
+    n = sum(sizes)
+    weight, scale = mx_layer(n, k, seed=k + m)
+    runs = mx_host.random_runs(k, tuple(sizes), g=64, krot=4, seed=m) if rotated else None
+    prep = mx_host.prepare(weight, scale, runs, 64 if rotated else 0, "cpu", torch.float16)
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.bfloat16)
+    bias = torch.randn(n).to(torch.bfloat16)
+    if rotated:
+        (a16,) = mx_host.activations(prep, x, "a16")
+        a = fast_host.rotate_slices(x.to(torch.float16), prep.rot_hi, prep.rot_lo, 64,
+                                    paired=True, pair_shift=0)[0]
+    else:
+        a16 = x.to(torch.float16).unsqueeze(0)
+        a = mx_decode_host.pair_fp16(x)
+    p = a16.reshape(a16.shape[0], m, k // 8, 2, 4).transpose(3, 4).reshape(a16.shape)
+    r = plane_ref(a16, None, mx.mxfp4_dequantize(weight, scale), prep.bounds) + bias.double()
+    for split in (1, 3):
+        cfg = mx_decode_host.mma_config(m, n, k, prep.bounds, 4, split_k=split)
+        y = mx_decode_host.mx_gemv_mma(a, prep.weight, prep.bounds, torch.float32, bias, cfg)
+        mma[f"{name}/{split}"] = {"rel": rel(y, r), "shape": list(y.shape),
+                                  "pairing": rel(a.double(), p.double()), "tiles": cfg.block_m}
+out["mma"] = mma
+xs = torch.tensor([[7e4, -7e4, 1.0, -2.0, 3.0, 4.0, 5.0, 6.0]], dtype=torch.bfloat16)
+out["pair_sat"] = mx_decode_host.pair_fp16(xs)[0, 0].tolist()
 print(json.dumps(out))
 """
 
@@ -276,6 +313,27 @@ def test_interpreter_gemv_cases_cover_split_k(interp_results: dict) -> None:
     assert any(res["split"] > 1 for res in interp_results["gemv"].values()), interp_results
 
 
+@pytest.mark.parametrize("case", MMA_INTERP_CASES, ids=[c[0] for c in MMA_INTERP_CASES])
+def test_interpreter_mx_mma_gemv_matches_fp64(interp_results: dict, case: tuple) -> None:
+    # The mma GEMV's plain-op path (the layout of its loads: paired activations, the scale
+    # rows, the words of a block pair) on its paired fp16 input, fp32 out: exact products, fp32
+    # sums. The pairing is checked exactly (position 8 r + 2 j + h = channel 8 r + j + 4 h).
+    name, _, sizes, m, _ = case
+    runs = {key: v for key, v in interp_results["mma"].items() if key.startswith(name + "/")}
+    assert len(runs) == 2, runs
+    for key, res in runs.items():
+        assert res["shape"] == [m, sum(sizes)] and res["tiles"] == (8 if m <= 8 else 16), res
+        assert res["pairing"] <= 2e-3, (key, res)  # the paired prologue rounds once to fp16
+        assert res["rel"] <= 2e-5, (key, res)
+    if not name.startswith("mma_paro"):
+        assert all(res["pairing"] == 0 for res in runs.values()), runs
+
+
+def test_interpreter_pair_fp16_saturates_and_pairs(interp_results: dict) -> None:
+    # channels (0, 4), (1, 5), (2, 6), (3, 7) side by side; +-7e4 saturate at fp16's 65504
+    assert interp_results["pair_sat"] == [65504.0, 3.0, -65504.0, 4.0, 1.0, 5.0, -2.0, 6.0]
+
+
 # --------------------------------------------------------------------------- ahead of time
 
 # The real per-rank shapes (TP=2) the launcher sees; configs come from `pick_config`.
@@ -321,3 +379,47 @@ def test_aot_fp8_quant(target: str) -> None:
     assert rep.spills == 0 and rep.scratch == 0 and rep.lds <= rep.lds_limit, rep
     if target == "gfx1201":
         assert 0 < rep.vgprs <= 256, rep
+
+
+@pytest.mark.parametrize("m", [1, 2, 8, 9, 16])
+def test_aot_mx_gemv_mma_sm90(m: int) -> None:
+    # The fourteenth-pass MXFP4 mma GEMV at its launcher's config (NVIDIA only): per block pair
+    # 4 mmas a tile (two chains of 2, one a block), 4 8-byte word loads, 2 scale words and 2
+    # 16-byte activation loads a tile; with U = 2 pairs an iteration every word load of both
+    # issued before the first mma (one memory round trip); 2 PRMT a column's word pair, no
+    # layout conversion of data in the loop (no shared memory there), no spills, registers
+    # within what MMA_FIT counts on.
+    import re
+    import subprocess
+    import tempfile
+
+    from paro_kernels.triton import aot, mx_decode_host
+
+    bounds = (8704,)
+    assert mx_decode_host.mma_ok(m, 17408, bounds, False) == (m >= mx_decode_host.MMA_MIN_M)
+    assert not mx_decode_host.mma_ok(m, 17408, bounds, True)
+    assert not mx_decode_host.mma_ok(m, 17406, (), False)
+    assert not mx_decode_host.mma_ok(m, 17408, (8720,), False)
+    rep, c = aot.compile_mx_gemv_mma("sm90", m, 17408, 5120, bounds)
+    assert rep.mma and rep.spills == 0, rep
+    ptx = c.asm["ptx"]  # type: ignore[attr-defined]
+    tiles = 1 if m <= 8 else 2
+    u = mx_decode_host.MMA_U[tiles]
+    body = ptx[ptx.index("$L__BB0_2:") : ptx.rindex("bra.uni") if "bra.uni" in ptx else None]
+    loop = body[: body.index("bar.sync")] if "bar.sync" in body else body
+    assert loop.count("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") == 8 * tiles * u
+    assert loop.count("ld.global.v2.b32") == 4 * u
+    assert loop.count("ld.global.v4.b32") == 2 * tiles * u
+    assert loop.count("prmt.b32") == 8 * u
+    words = loop[: loop.index("mma.sync")]
+    assert words.count("ld.global.v2.b32") == 4 * u, "a pair's words loaded after an mma"
+    assert "shared" not in loop
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(c.asm["cubin"])  # type: ignore[attr-defined]
+        f.flush()
+        usage = subprocess.run([str(tool), "--dump-resource-usage", f.name], capture_output=True,
+                               text=True, check=True).stdout  # fmt: skip
+    regs = int(re.search(r"REG:(\d+)", usage).group(1))  # type: ignore[union-attr]
+    fit = 65536 // (-(-regs // 8) * 8 * mx_decode_host.MMA_BLOCK_N)
+    assert 0 < regs <= 80 and mx_decode_host.MMA_FIT[tiles] <= fit, (regs, fit)

@@ -237,6 +237,83 @@ def test_gemv_every_e2m1_code_and_sign() -> None:
             assert torch.equal(y[0].cpu().double(), want), (col, asm)
 
 
+# The mma GEMV (fourteenth pass): fp16 activations (bf16 x paired and cast: exact for these
+# magnitudes), exact products, fp32 matrix-unit sums.
+MMA_FP32 = 2e-5
+MMA_CONFIGS = [{}, {"split_k": 1}, {"split_k": 3}, {"unroll": 1}, {"unroll": 2},
+               {"block_n": 64}, {"block_n": 256}]  # fmt: skip
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 5, 8, 9, 13, 16])
+@pytest.mark.parametrize(("k", "n"), GEMV_CASES)
+def test_mma_gemv_every_config_matches_fp64(k: int, n: int, m: int) -> None:
+    from paro_kernels.triton import mx_decode_host
+
+    _, _, w, prep = _layer(n, k)
+    x = _x(m, k)
+    b = torch.randn(n, dtype=torch.bfloat16)
+    r = x.double() @ w.t()
+    a = mx_decode_host.pair_fp16(x.cuda())
+    for kw in MMA_CONFIGS:
+        cfg = mx_decode_host.mma_config(m, n, k, (), 132, **kw)
+        for _ in range(2):  # twice: the split-K workspace and tickets must be left zeroed
+            y = mx_decode_host.mx_gemv_mma(a, prep.weight, (), torch.float32, None, cfg)
+            assert y.shape == (m, n) and rel(y, r) <= MMA_FP32, (kw, cfg)
+        yb = mx_decode_host.mx_gemv_mma(a, prep.weight, (), torch.bfloat16, b.cuda(), cfg)
+        assert yb.dtype == torch.bfloat16 and rel(yb, r + b.double()) <= BF16_OUT, (kw, cfg)
+
+
+@pytest.mark.parametrize("m", [2, 9])
+def test_mma_gemv_planes_and_every_code(m: int) -> None:
+    # 3 planes (bounds at multiples of 32, narrower tiles there), each its own activations;
+    # then one column per e2m1 code at one K column, scale 2^0: y is the code's value exactly.
+    from paro_kernels.triton import mx_decode_host, mx_host
+
+    k, sizes = 1024, (256, 96, 160)
+    n = sum(sizes)
+    _, _, w, prep = _layer(n, k)
+    bounds = (256, 352)
+    xs = torch.randn(3, m, k, generator=torch.Generator().manual_seed(m)).to(torch.bfloat16)
+    a = torch.cat([mx_decode_host.pair_fp16(xs[i].cuda()) for i in range(3)])
+    r = plane_ref(xs, None, w, bounds)
+    for kw in ({}, {"split_k": 2}):
+        cfg = mx_decode_host.mma_config(m, n, k, bounds, 132, **kw)
+        y = mx_decode_host.mx_gemv_mma(a, prep.weight, bounds, torch.float32, None, cfg)
+        assert rel(y, r) <= MMA_FP32, (kw, cfg)
+    kc, nc = 128, 32
+    codes = torch.arange(nc) % 16
+    for col in (0, 33, 70, 127):
+        q = torch.zeros(nc, kc, dtype=torch.uint8)
+        q[:, col] = codes.to(torch.uint8)
+        weight = (q[:, 0::2] | (q[:, 1::2] << 4)).contiguous()
+        scale = torch.full((nc, kc // 32), 127, dtype=torch.uint8)
+        p1 = mx_host.prepare(weight, scale, None, 0, "cuda")
+        x = torch.zeros(m, kc, dtype=torch.bfloat16, device="cuda")
+        x[:, col] = 1.0
+        want = mx.mxfp4_dequantize(weight, scale)[:, col].double()
+        y = mx_decode_host.mx_gemv_mma(mx_decode_host.pair_fp16(x), p1.weight, (),
+                                       torch.bfloat16)  # fmt: skip
+        assert torch.equal(y.cpu().double(), want.expand(m, nc)), col
+
+
+def test_mma_gemv_served_route() -> None:
+    # mx_linear serves M in [MMA_MIN_M, 16] on the mma GEMV (NVFP4 -> MXFP4 and MXFP4-PARO),
+    # equal to the forced path; M = 1 and 17 elsewhere.
+    from paro_kernels.triton import mx_decode_host, mx_host
+
+    weight, scale = mx_layer(192, 256, seed=9)
+    runs = mx_host.random_runs(256, (128, 64))
+    for prep in (mx_host.prepare(weight, scale, None, 0, "cuda"),
+                 mx_host.prepare(weight, scale, runs, 128, "cuda")):  # fmt: skip
+        for m in (1, 2, 16, 17):
+            x = torch.randn(m, 256, device="cuda", dtype=torch.bfloat16)
+            on = mx_decode_host.mma_ok(m, 192, prep.bounds, False)
+            assert on == (mx_decode_host.MMA_MIN_M <= m <= 16), m
+            y = mx_host.mx_linear(prep, x, None, "fp8")
+            if on:
+                torch.testing.assert_close(y, mx_host.mx_linear(prep, x, None, "fp8", "mma"))
+
+
 def test_fp16_activations_and_rows_are_independent() -> None:
     from paro_kernels.triton import mx_host
 

@@ -337,3 +337,24 @@ def compile_gemv_mma(target: str, m: int, n: int, k: int, g: int, bounds: tuple[
     c = _compile(decode_kernels.gemv_mma_kernel, sig, const, target, cfg.num_warps,
                  cfg.num_stages, aligned)  # fmt: skip
     return _report("gemv_mma", target, str(cfg), c, r"mma\.sync"), c
+
+
+def compile_mx_gemv_mma(target: str, m: int, n: int, k: int, bounds: tuple[int, ...] = (),
+                        **kw: int) -> tuple[Report, object]:  # fmt: skip
+    """Build the fourteenth-pass MXFP4 mma.sync decode GEMV (NVIDIA only) at its launcher's
+    config (`mx_decode_host.mma_config`, kw overriding it); `mma` reports the matrix
+    instruction in the loop. Also returns the compiled kernel (its `asm`)."""
+    from . import mx_decode_host, mx_decode_kernels
+
+    cfg = mx_decode_host.mma_config(m, n, k, bounds, 132, **kw)
+    sig = {
+        "a_ptr": "*i32", "qw_ptr": "*i32", "sc_ptr": "*i32", "bias_ptr": "*bf16",
+        "ws_ptr": "*fp32", "cnt_ptr": "*i32", "out_ptr": "*bf16",
+        "M": "i32", "N": "i32", "K": "i32", "b1": "i32", "b2": "i32",
+    }  # fmt: skip
+    const = {"HAS_BIAS": False, "T": cfg.block_n, "SPLIT_K": cfg.split_k, "ASM": True,
+             "NT": cfg.block_m // 8, "U": cfg.unroll}  # fmt: skip
+    aligned = (*(a for a in sig if a.endswith("_ptr")), "N", "K")
+    c = _compile(mx_decode_kernels.mx_gemv_mma_kernel, sig, const, target, cfg.num_warps, 1,
+                 aligned)  # fmt: skip
+    return _report("mx_gemv_mma", target, str(cfg), c, r"mma\.sync"), c

@@ -166,3 +166,98 @@ def compile_mx_gemv(target: str, m: int, n: int, k: int, bounds: tuple[int, ...]
     c = _aot_build(mx_gemv_kernel, sig, const, target, cfg.num_warps, 1)
     rep = _aot_report("mx_gemv", target, str(cfg), c, r"(v_wmma|wgmma|mma\.sync)")
     return aot.Report(**{**rep.__dict__, "mma": not rep.mma})  # type: ignore[attr-defined]
+
+
+# Fourteenth pass: the mma.sync GEMV (`mx_decode_kernels.mx_gemv_mma_kernel`, NVIDIA, M <= 16)
+# on paired fp16 activations (the MXFP4-PARO prologue's `rotate_slices(paired=True)` output,
+# or `pair_fp16` of x). Config as the int4 mma GEMV's: 128 columns (4 warps, a column quad a
+# thread), the split from one wave of MMA_FIT programs an SM (sm_90 registers, held by
+# `test_aot_mx_gemv_mma_sm90`).
+MMA = True
+MMA_MIN_M = 2
+MMA_MAX_M = 16
+MMA_BLOCK_N = 128
+MMA_U = {1: 2, 2: 1}  # block pairs an iteration, by activation tiles
+# programs of 4 warps an SM the registers allow, by activation tiles (sm_90, Triton 3.9: 72
+# registers at U = 2 with one tile and at U = 1 with two)
+MMA_FIT = {1: 7, 2: 7}
+
+
+def mma_ok(m: int, n: int, bounds: tuple[int, ...], hip: bool) -> bool:
+    """Whether the mma GEMV serves an M-row call of an N-column layer on this platform: NVIDIA
+    compiled code (the interpreter keeps the other kernels; its own test runs this one), M in
+    [MMA_MIN_M, MMA_MAX_M], N a multiple of 4 (the scales' 4-byte loads) and every plane
+    boundary a multiple of 32 (an mma's 32 columns read one plane's activations)."""
+    return (MMA and not hip and not host._interpreted() and MMA_MIN_M <= m <= MMA_MAX_M
+            and n % 4 == 0 and all(b % 32 == 0 for b in bounds))  # fmt: skip
+
+
+def mma_config(m: int, n: int, k: int, bounds: tuple[int, ...], sms: int, block_n: int = 0,
+               split_k: int = 0, unroll: int = 0) -> GemvConfig:  # fmt: skip
+    """The mma GEMV's tile (block_n columns = 32 num_warps threads, a column quad for each gid's
+    4 lanes; narrower at plane boundaries) and split (`decode_host.one_wave_split` over steps
+    of `unroll` block pairs)."""
+    from .decode_host import mma_tiles, one_wave_split
+
+    require(1 <= m <= MMA_MAX_M, "x rows", f"1..{MMA_MAX_M} for the MXFP4 mma GEMV", m)
+    bn = _block_n(block_n or MMA_BLOCK_N, _align(bounds))
+    require(bn in (32, 64, 128, 256, 512), "block_n", "32 x (1, 2, 4, 8 or 16)", bn)
+    nt = mma_tiles(m)
+    u = unroll or MMA_U[nt]
+    tiles = -(-n // bn)
+    pairs = -(-k // 64)
+    steps = -(-pairs // u)
+    fit = MMA_FIT[nt] * 128 // bn
+    split = split_k or one_wave_split(tiles, steps, sms * fit)
+    return GemvConfig(nt * 8, bn, split, bn // 32, u)
+
+
+def pair_fp16(x: torch.Tensor) -> torch.Tensor:
+    """x [M, K] bf16 / fp16 -> [1, M, K] fp16 (saturated) in the paired layout the mma GEMVs
+    read: position 8 r + 2 j + h holds channel 8 r + j + 4 h."""
+    from .mx_decode_kernels import pair_fp16_kernel
+
+    m, k = x.shape
+    require(k % 8 == 0 and x.stride(1) == 1, "x", "K a multiple of 8, unit stride", x.shape)
+    out = torch.empty(1, m, k, dtype=torch.float16, device=x.device)
+    pair_fp16_kernel[(m, -(-k // 1024))](x, out, k, x.stride(0), BLOCK=1024, num_warps=4)
+    return out
+
+
+def mx_gemv_mma(
+    a: torch.Tensor,
+    w: MxWeight,
+    bounds: tuple[int, ...],
+    out_dtype: torch.dtype,
+    bias: torch.Tensor | None = None,
+    config: GemvConfig | None = None,
+) -> torch.Tensor:
+    """y [M, N] = A_p W^T (+ bias) per plane p for M <= 16 rows of paired fp16 activations
+    a [P, M, K] (`pair_fp16`, or the paired prologue at pair shift 0)."""
+    from .mx_decode_kernels import mx_gemv_mma_kernel
+
+    check_gemm(a, None, w, bounds, bias)
+    require(a.dtype == torch.float16 and a.is_contiguous(), "a", "contiguous paired fp16",
+            (a.dtype, a.stride()))  # fmt: skip
+    _, m, k = a.shape
+    n = w.n
+    require(n % 4 == 0, "N", "a multiple of 4 for the mma GEMV", n)
+    require(all(b % 32 == 0 for b in bounds), "bounds", "multiples of 32", bounds)
+    cfg = config or mma_config(m, n, k, bounds, host.sm_count(a.device))
+    require(m <= cfg.block_m, "x rows", f"<= {cfg.block_m} for this config", m)
+    asm = not host._is_hip() and not host._interpreted()
+    out = torch.empty(m, n, dtype=out_dtype, device=a.device)
+    tiles = -(-n // cfg.block_n)
+    ws = cnt = out
+    if cfg.split_k > 1:  # the int4 GEMVs' buffers: zero on entry, left zero by the last split
+        ws = fast_host._scratch("gemv_ws", m * n, torch.float32, a.device)
+        cnt = fast_host._scratch("gemv_cnt", tiles, torch.int32, a.device)
+    b = (*bounds, n, n)[:2]
+    sc = w.sc.view(torch.int32) if asm else w.sc
+    mx_gemv_mma_kernel[(tiles, cfg.split_k)](
+        a.view(torch.int32), w.qw.view(torch.int32), sc, bias if bias is not None else w.sc,
+        ws, cnt, out, m, n, k, b[0], b[1],
+        HAS_BIAS=bias is not None, T=cfg.block_n, SPLIT_K=cfg.split_k, ASM=asm,
+        NT=cfg.block_m // 8, U=cfg.unroll, num_warps=cfg.num_warps, num_stages=1,
+    )  # fmt: skip
+    return out

@@ -32,6 +32,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .decode_kernels import _join4, _mma_finish, _mma_out, _pair_f32, _split4
 from .kernels import _gemv_epilogue
 
 # Nibble p of a word (bits 4p..4p+3) as fp32 output $p: pair (p, p + 4) is one fp16 pair after
@@ -323,3 +324,315 @@ def mx_gemv_kernel(
         acc = tl.where(offs_m[:, None] == 3, _col(acc3), acc)
     _gemv_epilogue(acc, ws_ptr, out_ptr, cnt_ptr, bias_ptr, pid_n, offs_m, m_mask, offs_n,
                    n_mask, N, HAS_BIAS, SPLIT_K, BLOCK_M, BLOCK_N)  # fmt: skip
+
+
+# --------------------------------------------------------------------------- the mma.sync GEMV
+#
+# Fourteenth pass (issue 14): MXFP4 at decode (M <= 16) on the matrix unit, as the int4 and
+# int5 formats run since the twelfth / thirteenth passes (`decode_kernels.gemv_mma_kernel`):
+# `mma.sync.m16n8k16` (fp16 in, fp32 accumulate) with the unpacked weights as the A operand
+# straight from the thread's registers. The FMA GEMV above costs a multiply-add per weight per
+# activation row, so its time grew with M (gate_up 29.4 / 37.8 / 52.4 us at M = 1 / 2 / 4,
+# seventh pass) and the 16-row GEMM took over from M = 5 (91.5 us at M = 4); here a weight costs
+# its unpack at any M <= 8, a second tile of activations adds one mma per word pair to M = 16.
+#
+# Lane mapping (lane = 4 gid + tig; m16n8k16 fragments as in `decode_kernels`): a thread owns
+# the column quad n0 + 4 (8 warp + gid) + (0..3), as the int4 kernel; columns (0, 1) are A rows
+# (gid, gid + 8) of one mma pair, (2, 3) of another. A block pair j of a column is 8 words
+# (`mx_host.repack`: word w holds channels 64 j + 4 w + b in the low nibble of byte b, block
+# 2 j, and 64 j + 32 + 4 w + b in its high nibble, block 2 j + 1); the thread loads words
+# (2 tig, 2 tig + 1) of each of its 4 columns (8-byte loads; the gid's 4 lanes read the pair's
+# 32 bytes). Two PRMTs interleave them ([A0 A1 B0 B1], [A2 A3 B2 B3]: A = word 2 tig) so that
+# every fp16 pair of the unpack holds channels (8 tig + b, 8 tig + b + 4) of one block: the
+# paired prologue's layout at pair shift 0 (activation row 8 r holds (8 r + j, 8 r + j + 4) in
+# word j), so activation row 8 j + tig is the low block's B operand for the thread and row
+# 8 j + 4 + tig the high block's, each one 16-byte load, no conversion. Each block is one chain
+# of 2 mmas (16 channels each) from a zero accumulator; its fp32 sums then take the block's
+# scale (one FMA per output: every block has its own e8m0 scale per column, so blocks cannot
+# share an accumulator). The scales are [Kp/32, N] bytes: one 4-byte load a block gives the
+# quad's 4 columns; a byte e becomes the fp32 2^(e - 127) as e << 23 (code 0 flushes to 0, as
+# the other MXFP4 kernels do).
+#
+# Unpack: an e2m1 code s|E|m with E|m at fp16 bits 9..11 and s at bit 15 is the fp16
+# 2^-14 e2m1 exactly (E = 0 on the fp16 subnormals: the mma keeps them), the 2^14 applied once
+# at the end. Per fp16 pair (nibbles at bits s and s + 16 of an interleaved word): a shift and
+# an AND place the magnitudes, a shift and a LOP3 OR in the signs (the last pair's signs are in
+# place: 3 instructions): 15 a word plus the PRMT, against the int4 unpack's 9.
+# The interpreter (no mma) computes the same per-(column, row) block sums with plain ops.
+
+
+def mx_mma_asm(tiles: int = 1) -> str:
+    """PTX of one block pair against the thread's column quad and `tiles` 8-row activation
+    tiles: outputs per tile t at 8 t + (0..3) the fp32 sums of output row 8 t + 2 tig for
+    columns 0..3, at 8 t + (4..7) row 8 t + 2 tig + 1; inputs the 8 words (column c's words
+    2 tig, 2 tig + 1 at 2 c, 2 c + 1), the low and the high block's 4 e8m0 bytes (column c at
+    byte c), per tile the 8 paired activation words (the low block's row, then the high
+    block's), then per tile the running sums as the outputs are laid out."""
+    base = 8 * tiles
+    act = base + 10
+    acc = act + 8 * tiles
+    lines = [
+        "{",
+        ".reg .b32 u, v, x, y, p<8>, q<8>;",
+        ".reg .f32 z, sa, sb, ta, tb, d<4>, e<4>;",
+        "mov.f32 z, 0f00000000;",
+    ]
+    mask, sgn = "0x0E000E00", "0x80008000"
+    for half in range(2):  # columns (0, 1), then (2, 3)
+        for col, r in ((2 * half, "p"), (2 * half + 1, "q")):
+            wa, wb = f"${base + 2 * col}", f"${base + 2 * col + 1}"
+            lines += [f"prmt.b32 x, {wa}, {wb}, 0x5410;", f"prmt.b32 y, {wa}, {wb}, 0x7632;"]
+            for src, o in (("x", 0), ("y", 4)):  # pairs at s = 0 (low block), 4 (high), 8, 12
+                for i, (ms, ss) in enumerate(((9, 12), (5, 8), (1, 4))):
+                    lines += [
+                        f"shl.b32 u, {src}, {ms};",
+                        f"and.b32 u, u, {mask};",
+                        f"shl.b32 v, {src}, {ss};",
+                        f"lop3.b32 {r}{o + i}, u, v, {sgn}, 0xf8;",
+                    ]
+                lines += [
+                    f"shr.u32 u, {src}, 3;",
+                    f"and.b32 u, u, {mask};",
+                    f"lop3.b32 {r}{o + 3}, u, {src}, {sgn}, 0xf8;",
+                ]
+        c0, c1 = 2 * half, 2 * half + 1
+        # the 4 columns' scales at byte c of the two block words: column c0 / c1's as fp32
+        for name, word in (("sa", base + 8), ("sb", base + 9)):
+            for reg, c in ((name, c0), ("t" + name[1], c1)):
+                sh = 23 - 8 * c
+                op = f"shl.b32 u, ${word}, {sh};" if sh >= 0 else f"shr.u32 u, ${word}, {-sh};"
+                lines += [op, "and.b32 u, u, 0x7F800000;", f"mov.b32 {reg}, u;"]
+        mma = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+        for t in range(tiles):
+            a, o, ci = act + 8 * t, 8 * t, acc + 8 * t
+            # low block: pairs (x: s = 0, 8) then (y: s = 0, 8); high block: s = 4, 12
+            for dd, frags in (("d", ("p0, q0, p2, q2", "p4, q4, p6, q6")),
+                              ("e", ("p1, q1, p3, q3", "p5, q5, p7, q7"))):  # fmt: skip
+                regs = ", ".join(f"{dd}{i}" for i in range(4))
+                b0 = a if dd == "d" else a + 4
+                lines += [
+                    f"{mma} {{{regs}}}, {{{frags[0]}}}, {{${b0}, ${b0 + 1}}}, {{z, z, z, z}};",
+                    f"{mma} {{{regs}}}, {{{frags[1]}}}, {{${b0 + 2}, ${b0 + 3}}}, {{{regs}}};",
+                ]
+            # d0 / d1: column c0 (A row gid), output rows 2 tig / 2 tig + 1; d2 / d3: column c1
+            for i, row, c, sl in ((0, 0, c0, "s"), (1, 4, c0, "s"), (2, 0, c1, "t"),
+                                  (3, 4, c1, "t")):  # fmt: skip
+                out, old = f"${o + row + c}", f"${ci + row + c}"
+                lines += [f"fma.rn.f32 {out}, d{i}, {sl}a, {old};",
+                          f"fma.rn.f32 {out}, e{i}, {sl}b, {out};"]  # fmt: skip
+    return "\n".join([*lines, "}"])
+
+
+def _mx_mma_constraints(tiles: int) -> str:
+    """`mx_mma_asm(tiles)`'s operand constraints."""
+    return ",".join(["=f"] * (8 * tiles) + ["r"] * (10 + 8 * tiles) + ["f"] * (8 * tiles))
+
+
+_MX_MMA_ASM = tl.constexpr(mx_mma_asm(1))
+_MX_MMA_CONSTRAINTS = tl.constexpr(_mx_mma_constraints(1))
+_MX_MMA_ASM2 = tl.constexpr(mx_mma_asm(2))
+_MX_MMA_CONSTRAINTS2 = tl.constexpr(_mx_mma_constraints(2))
+
+
+@triton.jit
+def _mx_word2(qw_ptr, colq, c: tl.constexpr, wh, KW, N, ok):
+    """Words (2 tig, 2 tig + 1) of the block pair (wh [1, T, 2] word indices) of the thread's
+    column c: two [1, T] int32 from one 8-byte load (zero where not ok or past N)."""
+    cc = colq + c
+    return tl.split(tl.load(qw_ptr + (cc * KW + wh), mask=(cc < N) & ok, other=0))
+
+
+@triton.jit
+def _mx_loads(qw_ptr, sc_ptr, a_rows, a_ok, ah_ok, colq, quad_w, jp, j1, tig, N, K,
+              T: tl.constexpr, NT: tl.constexpr):  # fmt: skip
+    """Everything block pair jp's mmas read, as a tuple for `_mx_mma`: the thread's 8 words, the
+    two blocks' scale words and per activation tile the 8 paired activation words (NT = 1: the
+    second tile's are the first's, unused); zero past j1."""
+    ok = jp < j1
+    KW = tl.cdiv(K, 64) * 8
+    h = tl.arange(0, 2)[None, None, :]
+    w = tl.max_contiguous(tl.multiple_of(8 * jp + 2 * tig[None, :, None], (1, 1, 2)), (1, 1, 2))
+    q0, q1 = _mx_word2(qw_ptr, colq, 0, w + h, KW, N, ok)
+    q2, q3 = _mx_word2(qw_ptr, colq, 1, w + h, KW, N, ok)
+    q4, q5 = _mx_word2(qw_ptr, colq, 2, w + h, KW, N, ok)
+    q6, q7 = _mx_word2(qw_ptr, colq, 3, w + h, KW, N, ok)
+    # the low and the high block's scale words of the quad ([Kp/32, N/4] int32)
+    sab = tl.load(sc_ptr + ((2 * jp + h) * (N // 4) + quad_w), mask=ok & (quad_w * 4 < N),
+                  other=0)  # fmt: skip
+    sa, sb = tl.split(sab)
+    # activation rows 8 jp + tig (low block) and 8 jp + 4 + tig (high), 4 words each
+    r_lo = 8 * jp + tig[None, :, None]
+    ap = a_rows + r_lo * 4 + tl.arange(0, 4)[None, None, :]
+    lo_ok = a_ok & ok & (r_lo < K // 8)
+    hi_ok = a_ok & ok & (r_lo + 4 < K // 8)
+    x0, x1, x2, x3 = _split4(tl.load(ap, mask=lo_ok, other=0), T)
+    x4, x5, x6, x7 = _split4(tl.load(ap + 16, mask=hi_ok, other=0), T)
+    y0, y1, y2, y3, y4, y5, y6, y7 = x0, x1, x2, x3, x4, x5, x6, x7
+    if NT == 2:
+        hp = ap + 8 * (K // 2)
+        y0, y1, y2, y3 = _split4(tl.load(hp, mask=lo_ok & ah_ok, other=0), T)
+        y4, y5, y6, y7 = _split4(tl.load(hp + 16, mask=hi_ok & ah_ok, other=0), T)
+    return (q0, q1, q2, q3, q4, q5, q6, q7, sa, sb, x0, x1, x2, x3, x4, x5, x6, x7,
+            y0, y1, y2, y3, y4, y5, y6, y7)  # fmt: skip
+
+
+@triton.jit
+def _mx_mma(ld, acc, NT: tl.constexpr):
+    """One block pair (`_mx_loads`' tuple) through `mx_mma_asm`: acc, the 16 running sums e
+    (row 2 tig), o (2 tig + 1), f (8 + 2 tig), p (9 + 2 tig) of the quad's 4 columns (f, p
+    only with NT = 2)."""
+    (q0, q1, q2, q3, q4, q5, q6, q7, sa, sb, x0, x1, x2, x3, x4, x5, x6, x7,
+     y0, y1, y2, y3, y4, y5, y6, y7) = ld  # fmt: skip
+    e0, e1, e2, e3, o0, o1, o2, o3, f0, f1, f2, f3, p0, p1, p2, p3 = acc
+    if NT == 2:
+        return tl.inline_asm_elementwise(
+            _MX_MMA_ASM2, _MX_MMA_CONSTRAINTS2,
+            [q0, q1, q2, q3, q4, q5, q6, q7, sa, sb,
+             x0, x1, x2, x3, x4, x5, x6, x7, y0, y1, y2, y3, y4, y5, y6, y7,
+             e0, e1, e2, e3, o0, o1, o2, o3, f0, f1, f2, f3, p0, p1, p2, p3],
+            dtype=(tl.float32,) * 16, is_pure=True, pack=1,
+        )  # fmt: skip
+    e0, e1, e2, e3, o0, o1, o2, o3 = tl.inline_asm_elementwise(
+        _MX_MMA_ASM, _MX_MMA_CONSTRAINTS,
+        [q0, q1, q2, q3, q4, q5, q6, q7, sa, sb,
+         x0, x1, x2, x3, x4, x5, x6, x7, e0, e1, e2, e3, o0, o1, o2, o3],
+        dtype=(tl.float32,) * 8, is_pure=True, pack=1,
+    )  # fmt: skip
+    return e0, e1, e2, e3, o0, o1, o2, o3, f0, f1, f2, f3, p0, p1, p2, p3
+
+
+@triton.jit
+def _mx_pair_ops(qw_ptr, sc_ptr, a_e, a_o, ok_e, ok_o, col, n_mask, jp, N, K):
+    """One block pair of the thread's 4 columns with plain ops (the interpreter): the fp32
+    2^-14-scaled block sums against activation rows a_e / a_o ([1, T, 1] row pointers into the
+    paired layout), each block times its scale."""
+    KW = tl.cdiv(K, 64) * 8
+    zk = ok_e.to(tl.int32) * 0
+    de = tl.zeros(col.shape, tl.float32)
+    do = tl.zeros(col.shape, tl.float32)
+    for blk in tl.static_range(2):
+        e = tl.load(sc_ptr + (2 * jp + blk) * N + col, mask=n_mask, other=0).to(tl.int32)
+        s = (e << 23).to(tl.float32, bitcast=True)
+        be = tl.zeros(col.shape, tl.float32)
+        bo = tl.zeros(col.shape, tl.float32)
+        for w in tl.static_range(8):
+            q = tl.load(qw_ptr + col * KW + 8 * jp + w, mask=n_mask, other=0)
+            for b in tl.static_range(4):
+                c: tl.constexpr = 32 * blk + 4 * w + b  # channel 64 jp + c: paired row
+                wd = (8 * jp + c // 8) * 4 + c % 4  # 8 jp + c // 8, word c % 4, half (c % 8) // 4
+                wv = _e2m1(q >> (8 * b + 4 * blk), 0)
+                ok = (zk + 64 * jp + c) < K  # a tensor: the interpreter's jp is an int
+                ae = tl.load(a_e + wd, mask=ok_e & ok, other=0)
+                ao = tl.load(a_o + wd, mask=ok_o & ok, other=0)
+                be += wv * _pair_f32(ae, (c % 8) >= 4)
+                bo += wv * _pair_f32(ao, (c % 8) >= 4)
+        de += be * s
+        do += bo * s
+    return de, do
+
+
+@triton.jit
+def mx_gemv_mma_kernel(
+    a_ptr,  # [P, M, K/2] int32: paired fp16 activations (pairs (8r + j, 8r + j + 4)), unscaled
+    qw_ptr,  # [N, Kp/8] int32 view of the repacked codes (module doc)
+    sc_ptr,  # ASM: [Kp/32, N/4] int32 view of the e8m0 codes; else [Kp/32, N] u8
+    bias_ptr,  # [N] or a dummy
+    ws_ptr,  # SPLIT_K > 1: [>= M * N] fp32 workspace, zero on entry and on exit
+    cnt_ptr,  # SPLIT_K > 1: [>= N / T] int32 tickets, zero on entry and on exit
+    out_ptr,  # [M, N] output dtype
+    M,
+    N,
+    K,
+    b1,
+    b2,
+    HAS_BIAS: tl.constexpr,
+    T: tl.constexpr,  # threads a program (32 num_warps) = its columns (T / 4 quads of 4)
+    SPLIT_K: tl.constexpr,
+    ASM: tl.constexpr,  # the mma PTX (NVIDIA); else plain ops (the interpreter)
+    NT: tl.constexpr = 1,  # 8-row activation tiles: 1 (M <= 8) or 2 (M <= 16)
+    U: tl.constexpr = 1,  # block pairs an iteration, 1 or 2 (their loads issued together)
+):
+    """out[:M, n-block] = sum over this split's block pairs of a_p @ W^T; section note above."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    n0 = pid_n * T
+    part = (n0 >= b1).to(tl.int32) + (n0 >= b2).to(tl.int32)
+    t = tl.arange(0, T)
+    lane = t % 32
+    gid = lane // 4
+    tig = lane % 4
+    quad = (t // 32) * 8 + gid
+    col = n0 + quad[None, :, None] * 4 + tl.arange(0, 4)[None, None, :]
+    n_mask = col < N
+    npairs = tl.cdiv(K, 64)
+    per = tl.cdiv(tl.cdiv(npairs, SPLIT_K), U) * U
+    j0 = pid_k * per
+    j1 = tl.minimum(j0 + per, npairs)
+    row0 = (part * M).to(tl.int64)
+    m_e = (2 * tig)[None, :, None]
+    tot_e = tl.zeros((1, T, 4), tl.float32)
+    tot_o = tl.zeros((1, T, 4), tl.float32)
+    tot_f = tl.zeros((1, T, 4), tl.float32)
+    tot_p = tl.zeros((1, T, 4), tl.float32)
+    if ASM:
+        a_rows = a_ptr + (row0 + gid[None, :, None]) * (K // 2)
+        a_ok = (gid < M)[None, :, None]
+        ah_ok = (gid + 8 < M)[None, :, None]
+        quad_w = (n0 // 4 + quad)[None, :, None]
+        colq = n0 + quad[None, :, None] * 4
+        e0, e1, e2, e3 = _split4(tot_e, T)
+        acc = (e0, e1, e2, e3, e0, e1, e2, e3, e0, e1, e2, e3, e0, e1, e2, e3)
+        for j in range(j0, j1, U):  # the U pairs' loads first: one memory round trip
+            ld0 = _mx_loads(qw_ptr, sc_ptr, a_rows, a_ok, ah_ok, colq, quad_w, j, j1, tig, N, K,
+                            T, NT)  # fmt: skip
+            if U == 2:
+                ld1 = _mx_loads(qw_ptr, sc_ptr, a_rows, a_ok, ah_ok, colq, quad_w, j + 1, j1,
+                                tig, N, K, T, NT)  # fmt: skip
+                acc = _mx_mma(ld0, acc, NT)
+                acc = _mx_mma(ld1, acc, NT)
+            else:
+                acc = _mx_mma(ld0, acc, NT)
+        e0, e1, e2, e3, o0, o1, o2, o3, f0, f1, f2, f3, p0, p1, p2, p3 = acc
+        tot_e = _join4(e0, e1, e2, e3, T)
+        tot_o = _join4(o0, o1, o2, o3, T)
+        tot_f = _join4(f0, f1, f2, f3, T)
+        tot_p = _join4(p0, p1, p2, p3, T)
+    else:
+        for j in range(j0, j1):
+            for r in tl.static_range(NT):
+                me = m_e + 8 * r
+                de, do = _mx_pair_ops(qw_ptr, sc_ptr, a_ptr + (row0 + me) * (K // 2),
+                                      a_ptr + (row0 + me + 1) * (K // 2), me < M, me + 1 < M,
+                                      col, n_mask, j, N, K)  # fmt: skip
+                if r == 0:
+                    tot_e += de
+                    tot_o += do
+                else:
+                    tot_f += de
+                    tot_p += do
+    # the unpack's 2^-14
+    _mma_out(tot_e * 16384.0, m_e, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS,
+             SPLIT_K)  # fmt: skip
+    _mma_out(tot_o * 16384.0, m_e + 1, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS,
+             SPLIT_K)  # fmt: skip
+    if NT == 2:
+        _mma_out(tot_f * 16384.0, m_e + 8, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N,
+                 HAS_BIAS, SPLIT_K)  # fmt: skip
+        _mma_out(tot_p * 16384.0, m_e + 9, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N,
+                 HAS_BIAS, SPLIT_K)  # fmt: skip
+    if SPLIT_K > 1:
+        _mma_finish(ws_ptr, out_ptr, cnt_ptr, bias_ptr, pid_n, m_e, col, n_mask, M, N, HAS_BIAS,
+                    SPLIT_K, NT)  # fmt: skip
+
+
+@triton.jit
+def pair_fp16_kernel(x_ptr, out_ptr, K, stride_xm, BLOCK: tl.constexpr):
+    """out[m] = fp16(x[m]) saturated, channels paired as the mma GEMVs read them: position
+    8 r + 2 j + h holds channel 8 r + j + 4 h."""
+    m = tl.program_id(0)
+    p = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    src = (p // 8) * 8 + (p % 8) // 2 + 4 * (p % 2)
+    ok = p < K
+    v = tl.load(x_ptr + m.to(tl.int64) * stride_xm + src, mask=ok, other=0.0).to(tl.float32)
+    v = tl.minimum(tl.maximum(v, -65504.0), 65504.0)
+    tl.store(out_ptr + m.to(tl.int64) * K + p, v.to(tl.float16), mask=ok)

@@ -331,18 +331,27 @@ def mx_linear(
 ) -> torch.Tensor:  # fmt: skip
     """y [M, N] in x.dtype = act_quant(rot(x)) W^T (+ bias) for x [M, K] bf16/fp16.
 
-    Decode rows (`mx_decode_host.gemv_ok`) take the GEMV on 16-bit activations, either `act`,
-    and a few more rows the GEMM on them (`served_act`); `path` ("gemv" | "gemm") forces the
-    kernel and `act` its activations (the bench's forced paths)."""
+    Decode rows take 16-bit activations, either `act`: the mma GEMV (`mx_decode_host.mma_ok`,
+    paired fp16), else the FMA GEMV (`gemv_ok`), and a few more rows the GEMM on them
+    (`served_act`); `path` ("mma" | "gemv" | "gemm") forces the kernel and `act` the GEMM's
+    activations (the bench's forced paths)."""
     from . import fast_host, mx_decode_host
 
-    require(path in (None, "gemv", "gemm"), "path", "gemv or gemm", path)
+    require(path in (None, "mma", "gemv", "gemm"), "path", "mma, gemv or gemm", path)
     hip = host._is_hip()
-    if path == "gemv" or (path is None and mx_decode_host.gemv_ok(x.shape[0], hip)):
-        if prep.rot_hi is not None and prep.rot_lo is not None and fast_host.prologue_slice(hip):
+    rh, rl, g = prep.rot_hi, prep.rot_lo, prep.group_size
+    m = x.shape[0]
+    if path == "mma" or (path is None and mx_decode_host.mma_ok(m, prep.weight.n, prep.bounds,
+                                                                hip)):  # fmt: skip
+        if rh is not None and rl is not None:  # MXFP4-PARO: the int4 mma GEMV's prologue
+            a = fast_host.rotate_slices(x.to(rh.dtype), rh, rl, g, paired=True, pair_shift=0)[0]
+        else:
+            a = mx_decode_host.pair_fp16(x)
+        return mx_decode_host.mx_gemv_mma(a, prep.weight, prep.bounds, x.dtype, bias)
+    if path == "gemv" or (path is None and mx_decode_host.gemv_ok(m, hip)):
+        if rh is not None and rl is not None and fast_host.prologue_slice(hip):
             # MXFP4-PARO: the int4 decode's sliced prologue (fp16 out), as the int4 GEMVs take it
-            xc = x.to(prep.rot_hi.dtype)
-            a = fast_host.rotate_slices(xc, prep.rot_hi, prep.rot_lo, prep.group_size, f16=True)[0]
+            a = fast_host.rotate_slices(x.to(rh.dtype), rh, rl, g, f16=True)[0]
         else:
             (a,) = activations(prep, x, "a16")
         return mx_decode_host.mx_gemv(a, prep.weight, prep.bounds, x.dtype, bias)
