@@ -248,10 +248,10 @@ def cells(shapes: list[str], ms: list[int], reps: int, best: dict[int, dict[str,
 MMA_GRID: list[dict[str, int]] = [{}, {"unroll": 1}, {"block_n": 64}, {"block_n": 256}]
 
 
-def _mma(p: Any, a: torch.Tensor, cfg: Any) -> object:
+def _mma(p: Any, a: torch.Tensor, cfg: Any, paired: bool = False) -> object:
     from .triton import mx_decode_host
 
-    return mx_decode_host.mx_gemv_mma(a, p.weight, p.bounds, torch.bfloat16, None, cfg)
+    return mx_decode_host.mx_gemv_mma(a, p.weight, p.bounds, torch.bfloat16, None, cfg, paired)
 
 
 def mma_cells(shapes: list[str], ms: list[int], reps: int, t0: float,
@@ -292,15 +292,17 @@ def mma_cells(shapes: list[str], ms: list[int], reps: int, t0: float,
                            for p in preps]  # fmt: skip
                     out.append(_row(name, m, f"{label} {path or 'as served'}", _t(fns, reps),
                                     nbm))  # fmt: skip
-                if not rot:
-                    a = mx_decode_host.pair_fp16(x)
+                if not rot:  # the plain bf16 rows as served; the paired input at the default
                     a16 = x.unsqueeze(0)
-                    for kw in MMA_GRID:
+                    pa = mx_decode_host.pair_fp16(x)
+                    for kw, paired in [*((kw, False) for kw in MMA_GRID), ({}, True)]:
                         cfg = mx_decode_host.mma_config(m, n, k, preps[0].bounds, 132, **kw)
-                        err = _ref_err(_mma(preps[0], a, cfg), a16, preps[0])
-                        fns = [functools.partial(_mma, p, a, cfg) for p in preps]
-                        out.append(_row(name, m, f"{label} mma alone {kw}", _t(fns, reps), nbm,
-                                        split=cfg.split_k, rel=f"{err:.1e}"))  # fmt: skip
+                        a = pa if paired else a16
+                        err = _ref_err(_mma(preps[0], a, cfg, paired), a16, preps[0])
+                        fns = [functools.partial(_mma, p, a, cfg, paired) for p in preps]
+                        out.append(_row(name, m, f"{label} mma alone {kw}{' paired' * paired}",
+                                        _t(fns, reps), nbm, split=cfg.split_k,
+                                        rel=f"{err:.1e}"))  # fmt: skip
                 del preps
                 torch.cuda.empty_cache()
     return out, not_run

@@ -15,7 +15,7 @@ import re
 
 import numpy as np
 import pytest
-from paro_kernels.triton.mx_decode_kernels import mx_mma_asm
+from paro_kernels.triton.mx_decode_kernels import ACT_BF16, ACT_F16, ACT_PAIRED, mx_mma_asm
 from test_mma_unpack_cpu import M32, _lop3, _pair, _prmt
 
 E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6])
@@ -65,6 +65,9 @@ def run_warp(asm: str, regs: list[dict[str, int]]) -> list[dict[str, int]]:
                 env[dst] = _prmt(v[0], v[1], v[2])
             elif op in ("mov.b32", "mov.f32"):
                 env[dst] = v[0]
+            elif op == "cvt.rn.satfinite.f16x2.f32":  # d = (fp16(a) << 16) | fp16(b)
+                h = np.clip([_f32(v[1]), _f32(v[0])], -65504, 65504).astype(np.float16)
+                env[dst] = int(h.view(np.uint16)[0]) | (int(h.view(np.uint16)[1]) << 16)
             elif op == "fma.rn.f32":
                 r = np.float32(_f32(v[0])) * np.float32(_f32(v[1])) + np.float32(_f32(v[2]))
                 env[dst] = _bits32(float(r))
@@ -100,12 +103,24 @@ def _paired_words(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(h).view(np.uint32)[..., 0].reshape(x.shape[0], 8, 4)
 
 
+def _plain_words(x: np.ndarray, dtype: type) -> np.ndarray:
+    """Activations [rows, 64] as the plain rows' int32 words [rows, 8, 4] (row r of 8 channels:
+    word i = channels (8 r + 2 i, 8 r + 2 i + 1)), bf16 or fp16."""
+    if dtype is np.float16:
+        h = x.astype(np.float16).view(np.uint16)
+    else:  # bf16: the top half of the fp32 bits (x is bf16-exact here)
+        h = (x.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    return np.ascontiguousarray(h).view(np.uint32).reshape(x.shape[0], 8, 4)
+
+
+@pytest.mark.parametrize("mode", [ACT_PAIRED, ACT_BF16, ACT_F16], ids=["paired", "bf16", "f16"])
 @pytest.mark.parametrize("tiles", [1, 2])
-def test_mx_mma_warp_matches_fp64(tiles: int) -> None:
+def test_mx_mma_warp_matches_fp64(tiles: int, mode: int) -> None:
     # One warp, one block pair: 8 column quads (32 columns), 8 tiles-worth of activation rows.
     # Codes cover every value and sign on every column; scales span e8m0 codes 100..140 (and 0,
-    # which flushes the block to zero); running sums come in nonzero.
-    asm = mx_mma_asm(tiles)
+    # which flushes the block to zero); running sums come in nonzero. The activations come
+    # paired, or as plain bf16 / fp16 rows the asm pairs (bf16-exact values: fp16 holds them).
+    asm = mx_mma_asm(tiles, mode)
     base = 8 * tiles
     rng = np.random.default_rng(7 + tiles)
     for trial in range(6):
@@ -113,13 +128,17 @@ def test_mx_mma_warp_matches_fp64(tiles: int) -> None:
         codes[:, trial] = np.arange(32) % 16
         e = rng.integers(100, 141, size=(32, 2))
         e[trial % 32, trial % 2] = 0
-        x = rng.standard_normal((8 * tiles, 64)).astype(np.float16)
+        x = rng.standard_normal((8 * tiles, 64)).astype(np.float32)
+        x = ((x.view(np.uint32) >> 16) << 16).view(np.float32)  # bf16-exact (truncated)
         acc = rng.standard_normal((8 * tiles, 32)).astype(np.float32)
         # the repacked words: word w of a column = byte b: (code 4 w + b) | (code 32 + 4 w + b) << 4
         byt = codes[:, :32] | (codes[:, 32:] << 4)
         words = byt.reshape(32, 8, 4).astype(np.uint32)
         words = words[..., 0] | words[..., 1] << 8 | words[..., 2] << 16 | words[..., 3] << 24
-        xw = _paired_words(x)
+        if mode == ACT_PAIRED:
+            xw = _paired_words(x)
+        else:
+            xw = _plain_words(x, np.float16 if mode == ACT_F16 else np.float32)
         regs = []
         for lane in range(32):
             gid, tig = lane // 4, lane % 4

@@ -260,6 +260,12 @@ for name, k, sizes, m, rotated in MMA_INTERP_CASES:
         y = mx_decode_host.mx_gemv_mma(a, prep.weight, prep.bounds, torch.float32, bias, cfg)
         mma[f"{name}/{split}"] = {"rel": rel(y, r), "shape": list(y.shape),
                                   "pairing": rel(a.double(), p.double()), "tiles": cfg.block_m}
+        if not rotated:  # plain rows, paired in the kernel: bf16 (as served) and fp16
+            for xp in (x, x.to(torch.float16)):
+                y = mx_decode_host.mx_gemv_mma(xp.unsqueeze(0), prep.weight, prep.bounds,
+                                               torch.float32, bias, cfg, paired=False)
+                mma[f"{name}/{split}/{xp.dtype}"] = {"rel": rel(y, r), "shape": list(y.shape),
+                                                     "pairing": 0.0, "tiles": cfg.block_m}
 out["mma"] = mma
 xs = torch.tensor([[7e4, -7e4, 1.0, -2.0, 3.0, 4.0, 5.0, 6.0]], dtype=torch.bfloat16)
 out["pair_sat"] = mx_decode_host.pair_fp16(xs)[0, 0].tolist()
@@ -316,11 +322,12 @@ def test_interpreter_gemv_cases_cover_split_k(interp_results: dict) -> None:
 @pytest.mark.parametrize("case", MMA_INTERP_CASES, ids=[c[0] for c in MMA_INTERP_CASES])
 def test_interpreter_mx_mma_gemv_matches_fp64(interp_results: dict, case: tuple) -> None:
     # The mma GEMV's plain-op path (the layout of its loads: paired activations, the scale
-    # rows, the words of a block pair) on its paired fp16 input, fp32 out: exact products, fp32
-    # sums. The pairing is checked exactly (position 8 r + 2 j + h = channel 8 r + j + 4 h).
-    name, _, sizes, m, _ = case
+    # rows, the words of a block pair) on its paired fp16 input and on plain bf16 / fp16 rows,
+    # fp32 out: exact products, fp32 sums. The pairing is checked exactly (position
+    # 8 r + 2 j + h = channel 8 r + j + 4 h).
+    name, _, sizes, m, rotated = case
     runs = {key: v for key, v in interp_results["mma"].items() if key.startswith(name + "/")}
-    assert len(runs) == 2, runs
+    assert len(runs) == (2 if rotated else 6), runs
     for key, res in runs.items():
         assert res["shape"] == [m, sum(sizes)] and res["tiles"] == (8 if m <= 8 else 16), res
         assert res["pairing"] <= 2e-3, (key, res)  # the paired prologue rounds once to fp16
@@ -381,14 +388,15 @@ def test_aot_fp8_quant(target: str) -> None:
         assert 0 < rep.vgprs <= 256, rep
 
 
+@pytest.mark.parametrize("act", [0, 1], ids=["paired", "bf16"])
 @pytest.mark.parametrize("m", [1, 2, 8, 9, 16])
-def test_aot_mx_gemv_mma_sm90(m: int) -> None:
+def test_aot_mx_gemv_mma_sm90(m: int, act: int) -> None:
     # The fourteenth-pass MXFP4 mma GEMV at its launcher's config (NVIDIA only): per block pair
     # 4 mmas a tile (two chains of 2, one a block), 4 8-byte word loads, 2 scale words and 2
     # 16-byte activation loads a tile; with U = 2 pairs an iteration every word load of both
     # issued before the first mma (one memory round trip); 2 PRMT a column's word pair, no
     # layout conversion of data in the loop (no shared memory there), no spills, registers
-    # within what MMA_FIT counts on.
+    # within what MMA_FIT counts on. bf16 rows (NVFP4 -> MXFP4 as served): 4 cvt a row of 8.
     import re
     import subprocess
     import tempfile
@@ -400,7 +408,7 @@ def test_aot_mx_gemv_mma_sm90(m: int) -> None:
     assert not mx_decode_host.mma_ok(m, 17408, bounds, True)
     assert not mx_decode_host.mma_ok(m, 17406, (), False)
     assert not mx_decode_host.mma_ok(m, 17408, (8720,), False)
-    rep, c = aot.compile_mx_gemv_mma("sm90", m, 17408, 5120, bounds)
+    rep, c = aot.compile_mx_gemv_mma("sm90", m, 17408, 5120, bounds, act)
     assert rep.mma and rep.spills == 0, rep
     ptx = c.asm["ptx"]  # type: ignore[attr-defined]
     tiles = 1 if m <= 8 else 2
@@ -411,6 +419,7 @@ def test_aot_mx_gemv_mma_sm90(m: int) -> None:
     assert loop.count("ld.global.v2.b32") == 4 * u
     assert loop.count("ld.global.v4.b32") == 2 * tiles * u
     assert loop.count("prmt.b32") == 8 * u
+    assert loop.count("cvt.rn.satfinite.f16x2.f32") == 8 * tiles * u * act
     words = loop[: loop.index("mma.sync")]
     assert words.count("ld.global.v2.b32") == 4 * u, "a pair's words loaded after an mma"
     assert "shared" not in loop

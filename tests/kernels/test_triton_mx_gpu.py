@@ -261,6 +261,10 @@ def test_mma_gemv_every_config_matches_fp64(k: int, n: int, m: int) -> None:
             assert y.shape == (m, n) and rel(y, r) <= MMA_FP32, (kw, cfg)
         yb = mx_decode_host.mx_gemv_mma(a, prep.weight, (), torch.bfloat16, b.cuda(), cfg)
         assert yb.dtype == torch.bfloat16 and rel(yb, r + b.double()) <= BF16_OUT, (kw, cfg)
+        for xp in (x, x.half()):  # plain rows (bf16 as served, fp16), paired in the kernel
+            y = mx_decode_host.mx_gemv_mma(xp.cuda().unsqueeze(0), prep.weight, (),
+                                           torch.float32, None, cfg, paired=False)  # fmt: skip
+            assert rel(y, r) <= MMA_FP32, (kw, cfg, xp.dtype)
 
 
 @pytest.mark.parametrize("m", [2, 9])
@@ -298,7 +302,7 @@ def test_mma_gemv_planes_and_every_code(m: int) -> None:
 
 def test_mma_gemv_served_route() -> None:
     # mx_linear serves M in [MMA_MIN_M, 16] on the mma GEMV (NVFP4 -> MXFP4 and MXFP4-PARO),
-    # equal to the forced path; M = 1 and 17 elsewhere.
+    # equal to the forced path; M = 17 elsewhere.
     from paro_kernels.triton import mx_decode_host, mx_host
 
     weight, scale = mx_layer(192, 256, seed=9)

@@ -340,10 +340,11 @@ def compile_gemv_mma(target: str, m: int, n: int, k: int, g: int, bounds: tuple[
 
 
 def compile_mx_gemv_mma(target: str, m: int, n: int, k: int, bounds: tuple[int, ...] = (),
-                        **kw: int) -> tuple[Report, object]:  # fmt: skip
+                        act: int = 0, **kw: int) -> tuple[Report, object]:  # fmt: skip
     """Build the fourteenth-pass MXFP4 mma.sync decode GEMV (NVIDIA only) at its launcher's
-    config (`mx_decode_host.mma_config`, kw overriding it); `mma` reports the matrix
-    instruction in the loop. Also returns the compiled kernel (its `asm`)."""
+    config (`mx_decode_host.mma_config`, kw overriding it) on activations `act` (the kernel's
+    ACT: paired fp16, plain bf16 or fp16 rows); `mma` reports the matrix instruction in the
+    loop. Also returns the compiled kernel (its `asm`)."""
     from . import mx_decode_host, mx_decode_kernels
 
     cfg = mx_decode_host.mma_config(m, n, k, bounds, 132, **kw)
@@ -353,7 +354,7 @@ def compile_mx_gemv_mma(target: str, m: int, n: int, k: int, bounds: tuple[int, 
         "M": "i32", "N": "i32", "K": "i32", "b1": "i32", "b2": "i32",
     }  # fmt: skip
     const = {"HAS_BIAS": False, "T": cfg.block_n, "SPLIT_K": cfg.split_k, "ASM": True,
-             "NT": cfg.block_m // 8, "U": cfg.unroll}  # fmt: skip
+             "NT": cfg.block_m // 8, "U": cfg.unroll, "ACT": act}  # fmt: skip
     aligned = (*(a for a in sig if a.endswith("_ptr")), "N", "K")
     c = _compile(mx_decode_kernels.mx_gemv_mma_kernel, sig, const, target, cfg.num_warps, 1,
                  aligned)  # fmt: skip

@@ -169,18 +169,18 @@ def compile_mx_gemv(target: str, m: int, n: int, k: int, bounds: tuple[int, ...]
 
 
 # Fourteenth pass: the mma.sync GEMV (`mx_decode_kernels.mx_gemv_mma_kernel`, NVIDIA, M <= 16)
-# on paired fp16 activations (the MXFP4-PARO prologue's `rotate_slices(paired=True)` output,
-# or `pair_fp16` of x). Config as the int4 mma GEMV's: 128 columns (4 warps, a column quad a
+# on paired fp16 activations (the MXFP4-PARO prologue's `rotate_slices(paired=True)` output),
+# or on x itself (NVFP4 -> MXFP4), paired in the kernel. Config as the int4 mma GEMV's: 128 columns (4 warps, a column quad a
 # thread), the split from one wave of MMA_FIT programs an SM (sm_90 registers, held by
 # `test_aot_mx_gemv_mma_sm90`).
 MMA = True
-MMA_MIN_M = 2
+MMA_MIN_M = 1
 MMA_MAX_M = 16
 MMA_BLOCK_N = 128
 MMA_U = {1: 2, 2: 1}  # block pairs an iteration, by activation tiles
-# programs of 4 warps an SM the registers allow, by activation tiles (sm_90, Triton 3.9: 72
-# registers at U = 2 with one tile and at U = 1 with two)
-MMA_FIT = {1: 7, 2: 7}
+# programs of 4 warps an SM the registers allow, by activation tiles (sm_90, Triton 3.9: 72-77
+# registers, by tiles and activations: 6 fit)
+MMA_FIT = {1: 6, 2: 6}
 
 
 def mma_ok(m: int, n: int, bounds: tuple[int, ...], hip: bool) -> bool:
@@ -231,14 +231,19 @@ def mx_gemv_mma(
     out_dtype: torch.dtype,
     bias: torch.Tensor | None = None,
     config: GemvConfig | None = None,
+    paired: bool = True,
 ) -> torch.Tensor:
-    """y [M, N] = A_p W^T (+ bias) per plane p for M <= 16 rows of paired fp16 activations
-    a [P, M, K] (`pair_fp16`, or the paired prologue at pair shift 0)."""
-    from .mx_decode_kernels import mx_gemv_mma_kernel
+    """y [M, N] = A_p W^T (+ bias) per plane p for M <= 16 rows of activations a [P, M, K]:
+    paired fp16 (`pair_fp16`, or the paired prologue at pair shift 0), or with paired=False
+    plain bf16 / fp16 rows, paired in the kernel."""
+    from .mx_decode_kernels import ACT_BF16, ACT_F16, ACT_PAIRED, mx_gemv_mma_kernel
 
     check_gemm(a, None, w, bounds, bias)
-    require(a.dtype == torch.float16 and a.is_contiguous(), "a", "contiguous paired fp16",
+    dts = (torch.float16,) if paired else (torch.bfloat16, torch.float16)
+    require(a.dtype in dts and a.is_contiguous(), "a",
+            "contiguous paired fp16" if paired else "contiguous bf16 / fp16 rows",
             (a.dtype, a.stride()))  # fmt: skip
+    act = ACT_PAIRED if paired else ACT_BF16 if a.dtype == torch.bfloat16 else ACT_F16
     _, m, k = a.shape
     n = w.n
     require(n % 4 == 0, "N", "a multiple of 4 for the mma GEMV", n)
@@ -258,6 +263,6 @@ def mx_gemv_mma(
         a.view(torch.int32), w.qw.view(torch.int32), sc, bias if bias is not None else w.sc,
         ws, cnt, out, m, n, k, b[0], b[1],
         HAS_BIAS=bias is not None, T=cfg.block_n, SPLIT_K=cfg.split_k, ASM=asm,
-        NT=cfg.block_m // 8, U=cfg.unroll, num_warps=cfg.num_warps, num_stages=1,
+        NT=cfg.block_m // 8, U=cfg.unroll, ACT=act, num_warps=cfg.num_warps, num_stages=1,
     )  # fmt: skip
     return out

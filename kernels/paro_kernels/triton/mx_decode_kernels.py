@@ -361,13 +361,20 @@ def mx_gemv_kernel(
 # The interpreter (no mma) computes the same per-(column, row) block sums with plain ops.
 
 
-def mx_mma_asm(tiles: int = 1) -> str:
+ACT_PAIRED, ACT_BF16, ACT_F16 = 0, 1, 2  # the mma GEMV's activations (`mx_mma_asm`'s mode)
+
+
+def mx_mma_asm(tiles: int = 1, mode: int = ACT_PAIRED) -> str:
     """PTX of one block pair against the thread's column quad and `tiles` 8-row activation
     tiles: outputs per tile t at 8 t + (0..3) the fp32 sums of output row 8 t + 2 tig for
     columns 0..3, at 8 t + (4..7) row 8 t + 2 tig + 1; inputs the 8 words (column c's words
     2 tig, 2 tig + 1 at 2 c, 2 c + 1), the low and the high block's 4 e8m0 bytes (column c at
     byte c), per tile the 8 paired activation words (the low block's row, then the high
-    block's), then per tile the running sums as the outputs are laid out."""
+    block's), then per tile the running sums as the outputs are laid out. `mode` (ACT_*): the
+    activation words are paired fp16 (0), or the rows' own 8 channels (2 a word, in order),
+    paired here: bf16 (1) as fp16 through fp32 (`cvt.rn.satfinite`: exact in fp16's normal
+    range, saturated past it as `pair_fp16` does), fp16
+    (2) by two PRMTs a word pair."""
     base = 8 * tiles
     act = base + 10
     acc = act + 8 * tiles
@@ -377,6 +384,25 @@ def mx_mma_asm(tiles: int = 1) -> str:
         ".reg .f32 z, sa, sb, ta, tb, d<4>, e<4>;",
         "mov.f32 z, 0f00000000;",
     ]
+    av = [f"${act + i}" for i in range(8 * tiles)]  # the B operands, paired fp16
+    if mode:
+        lines += [f".reg .b32 a<{8 * tiles}>;", ".reg .f32 f<8>;"]
+        for t in range(tiles):
+            for row in range(2):  # the low block's row, then the high block's
+                w = [f"${base + 10 + 8 * t + 4 * row + i}" for i in range(4)]
+                o = 8 * t + 4 * row
+                if mode == ACT_F16:  # (c0 c1) (c2 c3) (c4 c5) (c6 c7) -> (c0 c4) (c1 c5) ..
+                    lines += [f"prmt.b32 a{o}, {w[0]}, {w[2]}, 0x5410;",
+                              f"prmt.b32 a{o + 1}, {w[0]}, {w[2]}, 0x7632;",
+                              f"prmt.b32 a{o + 2}, {w[1]}, {w[3]}, 0x5410;",
+                              f"prmt.b32 a{o + 3}, {w[1]}, {w[3]}, 0x7632;"]  # fmt: skip
+                    continue
+                for i in range(4):  # bf16 channels 2 i (low half), 2 i + 1 (high half)
+                    lines += [f"shl.b32 u, {w[i]}, 16;", f"mov.b32 f{2 * i}, u;",
+                              f"and.b32 u, {w[i]}, 0xFFFF0000;", f"mov.b32 f{2 * i + 1}, u;"]  # fmt: skip
+                for j in range(4):  # pair word j: (c_j, c_j+4), c_j in the low half
+                    lines.append(f"cvt.rn.satfinite.f16x2.f32 a{o + j}, f{j + 4}, f{j};")
+        av = [f"a{i}" for i in range(8 * tiles)]
     mask, sgn = "0x0E000E00", "0x80008000"
     for half in range(2):  # columns (0, 1), then (2, 3)
         for col, r in ((2 * half, "p"), (2 * half + 1, "q")):
@@ -404,15 +430,15 @@ def mx_mma_asm(tiles: int = 1) -> str:
                 lines += [op, "and.b32 u, u, 0x7F800000;", f"mov.b32 {reg}, u;"]
         mma = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
         for t in range(tiles):
-            a, o, ci = act + 8 * t, 8 * t, acc + 8 * t
+            o, ci = 8 * t, acc + 8 * t
             # low block: pairs (x: s = 0, 8) then (y: s = 0, 8); high block: s = 4, 12
             for dd, frags in (("d", ("p0, q0, p2, q2", "p4, q4, p6, q6")),
                               ("e", ("p1, q1, p3, q3", "p5, q5, p7, q7"))):  # fmt: skip
                 regs = ", ".join(f"{dd}{i}" for i in range(4))
-                b0 = a if dd == "d" else a + 4
+                b = av[8 * t + (0 if dd == "d" else 4) :][:4]
                 lines += [
-                    f"{mma} {{{regs}}}, {{{frags[0]}}}, {{${b0}, ${b0 + 1}}}, {{z, z, z, z}};",
-                    f"{mma} {{{regs}}}, {{{frags[1]}}}, {{${b0 + 2}, ${b0 + 3}}}, {{{regs}}};",
+                    f"{mma} {{{regs}}}, {{{frags[0]}}}, {{{b[0]}, {b[1]}}}, {{z, z, z, z}};",
+                    f"{mma} {{{regs}}}, {{{frags[1]}}}, {{{b[2]}, {b[3]}}}, {{{regs}}};",
                 ]
             # d0 / d1: column c0 (A row gid), output rows 2 tig / 2 tig + 1; d2 / d3: column c1
             for i, row, c, sl in ((0, 0, c0, "s"), (1, 4, c0, "s"), (2, 0, c1, "t"),
@@ -428,10 +454,14 @@ def _mx_mma_constraints(tiles: int) -> str:
     return ",".join(["=f"] * (8 * tiles) + ["r"] * (10 + 8 * tiles) + ["f"] * (8 * tiles))
 
 
-_MX_MMA_ASM = tl.constexpr(mx_mma_asm(1))
 _MX_MMA_CONSTRAINTS = tl.constexpr(_mx_mma_constraints(1))
-_MX_MMA_ASM2 = tl.constexpr(mx_mma_asm(2))
 _MX_MMA_CONSTRAINTS2 = tl.constexpr(_mx_mma_constraints(2))
+_MX_MMA_ASM = tl.constexpr(mx_mma_asm(1))
+_MX_MMA_ASM2 = tl.constexpr(mx_mma_asm(2))
+_MX_MMA_ASM_BF16 = tl.constexpr(mx_mma_asm(1, ACT_BF16))
+_MX_MMA_ASM2_BF16 = tl.constexpr(mx_mma_asm(2, ACT_BF16))
+_MX_MMA_ASM_F16 = tl.constexpr(mx_mma_asm(1, ACT_F16))
+_MX_MMA_ASM2_F16 = tl.constexpr(mx_mma_asm(2, ACT_F16))
 
 
 @triton.jit
@@ -477,7 +507,7 @@ def _mx_loads(qw_ptr, sc_ptr, a_rows, a_ok, ah_ok, colq, quad_w, jp, j1, tig, N,
 
 
 @triton.jit
-def _mx_mma(ld, acc, NT: tl.constexpr):
+def _mx_mma(ld, acc, NT: tl.constexpr, ACT: tl.constexpr):
     """One block pair (`_mx_loads`' tuple) through `mx_mma_asm`: acc, the 16 running sums e
     (row 2 tig), o (2 tig + 1), f (8 + 2 tig), p (9 + 2 tig) of the quad's 4 columns (f, p
     only with NT = 2)."""
@@ -485,15 +515,19 @@ def _mx_mma(ld, acc, NT: tl.constexpr):
      y0, y1, y2, y3, y4, y5, y6, y7) = ld  # fmt: skip
     e0, e1, e2, e3, o0, o1, o2, o3, f0, f1, f2, f3, p0, p1, p2, p3 = acc
     if NT == 2:
+        plain2: tl.constexpr = _MX_MMA_ASM2_BF16 if ACT == 1 else _MX_MMA_ASM2_F16
+        asm2: tl.constexpr = _MX_MMA_ASM2 if ACT == 0 else plain2
         return tl.inline_asm_elementwise(
-            _MX_MMA_ASM2, _MX_MMA_CONSTRAINTS2,
+            asm2, _MX_MMA_CONSTRAINTS2,
             [q0, q1, q2, q3, q4, q5, q6, q7, sa, sb,
              x0, x1, x2, x3, x4, x5, x6, x7, y0, y1, y2, y3, y4, y5, y6, y7,
              e0, e1, e2, e3, o0, o1, o2, o3, f0, f1, f2, f3, p0, p1, p2, p3],
             dtype=(tl.float32,) * 16, is_pure=True, pack=1,
         )  # fmt: skip
+    plain: tl.constexpr = _MX_MMA_ASM_BF16 if ACT == 1 else _MX_MMA_ASM_F16
+    asm: tl.constexpr = _MX_MMA_ASM if ACT == 0 else plain
     e0, e1, e2, e3, o0, o1, o2, o3 = tl.inline_asm_elementwise(
-        _MX_MMA_ASM, _MX_MMA_CONSTRAINTS,
+        asm, _MX_MMA_CONSTRAINTS,
         [q0, q1, q2, q3, q4, q5, q6, q7, sa, sb,
          x0, x1, x2, x3, x4, x5, x6, x7, e0, e1, e2, e3, o0, o1, o2, o3],
         dtype=(tl.float32,) * 8, is_pure=True, pack=1,
@@ -502,10 +536,23 @@ def _mx_mma(ld, acc, NT: tl.constexpr):
 
 
 @triton.jit
-def _mx_pair_ops(qw_ptr, sc_ptr, a_e, a_o, ok_e, ok_o, col, n_mask, jp, N, K):
+def _act_f32(a, c: tl.constexpr, ACT: tl.constexpr):
+    """Channel c's activation in int32 word a as fp32: the paired layout's fp16 half
+    ((c % 8) // 4; ACT 0), or a plain row's half c % 2 (bf16: ACT 1, fp16: ACT 2)."""
+    if ACT == 1:
+        v = (a << 16) if c % 2 == 0 else (a & -65536)
+        return v.to(tl.float32, bitcast=True)
+    if ACT == 2:
+        return _pair_f32(a, c % 2 == 1)
+    return _pair_f32(a, (c % 8) >= 4)
+
+
+@triton.jit
+def _mx_pair_ops(qw_ptr, sc_ptr, a_e, a_o, ok_e, ok_o, col, n_mask, jp, N, K,
+                 ACT: tl.constexpr):  # fmt: skip
     """One block pair of the thread's 4 columns with plain ops (the interpreter): the fp32
     2^-14-scaled block sums against activation rows a_e / a_o ([1, T, 1] row pointers into the
-    paired layout), each block times its scale."""
+    paired layout, or with ACT > 0 plain rows), each block times its scale."""
     KW = tl.cdiv(K, 64) * 8
     zk = ok_e.to(tl.int32) * 0
     de = tl.zeros(col.shape, tl.float32)
@@ -519,13 +566,14 @@ def _mx_pair_ops(qw_ptr, sc_ptr, a_e, a_o, ok_e, ok_o, col, n_mask, jp, N, K):
             q = tl.load(qw_ptr + col * KW + 8 * jp + w, mask=n_mask, other=0)
             for b in tl.static_range(4):
                 c: tl.constexpr = 32 * blk + 4 * w + b  # channel 64 jp + c: paired row
-                wd = (8 * jp + c // 8) * 4 + c % 4  # 8 jp + c // 8, word c % 4, half (c % 8) // 4
+                # paired: row 8 jp + c // 8, word c % 4, half (c % 8) // 4; plain: word c // 2
+                wd = (8 * jp + c // 8) * 4 + ((c % 8) // 2 if ACT > 0 else c % 4)
                 wv = _e2m1(q >> (8 * b + 4 * blk), 0)
                 ok = (zk + 64 * jp + c) < K  # a tensor: the interpreter's jp is an int
                 ae = tl.load(a_e + wd, mask=ok_e & ok, other=0)
                 ao = tl.load(a_o + wd, mask=ok_o & ok, other=0)
-                be += wv * _pair_f32(ae, (c % 8) >= 4)
-                bo += wv * _pair_f32(ao, (c % 8) >= 4)
+                be += wv * _act_f32(ae, c, ACT)
+                bo += wv * _act_f32(ao, c, ACT)
         de += be * s
         do += bo * s
     return de, do
@@ -533,7 +581,8 @@ def _mx_pair_ops(qw_ptr, sc_ptr, a_e, a_o, ok_e, ok_o, col, n_mask, jp, N, K):
 
 @triton.jit
 def mx_gemv_mma_kernel(
-    a_ptr,  # [P, M, K/2] int32: paired fp16 activations (pairs (8r + j, 8r + j + 4)), unscaled
+    a_ptr,  # [P, M, K/2] int32: paired fp16 activations (pairs (8r + j, 8r + j + 4)), unscaled;
+    # ACT 1 / 2: the bf16 / fp16 rows themselves (2 channels a word, in order)
     qw_ptr,  # [N, Kp/8] int32 view of the repacked codes (module doc)
     sc_ptr,  # ASM: [Kp/32, N/4] int32 view of the e8m0 codes; else [Kp/32, N] u8
     bias_ptr,  # [N] or a dummy
@@ -551,6 +600,7 @@ def mx_gemv_mma_kernel(
     ASM: tl.constexpr,  # the mma PTX (NVIDIA); else plain ops (the interpreter)
     NT: tl.constexpr = 1,  # 8-row activation tiles: 1 (M <= 8) or 2 (M <= 16)
     U: tl.constexpr = 1,  # block pairs an iteration, 1 or 2 (their loads issued together)
+    ACT: tl.constexpr = 0,  # 0: a_ptr paired fp16; 1 / 2: plain bf16 / fp16 rows, paired here
 ):
     """out[:M, n-block] = sum over this split's block pairs of a_p @ W^T; section note above."""
     pid_n = tl.program_id(0)
@@ -588,10 +638,10 @@ def mx_gemv_mma_kernel(
             if U == 2:
                 ld1 = _mx_loads(qw_ptr, sc_ptr, a_rows, a_ok, ah_ok, colq, quad_w, j + 1, j1,
                                 tig, N, K, T, NT)  # fmt: skip
-                acc = _mx_mma(ld0, acc, NT)
-                acc = _mx_mma(ld1, acc, NT)
+                acc = _mx_mma(ld0, acc, NT, ACT)
+                acc = _mx_mma(ld1, acc, NT, ACT)
             else:
-                acc = _mx_mma(ld0, acc, NT)
+                acc = _mx_mma(ld0, acc, NT, ACT)
         e0, e1, e2, e3, o0, o1, o2, o3, f0, f1, f2, f3, p0, p1, p2, p3 = acc
         tot_e = _join4(e0, e1, e2, e3, T)
         tot_o = _join4(o0, o1, o2, o3, T)
@@ -603,7 +653,7 @@ def mx_gemv_mma_kernel(
                 me = m_e + 8 * r
                 de, do = _mx_pair_ops(qw_ptr, sc_ptr, a_ptr + (row0 + me) * (K // 2),
                                       a_ptr + (row0 + me + 1) * (K // 2), me < M, me + 1 < M,
-                                      col, n_mask, j, N, K)  # fmt: skip
+                                      col, n_mask, j, N, K, ACT)  # fmt: skip
                 if r == 0:
                     tot_e += de
                     tot_o += do

@@ -331,8 +331,8 @@ def mx_linear(
 ) -> torch.Tensor:  # fmt: skip
     """y [M, N] in x.dtype = act_quant(rot(x)) W^T (+ bias) for x [M, K] bf16/fp16.
 
-    Decode rows take 16-bit activations, either `act`: the mma GEMV (`mx_decode_host.mma_ok`,
-    paired fp16), else the FMA GEMV (`gemv_ok`), and a few more rows the GEMM on them
+    Decode rows take 16-bit activations, either `act`: the mma GEMV (`mx_decode_host.mma_ok`;
+    MXFP4-PARO on the paired prologue, NVFP4 -> MXFP4 on x), else the FMA GEMV (`gemv_ok`), and a few more rows the GEMM on them
     (`served_act`); `path` ("mma" | "gemv" | "gemm") forces the kernel and `act` the GEMM's
     activations (the bench's forced paths)."""
     from . import fast_host, mx_decode_host
@@ -345,9 +345,9 @@ def mx_linear(
                                                                 hip)):  # fmt: skip
         if rh is not None and rl is not None:  # MXFP4-PARO: the int4 mma GEMV's prologue
             a = fast_host.rotate_slices(x.to(rh.dtype), rh, rl, g, paired=True, pair_shift=0)[0]
-        else:
-            a = mx_decode_host.pair_fp16(x)
-        return mx_decode_host.mx_gemv_mma(a, prep.weight, prep.bounds, x.dtype, bias)
+            return mx_decode_host.mx_gemv_mma(a, prep.weight, prep.bounds, x.dtype, bias)
+        return mx_decode_host.mx_gemv_mma(x.contiguous().unsqueeze(0), prep.weight, prep.bounds,
+                                          x.dtype, bias, paired=False)  # fmt: skip
     if path == "gemv" or (path is None and mx_decode_host.gemv_ok(m, hip)):
         if rh is not None and rl is not None and fast_host.prologue_slice(hip):
             # MXFP4-PARO: the int4 decode's sliced prologue (fp16 out), as the int4 GEMVs take it
