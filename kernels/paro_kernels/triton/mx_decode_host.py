@@ -170,9 +170,9 @@ def compile_mx_gemv(target: str, m: int, n: int, k: int, bounds: tuple[int, ...]
 
 # Fourteenth pass: the mma.sync GEMV (`mx_decode_kernels.mx_gemv_mma_kernel`, NVIDIA, M <= 16)
 # on paired fp16 activations (the MXFP4-PARO prologue's `rotate_slices(paired=True)` output),
-# or on x itself (NVFP4 -> MXFP4), paired in the kernel. Config as the int4 mma GEMV's: 128 columns (4 warps, a column quad a
-# thread), the split from one wave of MMA_FIT programs an SM (sm_90 registers, held by
-# `test_aot_mx_gemv_mma_sm90`).
+# or on x itself (NVFP4 -> MXFP4), paired in the kernel. Config as the int4 mma GEMV's: 128
+# columns (4 warps, a column quad a thread), the split from one wave of MMA_FIT programs an SM
+# (sm_90 registers, held by `test_aot_mx_gemv_mma_sm90`).
 MMA = True
 MMA_MIN_M = 1
 MMA_MAX_M = 16

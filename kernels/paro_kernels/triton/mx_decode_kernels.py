@@ -399,7 +399,8 @@ def mx_mma_asm(tiles: int = 1, mode: int = ACT_PAIRED) -> str:
                     continue
                 for i in range(4):  # bf16 channels 2 i (low half), 2 i + 1 (high half)
                     lines += [f"shl.b32 u, {w[i]}, 16;", f"mov.b32 f{2 * i}, u;",
-                              f"and.b32 u, {w[i]}, 0xFFFF0000;", f"mov.b32 f{2 * i + 1}, u;"]  # fmt: skip
+                              f"and.b32 u, {w[i]}, 0xFFFF0000;",
+                              f"mov.b32 f{2 * i + 1}, u;"]  # fmt: skip
                 for j in range(4):  # pair word j: (c_j, c_j+4), c_j in the low half
                     lines.append(f"cvt.rn.satfinite.f16x2.f32 a{o + j}, f{j + 4}, f{j};")
         av = [f"a{i}" for i in range(8 * tiles)]

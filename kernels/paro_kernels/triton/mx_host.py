@@ -332,9 +332,9 @@ def mx_linear(
     """y [M, N] in x.dtype = act_quant(rot(x)) W^T (+ bias) for x [M, K] bf16/fp16.
 
     Decode rows take 16-bit activations, either `act`: the mma GEMV (`mx_decode_host.mma_ok`;
-    MXFP4-PARO on the paired prologue, NVFP4 -> MXFP4 on x), else the FMA GEMV (`gemv_ok`), and a few more rows the GEMM on them
-    (`served_act`); `path` ("mma" | "gemv" | "gemm") forces the kernel and `act` the GEMM's
-    activations (the bench's forced paths)."""
+    MXFP4-PARO on the paired prologue, NVFP4 -> MXFP4 on x), else the FMA GEMV (`gemv_ok`),
+    and a few more rows the GEMM on them (`served_act`); `path` ("mma" | "gemv" | "gemm")
+    forces the kernel and `act` the GEMM's activations (the bench's forced paths)."""
     from . import fast_host, mx_decode_host
 
     require(path in (None, "mma", "gemv", "gemm"), "path", "mma, gemv or gemm", path)
