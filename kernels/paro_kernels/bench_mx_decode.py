@@ -245,13 +245,17 @@ def cells(shapes: list[str], ms: list[int], reps: int, best: dict[int, dict[str,
     return out, not_run
 
 
-MMA_GRID: list[dict[str, int]] = [{}, {"unroll": 1}, {"block_n": 64}, {"block_n": 256}]
+MMA_GRID: list[dict[str, int]] = [
+    {}, {"block_n": 64}, {"unroll": 1}, {"unroll": 1, "fit": 10}, {"fit": 7},
+    {"fit": 7, "maxnreg": 72}, {"fit": 8, "maxnreg": 64},
+]  # fmt: skip
 
 
-def _mma(p: Any, a: torch.Tensor, cfg: Any, paired: bool = False) -> object:
+def _mma(p: Any, a: torch.Tensor, cfg: Any, paired: bool = False, maxnreg: int = 0) -> object:
     from .triton import mx_decode_host
 
-    return mx_decode_host.mx_gemv_mma(a, p.weight, p.bounds, torch.bfloat16, None, cfg, paired)
+    return mx_decode_host.mx_gemv_mma(a, p.weight, p.bounds, torch.bfloat16, None, cfg, paired,
+                                      maxnreg)  # fmt: skip
 
 
 def mma_cells(shapes: list[str], ms: list[int], reps: int, t0: float,
@@ -296,10 +300,11 @@ def mma_cells(shapes: list[str], ms: list[int], reps: int, t0: float,
                     a16 = x.unsqueeze(0)
                     pa = mx_decode_host.pair_fp16(x)
                     for kw, paired in [*((kw, False) for kw in MMA_GRID), ({}, True)]:
-                        cfg = mx_decode_host.mma_config(m, n, k, preps[0].bounds, 132, **kw)
-                        a = pa if paired else a16
-                        err = _ref_err(_mma(preps[0], a, cfg, paired), a16, preps[0])
-                        fns = [functools.partial(_mma, p, a, cfg, paired) for p in preps]
+                        kc = {key: v for key, v in kw.items() if key != "maxnreg"}
+                        cfg = mx_decode_host.mma_config(m, n, k, preps[0].bounds, 132, **kc)
+                        a, mr = (pa if paired else a16), kw.get("maxnreg", 0)
+                        err = _ref_err(_mma(preps[0], a, cfg, paired, mr), a16, preps[0])
+                        fns = [functools.partial(_mma, p, a, cfg, paired, mr) for p in preps]
                         out.append(_row(name, m, f"{label} mma alone {kw}{' paired' * paired}",
                                         _t(fns, reps), nbm, split=cfg.split_k,
                                         rel=f"{err:.1e}"))  # fmt: skip

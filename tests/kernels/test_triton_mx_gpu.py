@@ -44,11 +44,12 @@ def _x(m: int, k: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
     return torch.randn(m, k, generator=torch.Generator().manual_seed(m * 7 + k)).to(dtype)
 
 
-def _served(act: str, m: int) -> str:
-    """The activations an M-row call is served on: decode rows take 16-bit ones."""
+def _served(act: str, m: int, n: int, bounds: tuple[int, ...] = ()) -> str:
+    """The activations an M-row call is served on: decode rows take 16-bit ones (to M = 16 on
+    the mma GEMV where it takes the layer)."""
     from paro_kernels.triton import host, mx_decode_host
 
-    return mx_decode_host.served_act(m, act, host._is_hip())  # type: ignore[arg-type]
+    return mx_decode_host.served_act(m, act, host._is_hip(), n, bounds)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("act", ["fp8", "a16"])
@@ -62,7 +63,7 @@ def test_mxfp4_linear_matches_fp64_reference(case: tuple[int, int], m: int, act:
     bias = torch.randn(n, dtype=torch.bfloat16) if m % 2 else None
     y = mx_ops.linear(prep, x.cuda(), None if bias is None else bias.cuda(), act)
     assert y.shape == (m, n) and y.dtype == torch.bfloat16
-    r = fp8_linear_ref(x, w) if _served(act, m) == "fp8" else x.double() @ w.t()
+    r = fp8_linear_ref(x, w) if _served(act, m, n) == "fp8" else x.double() @ w.t()
     if bias is not None:
         r = r + bias.double()
     assert rel(y, r) <= BF16_FLOOR
@@ -111,7 +112,7 @@ def test_paro_merged_matches_fp64_reference(
         assert rel(y, plane_ref(a, s, w, prep.bounds)) <= BF16_FLOOR, fused  # GEMM on its own A
         assert rel(y, paro_ref(x, w, runs, g, act)) <= (1e-2 if act == "fp8" else BF16_FLOOR)
     linear = mx_host.mx_linear(prep, x.cuda(), None, act)  # type: ignore[arg-type]
-    served = _served(act, m)
+    served = _served(act, m, n, prep.bounds)
     assert rel(linear, paro_ref(x, w, runs, g, served)) <= (1e-2 if served == "fp8"
                                                            else BF16_FLOOR)  # fmt: skip
 
@@ -129,7 +130,7 @@ def test_exponent_range_of_a_checkpoint_and_beyond(m: int) -> None:
     y16 = mx_host.mx_linear(prep, x.cuda(), None, "a16")
     assert rel(y16, x.double() @ w.t()) <= BF16_FLOOR
     y8 = mx_host.mx_linear(prep, x.cuda(), None, "fp8")
-    want = fp8_linear_ref(x, w) if _served("fp8", m) == "fp8" else x.double() @ w.t()
+    want = fp8_linear_ref(x, w) if _served("fp8", m, n) == "fp8" else x.double() @ w.t()
     assert rel(y8, want) <= BF16_FLOOR
     y_gemm = mx_host.mx_linear(prep, x.cuda(), None, "fp8", path="gemm")
     assert rel(y_gemm, fp8_linear_ref(x, w)) <= BF16_FLOOR
@@ -360,5 +361,9 @@ def test_plugin_backend_prepare_apply() -> None:
     assert be.supported("fp8", [200, 120], 0) is None  # no rotation: one plane, any boundary
     prep = be.prepare(weight.cuda(), scale.cuda())
     x = _x(5, 1024)
+    want = fp8_linear_ref(x, w) if _served("fp8", 5, 320) == "fp8" else x.double() @ w.t()
+    assert rel(be.apply(prep, x.cuda(), None, "fp8"), want) <= BF16_FLOOR
+    x = _x(17, 1024)  # past the decode band: the W4A8 GEMM on e4m3 activations
+    assert _served("fp8", 17, 320) == "fp8"
     assert rel(be.apply(prep, x.cuda(), None, "fp8"), fp8_linear_ref(x, w)) <= BF16_FLOOR
     assert rel(be.apply(prep, x.cuda(), None, "bf16"), x.double() @ w.t()) <= BF16_FLOOR

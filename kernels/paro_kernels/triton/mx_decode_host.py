@@ -72,10 +72,13 @@ def gemv_ok(m: int, hip: bool) -> bool:
     return GEMV and m <= GEMV_MAX_M and (GEMV_HIP or not hip)
 
 
-def served_act(m: int, act: ActMode, hip: bool) -> ActMode:
-    """The activations an M-row call of an `act` layer is served on: decode rows take 16-bit
-    ones (the GEMV's, or the GEMM's A16 up to A16_MAX_M) on NVIDIA, where it was measured."""
-    return "a16" if gemv_ok(m, hip) or (not hip and m <= A16_MAX_M) else act
+def served_act(m: int, act: ActMode, hip: bool, n: int = 0,
+               bounds: tuple[int, ...] = ()) -> ActMode:  # fmt: skip
+    """The activations an M-row call of an `act` layer (N columns, plane `bounds`) is served
+    on: decode rows take 16-bit ones on NVIDIA, where it was measured (the mma GEMV's to M = 16
+    where it takes the layer, the FMA GEMV's, or the GEMM's A16 up to A16_MAX_M)."""
+    mma = mma_ok(m, n, bounds, hip)
+    return "a16" if mma or gemv_ok(m, hip) or (not hip and m <= A16_MAX_M) else act
 
 
 def gemv_config(m: int, n: int, k: int, bounds: tuple[int, ...], sms: int, block_n: int = 0,
@@ -193,10 +196,10 @@ def mma_ok(m: int, n: int, bounds: tuple[int, ...], hip: bool) -> bool:
 
 
 def mma_config(m: int, n: int, k: int, bounds: tuple[int, ...], sms: int, block_n: int = 0,
-               split_k: int = 0, unroll: int = 0) -> GemvConfig:  # fmt: skip
+               split_k: int = 0, unroll: int = 0, fit: int = 0) -> GemvConfig:  # fmt: skip
     """The mma GEMV's tile (block_n columns = 32 num_warps threads, a column quad for each gid's
     4 lanes; narrower at plane boundaries) and split (`decode_host.one_wave_split` over steps
-    of `unroll` block pairs)."""
+    of `unroll` block pairs; `fit`: programs an SM for it, default MMA_FIT)."""
     from .decode_host import mma_tiles, one_wave_split
 
     require(1 <= m <= MMA_MAX_M, "x rows", f"1..{MMA_MAX_M} for the MXFP4 mma GEMV", m)
@@ -207,8 +210,8 @@ def mma_config(m: int, n: int, k: int, bounds: tuple[int, ...], sms: int, block_
     tiles = -(-n // bn)
     pairs = -(-k // 64)
     steps = -(-pairs // u)
-    fit = MMA_FIT[nt] * 128 // bn
-    split = split_k or one_wave_split(tiles, steps, sms * fit)
+    slots = (fit or MMA_FIT[nt]) * 128 // bn
+    split = split_k or one_wave_split(tiles, steps, sms * slots)
     return GemvConfig(nt * 8, bn, split, bn // 32, u)
 
 
@@ -232,10 +235,11 @@ def mx_gemv_mma(
     bias: torch.Tensor | None = None,
     config: GemvConfig | None = None,
     paired: bool = True,
+    maxnreg: int = 0,
 ) -> torch.Tensor:
     """y [M, N] = A_p W^T (+ bias) per plane p for M <= 16 rows of activations a [P, M, K]:
     paired fp16 (`pair_fp16`, or the paired prologue at pair shift 0), or with paired=False
-    plain bf16 / fp16 rows, paired in the kernel."""
+    plain bf16 / fp16 rows, paired in the kernel. `maxnreg`: a register cap (the bench's)."""
     from .mx_decode_kernels import ACT_BF16, ACT_F16, ACT_PAIRED, mx_gemv_mma_kernel
 
     check_gemm(a, None, w, bounds, bias)
@@ -264,5 +268,6 @@ def mx_gemv_mma(
         ws, cnt, out, m, n, k, b[0], b[1],
         HAS_BIAS=bias is not None, T=cfg.block_n, SPLIT_K=cfg.split_k, ASM=asm,
         NT=cfg.block_m // 8, U=cfg.unroll, ACT=act, num_warps=cfg.num_warps, num_stages=1,
+        **({"maxnreg": maxnreg} if maxnreg else {}),
     )  # fmt: skip
     return out

@@ -356,7 +356,7 @@ def mx_linear(
             (a,) = activations(prep, x, "a16")
         return mx_decode_host.mx_gemv(a, prep.weight, prep.bounds, x.dtype, bias)
     if path is None:
-        act = mx_decode_host.served_act(x.shape[0], act, hip)
+        act = mx_decode_host.served_act(m, act, hip, prep.weight.n, prep.bounds)
     ops = activations(prep, x, act)
     a, a_scale = ops[0], (ops[1] if len(ops) > 1 else None)
     return mx_gemm(a, a_scale, prep.weight, prep.bounds, x.dtype, bias)
