@@ -246,24 +246,26 @@ def cells(shapes: list[str], ms: list[int], reps: int, best: dict[int, dict[str,
 
 
 MMA_GRID: list[dict[str, int]] = [
-    {}, {"block_n": 64}, {"unroll": 1}, {"unroll": 1, "fit": 10}, {"fit": 7},
-    {"fit": 7, "maxnreg": 72}, {"fit": 8, "maxnreg": 64},
+    {}, {"block_n": 64}, {"unroll": 1, "fit": 10, "maxnreg": 0},
+    {"unroll": 2, "fit": 6, "maxnreg": 0}, {"unroll": 1, "fit": 7, "maxnreg": 72},
+    {"fit": 7, "maxnreg": 0}, {"fit": 8, "maxnreg": 64},
 ]  # fmt: skip
 
 
-def _mma(p: Any, a: torch.Tensor, cfg: Any, paired: bool = False, maxnreg: int = 0) -> object:
+def _mma(p: Any, a: torch.Tensor, cfg: Any, paired: bool = False,
+         maxnreg: int | None = None) -> object:  # fmt: skip
     from .triton import mx_decode_host
 
     return mx_decode_host.mx_gemv_mma(a, p.weight, p.bounds, torch.bfloat16, None, cfg, paired,
                                       maxnreg)  # fmt: skip
 
 
-def mma_cells(shapes: list[str], ms: list[int], reps: int, t0: float,
-              budget: float) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
+def mma_cells(shapes: list[str], ms: list[int], reps: int, t0: float, budget: float,
+              grid: int = len(MMA_GRID)) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
     """Fourteenth pass, per (shape, M), same run: cuBLAS, the int4 W4A16 op as served, MXFP4
     and MXFP4-PARO as served (the mma GEMV from MMA_MIN_M), the paths they took before (the FMA
     GEMV to M = 4, the A16 GEMM past it) forced, and the mma GEMV alone at MMA_GRID's configs
-    (its output against fp64)."""
+    (its output against fp64; the first `grid` of them, 0: none)."""
     from .triton import host, mx_decode_host, mx_host
 
     dev = torch.device("cuda")
@@ -296,13 +298,13 @@ def mma_cells(shapes: list[str], ms: list[int], reps: int, t0: float,
                            for p in preps]  # fmt: skip
                     out.append(_row(name, m, f"{label} {path or 'as served'}", _t(fns, reps),
                                     nbm))  # fmt: skip
-                if not rot:  # the plain bf16 rows as served; the paired input at the default
+                if not rot and grid:  # the plain bf16 rows as served; paired at the default
                     a16 = x.unsqueeze(0)
                     pa = mx_decode_host.pair_fp16(x)
-                    for kw, paired in [*((kw, False) for kw in MMA_GRID), ({}, True)]:
+                    for kw, paired in [*((kw, False) for kw in MMA_GRID[:grid]), ({}, True)]:
                         kc = {key: v for key, v in kw.items() if key != "maxnreg"}
                         cfg = mx_decode_host.mma_config(m, n, k, preps[0].bounds, 132, **kc)
-                        a, mr = (pa if paired else a16), kw.get("maxnreg", 0)
+                        a, mr = (pa if paired else a16), kw.get("maxnreg")
                         err = _ref_err(_mma(preps[0], a, cfg, paired, mr), a16, preps[0])
                         fns = [functools.partial(_mma, p, a, cfg, paired, mr) for p in preps]
                         out.append(_row(name, m, f"{label} mma alone {kw}{' paired' * paired}",
@@ -404,6 +406,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--int5-old", default="", help="module of a previous tree's gemv3 kernel")
     ap.add_argument("--int5-sweep", action="store_true", help="int5 GEMV configs (INT5_SWEEP)")
     ap.add_argument("--mma", action="store_true", help="only mma_cells at --ms (fourteenth pass)")
+    ap.add_argument("--mma-grid", type=int, default=len(MMA_GRID), help="MMA_GRID configs timed")
     argv = sys.argv[1:] if argv is None else argv  # recorded in the JSON
     args = ap.parse_args(argv)
     torch.manual_seed(0)
@@ -415,7 +418,8 @@ def main(argv: list[str] | None = None) -> None:
                                                  *(argv or [])])}  # fmt: skip
     if args.mma:
         shapes = list(filter(None, args.shapes.split(",")))
-        meta["cells"], meta["not_run"] = mma_cells(shapes, ms, args.reps, t0, args.budget_s)
+        meta["cells"], meta["not_run"] = mma_cells(shapes, ms, args.reps, t0, args.budget_s,
+                                                   args.mma_grid)  # fmt: skip
         with open(args.out, "w") as f:
             json.dump(meta, f, indent=1)
         return

@@ -393,10 +393,12 @@ def test_aot_fp8_quant(target: str) -> None:
 def test_aot_mx_gemv_mma_sm90(m: int, act: int) -> None:
     # The fourteenth-pass MXFP4 mma GEMV at its launcher's config (NVIDIA only): per block pair
     # 4 mmas a tile (two chains of 2, one a block), 4 8-byte word loads, 2 scale words and 2
-    # 16-byte activation loads a tile; with U = 2 pairs an iteration every word load of both
-    # issued before the first mma (one memory round trip); 2 PRMT a column's word pair, no
-    # layout conversion of data in the loop (no shared memory there), no spills, registers
-    # within what MMA_FIT counts on. bf16 rows (NVFP4 -> MXFP4 as served): 4 cvt a row of 8.
+    # 16-byte activation loads a tile; with 2 pairs an iteration (M = 2..8) every word load of
+    # both issued before the first mma (one memory round trip); 2 PRMT a column's word pair, no
+    # layout conversion of data in the loop (no shared memory there), registers within what
+    # the band's programs an SM count on (`mma_band`), no stack but under the band's register
+    # cap (two tiles: 72, 16 bytes of stack with Triton 3.9). bf16 rows (NVFP4 -> MXFP4 as
+    # served): 4 cvt a row of 8.
     import re
     import subprocess
     import tempfile
@@ -412,7 +414,8 @@ def test_aot_mx_gemv_mma_sm90(m: int, act: int) -> None:
     assert rep.mma and rep.spills == 0, rep
     ptx = c.asm["ptx"]  # type: ignore[attr-defined]
     tiles = 1 if m <= 8 else 2
-    u = mx_decode_host.MMA_U[tiles]
+    u, fit, cap = mx_decode_host.mma_band(m)
+    assert f"unroll={u}" in rep.config
     body = ptx[ptx.index("$L__BB0_2:") : ptx.rindex("bra.uni") if "bra.uni" in ptx else None]
     loop = body[: body.index("bar.sync")] if "bar.sync" in body else body
     assert loop.count("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") == 8 * tiles * u
@@ -430,5 +433,7 @@ def test_aot_mx_gemv_mma_sm90(m: int, act: int) -> None:
         usage = subprocess.run([str(tool), "--dump-resource-usage", f.name], capture_output=True,
                                text=True, check=True).stdout  # fmt: skip
     regs = int(re.search(r"REG:(\d+)", usage).group(1))  # type: ignore[union-attr]
-    fit = 65536 // (-(-regs // 8) * 8 * mx_decode_host.MMA_BLOCK_N)
-    assert 0 < regs <= 80 and mx_decode_host.MMA_FIT[tiles] <= fit, (regs, fit)
+    stack = int(re.search(r"STACK:(\d+)", usage).group(1))  # type: ignore[union-attr]
+    assert 0 < regs <= (cap or 80) and stack <= (16 if cap else 0), usage
+    slots = 65536 // (-(-regs // 8) * 8 * mx_decode_host.MMA_BLOCK_N)
+    assert fit <= slots, (regs, fit, slots)

@@ -73,16 +73,18 @@ def _report(
 
 
 def _compile(fn: object, signature: dict[str, str], constexprs: Mapping[str, object], target: str,
-             num_warps: int, num_stages: int, aligned: tuple[str, ...] = ()) -> object:  # fmt: skip
+             num_warps: int, num_stages: int, aligned: tuple[str, ...] = (),
+             maxnreg: int = 0) -> object:  # fmt: skip
     """`aligned`: arguments specialized as multiples of 16 (bytes for pointers), as the JIT
-    specializes torch's allocations and shapes at run time."""
+    specializes torch's allocations and shapes at run time; `maxnreg`: a register cap."""
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     sig = {**signature, **dict.fromkeys(constexprs, "constexpr")}
     attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(sig) if a in aligned}
     src = triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
-    return triton.compile(
-        src, target=TARGETS[target][0], options={"num_warps": num_warps, "num_stages": num_stages}
-    )
+    opts = {"num_warps": num_warps, "num_stages": num_stages}
+    if maxnreg:
+        opts["maxnreg"] = maxnreg
+    return triton.compile(src, target=TARGETS[target][0], options=opts)
 
 
 def compile_gemm(target: str, m: int, n: int, k: int, g: int, zp_rowsum: bool = False) -> Report:
@@ -357,5 +359,5 @@ def compile_mx_gemv_mma(target: str, m: int, n: int, k: int, bounds: tuple[int, 
              "NT": cfg.block_m // 8, "U": cfg.unroll, "ACT": act}  # fmt: skip
     aligned = (*(a for a in sig if a.endswith("_ptr")), "N", "K")
     c = _compile(mx_decode_kernels.mx_gemv_mma_kernel, sig, const, target, cfg.num_warps, 1,
-                 aligned)  # fmt: skip
+                 aligned, mx_decode_host.mma_band(m)[2])  # fmt: skip
     return _report("mx_gemv_mma", target, str(cfg), c, r"mma\.sync"), c

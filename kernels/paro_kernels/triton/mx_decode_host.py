@@ -174,16 +174,26 @@ def compile_mx_gemv(target: str, m: int, n: int, k: int, bounds: tuple[int, ...]
 # Fourteenth pass: the mma.sync GEMV (`mx_decode_kernels.mx_gemv_mma_kernel`, NVIDIA, M <= 16)
 # on paired fp16 activations (the MXFP4-PARO prologue's `rotate_slices(paired=True)` output),
 # or on x itself (NVFP4 -> MXFP4), paired in the kernel. Config as the int4 mma GEMV's: 128
-# columns (4 warps, a column quad a thread), the split from one wave of MMA_FIT programs an SM
-# (sm_90 registers, held by `test_aot_mx_gemv_mma_sm90`).
+# columns (4 warps, a column quad a thread), the split from one wave of the programs an SM
+# (MMA_BANDS, below; sm_90 registers held by `test_aot_mx_gemv_mma_sm90`).
 MMA = True
 MMA_MIN_M = 1
 MMA_MAX_M = 16
 MMA_BLOCK_N = 128
-MMA_U = {1: 2, 2: 1}  # block pairs an iteration, by activation tiles
-# programs of 4 warps an SM the registers allow, by activation tiles (sm_90, Triton 3.9: 72-77
-# registers, by tiles and activations: 6 fit)
-MMA_FIT = {1: 6, 2: 6}
+# The bands' (unroll, programs an SM for the split, register cap) by their last M. H200 (BENCH.md
+# fourteenth pass, run 3: gate_up, qkv, down at M = 1 / 4 / 16, same run, us): M = 1 one block
+# pair an iteration at 10 an SM (48 registers) 26.2 / 12.3 / 14.9 against two at 6 an SM (72-76)
+# 28.2 / 13.6 / 15.9; M = 2..8 two pairs, 6 an SM (M = 4: one pair at 10 an SM within 4% either
+# way); two tiles (M = 9..16) capped at 72 registers, 7 an SM: 34.0 / 16.7 / 19.0 against 46.0 /
+# 18.0 / 23.1 uncapped at 6 (64 registers there on Triton 3.6, ncu) and 42.9 / 17.9 / 21.3
+# uncapped at 7. sm_90 register counts (Triton 3.9, `test_aot_mx_gemv_mma_sm90`): 48 / 72-76 /
+# 72-77, or 72 capped (16 bytes of stack there).
+MMA_BANDS = {1: (1, 10, 0), 8: (2, 6, 0), 16: (1, 7, 72)}
+
+
+def mma_band(m: int) -> tuple[int, int, int]:
+    """(unroll, programs an SM, register cap or 0) of the mma GEMV at M rows."""
+    return next(v for top, v in sorted(MMA_BANDS.items()) if m <= top)
 
 
 def mma_ok(m: int, n: int, bounds: tuple[int, ...], hip: bool) -> bool:
@@ -199,18 +209,19 @@ def mma_config(m: int, n: int, k: int, bounds: tuple[int, ...], sms: int, block_
                split_k: int = 0, unroll: int = 0, fit: int = 0) -> GemvConfig:  # fmt: skip
     """The mma GEMV's tile (block_n columns = 32 num_warps threads, a column quad for each gid's
     4 lanes; narrower at plane boundaries) and split (`decode_host.one_wave_split` over steps
-    of `unroll` block pairs; `fit`: programs an SM for it, default MMA_FIT)."""
+    of `unroll` block pairs; `fit`: programs an SM for it; defaults: MMA_BANDS)."""
     from .decode_host import mma_tiles, one_wave_split
 
     require(1 <= m <= MMA_MAX_M, "x rows", f"1..{MMA_MAX_M} for the MXFP4 mma GEMV", m)
     bn = _block_n(block_n or MMA_BLOCK_N, _align(bounds))
     require(bn in (32, 64, 128, 256, 512), "block_n", "32 x (1, 2, 4, 8 or 16)", bn)
     nt = mma_tiles(m)
-    u = unroll or MMA_U[nt]
+    band_u, band_fit, _ = mma_band(m)
+    u = unroll or band_u
     tiles = -(-n // bn)
     pairs = -(-k // 64)
     steps = -(-pairs // u)
-    slots = (fit or MMA_FIT[nt]) * 128 // bn
+    slots = (fit or band_fit) * 128 // bn
     split = split_k or one_wave_split(tiles, steps, sms * slots)
     return GemvConfig(nt * 8, bn, split, bn // 32, u)
 
@@ -235,11 +246,12 @@ def mx_gemv_mma(
     bias: torch.Tensor | None = None,
     config: GemvConfig | None = None,
     paired: bool = True,
-    maxnreg: int = 0,
+    maxnreg: int | None = None,
 ) -> torch.Tensor:
     """y [M, N] = A_p W^T (+ bias) per plane p for M <= 16 rows of activations a [P, M, K]:
     paired fp16 (`pair_fp16`, or the paired prologue at pair shift 0), or with paired=False
-    plain bf16 / fp16 rows, paired in the kernel. `maxnreg`: a register cap (the bench's)."""
+    plain bf16 / fp16 rows, paired in the kernel. `maxnreg`: a register cap (0: none; default:
+    the band's, `mma_band`)."""
     from .mx_decode_kernels import ACT_BF16, ACT_F16, ACT_PAIRED, mx_gemv_mma_kernel
 
     check_gemm(a, None, w, bounds, bias)
@@ -249,6 +261,8 @@ def mx_gemv_mma(
             (a.dtype, a.stride()))  # fmt: skip
     act = ACT_PAIRED if paired else ACT_BF16 if a.dtype == torch.bfloat16 else ACT_F16
     _, m, k = a.shape
+    if maxnreg is None:
+        maxnreg = mma_band(m)[2]
     n = w.n
     require(n % 4 == 0, "N", "a multiple of 4 for the mma GEMV", n)
     require(all(b % 32 == 0 for b in bounds), "bounds", "multiples of 32", bounds)
@@ -268,6 +282,6 @@ def mx_gemv_mma(
         ws, cnt, out, m, n, k, b[0], b[1],
         HAS_BIAS=bias is not None, T=cfg.block_n, SPLIT_K=cfg.split_k, ASM=asm,
         NT=cfg.block_m // 8, U=cfg.unroll, ACT=act, num_warps=cfg.num_warps, num_stages=1,
-        **({"maxnreg": maxnreg} if maxnreg else {}),
+        **({"maxnreg": maxnreg} if maxnreg and asm else {}),
     )  # fmt: skip
     return out
