@@ -260,6 +260,10 @@ for name, k, sizes, m, rotated in MMA_INTERP_CASES:
         y = mx_decode_host.mx_gemv_mma(a, prep.weight, prep.bounds, torch.float32, bias, cfg)
         mma[f"{name}/{split}"] = {"rel": rel(y, r), "shape": list(y.shape),
                                   "pairing": rel(a.double(), p.double()), "tiles": cfg.block_m}
+        if rotated:  # the served prologue: the Givens records at M < 9 (tables built at load)
+            gv = mx_host._mma_prologue(prep, x, prep.rot_hi, prep.rot_lo)
+            mma[f"{name}/{split}"]["givens"] = rel(gv.double(), p.double())
+            mma[f"{name}/{split}"]["gv_shape"] = list(prep.gv_idx.shape)
         if not rotated:  # plain rows, paired in the kernel: bf16 (as served) and fp16
             for xp in (x, x.to(torch.float16)):
                 y = mx_decode_host.mx_gemv_mma(xp.unsqueeze(0), prep.weight, prep.bounds,
@@ -334,6 +338,10 @@ def test_interpreter_mx_mma_gemv_matches_fp64(interp_results: dict, case: tuple)
         assert res["rel"] <= 2e-5, (key, res)
     if not name.startswith("mma_paro"):
         assert all(res["pairing"] == 0 for res in runs.values()), runs
+    else:  # the Givens records' paired prologue (served at M < 9) against the blocks'
+        k = case[1]
+        assert all(res["givens"] <= 2e-3 and res["gv_shape"] == [2, 4, k] for res in
+                   runs.values()), runs  # fmt: skip
 
 
 def test_interpreter_pair_fp16_saturates_and_pairs(interp_results: dict) -> None:

@@ -101,6 +101,9 @@ class Prepared:
     rot_hi: torch.Tensor | None = None  # [P, K/G, G, G] fp16: diag(cs_g) R_g^T, hi part
     rot_lo: torch.Tensor | None = None
     group_size: int = 0
+    # the Givens records (`host.givens_tables`) for the decode prologue of the mma GEMV
+    gv_idx: torch.Tensor | None = None  # [P, krot, K] int32
+    gv_coef: torch.Tensor | None = None  # [P, 2 krot + 1, K] fp32
 
 
 # --------------------------------------------------------------------------- load-time repack
@@ -156,7 +159,9 @@ def prepare(
     hi, lo = host.split_hi_lo(rots, dtype)
     bounds = tuple(n0 for n0, _, _, _, _ in runs[1:])
     _block_n(128, _align(bounds))  # refuse unaligned boundaries at load, not at the first call
-    return Prepared(w, bounds, hi.to(dev), lo.to(dev), group_size)
+    gv = host.givens_tables(runs, group_size)
+    gi, gc = (None, None) if gv is None else (gv[0].to(dev), gv[1].to(dev))
+    return Prepared(w, bounds, hi.to(dev), lo.to(dev), group_size, gi, gc)
 
 
 # --------------------------------------------------------------------------- configs
@@ -325,6 +330,22 @@ def activations(
     return q.unsqueeze(0), s.unsqueeze(0)
 
 
+def _mma_prologue(prep: Prepared, x: torch.Tensor, rh: torch.Tensor,
+                  rl: torch.Tensor) -> torch.Tensor:  # fmt: skip
+    """MXFP4-PARO's paired fp16 activations (pair shift 0) for the mma GEMV, by the int4 mma
+    GEMV's rule (`decode_host.gemv_mma_linear`): the Givens records, but the sliced blocks from
+    MMA_BLOCKS_MIN_M rows on layers of at most MMA_BLOCKS_MAX_WEIGHTS (or without records)."""
+    from . import decode_host, fast_host
+
+    m, k = x.shape
+    small = prep.weight.n * k <= decode_host.MMA_BLOCKS_MAX_WEIGHTS
+    blocks = m >= decode_host.MMA_BLOCKS_MIN_M and small
+    if prep.gv_idx is not None and prep.gv_coef is not None and not blocks:
+        return fast_host.rotate_givens_paired(x, prep.gv_idx, prep.gv_coef, prep.group_size, 0)
+    return fast_host.rotate_slices(x.to(rh.dtype), rh, rl, prep.group_size, paired=True,
+                                   pair_shift=0)[0]  # fmt: skip
+
+
 def mx_linear(
     prep: Prepared, x: torch.Tensor, bias: torch.Tensor | None = None, act: ActMode = "fp8",
     path: str | None = None,
@@ -343,8 +364,8 @@ def mx_linear(
     m = x.shape[0]
     if path == "mma" or (path is None and mx_decode_host.mma_ok(m, prep.weight.n, prep.bounds,
                                                                 hip)):  # fmt: skip
-        if rh is not None and rl is not None:  # MXFP4-PARO: the int4 mma GEMV's prologue
-            a = fast_host.rotate_slices(x.to(rh.dtype), rh, rl, g, paired=True, pair_shift=0)[0]
+        if rh is not None and rl is not None:  # MXFP4-PARO: the int4 mma GEMV's prologues
+            a = _mma_prologue(prep, x, rh, rl)
             return mx_decode_host.mx_gemv_mma(a, prep.weight, prep.bounds, x.dtype, bias)
         return mx_decode_host.mx_gemv_mma(x.contiguous().unsqueeze(0), prep.weight, prep.bounds,
                                           x.dtype, bias, paired=False)  # fmt: skip

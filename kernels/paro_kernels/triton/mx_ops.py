@@ -85,11 +85,13 @@ def mx_linear(
     group_size: int,
     act: str,
     bias: torch.Tensor | None = None,
+    gv_idx: torch.Tensor | None = None,
+    gv_coef: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The whole MXFP4 linear: (rotate +) activation quant + GEMM, y [M, N] in x.dtype."""
     prep = mx_host.Prepared(
         mx_host.MxWeight(qw, sc, cmax, k, span, cmax_min), tuple(bounds), rot_hi, rot_lo,
-        group_size,
+        group_size, gv_idx, gv_coef,
     )  # fmt: skip
     return mx_host.mx_linear(prep, x, bias, act)  # type: ignore[arg-type]
 
@@ -109,6 +111,8 @@ def _mx_linear_fake(
     group_size: int,
     act: str,
     bias: torch.Tensor | None = None,
+    gv_idx: torch.Tensor | None = None,
+    gv_coef: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Output [M, N] in x.dtype."""
     torch._check(  # type: ignore[no-untyped-call]
@@ -124,6 +128,6 @@ def linear(
     w = prep.weight
     y: torch.Tensor = mx_linear(
         x, w.qw, w.sc, w.cmax, w.k, w.span, w.cmax_min, list(prep.bounds), prep.rot_hi,
-        prep.rot_lo, prep.group_size, act, bias,
+        prep.rot_lo, prep.group_size, act, bias, prep.gv_idx, prep.gv_coef,
     )  # fmt: skip
     return y
