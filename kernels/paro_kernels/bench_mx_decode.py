@@ -193,11 +193,32 @@ def _dequant(p: Any) -> torch.Tensor:
     return codes * scale.repeat_interleave(32, 1)
 
 
+def _peers(name: str, m: int, x: torch.Tensor, n: int, sizes: tuple[int, ...], reps: int,
+           int4pack: bool = False) -> list[dict[str, Any]]:  # fmt: skip
+    """The cell's peers, same run: cuBLAS bf16, (int4pack,) the int4 W4A16 op as served."""
+    from .triton import host
+
+    k, dev = x.shape[1], x.device
+    wd = [torch.randn(k, n, device=dev, dtype=torch.bfloat16) for _ in range(b.copies(2 * k * n))]
+    cub = _t([functools.partial(torch.matmul, x, w) for w in wd], reps)
+    rows = [_row(name, m, "cublas-bf16", cub, 2 * n * k + 2 * m * (k + n))]
+    del wd
+    if int4pack:
+        rows.append(_row(name, m, "int4pack", b._time(_int4pack(n, k, m, dev), reps),
+                         _bytes_w4(n, k, m)))  # fmt: skip
+    i4 = [_with_givens(b._random_prep(n, k, sizes, 4, dev), k, len(sizes), dev)
+          for _ in range(b.copies(_bytes_w4(n, k, 0)))]  # fmt: skip
+    rows.append(_row(name, m, "w4a16-int4 as served",
+                     _t([functools.partial(host.linear, p, x) for p in i4], reps),
+                     _bytes_w4(n, k, m)))  # fmt: skip
+    return rows
+
+
 def cells(shapes: list[str], ms: list[int], reps: int, best: dict[int, dict[str, Any]],
           t0: float, budget: float) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
     """Per (shape, M), same run: cuBLAS, int4pack, int4 W4A16 as served, MXFP4 / MXFP4-PARO as
     served, the GEMM forced, the GEMV at the best sweep config."""
-    from .triton import host, mx_decode_host, mx_host
+    from .triton import mx_decode_host, mx_host
 
     dev = torch.device("cuda")
     out, not_run = [], []
@@ -208,20 +229,7 @@ def cells(shapes: list[str], ms: list[int], reps: int, best: dict[int, dict[str,
                 not_run.append(f"{name}@{m}")
                 continue
             x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-            wd = [torch.randn(k, n, device=dev, dtype=torch.bfloat16)
-                  for _ in range(b.copies(2 * k * n))]  # fmt: skip
-            nb16 = 2 * n * k + 2 * m * (k + n)
-            cub = _t([functools.partial(torch.matmul, x, w) for w in wd], reps)
-            out.append(_row(name, m, "cublas-bf16", cub, nb16))
-            del wd
-            out.append(_row(name, m, "int4pack", b._time(_int4pack(n, k, m, dev), reps),
-                            _bytes_w4(n, k, m)))  # fmt: skip
-            i4 = [_with_givens(b._random_prep(n, k, sizes, 4, dev), k, len(sizes), dev)
-                  for _ in range(b.copies(_bytes_w4(n, k, 0)))]  # fmt: skip
-            out.append(_row(name, m, "w4a16-int4 as served",
-                            _t([functools.partial(host.linear, p, x) for p in i4], reps),
-                            _bytes_w4(n, k, m)))  # fmt: skip
-            del i4
+            out += _peers(name, m, x, n, sizes, reps, int4pack=True)
             for rot in (False, True):
                 label = "mxfp4-paro" if rot else "mxfp4"
                 preps = _mx_preps(n, k, sizes, rot, dev)
@@ -266,7 +274,7 @@ def mma_cells(shapes: list[str], ms: list[int], reps: int, t0: float, budget: fl
     and MXFP4-PARO as served (the mma GEMV from MMA_MIN_M), the paths they took before (the FMA
     GEMV to M = 4, the A16 GEMM past it) forced, and the mma GEMV alone at MMA_GRID's configs
     (its output against fp64; the first `grid` of them, 0: none)."""
-    from .triton import host, mx_decode_host, mx_host
+    from .triton import mx_decode_host, mx_host
 
     dev = torch.device("cuda")
     out, not_run = [], []
@@ -277,17 +285,7 @@ def mma_cells(shapes: list[str], ms: list[int], reps: int, t0: float, budget: fl
                 not_run.append(f"{name}@{m}")
                 continue
             x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-            wd = [torch.randn(k, n, device=dev, dtype=torch.bfloat16)
-                  for _ in range(b.copies(2 * k * n))]  # fmt: skip
-            cub = _t([functools.partial(torch.matmul, x, w) for w in wd], reps)
-            out.append(_row(name, m, "cublas-bf16", cub, 2 * n * k + 2 * m * (k + n)))
-            del wd
-            i4 = [_with_givens(b._random_prep(n, k, sizes, 4, dev), k, len(sizes), dev)
-                  for _ in range(b.copies(_bytes_w4(n, k, 0)))]  # fmt: skip
-            out.append(_row(name, m, "w4a16-int4 as served",
-                            _t([functools.partial(host.linear, p, x) for p in i4], reps),
-                            _bytes_w4(n, k, m)))  # fmt: skip
-            del i4
+            out += _peers(name, m, x, n, sizes, reps)
             for rot in (False, True):
                 label = "mxfp4-paro" if rot else "mxfp4"
                 preps = _mx_preps(n, k, sizes, rot, dev)

@@ -244,8 +244,6 @@ def test_aot_gemv_mma_sm90(m: int, hi: bool) -> None:
     # took 158), 104 with two tiles. int5 (thirteenth pass): a 16-byte load of the 4 columns'
     # fifth-bit words a word row, in the same round trip; one PRMT (the thread's byte), one
     # multiply and 4 shift + LOP3 pairs a word (8 lop3 in all); <= 80 / 104 registers.
-    import re
-    import tempfile
 
     from paro_kernels.triton import decode_host, fast_host
 
@@ -265,13 +263,8 @@ def test_aot_gemv_mma_sm90(m: int, hi: bool) -> None:
     assert ptx.count("mul.lo.u32") >= 16 * hi
     ttgir = c.asm["ttgir"]  # type: ignore[attr-defined]
     assert all("xi1" in ln for ln in ttgir.splitlines() if "convert_layout" in ln)
-    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(c.asm["cubin"])  # type: ignore[attr-defined]
-        f.flush()
-        usage = subprocess.run([str(tool), "--dump-resource-usage", f.name], capture_output=True,
-                               text=True, check=True).stdout  # fmt: skip
-    regs = int(re.search(r"REG:(\d+)", usage).group(1))  # type: ignore[union-attr]
+    usage = aot.cubin_usage(c)
+    regs = usage["REG"]
     assert 0 < regs <= ((80 if hi else 64) if tiles == 1 else 104), usage
     # the launcher's one-wave split counts on MMA_FIT programs an SM: never more than fit
     fit = 65536 // (-(-regs // 8) * 8 * decode_host.MMA_CONFIG["block_n"])

@@ -407,10 +407,6 @@ def test_aot_mx_gemv_mma_sm90(m: int, act: int) -> None:
     # the band's programs an SM count on (`mma_band`), no stack but under the band's register
     # cap (two tiles: 72, 16 bytes of stack with Triton 3.9). bf16 rows (NVFP4 -> MXFP4 as
     # served): 4 cvt a row of 8.
-    import re
-    import subprocess
-    import tempfile
-
     from paro_kernels.triton import aot, mx_decode_host
 
     bounds = (8704,)
@@ -434,14 +430,8 @@ def test_aot_mx_gemv_mma_sm90(m: int, act: int) -> None:
     words = loop[: loop.index("mma.sync")]
     assert words.count("ld.global.v2.b32") == 4 * u, "a pair's words loaded after an mma"
     assert "shared" not in loop
-    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(c.asm["cubin"])  # type: ignore[attr-defined]
-        f.flush()
-        usage = subprocess.run([str(tool), "--dump-resource-usage", f.name], capture_output=True,
-                               text=True, check=True).stdout  # fmt: skip
-    regs = int(re.search(r"REG:(\d+)", usage).group(1))  # type: ignore[union-attr]
-    stack = int(re.search(r"STACK:(\d+)", usage).group(1))  # type: ignore[union-attr]
+    usage = aot.cubin_usage(c)
+    regs, stack = usage["REG"], usage["STACK"]
     assert 0 < regs <= (cap or 80) and stack <= (16 if cap else 0), usage
     slots = 65536 // (-(-regs // 8) * 8 * mx_decode_host.MMA_BLOCK_N)
     assert fit <= slots, (regs, fit, slots)

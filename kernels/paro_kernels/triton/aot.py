@@ -361,3 +361,19 @@ def compile_mx_gemv_mma(target: str, m: int, n: int, k: int, bounds: tuple[int, 
     c = _compile(mx_decode_kernels.mx_gemv_mma_kernel, sig, const, target, cfg.num_warps, 1,
                  aligned, mx_decode_host.mma_band(m)[2])  # fmt: skip
     return _report("mx_gemv_mma", target, str(cfg), c, r"mma\.sync"), c
+
+
+def cubin_usage(compiled: object) -> dict[str, int]:
+    """The sm_90 build's resource usage as `cuobjdump --dump-resource-usage` reads its cubin
+    (Triton's own copy of the tool): REG, STACK, SHARED, LOCAL ... by name."""
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(compiled.asm["cubin"])  # type: ignore[attr-defined]
+        f.flush()
+        usage = subprocess.run([str(tool), "--dump-resource-usage", f.name], capture_output=True,
+                               text=True, check=True).stdout  # fmt: skip
+    return {key: int(v) for key, v in re.findall(r"([A-Z_]+):(\d+)", usage)}

@@ -896,6 +896,42 @@ def _mma_out(y, m, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS: tl.co
 
 
 @triton.jit
+def _quad_lanes(pid_n, T: tl.constexpr, N, b1, b2):
+    """The mma GEMVs' lane mapping (section note): the program's first column n0, its plane, each
+    thread's gid and tig, its column quad and the quad's 4 columns [1, T, 4] (16-byte aligned
+    runs) with their mask."""
+    n0 = pid_n * T
+    part = (n0 >= b1).to(tl.int32) + (n0 >= b2).to(tl.int32)
+    t = tl.arange(0, T)
+    lane = t % 32
+    gid = lane // 4
+    tig = lane % 4
+    quad = (t // 32) * 8 + gid
+    col = n0 + quad[None, :, None] * 4 + tl.arange(0, 4)[None, None, :]
+    col = tl.max_contiguous(tl.multiple_of(col, (1, 1, 4)), (1, 1, 4))  # 16-byte loads
+    return n0, part, gid, tig, quad, col, col < N
+
+
+@triton.jit
+def _mma_store(tot_e, tot_o, tot_f, tot_p, m_e, col, n_mask, bias_ptr, out_ptr, ws_ptr, cnt_ptr,
+               pid_n, M, N, HAS_BIAS: tl.constexpr, SPLIT_K: tl.constexpr,
+               NT: tl.constexpr):  # fmt: skip
+    """The mma GEMVs' outputs: the thread's rows 2 tig, 2 tig + 1 (and with NT = 2 8 + 2 tig,
+    9 + 2 tig) of its 4 columns stored, or added into the split-K workspace and the last split's
+    ticket finishing the tile."""
+    _mma_out(tot_e, m_e, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS, SPLIT_K)
+    _mma_out(tot_o, m_e + 1, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS, SPLIT_K)
+    if NT == 2:
+        _mma_out(tot_f, m_e + 8, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS,
+                 SPLIT_K)  # fmt: skip
+        _mma_out(tot_p, m_e + 9, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS,
+                 SPLIT_K)  # fmt: skip
+    if SPLIT_K > 1:
+        _mma_finish(ws_ptr, out_ptr, cnt_ptr, bias_ptr, pid_n, m_e, col, n_mask, M, N, HAS_BIAS,
+                    SPLIT_K, NT)  # fmt: skip
+
+
+@triton.jit
 def gemv_mma_kernel(
     a_ptr,  # [P, M, K/2] int32: the paired fp16 prologue output, pair shift 0
     qw_ptr,  # [K/8, N] int32 codes packed along K (nibble s of word r = row 8r + s)
@@ -922,16 +958,7 @@ def gemv_mma_kernel(
     """out[:M, n-block] = sum over this split's groups of a_p @ dequant(Q); section note above."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
-    n0 = pid_n * T
-    part = (n0 >= b1).to(tl.int32) + (n0 >= b2).to(tl.int32)
-    t = tl.arange(0, T)
-    lane = t % 32
-    gid = lane // 4
-    tig = lane % 4
-    quad = (t // 32) * 8 + gid
-    col = n0 + quad[None, :, None] * 4 + tl.arange(0, 4)[None, None, :]
-    col = tl.max_contiguous(tl.multiple_of(col, (1, 1, 4)), (1, 1, 4))  # 16-byte loads
-    n_mask = col < N
+    _, part, gid, tig, _, col, n_mask = _quad_lanes(pid_n, T, N, b1, b2)
     ngroups = K // G
     per = tl.cdiv(ngroups, SPLIT_K)
     g0 = pid_k * per
@@ -976,16 +1003,8 @@ def gemv_mma_kernel(
                 else:
                     tot_f += de * s
                     tot_p += do * s
-    _mma_out(tot_e, m_e, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS, SPLIT_K)
-    _mma_out(tot_o, m_e + 1, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS, SPLIT_K)
-    if NT == 2:
-        _mma_out(tot_f, m_e + 8, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS,
-                 SPLIT_K)  # fmt: skip
-        _mma_out(tot_p, m_e + 9, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS,
-                 SPLIT_K)  # fmt: skip
-    if SPLIT_K > 1:
-        _mma_finish(ws_ptr, out_ptr, cnt_ptr, bias_ptr, pid_n, m_e, col, n_mask, M, N, HAS_BIAS,
-                    SPLIT_K, NT)  # fmt: skip
+    _mma_store(tot_e, tot_o, tot_f, tot_p, m_e, col, n_mask, bias_ptr, out_ptr, ws_ptr, cnt_ptr,
+               pid_n, M, N, HAS_BIAS, SPLIT_K, NT)  # fmt: skip
 
 
 @triton.jit

@@ -16,7 +16,7 @@ int4 GEMV there (`fast_host.a8_route`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -269,12 +269,8 @@ def mx_gemv_mma(
     cfg = config or mma_config(m, n, k, bounds, host.sm_count(a.device))
     require(m <= cfg.block_m, "x rows", f"<= {cfg.block_m} for this config", m)
     asm = not host._is_hip() and not host._interpreted()
-    out = torch.empty(m, n, dtype=out_dtype, device=a.device)
-    tiles = -(-n // cfg.block_n)
-    ws = cnt = out
-    if cfg.split_k > 1:  # the int4 GEMVs' buffers: zero on entry, left zero by the last split
-        ws = fast_host._scratch("gemv_ws", m * n, torch.float32, a.device)
-        cnt = fast_host._scratch("gemv_cnt", tiles, torch.int32, a.device)
+    # the int4 GEMVs' buffers: the split-K workspace and tickets zero on entry, left zero
+    out, ws, cnt, tiles = fast_host._gemv_buffers(m, n, cast(Any, cfg), out_dtype, a.device)
     b = (*bounds, n, n)[:2]
     sc = w.sc.view(torch.int32) if asm else w.sc
     mx_gemv_mma_kernel[(tiles, cfg.split_k)](

@@ -32,7 +32,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .decode_kernels import _join4, _mma_finish, _mma_out, _pair_f32, _split4
+from .decode_kernels import _join4, _mma_store, _pair_f32, _quad_lanes, _split4
 from .kernels import _gemv_epilogue
 
 # Nibble p of a word (bits 4p..4p+3) as fp32 output $p: pair (p, p + 4) is one fp16 pair after
@@ -606,15 +606,7 @@ def mx_gemv_mma_kernel(
     """out[:M, n-block] = sum over this split's block pairs of a_p @ W^T; section note above."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
-    n0 = pid_n * T
-    part = (n0 >= b1).to(tl.int32) + (n0 >= b2).to(tl.int32)
-    t = tl.arange(0, T)
-    lane = t % 32
-    gid = lane // 4
-    tig = lane % 4
-    quad = (t // 32) * 8 + gid
-    col = n0 + quad[None, :, None] * 4 + tl.arange(0, 4)[None, None, :]
-    n_mask = col < N
+    n0, part, gid, tig, quad, col, n_mask = _quad_lanes(pid_n, T, N, b1, b2)
     npairs = tl.cdiv(K, 64)
     per = tl.cdiv(tl.cdiv(npairs, SPLIT_K), U) * U
     j0 = pid_k * per
@@ -662,18 +654,9 @@ def mx_gemv_mma_kernel(
                     tot_f += de
                     tot_p += do
     # the unpack's 2^-14
-    _mma_out(tot_e * 16384.0, m_e, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS,
-             SPLIT_K)  # fmt: skip
-    _mma_out(tot_o * 16384.0, m_e + 1, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS,
-             SPLIT_K)  # fmt: skip
-    if NT == 2:
-        _mma_out(tot_f * 16384.0, m_e + 8, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N,
-                 HAS_BIAS, SPLIT_K)  # fmt: skip
-        _mma_out(tot_p * 16384.0, m_e + 9, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N,
-                 HAS_BIAS, SPLIT_K)  # fmt: skip
-    if SPLIT_K > 1:
-        _mma_finish(ws_ptr, out_ptr, cnt_ptr, bias_ptr, pid_n, m_e, col, n_mask, M, N, HAS_BIAS,
-                    SPLIT_K, NT)  # fmt: skip
+    _mma_store(tot_e * 16384.0, tot_o * 16384.0, tot_f * 16384.0, tot_p * 16384.0, m_e, col,
+               n_mask, bias_ptr, out_ptr, ws_ptr, cnt_ptr, pid_n, M, N, HAS_BIAS, SPLIT_K,
+               NT)  # fmt: skip
 
 
 @triton.jit
