@@ -1,4 +1,4 @@
-"""Host side of the MXFP4 decode GEMV (`mx_decode_kernels`): configs, the launch, the route.
+"""Host side of the MXFP4 decode GEMVs (`mx_decode_kernels`): configs, the launches, the route.
 
 Shape contract of `mx_gemv` (asserted by `mx_host.check_gemm`, the GEMM's):
 
@@ -8,9 +8,13 @@ Shape contract of `mx_gemv` (asserted by `mx_host.check_gemm`, the GEMM's):
     bias     [N] or None
     -> y     [M, N]          out dtype
 
-W4A8 MXFP4 layers take this path too at decode: the same weight bytes with the activations left
-unquantized (more accurate than the format's fp8 activations), as the int4 W4A8 layers take the
-int4 GEMV there (`fast_host.a8_route`).
+`mx_gemv_mma` (the mma.sync GEMV, fourteenth pass; NVIDIA, served from M = 1 to 16): the same,
+with a [P, M <= 16, K] contiguous: paired fp16 (the MXFP4-PARO prologue's), or plain bf16 / fp16
+rows (NVFP4 -> MXFP4: x itself); N a multiple of 4, plane bounds multiples of 32.
+
+W4A8 MXFP4 layers take these paths too at decode: the same weight bytes with the activations
+left unquantized (more accurate than the format's fp8 activations), as the int4 W4A8 layers take
+the int4 GEMVs there (`fast_host.a8_route`).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The MXFP4 decode GEMV (issue 14, sixth and seventh passes): M <= 4 rows on the FMA units, not
-16-row tiles.
+"""The MXFP4 decode GEMVs (issue 14): the sixth and seventh passes' M <= 4 rows on the FMA units,
+not 16-row tiles (this docstring), and the fourteenth pass's M <= 16 on the matrix unit through
+mma.sync (the section at the end, served on NVIDIA since).
 
 Why: the MXFP4 GEMM (`mx_kernels.mx_gemm_kernel`) serves decode with 16-row matrix-unit tiles,
 15 of 16 rows padding at M = 1. It reached 9-12% of the HBM roofline (BENCH.md, 2026-11-29 run
