@@ -359,6 +359,9 @@ def mx_gemv_kernel(
 # at the end. Per fp16 pair (nibbles at bits s and s + 16 of an interleaved word): a shift and
 # an AND place the magnitudes, a shift and a LOP3 OR in the signs (the last pair's signs are in
 # place: 3 instructions): 15 a word plus the PRMT, against the int4 unpack's 9.
+# Activations without a prologue (NVFP4 -> MXFP4: x itself, ACT_BF16 / ACT_F16) are loaded as the
+# rows' own 8 channels at the same addresses and paired in the asm, once a block pair for all the
+# thread's columns (a separate pairing launch cost 1.3-2.4 us a call, BENCH.md run 1 / 2).
 # The interpreter (no mma) computes the same per-(column, row) block sums with plain ops.
 
 
@@ -374,8 +377,7 @@ def mx_mma_asm(tiles: int = 1, mode: int = ACT_PAIRED) -> str:
     block's), then per tile the running sums as the outputs are laid out. `mode` (ACT_*): the
     activation words are paired fp16 (0), or the rows' own 8 channels (2 a word, in order),
     paired here: bf16 (1) as fp16 through fp32 (`cvt.rn.satfinite`: exact in fp16's normal
-    range, saturated past it as `pair_fp16` does), fp16
-    (2) by two PRMTs a word pair."""
+    range, saturated past it as `pair_fp16` does), fp16 (2) by two PRMTs a word pair."""
     base = 8 * tiles
     act = base + 10
     acc = act + 8 * tiles
