@@ -32,26 +32,19 @@ import functools
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 
 from . import bench as b
 from .bench14 import G, _bytes_w4, _int4pack, _with_givens
+from .bench_decode import _cells, _t
 
 
 def _mx_bytes(n: int, k: int, m: int, planes: int = 1) -> int:
     """e2m1 codes + e8m0 scales + activations once per plane (bf16) + bf16 output."""
     return n * k // 2 + n * k // 32 + planes * 2 * m * k + 2 * m * n
-
-
-def _t(fns: Sequence[Callable[[], object]], reps: int) -> float:
-    try:
-        return b._time(b.cycling(fns), reps)
-    except Exception as e:  # one broken candidate must not lose the run
-        print("error", type(e).__name__, str(e)[:300], flush=True)
-        return float("nan")
 
 
 def _row(name: str, m: int, variant: str, us: float, nbytes: int, **kw: Any) -> dict[str, Any]:
@@ -72,6 +65,18 @@ def _mx_preps(n: int, k: int, sizes: tuple[int, ...], rot: bool, dev: torch.devi
                              G, dev)  # fmt: skip
         preps = [dataclasses.replace(r0, weight=p.weight) for p in preps]
     return preps
+
+
+def _shape_preps(made: dict[tuple[str, bool], list[Any]], name: str, n: int, k: int,
+                 sizes: tuple[int, ...], rot: bool, dev: torch.device) -> list[Any]:  # fmt: skip
+    """`_mx_preps` once a shape (both variants kept for its cells; the previous shape's
+    dropped)."""
+    if (name, rot) not in made:
+        for key in [key for key in made if key[0] != name]:
+            del made[key]
+        torch.cuda.empty_cache()
+        made[(name, rot)] = _mx_preps(n, k, sizes, rot, dev)
+    return made[(name, rot)]
 
 
 def _gemv(p: Any, a: torch.Tensor, cfg: Any) -> object:
@@ -193,9 +198,10 @@ def _dequant(p: Any) -> torch.Tensor:
     return codes * scale.repeat_interleave(32, 1)
 
 
-def _peers(name: str, m: int, x: torch.Tensor, n: int, sizes: tuple[int, ...], reps: int,
+def _peers(name: str, m: int, x: torch.Tensor, n: int, i4: list[Any], reps: int,
            int4pack: bool = False) -> list[dict[str, Any]]:  # fmt: skip
-    """The cell's peers, same run: cuBLAS bf16, (int4pack,) the int4 W4A16 op as served."""
+    """The cell's peers, same run: cuBLAS bf16, (int4pack,) the int4 W4A16 op as served on the
+    shape's layer copies `i4` (`bench_decode._cells`' int4 layers)."""
     from .triton import host
 
     k, dev = x.shape[1], x.device
@@ -206,8 +212,6 @@ def _peers(name: str, m: int, x: torch.Tensor, n: int, sizes: tuple[int, ...], r
     if int4pack:
         rows.append(_row(name, m, "int4pack", b._time(_int4pack(n, k, m, dev), reps),
                          _bytes_w4(n, k, m)))  # fmt: skip
-    i4 = [_with_givens(b._random_prep(n, k, sizes, 4, dev), k, len(sizes), dev)
-          for _ in range(b.copies(_bytes_w4(n, k, 0)))]  # fmt: skip
     rows.append(_row(name, m, "w4a16-int4 as served",
                      _t([functools.partial(host.linear, p, x) for p in i4], reps),
                      _bytes_w4(n, k, m)))  # fmt: skip
@@ -221,35 +225,30 @@ def cells(shapes: list[str], ms: list[int], reps: int, best: dict[int, dict[str,
     from .triton import mx_decode_host, mx_host
 
     dev = torch.device("cuda")
-    out, not_run = [], []
-    for name in shapes:
-        _, n, k, sizes = next(s for s in b.SHAPES if s[0] == name)
-        for m in ms:
-            if budget and time.monotonic() - t0 > budget:
-                not_run.append(f"{name}@{m}")
-                continue
-            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-            out += _peers(name, m, x, n, sizes, reps, int4pack=True)
-            for rot in (False, True):
-                label = "mxfp4-paro" if rot else "mxfp4"
-                preps = _mx_preps(n, k, sizes, rot, dev)
-                nbm = _mx_bytes(n, k, m, len(sizes) if rot else 1)
-                paths: tuple[tuple[mx_host.ActMode, str | None], ...] = (
-                    ("fp8", None), ("fp8", "gemm"), ("a16", "gemm"))  # fmt: skip
-                for act, path in paths:
-                    fns = [functools.partial(mx_host.mx_linear, p, x, None, act, path)
-                           for p in preps]  # fmt: skip
-                    out.append(_row(name, m, f"{label} {act} {path or 'as served'}",
-                                    _t(fns, reps), nbm))  # fmt: skip
-                if best.get(m):
-                    (a,) = mx_host.activations(preps[0], x, "a16")
-                    cfg = mx_decode_host.gemv_config(m, n, k, preps[0].bounds, 132, **best[m])
-                    err = _ref_err(_gemv(preps[0], a, cfg), a, preps[0])
-                    fns = [functools.partial(_gemv, p, a, cfg) for p in preps]
-                    out.append(_row(name, m, f"{label} gemv alone {best[m]}", _t(fns, reps), nbm,
-                                    rel=f"{err:.1e}"))  # fmt: skip
-                del preps
-                torch.cuda.empty_cache()
+    out: list[dict[str, Any]] = []
+    not_run: list[str] = []
+    made: dict[tuple[str, bool], list[Any]] = {}
+    for name, n, k, m, x, i4, _ in _cells(shapes, ms, t0, budget, not_run):
+        sizes = next(s for s in b.SHAPES if s[0] == name)[3]
+        out += _peers(name, m, x, n, i4, reps, int4pack=True)
+        for rot in (False, True):
+            label = "mxfp4-paro" if rot else "mxfp4"
+            preps = _shape_preps(made, name, n, k, sizes, rot, dev)
+            nbm = _mx_bytes(n, k, m, len(sizes) if rot else 1)
+            paths: tuple[tuple[mx_host.ActMode, str | None], ...] = (
+                ("fp8", None), ("fp8", "gemm"), ("a16", "gemm"))  # fmt: skip
+            for act, path in paths:
+                fns = [functools.partial(mx_host.mx_linear, p, x, None, act, path)
+                       for p in preps]  # fmt: skip
+                out.append(_row(name, m, f"{label} {act} {path or 'as served'}",
+                                _t(fns, reps), nbm))  # fmt: skip
+            if best.get(m):
+                (a,) = mx_host.activations(preps[0], x, "a16")
+                cfg = mx_decode_host.gemv_config(m, n, k, preps[0].bounds, 132, **best[m])
+                err = _ref_err(_gemv(preps[0], a, cfg), a, preps[0])
+                fns = [functools.partial(_gemv, p, a, cfg) for p in preps]
+                out.append(_row(name, m, f"{label} gemv alone {best[m]}", _t(fns, reps), nbm,
+                                rel=f"{err:.1e}"))  # fmt: skip
     return out, not_run
 
 
@@ -277,39 +276,34 @@ def mma_cells(shapes: list[str], ms: list[int], reps: int, t0: float, budget: fl
     from .triton import mx_decode_host, mx_host
 
     dev = torch.device("cuda")
-    out, not_run = [], []
-    for name in shapes:
-        _, n, k, sizes = next(s for s in b.SHAPES if s[0] == name)
-        for m in ms:
-            if budget and time.monotonic() - t0 > budget:
-                not_run.append(f"{name}@{m}")
-                continue
-            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-            out += _peers(name, m, x, n, sizes, reps)
-            for rot in (False, True):
-                label = "mxfp4-paro" if rot else "mxfp4"
-                preps = _mx_preps(n, k, sizes, rot, dev)
-                nbm = _mx_bytes(n, k, m, len(sizes) if rot else 1)
-                before = "gemv" if m <= mx_decode_host.GEMV_MAX_M else "gemm"
-                for path in (None, before):
-                    fns = [functools.partial(mx_host.mx_linear, p, x, None, "fp8", path)
-                           for p in preps]  # fmt: skip
-                    out.append(_row(name, m, f"{label} {path or 'as served'}", _t(fns, reps),
-                                    nbm))  # fmt: skip
-                if not rot and grid:  # the plain bf16 rows as served; paired at the default
-                    a16 = x.unsqueeze(0)
-                    pa = mx_decode_host.pair_fp16(x)
-                    for kw, paired in [*((kw, False) for kw in MMA_GRID[:grid]), ({}, True)]:
-                        kc = {key: v for key, v in kw.items() if key != "maxnreg"}
-                        cfg = mx_decode_host.mma_config(m, n, k, preps[0].bounds, 132, **kc)
-                        a, mr = (pa if paired else a16), kw.get("maxnreg")
-                        err = _ref_err(_mma(preps[0], a, cfg, paired, mr), a16, preps[0])
-                        fns = [functools.partial(_mma, p, a, cfg, paired, mr) for p in preps]
-                        out.append(_row(name, m, f"{label} mma alone {kw}{' paired' * paired}",
-                                        _t(fns, reps), nbm, split=cfg.split_k,
-                                        rel=f"{err:.1e}"))  # fmt: skip
-                del preps
-                torch.cuda.empty_cache()
+    out: list[dict[str, Any]] = []
+    not_run: list[str] = []
+    made: dict[tuple[str, bool], list[Any]] = {}
+    for name, n, k, m, x, i4, _ in _cells(shapes, ms, t0, budget, not_run):
+        sizes = next(s for s in b.SHAPES if s[0] == name)[3]
+        out += _peers(name, m, x, n, i4, reps)
+        for rot in (False, True):
+            label = "mxfp4-paro" if rot else "mxfp4"
+            preps = _shape_preps(made, name, n, k, sizes, rot, dev)
+            nbm = _mx_bytes(n, k, m, len(sizes) if rot else 1)
+            before = "gemv" if m <= mx_decode_host.GEMV_MAX_M else "gemm"
+            for path in (None, before):
+                fns = [functools.partial(mx_host.mx_linear, p, x, None, "fp8", path)
+                       for p in preps]  # fmt: skip
+                out.append(_row(name, m, f"{label} {path or 'as served'}", _t(fns, reps),
+                                nbm))  # fmt: skip
+            if not rot and grid:  # the plain bf16 rows as served; paired at the default
+                a16 = x.unsqueeze(0)
+                pa = mx_decode_host.pair_fp16(x)
+                for kw, paired in [*((kw, False) for kw in MMA_GRID[:grid]), ({}, True)]:
+                    kc = {key: v for key, v in kw.items() if key != "maxnreg"}
+                    cfg = mx_decode_host.mma_config(m, n, k, preps[0].bounds, 132, **kc)
+                    a, mr = (pa if paired else a16), kw.get("maxnreg")
+                    err = _ref_err(_mma(preps[0], a, cfg, paired, mr), a16, preps[0])
+                    fns = [functools.partial(_mma, p, a, cfg, paired, mr) for p in preps]
+                    out.append(_row(name, m, f"{label} mma alone {kw}{' paired' * paired}",
+                                    _t(fns, reps), nbm, split=cfg.split_k,
+                                    rel=f"{err:.1e}"))  # fmt: skip
     return out, not_run
 
 

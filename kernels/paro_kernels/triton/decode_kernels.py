@@ -913,6 +913,22 @@ def _quad_lanes(pid_n, T: tl.constexpr, N, b1, b2):
 
 
 @triton.jit
+def _mma_rows(a_ptr, part, gid, tig, M, K):
+    """The mma GEMVs' activation rows: the plane's first row, each thread's first output row
+    2 tig [1, T, 1], its B operand's row pointers (activation row gid of the plane, [P, M, K/2]
+    int32 words) and whether that row and row gid + 8 exist."""
+    row0 = (part * M).to(tl.int64)
+    a_rows = a_ptr + (row0 + gid[None, :, None]) * (K // 2)
+    return (
+        row0,
+        (2 * tig)[None, :, None],
+        a_rows,
+        (gid < M)[None, :, None],
+        (gid + 8 < M)[None, :, None],
+    )
+
+
+@triton.jit
 def _mma_store(tot_e, tot_o, tot_f, tot_p, m_e, col, n_mask, bias_ptr, out_ptr, ws_ptr, cnt_ptr,
                pid_n, M, N, HAS_BIAS: tl.constexpr, SPLIT_K: tl.constexpr,
                NT: tl.constexpr):  # fmt: skip
@@ -963,16 +979,12 @@ def gemv_mma_kernel(
     per = tl.cdiv(ngroups, SPLIT_K)
     g0 = pid_k * per
     g1 = tl.minimum(g0 + per, ngroups)
-    row0 = (part * M).to(tl.int64)
-    m_e = (2 * tig)[None, :, None]
+    row0, m_e, a_rows, a_ok, ah_ok = _mma_rows(a_ptr, part, gid, tig, M, K)
     tot_e = tl.zeros((1, T, 4), tl.float32)
     tot_o = tl.zeros((1, T, 4), tl.float32)
     tot_f = tl.zeros((1, T, 4), tl.float32)
     tot_p = tl.zeros((1, T, 4), tl.float32)
     if ASM:
-        a_rows = a_ptr + (row0 + gid[None, :, None]) * (K // 2)
-        a_ok = (gid < M)[None, :, None]
-        ah_ok = (gid + 8 < M)[None, :, None]
         # prmt: byte tig of a fifth-bit word, zeros above (built in the words' layout and
         # split as they are: no layout conversion)
         sel = _split4((0x4440 + tig)[None, :, None] + tl.zeros((1, T, 4), tl.int32), T)[0]

@@ -33,7 +33,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .decode_kernels import _join4, _mma_store, _pair_f32, _quad_lanes, _split4
+from .decode_kernels import _join4, _mma_rows, _mma_store, _pair_f32, _quad_lanes, _split4
 from .kernels import _gemv_epilogue
 
 # Nibble p of a word (bits 4p..4p+3) as fp32 output $p: pair (p, p + 4) is one fp16 pair after
@@ -614,16 +614,12 @@ def mx_gemv_mma_kernel(
     per = tl.cdiv(tl.cdiv(npairs, SPLIT_K), U) * U
     j0 = pid_k * per
     j1 = tl.minimum(j0 + per, npairs)
-    row0 = (part * M).to(tl.int64)
-    m_e = (2 * tig)[None, :, None]
+    row0, m_e, a_rows, a_ok, ah_ok = _mma_rows(a_ptr, part, gid, tig, M, K)
     tot_e = tl.zeros((1, T, 4), tl.float32)
     tot_o = tl.zeros((1, T, 4), tl.float32)
     tot_f = tl.zeros((1, T, 4), tl.float32)
     tot_p = tl.zeros((1, T, 4), tl.float32)
     if ASM:
-        a_rows = a_ptr + (row0 + gid[None, :, None]) * (K // 2)
-        a_ok = (gid < M)[None, :, None]
-        ah_ok = (gid + 8 < M)[None, :, None]
         quad_w = (n0 // 4 + quad)[None, :, None]
         colq = n0 + quad[None, :, None] * 4
         e0, e1, e2, e3 = _split4(tot_e, T)
