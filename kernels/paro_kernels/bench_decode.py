@@ -578,9 +578,12 @@ def h2_variants(shapes: list[str], ms: list[int], reps: int, t0: float, budget: 
 # (runs 1-2 swept 6-7 configs, run 3 four; BENCH.md twelfth pass).
 # Thirteenth pass: the one-wave split (`decode_host.one_wave_split`, shipped: no
 # programs_per_sm) at 4 and 2 warps against the twelfth pass's 8 programs an SM.
-MMA_GRID: list[dict[str, int]] = [
-    dict(block_n=128), dict(block_n=128, programs_per_sm=8), dict(block_n=64),
-]  # fmt: skip
+# Fifteenth pass: register caps (`decode_host.MMA_CAP`: maxnreg, with the programs an SM the
+# split counts on, fit), by activation tiles ({} = as shipped).
+MMA_GRID: dict[int, list[dict[str, int]]] = {
+    1: [{}, dict(maxnreg=48, fit=10)],
+    2: [{}, dict(maxnreg=80, fit=6), dict(maxnreg=72, fit=7), dict(maxnreg=64, fit=8)],
+}
 
 
 def h2_mma(shapes: list[str], ms: list[int], reps: int, t0: float,
@@ -602,9 +605,9 @@ def h2_mma(shapes: list[str], ms: list[int], reps: int, t0: float,
                 _before, x, "gemv" if m <= 4 else "mma" if m <= 8 else "gemv3"
             ),
         }
-        for kw in MMA_GRID:
-            cfg = decode_host.mma_config(m, n, k, G, p4[0].bounds, 132, **kw)
-            cands[f"int4 mma {kw}"] = functools.partial(_mma_op, x, cfg)
+        for kw in MMA_GRID[decode_host.mma_tiles(m)]:
+            cands[f"int4 mma {kw}"] = functools.partial(_mma_op, x, _mma_cfg(m, n, k, p4, kw),
+                                                        maxnreg=kw.get("maxnreg", 0))  # fmt: skip
         # the blocks prologue (sliced, paired, shift 0) instead of the records
         cands["int4 mma blocks prologue"] = functools.partial(_mma_op, x, None, blocks=True)
         out += _cand_rows(name, m, n, k, cands, p4, reps, decode_kernels.gemv_mma_kernel)
@@ -626,9 +629,10 @@ def h2_mma(shapes: list[str], ms: list[int], reps: int, t0: float,
 # `--h2 mma5` (thirteenth pass): int5 (I8 PG ZPE) on the mma GEMV (`gemv_mma(qweight_hi=)`) at
 # each config, against int5 as served and the path that served int5 before (the HFMA2 op at
 # M <= 2, the matrix-unit GEMV to 16), and int4 as served (the int5 / int4 goal: 1.24x).
-MMA5_GRID: list[dict[str, int]] = [
-    dict(block_n=128), dict(block_n=128, programs_per_sm=8), dict(block_n=64),
-]  # fmt: skip
+MMA5_GRID: dict[int, list[dict[str, int]]] = {
+    1: [{}, dict(maxnreg=64, fit=8), dict(maxnreg=56, fit=9)],
+    2: [{}, dict(maxnreg=80, fit=6), dict(maxnreg=72, fit=7)],
+}
 
 
 def _int5_before(x: torch.Tensor, p: Any) -> object:
@@ -661,9 +665,10 @@ def h2_mma5(shapes: list[str], ms: list[int], reps: int, t0: float,
             "int5 as served": functools.partial(_int5_served, x=x),
             "int5 before": functools.partial(_int5_before, x),
         }
-        for kw in MMA5_GRID:
-            cfg = decode_host.mma_config(m, n, k, G, p4[0].bounds, 132, 5, **kw)
-            cands[f"int5 mma {kw}"] = functools.partial(_mma_op, x, cfg)
+        for kw in MMA5_GRID[decode_host.mma_tiles(m)]:
+            cands[f"int5 mma {kw}"] = functools.partial(_mma_op, x,
+                                                        _mma_cfg(m, n, k, p4, kw, 5),
+                                                        maxnreg=kw.get("maxnreg", 0))  # fmt: skip
         out += _cand_rows(name, m, n, k, cands, p5, reps, decode_kernels.gemv_mma_kernel)
         p0 = p5[0]
         xr = fast_host.rotate_givens_paired(x, p0.gv_idx, p0.gv_coef, G, 0)
@@ -682,14 +687,26 @@ def _before(x: torch.Tensor, path: str, p: Any) -> object:
                              None, p.gv_idx, p.gv_coef, path=path)  # fmt: skip
 
 
-def _mma_op(x: torch.Tensor, cfg: Any, p: Any, blocks: bool = False) -> object:
-    """The mma op on layer p at config cfg (None: the shipped one): the records prologue, or
-    with `blocks` the sliced blocks one."""
+def _mma_cfg(m: int, n: int, k: int, preps: list[Any], kw: dict[str, int], bits: int = 4) -> Any:
+    """The mma GEMV's config at a grid entry (its launch keys dropped; {}: as shipped)."""
+    from .triton import decode_host
+
+    if not kw:
+        return None
+    cfg = {a: v for a, v in kw.items() if a != "maxnreg"}
+    return decode_host.mma_config(m, n, k, G, preps[0].bounds, 132, bits, **cfg)
+
+
+def _mma_op(x: torch.Tensor, cfg: Any, p: Any, blocks: bool = False,
+            maxnreg: int | None = None) -> object:  # fmt: skip
+    """The mma op on layer p at config cfg (None: the shipped one) and register cap (None: the
+    shipped one): the records prologue, or with `blocks` the sliced blocks one."""
     from .triton import decode_host
 
     return decode_host.gemv_mma_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
                                        p.bounds, G, None, cfg, (p.gv_idx, p.gv_coef),
-                                       p.qweight_hi, "slice" if blocks else "givens")  # fmt: skip
+                                       p.qweight_hi, "slice" if blocks else "givens",
+                                       maxnreg)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -319,13 +319,17 @@ def compile_gemv_h2(target: str, m: int, n: int, k: int, g: int, bounds: tuple[i
 
 
 def compile_gemv_mma(target: str, m: int, n: int, k: int, g: int, bounds: tuple[int, ...] = (),
-                     hi: bool = False, **kw: int) -> tuple[Report, object]:  # fmt: skip
+                     hi: bool = False, maxnreg: int | None = None,
+                     **kw: int) -> tuple[Report, object]:  # fmt: skip
     """Build the twelfth-pass mma.sync decode GEMV (NVIDIA only; `hi`: int5, the thirteenth
-    pass) at its launcher's config (`decode_host.mma_config`, kw overriding it); `mma` reports
-    the matrix instruction in the loop. Also returns the compiled kernel (its `asm`)."""
+    pass) at its launcher's config (`decode_host.mma_config`, kw overriding it) and register
+    cap (`decode_host.mma_maxnreg`, or `maxnreg`); `mma` reports the matrix instruction in the
+    loop. Also returns the compiled kernel (its `asm`)."""
     from . import decode_host, decode_kernels
 
-    cfg = decode_host.mma_config(m, n, k, g, bounds, 132, **kw)
+    bits = 5 if hi else 4
+    cap = decode_host.mma_maxnreg(m, bits) if maxnreg is None else maxnreg
+    cfg = decode_host.mma_config(m, n, k, g, bounds, 132, bits, **kw)
     sig = dict(_PAIRED_GEMV_SIG)
     const: dict[str, object] = {
         "HAS_BIAS": False, "G": g, "T": cfg.block_n, "SPLIT_K": cfg.split_k, "ASM": True,
@@ -337,7 +341,7 @@ def compile_gemv_mma(target: str, m: int, n: int, k: int, g: int, bounds: tuple[
         const["qh_ptr"] = None
     aligned = (*(a for a in sig if a.endswith("_ptr")), "N", "K")
     c = _compile(decode_kernels.gemv_mma_kernel, sig, const, target, cfg.num_warps,
-                 cfg.num_stages, aligned)  # fmt: skip
+                 cfg.num_stages, aligned, cap)  # fmt: skip
     return _report("gemv_mma", target, str(cfg), c, r"mma\.sync"), c
 
 

@@ -401,6 +401,10 @@ MMA_CONFIG = dict(block_n=128)
 # but gate_up 45.0 / 47.0 (680 programs: 20 in a second wave, 8 groups each) against 35.9 /
 # 37.4 (1088).
 MMA_FIT = {(1, 4): 9, (1, 5): 7, (2, 4): 5, (2, 5): 4}
+# Fifteenth pass: a register cap (ptxas maxnreg) by (activation tiles, bits), with the programs
+# an SM it buys for the split (0: uncapped, MMA_FIT). Measured as the MXFP4 mma GEMV's cap was
+# (`mx_decode_host.MMA_BANDS`: 1.08-1.35x at M = 9..16).
+MMA_CAP: dict[tuple[int, int], tuple[int, int]] = {}
 # The prologue past M = 8 on layers of at most MMA_BLOCKS_MAX_WEIGHTS weights (o_proj): the
 # sliced blocks, not the records (the records kernel runs its rows one after another, 6.4-8.8
 # us alone at M = 9-16). H200 2026-12-04 (BENCH.md thirteenth pass, run 2, same run, one-wave
@@ -429,7 +433,7 @@ def mma_config(m: int, n: int, k: int, g: int, bounds: tuple[int, ...], sms: int
                bits: int = 4, **kw: int) -> fast_host.GemvConfig:  # fmt: skip
     """The mma GEMV's tile and split for an N x K layer at M (MMA_CONFIG, overridden by kw:
     block_n, and programs_per_sm for the twelfth pass's split toward that many programs an SM;
-    without it `one_wave_split` at the MMA_FIT slots of `bits`)."""
+    without it `one_wave_split` at `mma_fit` programs an SM of `bits`, or kw fit)."""
     c = {**MMA_CONFIG, **kw}
     require(c["block_n"] in (32, 64, 128, 256, 512), "block_n", "32 x (1, 2, 4, 8 or 16)",
             c["block_n"])  # fmt: skip
@@ -441,8 +445,22 @@ def mma_config(m: int, n: int, k: int, g: int, bounds: tuple[int, ...], sms: int
     cfg = replace(cfg, num_warps=cfg.block_n // 32)
     if "programs_per_sm" in c:
         return cfg
-    fit = MMA_FIT[(mma_tiles(m), bits)] * 128 // cfg.block_n  # registers a program scale with T
+    fit = c.get("fit") or mma_fit(m, bits)
+    fit = fit * 128 // cfg.block_n  # registers a program scale with T
     return replace(cfg, split_k=one_wave_split(-(-n // cfg.block_n), k // g, sms * fit))
+
+
+def mma_fit(m: int, bits: int = 4) -> int:
+    """Programs of 4 warps an SM that the mma GEMV's registers allow at M rows (capped where
+    MMA_CAP caps them)."""
+    cap = MMA_CAP.get((mma_tiles(m), bits))
+    return cap[1] if cap else MMA_FIT[(mma_tiles(m), bits)]
+
+
+def mma_maxnreg(m: int, bits: int = 4) -> int:
+    """The mma GEMV's register cap at M rows (0: none)."""
+    cap = MMA_CAP.get((mma_tiles(m), bits))
+    return cap[0] if cap else 0
 
 
 def mma_ok(bounds: tuple[int, ...]) -> bool:
@@ -462,9 +480,11 @@ def gemv_mma(
     bias: torch.Tensor | None = None,
     config: fast_host.GemvConfig | None = None,
     qweight_hi: torch.Tensor | None = None,
+    maxnreg: int | None = None,
 ) -> torch.Tensor:
     """The mma GEMV on the paired prologue output xr [P, M <= 16, K] fp16 (pair shift 0)
-    -> y [M, N] out_dtype; `qweight_hi` [K/32, N]: int5 (I8 PG ZPE) weights' fifth bits."""
+    -> y [M, N] out_dtype; `qweight_hi` [K/32, N]: int5 (I8 PG ZPE) weights' fifth bits;
+    `maxnreg`: a register cap (0: none; default `mma_maxnreg`)."""
     from .decode_kernels import gemv_mma_kernel
 
     _, m, k = xr.shape
@@ -485,12 +505,14 @@ def gemv_mma(
     out, ws, cnt, tiles = fast_host._gemv_buffers(m, n, cfg, out_dtype, xr.device)
     b = (*bounds, n, n)[:2]
     asm = not host._is_hip() and not host._interpreted()
+    cap = mma_maxnreg(m, bits) if maxnreg is None else maxnreg
     gemv_mma_kernel[(tiles, cfg.split_k)](
         xr.view(torch.int32), qweight, scales, zeros, bias if bias is not None else scales,
         ws, cnt, out, m, n, k, b[0], b[1],
         HAS_BIAS=bias is not None, G=g, T=t, SPLIT_K=cfg.split_k, ASM=asm, NT=mma_tiles(m),
         HI=qweight_hi is not None, qh_ptr=qweight_hi,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        **({"maxnreg": cap} if cap and asm else {}),
     )  # fmt: skip
     return out
 
@@ -509,11 +531,13 @@ def gemv_mma_linear(
     gv: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None),
     qweight_hi: torch.Tensor | None = None,
     prologue: str = "",
+    maxnreg: int | None = None,
 ) -> torch.Tensor:
     """The decode linear on the mma GEMV: the paired prologue at pair shift 0 + `gemv_mma`,
     y [M, N] in x.dtype; `qweight_hi`: int5. `prologue`: "givens", the records kernel on `gv`
     (the blocks where `gv` has no records), or "slice", the sliced blocks; default the records,
-    but the blocks from MMA_BLOCKS_MIN_M rows on layers of at most MMA_BLOCKS_MAX_WEIGHTS."""
+    but the blocks from MMA_BLOCKS_MIN_M rows on layers of at most MMA_BLOCKS_MAX_WEIGHTS.
+    `maxnreg`: `gemv_mma`'s."""
     require(prologue in ("", "givens", "slice"), "prologue", ("givens", "slice"), prologue)
     gv_idx, gv_coef = gv
     m, k = x.shape
@@ -524,6 +548,5 @@ def gemv_mma_linear(
     else:
         xr, _ = fast_host.rotate_slices(x, rot_hi, rot_lo, group_size, paired=True,
                                         pair_shift=0)  # fmt: skip
-    return gemv_mma(
-        xr, qweight, scales, zeros, bounds, group_size, x.dtype, bias, config, qweight_hi
-    )
+    return gemv_mma(xr, qweight, scales, zeros, bounds, group_size, x.dtype, bias, config,
+                    qweight_hi, maxnreg)  # fmt: skip
