@@ -402,9 +402,13 @@ MMA_CONFIG = dict(block_n=128)
 # 37.4 (1088).
 MMA_FIT = {(1, 4): 9, (1, 5): 7, (2, 4): 5, (2, 5): 4}
 # Fifteenth pass: a register cap (ptxas maxnreg) by (activation tiles, bits), with the programs
-# an SM it buys for the split (0: uncapped, MMA_FIT). Measured as the MXFP4 mma GEMV's cap was
-# (`mx_decode_host.MMA_BANDS`: 1.08-1.35x at M = 9..16).
-MMA_CAP: dict[tuple[int, int], tuple[int, int]] = {}
+# an SM it buys for the split (absent: uncapped, MMA_FIT), as the MXFP4 mma GEMV's cap
+# (`mx_decode_host.MMA_BANDS`). H200 2026-12-04 (BENCH.md fifteenth pass, run 1, same run, us,
+# as shipped -> capped): int5 two tiles at 80 registers, 6 an SM (Triton 3.6: 80 + 88 bytes of
+# stack, from 100): gate_up M = 16 45.9 -> 41.4, qkv / down / in_proj within 1% (25.2 / 27.3 /
+# 26.2). Not capped: int4 two tiles (80 / 72 / 64: equal or up to 1.29x slower), int4 and int5
+# one tile (int5 at 64 / 56: within 3% at 64, 1.1x slower at 56).
+MMA_CAP: dict[tuple[int, int], tuple[int, int]] = {(2, 5): (80, 6)}
 # The prologue past M = 8 on layers of at most MMA_BLOCKS_MAX_WEIGHTS weights (o_proj): the
 # sliced blocks, not the records (the records kernel runs its rows one after another, 6.4-8.8
 # us alone at M = 9-16). H200 2026-12-04 (BENCH.md thirteenth pass, run 2, same run, one-wave
