@@ -46,7 +46,10 @@ def _ours(n: int, k: int, sizes: tuple[int, ...], m: int, dev: torch.device, pat
           rot: bool = False, fmt: str = "bf16") -> Callable[[], object]:  # fmt: skip
     from .triton import fast_host, host
 
-    preps = [b._random_prep(n, k, sizes, 4, dev) for _ in range(b.copies(_bytes_w4(n, k, 0)))]
+    if fmt.startswith("mxfp4"):
+        return _mx(n, k, sizes, m, dev, fmt == "mxfp4-paro")
+    bits = 5 if fmt == "int5" else 4
+    preps = [b._random_prep(n, k, sizes, bits, dev) for _ in range(b.copies(_bytes_w4(n, k, 0)))]
     # as the plugin prepares a layer: the Givens tables and the W4A8 channel maxima beside it
     # (random here; `path-gemv-blocks` drops the tables: the prologue path)
     preps = [dataclasses.replace(_with_givens(p, k, len(sizes), dev),
@@ -68,8 +71,9 @@ def _ours(n: int, k: int, sizes: tuple[int, ...], m: int, dev: torch.device, pat
                                   x.dtype)  # fmt: skip
 
         return b.cycling([functools.partial(a8, p) for p in preps])
-    if fmt != "bf16":
-        return b.cycling([functools.partial(host.linear_a8, p, x, None, fmt, "group", fmt == "int5")
+    if fmt != "bf16":  # W4A8 int8 / fp8, or int5 (W5A8 I8 PG ZPE: int8 activations)
+        act = "int8" if fmt == "int5" else fmt
+        return b.cycling([functools.partial(host.linear_a8, p, x, None, act, "group", bits == 5)
                           for p in preps])  # fmt: skip
 
     def call(p: Any) -> object:
@@ -84,6 +88,32 @@ def _ours(n: int, k: int, sizes: tuple[int, ...], m: int, dev: torch.device, pat
                                  G, None, p.gv_idx, p.gv_coef, path=path)  # fmt: skip
 
     return b.cycling([functools.partial(call, p) for p in preps])
+
+
+def _mx(n: int, k: int, sizes: tuple[int, ...], m: int, dev: torch.device,
+        rot: bool) -> Callable[[], object]:  # fmt: skip
+    """MXFP4 as served (`mx_host.mx_linear`, the W4A8 fp8 layer of the box's checkpoints: its
+    M-band route): NVFP4 -> MXFP4 (no rotation), or MXFP4-PARO (`rot`: the layer's Givens
+    records, one rotation per partition)."""
+    from .bench_mx_decode import _mx_preps
+    from .triton import mx_host
+
+    x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+    preps = _mx_preps(n, k, sizes, rot, dev)
+    return b.cycling([functools.partial(mx_host.mx_linear, p, x, None, "fp8") for p in preps])
+
+
+def _bytes(kind: str, n: int, k: int, m: int, act: int, parts: int) -> int:
+    """A variant's format-minimal bytes by kind: int4 (`_bytes_w4`), int5 (a fifth bit a
+    weight more), MXFP4 (e2m1 codes + e8m0 scales a 32-block, activations once a partition with
+    the rotation), 8-bit weights."""
+    if kind == "w8":
+        return k * n + m * k + 2 * m * n
+    if kind == "int5":
+        return _bytes_w4(n, k, m, act) + k * n // 8
+    if kind == "mx":
+        return n * k // 2 + n * k // 32 + parts * act * m * k + 2 * m * n
+    return _bytes_w4(n, k, m, act)
 
 
 def _with_givens(p: Any, k: int, parts: int, dev: torch.device, krot: int = 8) -> Any:
@@ -137,6 +167,15 @@ def cell_variants(m: int) -> list[tuple[str, str, Callable[..., Callable[[], obj
         ("ours-w4a16", "ours", lambda n, k, s, m, d: _ours(n, k, s, m, d, None), 2),
         ("ours-w4a8-int8", "ours", lambda n, k, s, m, d: _ours(n, k, s, m, d, None, fmt="int8"), 2),
         ("ours-w4a8-fp8", "ours", lambda n, k, s, m, d: _ours(n, k, s, m, d, None, fmt="fp8"), 2),
+        # fifteenth pass: every format as served
+        ("ours-int5", "int5", lambda n, k, s, m, d: _ours(n, k, s, m, d, None, fmt="int5"), 2),
+        ("ours-mxfp4", "mx", lambda n, k, s, m, d: _ours(n, k, s, m, d, None, fmt="mxfp4"), 2),
+        (
+            "ours-mxfp4-paro",
+            "mx",
+            lambda n, k, s, m, d: _ours(n, k, s, m, d, None, fmt="mxfp4-paro"),
+            2,
+        ),
         ("int4pack", "peer", lambda n, k, s, m, d: _int4pack(n, k, m, d), 2),
         ("gemlite-a16w4", "peer", lambda n, k, s, m, d: _gemlite(n, k, m, d, False), 2),
         ("gemlite-a8w4", "peer", lambda n, k, s, m, d: _gemlite(n, k, m, d, True), 1),
@@ -192,10 +231,12 @@ def bench_cell(name: str, n: int, k: int, sizes: tuple[int, ...], m: int, reps: 
         except Exception as e:  # one broken variant must not lose the cell
             err = f"{type(e).__name__}: {str(e)[:300]}"
         torch.cuda.empty_cache()
-        nb = _bytes_w4(n, k, m, act) if kind != "w8" else k * n + m * k + 2 * m * n
+        parts = len(sizes) if vname != "ours-mxfp4" else 1
+        rotated = kind in ("ours", "path", "int5") or vname == "ours-mxfp4-paro"
         rows.append({"shape": name, "m": m, "n": n, "k": k, "parts": len(sizes),
-                     "variant": vname, "kind": kind, "us": us, "bytes": nb, "error": err,
-                     "rot_bytes": _rot_bytes(k, len(sizes)) if kind in ("ours", "path") else 0,
+                     "variant": vname, "kind": kind, "us": us, "error": err,
+                     "bytes": _bytes(kind, n, k, m, act, parts),
+                     "rot_bytes": _rot_bytes(k, len(sizes)) if rotated else 0,
                      "band": fast_host.band(m)})  # fmt: skip
     return finish(rows, bw)
 
