@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 import triton  # fails the module in CI when triton is missing: that is the point
+from _triton_cases import BF16_W_FLOOR
 from paro_kernels import reference as ref
 from paro_kernels.formats import e4m3_decode, pack_fp4
 from paro_kernels.triton import mx_host
@@ -170,11 +171,19 @@ MMA_INTERP_CASES = [
     ("mma_two_tiles", 160, [72], 11, False),
     ("mma_paro_planes", 128, [32, 32], 3, True),
 ]
+# The prefill dequant (fifteenth pass): (name, K, partition sizes, rotated, out dtype) with K/32
+# odd (a padded last pair), N off the 128-column tile, 3 planes, planes narrower than the tile.
+DEQUANT_INTERP_CASES = [
+    ("dq_odd_pairs", 544, [40], False, "bfloat16"),
+    ("dq_two_tiles", 160, [200], False, "float16"),
+    ("dq_paro_planes", 256, [64, 64, 64], True, "bfloat16"),
+    ("dq_paro_ragged", 128, [96, 32], True, "float16"),
+]
 # TRITON_INTERPRET is read when a kernel is decorated, so the interpreter runs in a child process.
 _CHILD = """
 import json, sys, torch
 from test_triton_mx_cpu import GEMV_INTERP_CASES, INTERP_CASES, MMA_INTERP_CASES, mx_layer
-from test_triton_mx_cpu import plane_ref, rel
+from test_triton_mx_cpu import DEQUANT_INTERP_CASES, paro_ref, plane_ref, rel
 from paro_kernels import mx
 
 from paro_kernels.formats import e4m3_decode
@@ -271,6 +280,27 @@ for name, k, sizes, m, rotated in MMA_INTERP_CASES:
                 mma[f"{name}/{split}/{xp.dtype}"] = {"rel": rel(y, r), "shape": list(y.shape),
                                                      "pairing": 0.0, "tiles": cfg.block_m}
 out["mma"] = mma
+# The prefill dequant: W'^T against fp64 (the rotated layer's W' is its response to the unit
+# vectors), and the layer on it (`path="dequant"`; served from DEQUANT_MIN_M rows) against x.
+dq = {}
+for name, k, sizes, rotated, dt in DEQUANT_INTERP_CASES:
+    n, dtype = sum(sizes), getattr(torch, dt)
+    weight, scale = mx_layer(n, k, seed=k + n)
+    runs = mx_host.random_runs(k, tuple(sizes), g=128, krot=4, seed=n) if rotated else None
+    prep = mx_host.prepare(weight, scale, runs, 128 if rotated else 0, "cpu", dtype)
+    w = mx.mxfp4_dequantize(weight, scale)
+    wt = mx_host.mx_dequant(prep, dtype)
+    wr = paro_ref(torch.eye(k, dtype=torch.float64), w, runs, 128, "a16").t() if rotated else w
+    m = mx_host.DEQUANT_MIN_M if name == "dq_odd_pairs" else 5
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(k)).to(dtype)
+    bias = torch.randn(n).to(dtype)
+    y = mx_host.mx_linear(prep, x, bias, "fp8", "dequant")
+    r = (paro_ref(x, w, runs, 128, "a16") if rotated else x.double() @ w.t()) + bias.double()
+    served = mx_host.mx_linear(prep, x, bias, "fp8")
+    dq[name] = {"w_rel": rel(wt, wr), "w_shape": list(wt.shape), "w_dtype": str(wt.dtype),
+                "rel": rel(y, r), "shape": list(y.shape), "dtype": str(y.dtype),
+                "served_same": bool(torch.equal(served, y)), "m": m}
+out["dequant"] = dq
 xs = torch.tensor([[7e4, -7e4, 1.0, -2.0, 3.0, 4.0, 5.0, 6.0]], dtype=torch.bfloat16)
 out["pair_sat"] = mx_decode_host.pair_fp16(xs)[0, 0].tolist()
 print(json.dumps(out))
@@ -289,6 +319,24 @@ def interp_results() -> dict[str, dict]:
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("case", DEQUANT_INTERP_CASES, ids=[c[0] for c in DEQUANT_INTERP_CASES])
+def test_interpreter_dequant_matches_fp64(interp_results: dict, case: tuple) -> None:
+    # The fifteenth pass's prefill path: W'^T [N, K] in the activations' dtype. Unrotated it is
+    # the checkpoint's values exactly (e2m1 x 2^(e - 127): exact in bf16, and in fp16 for the
+    # 2^-14 .. 2^-3 scales here); rotated (MXFP4-PARO) W'_g = B_g W_g within the output
+    # dtype's rounding (B_g in fp16: 11 bits). The layer on it (the vendor GEMM on x itself,
+    # 16-bit activations) holds the W' floor; at DEQUANT_MIN_M rows the served route is it.
+    name, k, sizes, rotated, dt = case
+    res = interp_results["dequant"][name]
+    n = sum(sizes)
+    assert res["w_shape"] == [n, k] and res["w_dtype"] == f"torch.{dt}", res
+    floor = BF16_W_FLOOR if dt == "bfloat16" else 1e-3
+    assert res["w_rel"] <= (floor if rotated else 0.0), res
+    assert res["shape"] == [res["m"], n] and res["dtype"] == f"torch.{dt}", res
+    assert res["rel"] <= floor, res
+    assert res["served_same"] == (res["m"] >= mx_host.DEQUANT_MIN_M), res
 
 
 @pytest.mark.parametrize("case", INTERP_CASES, ids=[c[0] for c in INTERP_CASES])

@@ -299,6 +299,63 @@ def mx_gemm(
     return out.to(out_dtype) if cfg.split_k > 1 else out
 
 
+# Fifteenth pass (issue 14, deliverable 2 for MXFP4): prefill on the layer dequantized to
+# x.dtype (`mx_dequant`: the rotation folded in for MXFP4-PARO) and the vendor GEMM, from
+# DEQUANT_MIN_M rows. Before it the MXFP4 GEMM served every prefill row: H200 (BENCH.md
+# fifteenth pass, run 2, the bench14 run, us) M = 2048 qkv 798 / gate_up 1844 / down 1003
+# against cuBLAS bf16's 201 / 477 / 229 (0.23-0.26x) and the int4 dequant path's 267 / 616 / 290.
+DEQUANT = True
+DEQUANT_MIN_M = 256
+DEQUANT_BLOCK_N = 64  # columns a block: the rotated kernel's [64, 128] fp32 accumulator
+DEQUANT_PLAIN_BLOCK_N = 128
+DEQUANT_WARPS = 4
+DEQUANT_PROGRAMS_PER_SM = 4
+
+
+def dequant_ok(m: int) -> bool:
+    """Whether an M-row call of an MXFP4 layer is served on `mx_dequant` + the vendor GEMM."""
+    return DEQUANT and m >= DEQUANT_MIN_M
+
+
+def mx_dequant(prep: Prepared, dtype: torch.dtype, out: torch.Tensor | None = None,
+               block_n: int = 0, programs_per_sm: int = 0) -> torch.Tensor:  # fmt: skip
+    """W'^T [N, K] in `dtype` (bf16 / fp16; default in the int4 dequant path's shared scratch):
+    the layer's e2m1 x e8m0 weights, with the rotation folded in (W'_g = B_g W_g) when the layer
+    has one (MXFP4-PARO), so that x @ W' is the layer's output. fp16 saturates at its range."""
+    from . import fast_host
+    from .mx_kernels import mx_dequant_kernel
+
+    require(dtype in A16_DTYPES, "dtype", A16_DTYPES, dtype)
+    w = prep.weight
+    n, k = w.n, w.k
+    rot = prep.rot_hi is not None and prep.rot_lo is not None
+    g = prep.group_size if rot else 64
+    require(not rot or g == 128, "group_size", "128 for the rotated dequant", g)
+    if out is None:
+        out = fast_host._scratch("dequant_w", n * k, dtype, w.qw.device)[: n * k].view(n, k)
+    require(tuple(out.shape) == (n, k) and out.dtype == dtype and out.is_contiguous(), "out",
+            f"contiguous {dtype} [{n}, {k}]", (tuple(out.shape), out.dtype))  # fmt: skip
+    bn = block_n or (DEQUANT_BLOCK_N if rot else DEQUANT_PLAIN_BLOCK_N)
+    if rot:
+        bn = _block_n(bn, _align(prep.bounds))
+    bounds = prep.bounds if rot else ()
+    b = (*bounds, n, n)[:2]
+    # every program walks `per` column blocks of one partition (as the int4 dequant's)
+    blocks = [-(-(hi - lo) // bn) for lo, hi in zip((0, *bounds), (*bounds, n), strict=True)]
+    groups = -(-k // g)
+    pps = programs_per_sm or DEQUANT_PROGRAMS_PER_SM
+    per = max(1, -(-sum(blocks) * groups // (pps * sm_count(w.qw.device))))
+    progs = [-(-nb // per) for nb in blocks]
+    c = [sum(progs[:1]), sum(progs[:2])]
+    dummy = w.cmax
+    mx_dequant_kernel[(groups, sum(progs))](
+        w.qw, w.sc, prep.rot_hi if rot else dummy, prep.rot_lo if rot else dummy, out,
+        n, k, b[0], b[1], per, c[0], c[1],
+        G=g, BLOCK_N=bn, ROT=rot, num_warps=DEQUANT_WARPS, num_stages=2,
+    )  # fmt: skip
+    return out
+
+
 def activations(
     prep: Prepared, x: torch.Tensor, act: ActMode, fused: bool | None = None
 ) -> tuple[torch.Tensor, ...]:
@@ -354,11 +411,14 @@ def mx_linear(
 
     Decode rows take 16-bit activations, either `act`: the mma GEMV (`mx_decode_host.mma_ok`;
     MXFP4-PARO on the paired prologue, NVFP4 -> MXFP4 on x), else the FMA GEMV (`gemv_ok`),
-    and a few more rows the GEMM on them (`served_act`); `path` ("mma" | "gemv" | "gemm")
-    forces the kernel and `act` the GEMM's activations (the bench's forced paths)."""
+    and a few more rows the GEMM on them (`served_act`); prefill from DEQUANT_MIN_M rows the
+    layer dequantized (`mx_dequant`, the rotation folded in) + the vendor GEMM on x itself;
+    `path` ("mma" | "gemv" | "gemm" | "dequant") forces the kernel and `act` the GEMM's
+    activations (the bench's forced paths)."""
     from . import fast_host, mx_decode_host
 
-    require(path in (None, "mma", "gemv", "gemm"), "path", "mma, gemv or gemm", path)
+    require(path in (None, "mma", "gemv", "gemm", "dequant"), "path",
+            "mma, gemv, gemm or dequant", path)  # fmt: skip
     hip = host._is_hip()
     rh, rl, g = prep.rot_hi, prep.rot_lo, prep.group_size
     m = x.shape[0]
@@ -376,6 +436,8 @@ def mx_linear(
         else:
             (a,) = activations(prep, x, "a16")
         return mx_decode_host.mx_gemv(a, prep.weight, prep.bounds, x.dtype, bias)
+    if path == "dequant" or (path is None and dequant_ok(m)):
+        return fast_host.dequant_linear(x, mx_dequant(prep, x.dtype).t(), bias)
     if path is None:
         act = mx_decode_host.served_act(m, act, hip, prep.weight.n, prep.bounds)
     ops = activations(prep, x, act)

@@ -208,3 +208,92 @@ def fp8_token_quant_kernel(
         q = _e4m3_rne_quotient(x.to(tl.float32), s)
         tl.store(q_ptr + r * K + k0 + offs, q, mask=k0 + offs < K)
     tl.store(s_ptr + r, s)
+
+
+@triton.jit
+def _rot_t(rot_hi_ptr, rot_lo_ptr, base, t: tl.constexpr, G: tl.constexpr):
+    """Rows 32 t .. 32 t + 31 of B_g^T (B_g stored row j, column k at base + j G + k) in fp16:
+    hi + lo summed (11 bits, the rounding W' gets anyway, as `dequant_rotate_kernel`)."""
+    off = base + tl.arange(0, G)[None, :] * G + 32 * t + tl.arange(0, 32)[:, None]
+    return (tl.load(rot_hi_ptr + off).to(tl.float32)
+            + tl.load(rot_lo_ptr + off).to(tl.float32)).to(tl.float16)  # fmt: skip
+
+
+@triton.jit
+def mx_dequant_kernel(
+    qw_ptr,  # [N, Kp/2] u8: nibble planes = whole MX blocks (module doc)
+    sc_ptr,  # [Kp/32, N] u8 e8m0
+    rot_hi_ptr,  # ROT: [P, K/G, G, G] hi half of the folded blocks B_g (x.dtype), else dummy
+    rot_lo_ptr,  # ROT: [P, K/G, G, G] lo half
+    w_ptr,  # [N, K] bf16 / fp16 out: W'^T, K-contiguous rows
+    N,
+    K,
+    b1,  # first column of partition 1 (N when there is none)
+    b2,  # first column of partition 2 (N when there is none)
+    per,  # column blocks per program, the same in every partition
+    c1,  # programs of partition 0 (along axis 1)
+    c2,  # programs of partitions 0 and 1
+    G: tl.constexpr,  # channels a program row: the rotation group, 128 (ROT), else 64 (a pair)
+    BLOCK_N: tl.constexpr,
+    ROT: tl.constexpr,
+):
+    """Fifteenth pass (issue 14, deliverable 2 for MXFP4): the layer dequantized for the vendor
+    GEMM, W'^T [N, K] = (e2m1 x 2^(e - 127)) per 32-block, with ROT each partition's rotation
+    folded in: W'_g = B_g @ W_g per G-channel group (x_rot = x B, so x_rot W = x W').
+
+    One program per (group, run of a partition's column blocks), as `dequant_rotate_t_kernel`.
+    A group's codes are G / 32 whole MX blocks (the nibble planes of its byte tiles), so each
+    block is its own K = 32 dot: its exact e2m1 values in fp16 against the matching 32 rows of
+    B_g^T (loaded once a program), scaled by its e8m0 in fp32 after the dot, so the block scale
+    never passes through fp16. Without ROT the scaled values are stored as they are (exact in
+    bf16 for every e8m0 a checkpoint holds; e8m0 code 0 flushes, as in the GEMM)."""
+    g = tl.program_id(0)
+    pid = tl.program_id(1)
+    p = (pid >= c1).to(tl.int32) + (pid >= c2).to(tl.int32)
+    pid = pid - tl.where(p == 0, 0, tl.where(p == 1, c1, c2))
+    lo_col = tl.where(p == 0, 0, tl.where(p == 1, b1, b2))
+    hi_col = tl.where(p == 0, b1, tl.where(p == 1, b2, N))
+    nblocks = tl.cdiv(hi_col - lo_col, BLOCK_N)
+    offs_r = tl.arange(0, 32)
+    kh = tl.cdiv(K, 64) * 32  # bytes per weight row
+    if ROT:  # B_g^T in four 32-row tiles, one per MX block of the group
+        base = (p * (K // G) + g).to(tl.int64) * G * G
+        r0 = _rot_t(rot_hi_ptr, rot_lo_ptr, base, 0, G)
+        r1 = _rot_t(rot_hi_ptr, rot_lo_ptr, base, 1, G)
+        r2 = _rot_t(rot_hi_ptr, rot_lo_ptr, base, 2, G)
+        r3 = _rot_t(rot_hi_ptr, rot_lo_ptr, base, 3, G)
+    for blk in range(pid * per, tl.minimum(pid * per + per, nblocks)):
+        offs_n = lo_col + blk * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_mask = offs_n < hi_col
+        q_row = qw_ptr + offs_n[:, None].to(tl.int64) * kh + g * (G // 2)
+        w_row = w_ptr + offs_n[:, None].to(tl.int64) * K + g * G
+        acc = tl.zeros((BLOCK_N, G), dtype=tl.float32)
+        for t in tl.static_range(G // 32):  # block t of the group: pair t // 2, plane t % 2
+            kb = g * G + 32 * t  # its first channel
+            q = tl.load(q_row + 32 * (t // 2) + offs_r[None, :], mask=n_mask[:, None],
+                        other=0).to(tl.int32)  # fmt: skip
+            c = (q >> 4) if t % 2 == 1 else (q & 15)
+            e = tl.load(sc_ptr + (kb // 32) * N + offs_n, mask=n_mask, other=0).to(tl.int32)
+            s = _pow2(e)[:, None]
+            if ROT:
+                v = _operand(c, 0, 1, False)  # the exact e2m1 values, fp16
+                if t == 0:
+                    acc += tl.dot(v, r0) * s
+                elif t == 1:
+                    acc += tl.dot(v, r1) * s
+                elif t == 2:
+                    acc += tl.dot(v, r2) * s
+                else:
+                    acc += tl.dot(v, r3) * s
+            else:
+                val = _operand(c, 0, 2, False).to(tl.float32) * s
+                if w_ptr.dtype.element_ty == tl.float16:
+                    val = tl.clamp(val, -65504.0, 65504.0)
+                ok = n_mask[:, None] & (kb + offs_r < K)[None, :]
+                tl.store(w_row + 32 * t + offs_r[None, :], val.to(w_ptr.dtype.element_ty),
+                         mask=ok)  # fmt: skip
+        if ROT:
+            if w_ptr.dtype.element_ty == tl.float16:
+                acc = tl.clamp(acc, -65504.0, 65504.0)
+            tl.store(w_row + tl.arange(0, G)[None, :], acc.to(w_ptr.dtype.element_ty),
+                     mask=n_mask[:, None])  # fmt: skip
