@@ -20,7 +20,9 @@ decode rows (`int5_cells`: as served, the A8 kernels forced, int4 W4A16 as serve
 `git show ccbd255:kernels/paro_kernels/triton/decode_kernels.py > .../triton/_dk_old.py`), and
 with --int5-sweep the GEMV at INT5_SWEEP's configs. --mma (fourteenth pass): only `mma_cells`
 at --ms (no sweep): MXFP4 and MXFP4-PARO as served on the mma GEMV against the paths they took
-before, int4 as served and cuBLAS, and the mma GEMV alone at MMA_GRID's configs.
+before, int4 as served and cuBLAS, and the mma GEMV alone at MMA_GRID's configs. --prefill
+(fifteenth pass): only `prefill_cells` at --ms: MXFP4 and MXFP4-PARO as served, on the GEMM and
+on the dequant path, the dequant alone, int4 as served and cuBLAS.
 """
 
 from __future__ import annotations
@@ -382,6 +384,35 @@ def int5_cells(
     return out
 
 
+def prefill_cells(shapes: list[str], ms: list[int], reps: int, t0: float,
+                  budget: float) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
+    """Fifteenth pass, per (shape, M), same run: cuBLAS, int4 W4A16 as served, MXFP4 and
+    MXFP4-PARO as served, on the GEMM (W4A8 fp8, forced) and on the dequant path (forced), and
+    `mx_dequant` alone (the layer to bf16, the rotation folded in for PARO)."""
+    from .triton import mx_host
+
+    dev = torch.device("cuda")
+    out: list[dict[str, Any]] = []
+    not_run: list[str] = []
+    made: dict[tuple[str, bool], list[Any]] = {}
+    for name, n, k, m, x, i4, _ in _cells(shapes, ms, t0, budget, not_run):
+        sizes = next(s for s in b.SHAPES if s[0] == name)[3]
+        out += _peers(name, m, x, n, i4, reps)
+        for rot in (False, True):
+            label = "mxfp4-paro" if rot else "mxfp4"
+            preps = _shape_preps(made, name, n, k, sizes, rot, dev)
+            nbm = _mx_bytes(n, k, m, len(sizes) if rot else 1)
+            for path in (None, "gemm", "dequant"):
+                fns = [functools.partial(mx_host.mx_linear, p, x, None, "fp8", path)
+                       for p in preps]  # fmt: skip
+                out.append(_row(name, m, f"{label} {path or 'as served'}", _t(fns, reps), nbm))
+            fns = [functools.partial(mx_host.mx_dequant, p, torch.bfloat16) for p in preps]
+            # bytes: codes + scales read, W' written (bf16)
+            out.append(_row(name, m, f"{label} dequant alone", _t(fns, reps),
+                            n * k // 2 + n * k // 32 + 2 * n * k))  # fmt: skip
+    return out, not_run
+
+
 def main(argv: list[str] | None = None) -> None:
     """Sweep, then the cells; JSON written after each."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -399,6 +430,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--int5-sweep", action="store_true", help="int5 GEMV configs (INT5_SWEEP)")
     ap.add_argument("--mma", action="store_true", help="only mma_cells at --ms (fourteenth pass)")
     ap.add_argument("--mma-grid", type=int, default=len(MMA_GRID), help="MMA_GRID configs timed")
+    ap.add_argument("--prefill", action="store_true", help="only prefill_cells at --ms")
     argv = sys.argv[1:] if argv is None else argv  # recorded in the JSON
     args = ap.parse_args(argv)
     torch.manual_seed(0)
@@ -408,10 +440,14 @@ def main(argv: list[str] | None = None) -> None:
                             "triton": __import__("triton").__version__,
                             "command": " ".join(["python -m paro_kernels.bench_mx_decode",
                                                  *(argv or [])])}  # fmt: skip
-    if args.mma:
+    if args.mma or args.prefill:
         shapes = list(filter(None, args.shapes.split(",")))
-        meta["cells"], meta["not_run"] = mma_cells(shapes, ms, args.reps, t0, args.budget_s,
-                                                   args.mma_grid)  # fmt: skip
+        if args.prefill:
+            meta["cells"], meta["not_run"] = prefill_cells(shapes, ms, args.reps, t0,
+                                                           args.budget_s)  # fmt: skip
+        else:
+            meta["cells"], meta["not_run"] = mma_cells(shapes, ms, args.reps, t0, args.budget_s,
+                                                       args.mma_grid)  # fmt: skip
         with open(args.out, "w") as f:
             json.dump(meta, f, indent=1)
         return

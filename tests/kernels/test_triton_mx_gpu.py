@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _triton_cases import BF16_W_FLOOR  # a layer on a bf16 W' (the dequant paths)
 from paro_kernels import mx
 from paro_kernels import reference as ref
 from paro_kernels.formats import e4m3_decode
@@ -113,8 +114,10 @@ def test_paro_merged_matches_fp64_reference(
         assert rel(y, paro_ref(x, w, runs, g, act)) <= (1e-2 if act == "fp8" else BF16_FLOOR)
     linear = mx_host.mx_linear(prep, x.cuda(), None, act)  # type: ignore[arg-type]
     served = _served(act, m, n, prep.bounds)
+    # prefill rows: the rotated W' in bf16 (`mx_dequant`), its floor as the int4 dequant's
+    floor = BF16_W_FLOOR if m >= mx_host.DEQUANT_MIN_M else BF16_FLOOR
     assert rel(linear, paro_ref(x, w, runs, g, served)) <= (1e-2 if served == "fp8"
-                                                           else BF16_FLOOR)  # fmt: skip
+                                                           else floor)  # fmt: skip
 
 
 @pytest.mark.parametrize("m", [1, 300])
@@ -329,13 +332,14 @@ def test_fp16_activations_and_rows_are_independent() -> None:
     torch.testing.assert_close(mx_host.mx_linear(prep, x[:3].cuda(), None, "a16"), y[:3])
 
 
+@pytest.mark.parametrize("m", [4, 300])
 @pytest.mark.parametrize("act", ["fp8", "a16"])
-def test_custom_op_compiles_and_graphs(act: str) -> None:
+def test_custom_op_compiles_and_graphs(act: str, m: int) -> None:
     from paro_kernels.triton import mx_host, mx_ops
 
     weight, scale = mx_layer(192, 256, seed=9)
     prep = mx_host.prepare(weight, scale, mx_host.random_runs(256, (128, 64)), 128, "cuda")
-    x = torch.randn(4, 256, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(m, 256, device="cuda", dtype=torch.bfloat16)  # 300: the dequant path
     eager = mx_ops.linear(prep, x, None, act)
     compiled = torch.compile(lambda t: mx_ops.linear(prep, t, None, act), fullgraph=True)(x)
     torch.testing.assert_close(compiled, eager)  # split-K atomics: order may vary
@@ -346,6 +350,42 @@ def test_custom_op_compiles_and_graphs(act: str) -> None:
     static_x.copy_(torch.randn_like(x))
     graph.replay()
     torch.testing.assert_close(static_y, mx_ops.linear(prep, static_x, None, act))
+
+
+# The prefill dequant (fifteenth pass): (K, partition sizes, G; G 0 = NVFP4 -> MXFP4, unrotated)
+# with K/32 odd (544), N ragged, 2-3 planes off the tile, G = 64 and 128.
+DEQUANT_CASES = [(544, [1000], 0), (5120, [384], 0), *PARO_CASES, (2048, [2560, 2560], 128)]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(("k", "sizes", "g"), DEQUANT_CASES)
+def test_dequant_matches_fp64(k: int, sizes: list[int], g: int, dtype: torch.dtype) -> None:
+    # W'^T [N, K] against fp64: unrotated the checkpoint's values exactly; rotated (W'_g = B_g
+    # W_g, B_g in fp16) within the output dtype's rounding (bf16: the W' floor; fp16 1e-3).
+    # At every launch config the host can pick (programs walking 1 or several column blocks,
+    # narrow tiles), then the layer as served at M = 257 / 300 (the vendor GEMM on it).
+    from paro_kernels.triton import mx_host
+
+    n = sum(sizes)
+    weight, scale = mx_layer(n, k, seed=k + n)
+    runs = mx_host.random_runs(k, tuple(sizes), g=g, krot=4, seed=n) if g else None
+    prep = mx_host.prepare(weight, scale, runs, g, "cuda", dtype)
+    w = mx.mxfp4_dequantize(weight, scale)
+    want = paro_ref(torch.eye(k, dtype=torch.float64), w, runs, g, "a16").t() if g else w
+    floor = (BF16_W_FLOOR if dtype == torch.bfloat16 else 1e-3) if g else 0.0
+    for bn, pps in ((0, 0), (16, 1), (32, 64)):
+        out = torch.full((n, k), float("nan"), device="cuda", dtype=dtype)
+        wt = mx_host.mx_dequant(prep, dtype, out, bn, pps)
+        assert wt.data_ptr() == out.data_ptr() and rel(wt, want) <= floor, (bn, pps)
+    for m in (257, 300):
+        x = _x(m, k, dtype)
+        bias = torch.randn(n).to(dtype)
+        y = mx_host.mx_linear(prep, x.cuda(), bias.cuda(), "fp8")
+        assert y.dtype == dtype and _served("fp8", m, n, prep.bounds) == "a16"
+        r = (paro_ref(x, w, runs, g, "a16") if g else x.double() @ w.t()) + bias.double()
+        assert rel(y, r) <= max(floor, BF16_FLOOR if dtype == torch.bfloat16 else 1e-3), m
+        forced = mx_host.mx_linear(prep, x.cuda(), bias.cuda(), "fp8", "dequant")
+        torch.testing.assert_close(y, forced, rtol=0, atol=0)
 
 
 def test_plugin_backend_prepare_apply() -> None:

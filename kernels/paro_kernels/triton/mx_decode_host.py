@@ -80,9 +80,13 @@ def served_act(m: int, act: ActMode, hip: bool, n: int = 0,
                bounds: tuple[int, ...] = ()) -> ActMode:  # fmt: skip
     """The activations an M-row call of an `act` layer (N columns, plane `bounds`) is served
     on: decode rows take 16-bit ones on NVIDIA, where it was measured (the mma GEMV's to M = 16
-    where it takes the layer, the FMA GEMV's, or the GEMM's A16 up to A16_MAX_M)."""
+    where it takes the layer, the FMA GEMV's, or the GEMM's A16 up to A16_MAX_M), and so do
+    prefill rows on the dequant path (`mx_host.dequant_ok`: the vendor GEMM on x itself)."""
+    from .mx_host import dequant_ok
+
     mma = mma_ok(m, n, bounds, hip)
-    return "a16" if mma or gemv_ok(m, hip) or (not hip and m <= A16_MAX_M) else act
+    a16 = mma or gemv_ok(m, hip) or (not hip and m <= A16_MAX_M) or dequant_ok(m, hip)
+    return "a16" if a16 else act
 
 
 def gemv_config(m: int, n: int, k: int, bounds: tuple[int, ...], sms: int, block_n: int = 0,

@@ -308,13 +308,25 @@ DEQUANT = True
 DEQUANT_MIN_M = 256
 DEQUANT_BLOCK_N = 64  # columns a block: the rotated kernel's [64, 128] fp32 accumulator
 DEQUANT_PLAIN_BLOCK_N = 128
+# gfx1201 (AOT, Triton 3.9, 4 waves; not served there): the rotated kernel at 64 columns took
+# 256 VGPRs and spilled (371), 32: 250, 16: 165 and none; the plain one at 128: 172.
+DEQUANT_HIP_BLOCK_N = 16
 DEQUANT_WARPS = 4
 DEQUANT_PROGRAMS_PER_SM = 4
 
 
-def dequant_ok(m: int) -> bool:
-    """Whether an M-row call of an MXFP4 layer is served on `mx_dequant` + the vendor GEMM."""
-    return DEQUANT and m >= DEQUANT_MIN_M
+def dequant_block_n(rot: bool, hip: bool) -> int:
+    """Columns a block of `mx_dequant_kernel` (before narrowing to the plane boundaries)."""
+    if not rot:
+        return DEQUANT_PLAIN_BLOCK_N
+    return DEQUANT_HIP_BLOCK_N if hip else DEQUANT_BLOCK_N
+
+
+def dequant_ok(m: int, hip: bool) -> bool:
+    """Whether an M-row call of an MXFP4 layer is served on `mx_dequant` + the vendor GEMM:
+    NVIDIA, where it was measured (gfx1201 keeps the GEMM: its fp8 WMMA runs at twice bf16;
+    the dequant kernel is built for it in CI)."""
+    return DEQUANT and not hip and m >= DEQUANT_MIN_M
 
 
 def mx_dequant(prep: Prepared, dtype: torch.dtype, out: torch.Tensor | None = None,
@@ -330,12 +342,12 @@ def mx_dequant(prep: Prepared, dtype: torch.dtype, out: torch.Tensor | None = No
     n, k = w.n, w.k
     rot = prep.rot_hi is not None and prep.rot_lo is not None
     g = prep.group_size if rot else 64
-    require(not rot or g == 128, "group_size", "128 for the rotated dequant", g)
+    require(not rot or g in (64, 128), "group_size", "64 or 128 for the rotated dequant", g)
     if out is None:
         out = fast_host._scratch("dequant_w", n * k, dtype, w.qw.device)[: n * k].view(n, k)
     require(tuple(out.shape) == (n, k) and out.dtype == dtype and out.is_contiguous(), "out",
             f"contiguous {dtype} [{n}, {k}]", (tuple(out.shape), out.dtype))  # fmt: skip
-    bn = block_n or (DEQUANT_BLOCK_N if rot else DEQUANT_PLAIN_BLOCK_N)
+    bn = block_n or dequant_block_n(rot, host._is_hip())
     if rot:
         bn = _block_n(bn, _align(prep.bounds))
     bounds = prep.bounds if rot else ()
@@ -436,7 +448,7 @@ def mx_linear(
         else:
             (a,) = activations(prep, x, "a16")
         return mx_decode_host.mx_gemv(a, prep.weight, prep.bounds, x.dtype, bias)
-    if path == "dequant" or (path is None and dequant_ok(m)):
+    if path == "dequant" or (path is None and dequant_ok(m, hip)):
         return fast_host.dequant_linear(x, mx_dequant(prep, x.dtype).t(), bias)
     if path is None:
         act = mx_decode_host.served_act(m, act, hip, prep.weight.n, prep.bounds)
@@ -607,6 +619,25 @@ def compile_mx_gemm(
     # converts): the decode GEMM is bandwidth-bound, so that is the instruction expected there.
     mode = "a16" if target == "sm90" and cfg.block_m < 64 else act
     return _aot_report(name, target, str(cfg), c, MX_MMA_PATTERNS[(target, mode)])
+
+
+def compile_mx_dequant(target: str, n: int, k: int, rot: bool, dtype: str = "bf16",
+                       bounds: tuple[int, ...] = ()) -> object:  # fmt: skip
+    """Build the prefill dequant (`mx_dequant_kernel`) at the launcher's config; an
+    `aot.Report` (`mma`: the rotated kernel's matrix instruction)."""
+    from .mx_kernels import mx_dequant_kernel
+
+    bn = dequant_block_n(rot, target == "gfx1201")
+    bn = _block_n(bn, _align(bounds)) if rot else bn
+    sig = {
+        "qw_ptr": "*u8", "sc_ptr": "*u8", "rot_hi_ptr": f"*{dtype}", "rot_lo_ptr": f"*{dtype}",
+        "w_ptr": f"*{dtype}", "N": "i32", "K": "i32", "b1": "i32", "b2": "i32", "per": "i32",
+        "c1": "i32", "c2": "i32",
+    }  # fmt: skip
+    const = {"G": 128 if rot else 64, "BLOCK_N": bn, "ROT": rot}
+    c = _aot_build(mx_dequant_kernel, sig, const, target, DEQUANT_WARPS, 2)
+    mma = MX_MMA_PATTERNS[(target, "a16")] if rot else r"(?!)"  # the plain kernel has none
+    return _aot_report("mx_dequant" + ("_rot" if rot else ""), target, f"BLOCK_N={bn}", c, mma)
 
 
 def compile_fp8_quant(target: str, k: int) -> object:

@@ -233,7 +233,7 @@ def mx_dequant_kernel(
     per,  # column blocks per program, the same in every partition
     c1,  # programs of partition 0 (along axis 1)
     c2,  # programs of partitions 0 and 1
-    G: tl.constexpr,  # channels a program row: the rotation group, 128 (ROT), else 64 (a pair)
+    G: tl.constexpr,  # channels a program row: the rotation group (ROT: 64 / 128), else 64
     BLOCK_N: tl.constexpr,
     ROT: tl.constexpr,
 ):
@@ -256,12 +256,13 @@ def mx_dequant_kernel(
     nblocks = tl.cdiv(hi_col - lo_col, BLOCK_N)
     offs_r = tl.arange(0, 32)
     kh = tl.cdiv(K, 64) * 32  # bytes per weight row
-    if ROT:  # B_g^T in four 32-row tiles, one per MX block of the group
+    if ROT:  # B_g^T in 32-row tiles, one per MX block of the group (G = 64: two)
         base = (p * (K // G) + g).to(tl.int64) * G * G
         r0 = _rot_t(rot_hi_ptr, rot_lo_ptr, base, 0, G)
         r1 = _rot_t(rot_hi_ptr, rot_lo_ptr, base, 1, G)
-        r2 = _rot_t(rot_hi_ptr, rot_lo_ptr, base, 2, G)
-        r3 = _rot_t(rot_hi_ptr, rot_lo_ptr, base, 3, G)
+        if G == 128:
+            r2 = _rot_t(rot_hi_ptr, rot_lo_ptr, base, 2, G)
+            r3 = _rot_t(rot_hi_ptr, rot_lo_ptr, base, 3, G)
     for blk in range(pid * per, tl.minimum(pid * per + per, nblocks)):
         offs_n = lo_col + blk * BLOCK_N + tl.arange(0, BLOCK_N)
         n_mask = offs_n < hi_col
