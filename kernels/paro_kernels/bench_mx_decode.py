@@ -269,43 +269,59 @@ def _mma(p: Any, a: torch.Tensor, cfg: Any, paired: bool = False,
                                       maxnreg)  # fmt: skip
 
 
+def _mx_cells(shapes: list[str], ms: list[int], reps: int, t0: float, budget: float,
+              not_run: list[str],
+              out: list[dict[str, Any]]) -> Iterator[tuple[Any, ...]]:  # fmt: skip
+    """`bench_decode._cells` for the MXFP4 benches: per cell the peers' rows into `out` (cuBLAS,
+    int4 as served), then (shape, N, K, M, x, rotated, label, layer copies, format-minimal
+    bytes) for NVFP4 -> MXFP4 and for MXFP4-PARO (copies made once a shape)."""
+    dev = torch.device("cuda")
+    made: dict[tuple[str, bool], list[Any]] = {}
+    for name, n, k, m, x, i4, _ in _cells(shapes, ms, t0, budget, not_run):
+        sizes = next(s for s in b.SHAPES if s[0] == name)[3]
+        out += _peers(name, m, x, n, i4, reps)
+        for rot in (False, True):
+            preps = _shape_preps(made, name, n, k, sizes, rot, dev)
+            yield (name, n, k, m, x, rot, "mxfp4-paro" if rot else "mxfp4", preps,
+                   _mx_bytes(n, k, m, len(sizes) if rot else 1))  # fmt: skip
+
+
+def _path_rows(name: str, m: int, x: torch.Tensor, label: str, preps: list[Any], nbm: int,
+               paths: tuple[str | None, ...], reps: int) -> list[dict[str, Any]]:  # fmt: skip
+    """`mx_linear` on the layer copies with each path forced (None: as served), one row each."""
+    from .triton import mx_host
+
+    return [_row(name, m, f"{label} {path or 'as served'}",
+                 _t([functools.partial(mx_host.mx_linear, p, x, None, "fp8", path)
+                     for p in preps], reps), nbm) for path in paths]  # fmt: skip
+
+
 def mma_cells(shapes: list[str], ms: list[int], reps: int, t0: float, budget: float,
               grid: int = len(MMA_GRID)) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
     """Fourteenth pass, per (shape, M), same run: cuBLAS, the int4 W4A16 op as served, MXFP4
     and MXFP4-PARO as served (the mma GEMV from MMA_MIN_M), the paths they took before (the FMA
     GEMV to M = 4, the A16 GEMM past it) forced, and the mma GEMV alone at MMA_GRID's configs
     (its output against fp64; the first `grid` of them, 0: none)."""
-    from .triton import mx_decode_host, mx_host
+    from .triton import mx_decode_host
 
-    dev = torch.device("cuda")
     out: list[dict[str, Any]] = []
     not_run: list[str] = []
-    made: dict[tuple[str, bool], list[Any]] = {}
-    for name, n, k, m, x, i4, _ in _cells(shapes, ms, t0, budget, not_run):
-        sizes = next(s for s in b.SHAPES if s[0] == name)[3]
-        out += _peers(name, m, x, n, i4, reps)
-        for rot in (False, True):
-            label = "mxfp4-paro" if rot else "mxfp4"
-            preps = _shape_preps(made, name, n, k, sizes, rot, dev)
-            nbm = _mx_bytes(n, k, m, len(sizes) if rot else 1)
-            before = "gemv" if m <= mx_decode_host.GEMV_MAX_M else "gemm"
-            for path in (None, before):
-                fns = [functools.partial(mx_host.mx_linear, p, x, None, "fp8", path)
-                       for p in preps]  # fmt: skip
-                out.append(_row(name, m, f"{label} {path or 'as served'}", _t(fns, reps),
-                                nbm))  # fmt: skip
-            if not rot and grid:  # the plain bf16 rows as served; paired at the default
-                a16 = x.unsqueeze(0)
-                pa = mx_decode_host.pair_fp16(x)
-                for kw, paired in [*((kw, False) for kw in MMA_GRID[:grid]), ({}, True)]:
-                    kc = {key: v for key, v in kw.items() if key != "maxnreg"}
-                    cfg = mx_decode_host.mma_config(m, n, k, preps[0].bounds, 132, **kc)
-                    a, mr = (pa if paired else a16), kw.get("maxnreg")
-                    err = _ref_err(_mma(preps[0], a, cfg, paired, mr), a16, preps[0])
-                    fns = [functools.partial(_mma, p, a, cfg, paired, mr) for p in preps]
-                    out.append(_row(name, m, f"{label} mma alone {kw}{' paired' * paired}",
-                                    _t(fns, reps), nbm, split=cfg.split_k,
-                                    rel=f"{err:.1e}"))  # fmt: skip
+    for name, n, k, m, x, rot, label, preps, nbm in _mx_cells(shapes, ms, reps, t0, budget,
+                                                               not_run, out):  # fmt: skip
+        before = "gemv" if m <= mx_decode_host.GEMV_MAX_M else "gemm"
+        out += _path_rows(name, m, x, label, preps, nbm, (None, before), reps)
+        if not rot and grid:  # the plain bf16 rows as served; paired at the default
+            a16 = x.unsqueeze(0)
+            pa = mx_decode_host.pair_fp16(x)
+            for kw, paired in [*((kw, False) for kw in MMA_GRID[:grid]), ({}, True)]:
+                kc = {key: v for key, v in kw.items() if key != "maxnreg"}
+                cfg = mx_decode_host.mma_config(m, n, k, preps[0].bounds, 132, **kc)
+                a, mr = (pa if paired else a16), kw.get("maxnreg")
+                err = _ref_err(_mma(preps[0], a, cfg, paired, mr), a16, preps[0])
+                fns = [functools.partial(_mma, p, a, cfg, paired, mr) for p in preps]
+                out.append(_row(name, m, f"{label} mma alone {kw}{' paired' * paired}",
+                                _t(fns, reps), nbm, split=cfg.split_k,
+                                rel=f"{err:.1e}"))  # fmt: skip
     return out, not_run
 
 
@@ -391,25 +407,15 @@ def prefill_cells(shapes: list[str], ms: list[int], reps: int, t0: float,
     `mx_dequant` alone (the layer to bf16, the rotation folded in for PARO)."""
     from .triton import mx_host
 
-    dev = torch.device("cuda")
     out: list[dict[str, Any]] = []
     not_run: list[str] = []
-    made: dict[tuple[str, bool], list[Any]] = {}
-    for name, n, k, m, x, i4, _ in _cells(shapes, ms, t0, budget, not_run):
-        sizes = next(s for s in b.SHAPES if s[0] == name)[3]
-        out += _peers(name, m, x, n, i4, reps)
-        for rot in (False, True):
-            label = "mxfp4-paro" if rot else "mxfp4"
-            preps = _shape_preps(made, name, n, k, sizes, rot, dev)
-            nbm = _mx_bytes(n, k, m, len(sizes) if rot else 1)
-            for path in (None, "gemm", "dequant"):
-                fns = [functools.partial(mx_host.mx_linear, p, x, None, "fp8", path)
-                       for p in preps]  # fmt: skip
-                out.append(_row(name, m, f"{label} {path or 'as served'}", _t(fns, reps), nbm))
-            fns = [functools.partial(mx_host.mx_dequant, p, torch.bfloat16) for p in preps]
-            # bytes: codes + scales read, W' written (bf16)
-            out.append(_row(name, m, f"{label} dequant alone", _t(fns, reps),
-                            n * k // 2 + n * k // 32 + 2 * n * k))  # fmt: skip
+    for name, n, k, m, x, _, label, preps, nbm in _mx_cells(shapes, ms, reps, t0, budget,
+                                                             not_run, out):  # fmt: skip
+        out += _path_rows(name, m, x, label, preps, nbm, (None, "gemm", "dequant"), reps)
+        fns = [functools.partial(mx_host.mx_dequant, p, torch.bfloat16) for p in preps]
+        # bytes: codes + scales read, W' written (bf16)
+        out.append(_row(name, m, f"{label} dequant alone", _t(fns, reps),
+                        n * k // 2 + n * k // 32 + 2 * n * k))  # fmt: skip
     return out, not_run
 
 

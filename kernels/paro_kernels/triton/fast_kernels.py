@@ -239,6 +239,18 @@ def dequant_rotate_kernel(
 
 
 @triton.jit
+def partition_run(pid, c1, c2, b1, b2, N, BLOCK_N: tl.constexpr):
+    """Axis-1 program `pid` of a grid holding each partition's programs in turn (c1: partition
+    0's, c2: partitions 0 and 1's): (its partition, its index there, the partition's first and
+    last + 1 columns, its BLOCK_N-column blocks)."""
+    p = (pid >= c1).to(tl.int32) + (pid >= c2).to(tl.int32)
+    pid = pid - tl.where(p == 0, 0, tl.where(p == 1, c1, c2))
+    lo_col = tl.where(p == 0, 0, tl.where(p == 1, b1, b2))
+    hi_col = tl.where(p == 0, b1, tl.where(p == 1, b2, N))
+    return p, pid, lo_col, hi_col, tl.cdiv(hi_col - lo_col, BLOCK_N)
+
+
+@triton.jit
 def dequant_rotate_t_kernel(
     qw_ptr,  # [K/8, N] int32 codes packed along K
     qh_ptr,  # BITS == 5: [K/32, N] int32 fifth-bit planes, else a dummy
@@ -273,12 +285,7 @@ def dequant_rotate_t_kernel(
     one's programs with most of the work (qkv: 6144 / 512 / 512).
     """
     g = tl.program_id(0)
-    pid = tl.program_id(1)
-    p = (pid >= c1).to(tl.int32) + (pid >= c2).to(tl.int32)
-    pid = pid - tl.where(p == 0, 0, tl.where(p == 1, c1, c2))
-    lo_col = tl.where(p == 0, 0, tl.where(p == 1, b1, b2))
-    hi_col = tl.where(p == 0, b1, tl.where(p == 1, b2, N))
-    nblocks = tl.cdiv(hi_col - lo_col, BLOCK_N)
+    p, pid, lo_col, hi_col, nblocks = partition_run(tl.program_id(1), c1, c2, b1, b2, N, BLOCK_N)
     ngroups = K // G
     offs_g = tl.arange(0, G)
     # rot_t[k, j] = B_g[j, k] (stored row j, column k)

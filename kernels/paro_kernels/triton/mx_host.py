@@ -305,7 +305,7 @@ def mx_gemm(
 # fifteenth pass, run 2, bench14, us) M = 2048 qkv 798 / gate_up 1844 / down 1003 against
 # cuBLAS bf16's 201 / 477 / 229 (0.23-0.26x). Run 3 (same run per cell, the GEMM / the dequant
 # path forced, MXFP4 and MXFP4-PARO): M = 2048 down 1026 / 281 and 1066 / 315, in_proj 913 /
-# 267 and 959 / 300 (0.72-0.81x cuBLAS); M = 128 1.2-2.9x on every shape (qkv 176 / 76, gate_up
+# 267 and 959 / 300 (0.72-0.81x cuBLAS); M = 128 1.2-3.2x on every shape (qkv 176 / 76, gate_up
 # 250 / 174, PARO gate_up 258 / 220); M = 64 the GEMM on 6 of 10 cells (PARO qkv 82 / 96, in_proj
 # 74 / 82; gate_up 200 / 174 the other way). 65..127 is interpolated (the GEMM's M = 128 tiles).
 DEQUANT = True

@@ -38,6 +38,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .fast_kernels import partition_run
 from .kernels import gemm_tile
 
 E4M3_MAX = tl.constexpr(448.0)
@@ -248,12 +249,7 @@ def mx_dequant_kernel(
     never passes through fp16. Without ROT the scaled values are stored as they are (exact in
     bf16 for every e8m0 a checkpoint holds; e8m0 code 0 flushes, as in the GEMM)."""
     g = tl.program_id(0)
-    pid = tl.program_id(1)
-    p = (pid >= c1).to(tl.int32) + (pid >= c2).to(tl.int32)
-    pid = pid - tl.where(p == 0, 0, tl.where(p == 1, c1, c2))
-    lo_col = tl.where(p == 0, 0, tl.where(p == 1, b1, b2))
-    hi_col = tl.where(p == 0, b1, tl.where(p == 1, b2, N))
-    nblocks = tl.cdiv(hi_col - lo_col, BLOCK_N)
+    p, pid, lo_col, hi_col, nblocks = partition_run(tl.program_id(1), c1, c2, b1, b2, N, BLOCK_N)
     offs_r = tl.arange(0, 32)
     kh = tl.cdiv(K, 64) * 32  # bytes per weight row
     if ROT:  # B_g^T in 32-row tiles, one per MX block of the group (G = 64: two)
