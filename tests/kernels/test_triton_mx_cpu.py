@@ -42,6 +42,16 @@ def mx_layer(
     return weight, scale
 
 
+def case_layer(k: int, sizes: list[int], seed: int, run_seed: int, rotated: bool, g: int = 64,
+               dtype: torch.dtype = torch.float16) -> tuple:  # fmt: skip
+    """An interpreter case's layer on the CPU: (N, weight, scale, runs or None, `prepare`d)."""
+    n = sum(sizes)
+    weight, scale = mx_layer(n, k, seed=seed)
+    runs = mx_host.random_runs(k, tuple(sizes), g=g, krot=4, seed=run_seed) if rotated else None
+    return n, weight, scale, runs, mx_host.prepare(weight, scale, runs, g if rotated else 0, "cpu",
+                                                   dtype)  # fmt: skip
+
+
 def rel(y: torch.Tensor, r: torch.Tensor) -> float:
     """Frobenius relative error against the reference; NaN never passes."""
     e = ((y.cpu().double() - r).norm() / r.norm()).item()
@@ -184,7 +194,7 @@ DEQUANT_INTERP_CASES = [
 _CHILD = """
 import json, sys, torch
 from test_triton_mx_cpu import GEMV_INTERP_CASES, INTERP_CASES, MMA_INTERP_CASES, mx_layer
-from test_triton_mx_cpu import DEQUANT_INTERP_CASES, paro_ref, plane_ref, rel
+from test_triton_mx_cpu import DEQUANT_INTERP_CASES, case_layer, paro_ref, plane_ref, rel
 from paro_kernels import mx
 
 from paro_kernels.formats import e4m3_decode
@@ -229,10 +239,7 @@ out["flush"] = flush
 from paro_kernels.triton import mx_decode_host
 gemv = {}
 for name, k, sizes, m, rotated in GEMV_INTERP_CASES:
-    n = sum(sizes)
-    weight, scale = mx_layer(n, k, seed=k + m)
-    runs = mx_host.random_runs(k, tuple(sizes), g=64, krot=4, seed=m) if rotated else None
-    prep = mx_host.prepare(weight, scale, runs, 64 if rotated else 0, "cpu", torch.float16)
+    n, weight, scale, runs, prep = case_layer(k, sizes, k + m, m, rotated)
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.float16)
     bias = torch.randn(n).to(torch.float16)
     (a,) = mx_host.activations(prep, x, "a16")
@@ -250,10 +257,7 @@ out["gemv"] = gemv
 from paro_kernels.triton import fast_host
 mma = {}
 for name, k, sizes, m, rotated in MMA_INTERP_CASES:
-    n = sum(sizes)
-    weight, scale = mx_layer(n, k, seed=k + m)
-    runs = mx_host.random_runs(k, tuple(sizes), g=64, krot=4, seed=m) if rotated else None
-    prep = mx_host.prepare(weight, scale, runs, 64 if rotated else 0, "cpu", torch.float16)
+    n, weight, scale, runs, prep = case_layer(k, sizes, k + m, m, rotated)
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.bfloat16)
     bias = torch.randn(n).to(torch.bfloat16)
     if rotated:
@@ -285,11 +289,9 @@ out["mma"] = mma
 # vectors), and the layer on it (`path="dequant"`; served from DEQUANT_MIN_M rows) against x.
 dq = {}
 for name, k, sizes, rotated, dt in DEQUANT_INTERP_CASES:
-    n, dtype = sum(sizes), getattr(torch, dt)
-    weight, scale = mx_layer(n, k, seed=k + n)
-    g = 64 if name.endswith("g64") else 128
-    runs = mx_host.random_runs(k, tuple(sizes), g=g, krot=4, seed=n) if rotated else None
-    prep = mx_host.prepare(weight, scale, runs, g if rotated else 0, "cpu", dtype)
+    dtype, g = getattr(torch, dt), 64 if name.endswith("g64") else 128
+    n, weight, scale, runs, prep = case_layer(k, sizes, k + sum(sizes), sum(sizes), rotated, g,
+                                              dtype)  # fmt: skip
     w = mx.mxfp4_dequantize(weight, scale)
     wt = mx_host.mx_dequant(prep, dtype)
     wr = paro_ref(torch.eye(k, dtype=torch.float64), w, runs, g, "a16").t() if rotated else w
