@@ -22,7 +22,8 @@ with --int5-sweep the GEMV at INT5_SWEEP's configs. --mma (fourteenth pass): onl
 at --ms (no sweep): MXFP4 and MXFP4-PARO as served on the mma GEMV against the paths they took
 before, int4 as served and cuBLAS, and the mma GEMV alone at MMA_GRID's configs. --prefill
 (fifteenth pass): only `prefill_cells` at --ms: MXFP4 and MXFP4-PARO as served, on the GEMM and
-on the dequant path, the dequant alone, int4 as served and cuBLAS.
+on the dequant path, the dequant alone, int4 as served and cuBLAS; sixteenth pass: also the 8-bit
+vendor GEMM route, `dequant8` alone and the folded rotated dequant.
 """
 
 from __future__ import annotations
@@ -400,22 +401,57 @@ def int5_cells(
     return out
 
 
+@contextlib.contextmanager
+def _dequant_fold(on: bool) -> Iterator[None]:
+    """`mx_host.DEQUANT_FOLD` set to `on` inside the block (the served default restored)."""
+    from .triton import mx_host
+
+    was = mx_host.DEQUANT_FOLD
+    mx_host.DEQUANT_FOLD = on
+    try:
+        yield
+    finally:
+        mx_host.DEQUANT_FOLD = was
+
+
+def _rel(y: torch.Tensor, r: torch.Tensor) -> str:
+    return f"{((y.double() - r.double()).norm() / r.double().norm()).item():.1e}"
+
+
 def prefill_cells(shapes: list[str], ms: list[int], reps: int, t0: float,
                   budget: float) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
     """Fifteenth pass, per (shape, M), same run: cuBLAS, int4 W4A16 as served, MXFP4 and
     MXFP4-PARO as served, on the GEMM (W4A8 fp8, forced) and on the dequant path (forced), and
-    `mx_dequant` alone (the layer to bf16, the rotation folded in for PARO)."""
+    `mx_dequant` alone (the layer to bf16, the rotation folded in for PARO). Sixteenth pass: the
+    8-bit vendor GEMM route (`path="w8"`; its output against the GEMM's fp8 mode, the same
+    operands), `dequant8` alone, and for MXFP4-PARO the dequant with the block scales folded
+    (DEQUANT_FOLD on: the path and the kernel alone; its W' against the per-block form's)."""
     from .triton import mx_host
 
     out: list[dict[str, Any]] = []
     not_run: list[str] = []
-    for name, n, k, m, x, _, label, preps, nbm in _mx_cells(shapes, ms, reps, t0, budget,
-                                                             not_run, out):  # fmt: skip
+    for name, n, k, m, x, rot, label, preps, nbm in _mx_cells(shapes, ms, reps, t0, budget,
+                                                               not_run, out):  # fmt: skip
         out += _path_rows(name, m, x, label, preps, nbm, (None, "gemm", "dequant"), reps)
+        p0 = preps[0]
+        err = _rel(mx_host.mx_linear(p0, x, None, "fp8", "w8"),
+                   mx_host.mx_linear(p0, x, None, "fp8", "gemm"))  # fmt: skip
+        for row in _path_rows(name, m, x, label, preps, nbm, ("w8",), reps):
+            out.append({**row, "rel_vs_gemm": err})
+        # bytes: codes + scales read, W' written (bf16; e4m3 + a scale a column)
+        read = n * k // 2 + n * k // 32
         fns = [functools.partial(mx_host.mx_dequant, p, torch.bfloat16) for p in preps]
-        # bytes: codes + scales read, W' written (bf16)
-        out.append(_row(name, m, f"{label} dequant alone", _t(fns, reps),
-                        n * k // 2 + n * k // 32 + 2 * n * k))  # fmt: skip
+        out.append(_row(name, m, f"{label} dequant alone", _t(fns, reps), read + 2 * n * k))
+        fns8 = [functools.partial(mx_host.dequant8, p) for p in preps]
+        out.append(_row(name, m, f"{label} dequant8 alone", _t(fns8, reps), read + n * k + 4 * n))
+        if rot:
+            block = mx_host.mx_dequant(p0, torch.bfloat16, fold=False).clone()
+            ferr = _rel(mx_host.mx_dequant(p0, torch.bfloat16, fold=True), block)
+            with _dequant_fold(True):
+                rows = _path_rows(name, m, x, f"{label} fold", preps, nbm, ("dequant",), reps)
+                rows.append(_row(name, m, f"{label} fold dequant alone", _t(fns, reps),
+                                 read + 2 * n * k))  # fmt: skip
+            out += [{**r, "w_rel_vs_block": ferr} for r in rows]
     return out, not_run
 
 

@@ -190,11 +190,20 @@ DEQUANT_INTERP_CASES = [
     ("dq_paro_ragged", 128, [96, 32], True, "float16"),
     ("dq_paro_g64", 192, [48, 32], True, "bfloat16"),
 ]
+# The W4A8 prefill on the 8-bit vendor GEMM (sixteenth pass): (name, K, partition sizes, M,
+# rotated, G) with K/32 odd, 1-3 planes, G 64 / 128; fp16 activations (the interpreter's bf16
+# rotation prologue is not the GPUs': the GPU test runs bf16).
+W8_INTERP_CASES = [
+    ("w8_odd_pairs", 544, [48], 7, False, 64),
+    ("w8_paro_planes", 256, [64, 32, 32], 5, True, 128),
+    ("w8_paro_g64", 192, [48, 32], 3, True, 64),
+]
 # TRITON_INTERPRET is read when a kernel is decorated, so the interpreter runs in a child process.
 _CHILD = """
 import json, sys, torch
 from test_triton_mx_cpu import GEMV_INTERP_CASES, INTERP_CASES, MMA_INTERP_CASES, mx_layer
 from test_triton_mx_cpu import DEQUANT_INTERP_CASES, case_layer, paro_ref, plane_ref, rel
+from test_triton_mx_cpu import W8_INTERP_CASES
 from paro_kernels import mx
 
 from paro_kernels.formats import e4m3_decode
@@ -304,7 +313,42 @@ for name, k, sizes, rotated, dt in DEQUANT_INTERP_CASES:
     dq[name] = {"w_rel": rel(wt, wr), "w_shape": list(wt.shape), "w_dtype": str(wt.dtype),
                 "rel": rel(y, r), "shape": list(y.shape), "dtype": str(y.dtype),
                 "served_same": bool(torch.equal(served, y)), "m": m}
+    if rotated:  # the block scales folded into one dot chain (DEQUANT_FOLD), both ways forced
+        wb = mx_host.mx_dequant(prep, dtype, fold=False).clone()
+        wf = mx_host.mx_dequant(prep, dtype, fold=True)
+        dq[name].update(fold_rel=rel(wf, wr), fold_vs_block=rel(wf, wb.double()),
+                        fold_ok=prep.weight.fold_ok(1))  # fmt: skip
 out["dequant"] = dq
+# The 8-bit vendor GEMM route: the codes x scales against the checkpoint's values, the layer
+# against the fp64 product of its own operands (the interpreter's fp32 -> e4m3 convert is not
+# the GPUs', so the format's own reference is the GPU test's), and the MXFP4 GEMM's fp8 mode.
+from paro_kernels.formats import e4m3_decode
+w8 = {}
+for name, k, sizes, m, rotated, g in W8_INTERP_CASES:
+    n, weight, scale, runs, prep = case_layer(k, sizes, k + m, m, rotated, g)
+    w = mx.mxfp4_dequantize(weight, scale)
+    codes, sw = mx_host.dequant8(prep)
+    wd = e4m3_decode(codes.view(torch.uint8)).double() * sw.double()[:, None]
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(k)).to(torch.float16)
+    bias = torch.randn(n).to(torch.float16)
+    y = mx_host.mx_linear(prep, x, bias, "fp8", "w8")
+    a, s = mx_host.activations(prep, x, "fp8")
+    yg = mx_host.mx_gemm(a, s, prep.weight, prep.bounds, torch.float16, bias)
+    r = plane_ref(a, s, w, prep.bounds) + bias.double()
+    w8[name] = {"exact": bool(torch.equal(wd, w.double())), "codes": str(codes.dtype),
+                "shape": list(y.shape), "dtype": str(y.dtype), "rel": rel(y, r),
+                "vs_gemm": rel(y, yg.double()), "gemm_rel": rel(yg, r),
+                "floor": rel(r.to(torch.bfloat16), r)}  # the bf16 output's own rounding
+# A layer past the e4m3 fold (one block 12 binades down): refused by name, not flushed.
+weight, scale = mx_layer(16, 128, seed=5, e_lo=-3, e_hi=-3)
+scale[:, 1:] = 127 - 3 - 12
+try:
+    mx_host.dequant8(mx_host.prepare(weight, scale))
+    w8["refused"] = ""
+except ValueError as err:
+    w8["refused"] = str(err)
+w8["served_off"] = not mx_host.w8_ok(4096, "fp8", False)  # W8 is off until measured
+out["w8"] = w8
 xs = torch.tensor([[7e4, -7e4, 1.0, -2.0, 3.0, 4.0, 5.0, 6.0]], dtype=torch.bfloat16)
 out["pair_sat"] = mx_decode_host.pair_fp16(xs)[0, 0].tolist()
 print(json.dumps(out))
@@ -343,6 +387,44 @@ def test_interpreter_dequant_matches_fp64(interp_results: dict, case: tuple) -> 
     assert res["shape"] == [res["m"], n] and res["dtype"] == f"torch.{dt}", res
     assert res["rel"] <= floor, res
     assert res["served_same"] == (res["m"] >= mx_host.DEQUANT_MIN_M), res
+
+
+ROT_DEQUANT_CASES = [c for c in DEQUANT_INTERP_CASES if c[3]]
+
+
+@pytest.mark.parametrize("case", ROT_DEQUANT_CASES, ids=[c[0] for c in ROT_DEQUANT_CASES])
+def test_interpreter_dequant_fold_matches_fp64(interp_results: dict, case: tuple) -> None:
+    # The sixteenth pass's rotated dequant with the block scales folded into the values (one dot
+    # chain a group): the same bound as the per-block form, and the same W' to within the output
+    # rounding (the products are the same, exactly scaled: only the fp32 sums may differ).
+    name, _, _, rotated, dt = case
+    res = interp_results["dequant"][name]
+    assert rotated and res["fold_ok"], res
+    floor = 2 * BF16_W_FLOOR if dt == "bfloat16" else 1e-3
+    assert res["fold_rel"] <= floor, res
+    assert res["fold_vs_block"] <= (2**-8 if dt == "bfloat16" else 2**-11), res
+
+
+@pytest.mark.parametrize("case", W8_INTERP_CASES, ids=[c[0] for c in W8_INTERP_CASES])
+def test_interpreter_w8_route_matches_its_operands(interp_results: dict, case: tuple) -> None:
+    # The W4A8 prefill on the 8-bit vendor GEMM: the unrotated codes x column scales are the
+    # checkpoint's values exactly (the GEMM's e4m3 fold), and the layer on them (rowwise
+    # `_scaled_mm`, bf16 out, cast to the fp16 activations' dtype) is the fp64 product of the
+    # fp8 activations and those codes to the bf16 output floor, as the MXFP4 GEMM's fp8 mode is.
+    name, _, sizes, m, _, _ = case
+    res = interp_results["w8"][name]
+    assert res["exact"] and res["codes"] == "torch.float8_e4m3fn", res
+    assert res["shape"] == [m, sum(sizes)] and res["dtype"] == "torch.float16", res
+    assert 0 < res["floor"] < 3e-3, res
+    assert res["rel"] <= 1.5 * res["floor"] and res["gemm_rel"] <= 1e-3, res
+    assert res["vs_gemm"] <= 2 * res["floor"], res
+
+
+def test_interpreter_w8_refuses_a_layer_past_the_fold(interp_results: dict) -> None:
+    res = interp_results["w8"]
+    assert res["refused"].startswith("weight: expected every nonzero block within 11 binades")
+    assert "span 12" in res["refused"], res
+    assert res["served_off"], res
 
 
 @pytest.mark.parametrize("case", INTERP_CASES, ids=[c[0] for c in INTERP_CASES])
@@ -452,6 +534,23 @@ def test_aot_mx_dequant(target: str, rot: bool, dtype: str) -> None:
     # SIMD: 165 rotated at 16 columns, 172 plain).
     rep = mx_host.compile_mx_dequant(target, 17408, 5120, rot, dtype, (8704,) if rot else ())
     assert rep.mma == rot, rep  # type: ignore[attr-defined]
+    assert rep.spills == 0 and rep.scratch == 0, rep  # type: ignore[attr-defined]
+    assert rep.lds <= rep.lds_limit, rep  # type: ignore[attr-defined]
+    if target == "gfx1201":
+        assert 0 < rep.vgprs <= 192, rep  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("target", ["gfx1201", "sm90"])
+@pytest.mark.parametrize("variant", ["fold_bf16", "fold_fp16", "codes_fp8"])
+def test_aot_mx_dequant_sixteenth_pass(target: str, variant: str) -> None:
+    # The rotated dequant with the block scales folded (its dots chained on the matrix unit) and
+    # the 8-bit route's e4m3 codes (no matrix instruction): no spills, gfx1201 within the same
+    # 192 VGPRs as the fifteenth pass's forms.
+    fold = variant.startswith("fold")
+    dtype = variant.rsplit("_", 1)[1]
+    rep = mx_host.compile_mx_dequant(target, 17408, 5120, fold, dtype, (8704,) if fold else (),
+                                     fold)  # fmt: skip
+    assert rep.mma == fold, rep  # type: ignore[attr-defined]
     assert rep.spills == 0 and rep.scratch == 0, rep  # type: ignore[attr-defined]
     assert rep.lds <= rep.lds_limit, rep  # type: ignore[attr-defined]
     if target == "gfx1201":

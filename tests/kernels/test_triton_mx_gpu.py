@@ -373,19 +373,69 @@ def test_dequant_matches_fp64(k: int, sizes: list[int], g: int, dtype: torch.dty
     w = mx.mxfp4_dequantize(weight, scale)
     want = paro_ref(torch.eye(k, dtype=torch.float64), w, runs, g, "a16").t() if g else w
     floor = (BF16_W_FLOOR if dtype == torch.bfloat16 else 1e-3) if g else 0.0
-    for bn, pps in ((0, 0), (16, 1), (32, 64)):
+    # sixteenth pass: the rotated form with the block scales folded (one dot chain a group)
+    for bn, pps, fold in ((0, 0, False), (16, 1, False), (32, 64, False), (0, 0, True),
+                          (16, 1, True)):  # fmt: skip
         out = torch.full((n, k), float("nan"), device="cuda", dtype=dtype)
-        wt = mx_host.mx_dequant(prep, dtype, out, bn, pps)
-        assert wt.data_ptr() == out.data_ptr() and rel(wt, want) <= floor, (bn, pps)
+        wt = mx_host.mx_dequant(prep, dtype, out, bn, pps, fold=fold)
+        assert wt.data_ptr() == out.data_ptr() and rel(wt, want) <= floor, (bn, pps, fold)
     for m in (257, 300):
         x = _x(m, k, dtype)
         bias = torch.randn(n).to(dtype)
         y = mx_host.mx_linear(prep, x.cuda(), bias.cuda(), "fp8")
-        assert y.dtype == dtype and _served("fp8", m, n, prep.bounds) == "a16"
-        r = (paro_ref(x, w, runs, g, "a16") if g else x.double() @ w.t()) + bias.double()
-        assert rel(y, r) <= max(floor, BF16_FLOOR if dtype == torch.bfloat16 else 1e-3), m
-        forced = mx_host.mx_linear(prep, x.cuda(), bias.cuda(), "fp8", "dequant")
+        served = _served("fp8", m, n, prep.bounds)
+        w8 = mx_host.w8_ok(m, "fp8", False, dtype, prep.weight)  # the 8-bit route, once on
+        assert y.dtype == dtype and served == ("fp8" if w8 else "a16")
+        if w8:
+            r = paro_ref(x, w, runs, g, "fp8") if g else fp8_linear_ref(x, w)
+            assert rel(y, r + bias.double()) <= (1e-2 if g else BF16_FLOOR), m
+        else:
+            r = (paro_ref(x, w, runs, g, "a16") if g else x.double() @ w.t()) + bias.double()
+            assert rel(y, r) <= max(floor, BF16_FLOOR if dtype == torch.bfloat16 else 1e-3), m
+        forced = mx_host.mx_linear(prep, x.cuda(), bias.cuda(), "fp8", "w8" if w8 else "dequant")
         torch.testing.assert_close(y, forced, rtol=0, atol=0)
+
+
+# The 8-bit route's cases: the 8-bit GEMM takes N % 16 == 0 (a ragged N stays on the dequant).
+W8_CASES = [(544, [1008], 0), (5120, [384], 0), *PARO_CASES, (2048, [2560, 2560], 128)]
+
+
+@pytest.mark.parametrize(("k", "sizes", "g"), W8_CASES)
+def test_w8_route_matches_fp64(k: int, sizes: list[int], g: int) -> None:
+    # The sixteenth pass's W4A8 prefill on the 8-bit vendor GEMM: the unrotated e4m3 codes x
+    # column scales are the checkpoint's values exactly; the layer (per-token e4m3 of the
+    # rotated activations, rowwise `_scaled_mm` per plane, bias) against the format's fp64 W4A8
+    # reference (the plugin's quantizer rule) at the MXFP4 GEMM's bounds, and against that GEMM's
+    # fp8 mode on the same operands; graph capture replays it.
+    from paro_kernels.formats import e4m3_decode
+    from paro_kernels.triton import mx_host
+
+    n = sum(sizes)
+    weight, scale = mx_layer(n, k, seed=k + n)
+    runs = mx_host.random_runs(k, tuple(sizes), g=g, krot=4, seed=n) if g else None
+    prep = mx_host.prepare(weight, scale, runs, g, "cuda")
+    w = mx.mxfp4_dequantize(weight, scale)
+    codes, sw = mx_host.dequant8(prep)
+    wd = e4m3_decode(codes.cpu().view(torch.uint8)).double() * sw.cpu().double()[:, None]
+    assert codes.shape == (n, k) and torch.equal(wd, w.double())
+    for m in (257, 300):
+        x = _x(m, k)
+        bias = torch.randn(n).to(torch.bfloat16)
+        y = mx_host.mx_linear(prep, x.cuda(), bias.cuda(), "fp8", "w8")
+        assert y.shape == (m, n) and y.dtype == torch.bfloat16
+        r = (paro_ref(x, w, runs, g, "fp8") if g else fp8_linear_ref(x, w)) + bias.double()
+        assert rel(y, r) <= (1e-2 if g else BF16_FLOOR), m
+        gemm = mx_host.mx_linear(prep, x.cuda(), bias.cuda(), "fp8", "gemm")
+        assert rel(y, gemm.double()) <= 2 * BF16_FLOOR, m  # two bf16 roundings of one product
+    ragged = mx_host.prepare(*mx_layer(1000, k, seed=k), None, 0, "cuda")
+    assert mx_host.w8_ok(4096, "fp8", False, w=prep.weight) == mx_host.W8
+    assert not mx_host.w8_ok(4096, "fp8", False, w=ragged.weight)
+    graph, static_x = torch.cuda.CUDAGraph(), x.cuda()
+    with torch.cuda.graph(graph):
+        static_y = mx_host.mx_linear(prep, static_x, None, "fp8", "w8")
+    static_x.copy_(torch.randn_like(static_x))
+    graph.replay()
+    torch.testing.assert_close(static_y, mx_host.mx_linear(prep, static_x, None, "fp8", "w8"))
 
 
 def test_plugin_backend_prepare_apply() -> None:

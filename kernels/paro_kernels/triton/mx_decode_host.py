@@ -26,7 +26,7 @@ import torch
 
 from .._contract import require
 from . import fast_host, host
-from .mx_host import ActMode, MxWeight, _align, _block_n, check_gemm, dequant_ok
+from .mx_host import ActMode, MxWeight, _align, _block_n, check_gemm, dequant_ok, w8_ok
 
 # H200 (BENCH.md seventh pass, run 1; sweep over qkv and gate_up at M = 1, 2, 4, 24 configs,
 # the 3d7c87d kernel beside each): the least summed time is 128 columns, 4 warps, 16 programs
@@ -81,9 +81,11 @@ def served_act(m: int, act: ActMode, hip: bool, n: int = 0,
     """The activations an M-row call of an `act` layer (N columns, plane `bounds`) is served
     on: decode rows take 16-bit ones on NVIDIA, where it was measured (the mma GEMV's to M = 16
     where it takes the layer, the FMA GEMV's, or the GEMM's A16 up to A16_MAX_M), and so do
-    prefill rows on the dequant path (`mx_host.dequant_ok`: the vendor GEMM on x itself)."""
+    prefill rows on the dequant path (`mx_host.dequant_ok`: the vendor GEMM on x itself) unless
+    the 8-bit vendor GEMM takes them (`mx_host.w8_ok`, for a bf16 layer in the e4m3 fold)."""
     mma = mma_ok(m, n, bounds, hip)
-    a16 = mma or gemv_ok(m, hip) or (not hip and m <= A16_MAX_M) or dequant_ok(m, hip)
+    dq = dequant_ok(m, hip) and not w8_ok(m, act, hip)
+    a16 = mma or gemv_ok(m, hip) or (not hip and m <= A16_MAX_M) or dq
     return "a16" if a16 else act
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from math import gcd
@@ -317,6 +318,10 @@ DEQUANT_PLAIN_BLOCK_N = 128
 DEQUANT_HIP_BLOCK_N = 16
 DEQUANT_WARPS = 4
 DEQUANT_PROGRAMS_PER_SM = 4
+# Sixteenth pass: the rotated dequant with the block scales folded into the values (one dot
+# chain a group, `mx_dequant_kernel` FOLD). Built and checked (interpreter, AOT) but not yet
+# timed on the GPU: kernels/device49.sh measures it against the per-block form; off until then.
+DEQUANT_FOLD = False
 
 
 def dequant_block_n(rot: bool, hip: bool) -> int:
@@ -333,24 +338,17 @@ def dequant_ok(m: int, hip: bool) -> bool:
     return DEQUANT and not hip and m >= DEQUANT_MIN_M
 
 
-def mx_dequant(prep: Prepared, dtype: torch.dtype, out: torch.Tensor | None = None,
-               block_n: int = 0, programs_per_sm: int = 0) -> torch.Tensor:  # fmt: skip
-    """W'^T [N, K] in `dtype` (bf16 / fp16; default in the int4 dequant path's shared scratch):
-    the layer's e2m1 x e8m0 weights, with the rotation folded in (W'_g = B_g W_g) when the layer
-    has one (MXFP4-PARO), so that x @ W' is the layer's output. fp16 saturates at its range."""
-    from . import fast_host
+def _dequant_launch(prep: Prepared, out: torch.Tensor, s8: torch.Tensor | None, rot: bool,
+                    fold: bool, block_n: int, programs_per_sm: int) -> None:  # fmt: skip
+    """One `mx_dequant_kernel` launch into out [N, K] (s8: the e4m3 codes' column scales)."""
     from .mx_kernels import mx_dequant_kernel
 
-    require(dtype in A16_DTYPES, "dtype", A16_DTYPES, dtype)
     w = prep.weight
     n, k = w.n, w.k
-    rot = prep.rot_hi is not None and prep.rot_lo is not None
     g = prep.group_size if rot else 64
     require(not rot or g in (64, 128), "group_size", "64 or 128 for the rotated dequant", g)
-    if out is None:
-        out = fast_host._scratch("dequant_w", n * k, dtype, w.qw.device)[: n * k].view(n, k)
-    require(tuple(out.shape) == (n, k) and out.dtype == dtype and out.is_contiguous(), "out",
-            f"contiguous {dtype} [{n}, {k}]", (tuple(out.shape), out.dtype))  # fmt: skip
+    require(tuple(out.shape) == (n, k) and out.is_contiguous(), "out",
+            f"contiguous [{n}, {k}]", tuple(out.shape))  # fmt: skip
     bn = block_n or dequant_block_n(rot, host._is_hip())
     if rot:
         bn = _block_n(bn, _align(prep.bounds))
@@ -365,11 +363,94 @@ def mx_dequant(prep: Prepared, dtype: torch.dtype, out: torch.Tensor | None = No
     c = [sum(progs[:1]), sum(progs[:2])]
     dummy = w.cmax
     mx_dequant_kernel[(groups, sum(progs))](
-        w.qw, w.sc, prep.rot_hi if rot else dummy, prep.rot_lo if rot else dummy, out,
-        n, k, b[0], b[1], per, c[0], c[1],
-        G=g, BLOCK_N=bn, ROT=rot, num_warps=DEQUANT_WARPS, num_stages=2,
+        w.qw, w.sc, prep.rot_hi if rot else dummy, prep.rot_lo if rot else dummy, w.cmax, out,
+        dummy if s8 is None else s8, n, k, b[0], b[1], per, c[0], c[1],
+        G=g, BLOCK_N=bn, ROT=rot, FOLD=fold, OUT8=s8 is not None, num_warps=DEQUANT_WARPS,
+        num_stages=2,
     )  # fmt: skip
+
+
+def mx_dequant(prep: Prepared, dtype: torch.dtype, out: torch.Tensor | None = None,
+               block_n: int = 0, programs_per_sm: int = 0,
+               fold: bool | None = None) -> torch.Tensor:  # fmt: skip
+    """W'^T [N, K] in `dtype` (bf16 / fp16; default in the int4 dequant path's shared scratch):
+    the layer's e2m1 x e8m0 weights, with the rotation folded in (W'_g = B_g W_g) when the layer
+    has one (MXFP4-PARO), so that x @ W' is the layer's output. fp16 saturates at its range.
+    `fold` (rotated layers): the block scales folded into one dot chain a group (None:
+    DEQUANT_FOLD where the weight's spans allow it exactly, `fold_ok(1)`)."""
+    from . import fast_host
+
+    require(dtype in A16_DTYPES, "dtype", A16_DTYPES, dtype)
+    w = prep.weight
+    rot = prep.rot_hi is not None and prep.rot_lo is not None
+    if out is None:
+        out = fast_host._scratch("dequant_w", w.n * w.k, dtype, w.qw.device)[: w.n * w.k]
+        out = out.view(w.n, w.k)
+    require(out.dtype == dtype, "out", f"dtype {dtype}", out.dtype)
+    fold = rot and ((DEQUANT_FOLD and w.fold_ok(1)) if fold is None else fold)
+    _dequant_launch(prep, out, None, rot, fold, block_n, programs_per_sm)
     return out
+
+
+def dequant8(prep: Prepared, block_n: int = 0,
+             programs_per_sm: int = 0) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """The layer unrotated for the 8-bit vendor GEMM: (codes [N, K] e4m3, scales [N] fp32),
+    W^T = codes x scales per row: the MXFP4 GEMM's e4m3 fold, exact where `fold_ok(0)` (else
+    refused). Both in shared scratch (the codes in int4's w8 route buffer), valid until the
+    next call."""
+    from . import fast_host
+
+    w = prep.weight
+    require(w.fold_ok(0), "weight", f"every nonzero block within {FOLD_SPAN[0]} binades of its "
+            f"column's largest, largest codes >= {FOLD_CMAX_MIN[0]} (the e4m3 fold)",
+            f"span {w.span}, smallest largest code {w.cmax_min}")  # fmt: skip
+    dev, n, k = w.qw.device, w.n, w.k
+    codes = fast_host._scratch("w8_fp8", n * k, torch.float8_e4m3fn, dev)[: n * k].view(n, k)
+    scales = fast_host._scratch("w8_scale", n, torch.float32, dev)[:n]
+    _dequant_launch(prep, codes, scales, False, False, block_n, programs_per_sm)
+    return codes, scales
+
+
+# Sixteenth pass (issue 14): W4A8 (fp8) prefill on the 8-bit vendor GEMM, as int4's w8 route
+# (fast_host, W4A8 prefill): the activations as the MXFP4 GEMM's fp8 mode takes them (`activations`:
+# each plane rotated for MXFP4-PARO, per-token e4m3), the weight unrotated as that GEMM's own
+# e4m3 operand with a scale a column (`dequant8`: 1 byte a weight written, no rotation dots), then
+# `torch._scaled_mm` rowwise per plane with fp32 accumulation. The same operands as the GEMM's fp8
+# mode, so the box's W4A8 numerics (gfx1201's fp8 WMMA), where the dequant path serves 16-bit
+# activations. cuBLASLt's rowwise epilogue writes bf16: bf16 layers only (forced on fp16, the
+# output is cast). Not yet timed on the GPU: off until kernels/device49.sh measures it (int4's
+# w8 route: 1.18-1.21x cuBLAS bf16 at M = 2048, against its bf16 dequant path's 0.75-0.79x).
+W8 = False
+W8_MIN_M = 256  # int4's measured crossover (fast_host.W8_MIN_M); to be measured for MXFP4
+
+
+def w8_ok(m: int, act: str, hip: bool, dtype: torch.dtype = torch.bfloat16,
+          w: MxWeight | None = None) -> bool:  # fmt: skip
+    """Whether an M-row call of an `act` layer is served on `w8_linear` (w: its weight, whose
+    block spans must sit in the e4m3 fold and N on the 8-bit GEMM's multiple of 16)."""
+    fits = w is None or (w.fold_ok(0) and w.n % 16 == 0)
+    return W8 and not hip and act == "fp8" and dtype == torch.bfloat16 and m >= W8_MIN_M and fits
+
+
+def w8_linear(prep: Prepared, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """y [M, N] in x.dtype = fp8(rot(x)) (codes x scales)^T (+ bias) per plane, on the vendor
+    8-bit GEMM (section note above)."""
+    n = prep.weight.n
+    require(n % 16 == 0, "N (output features)", "a multiple of 16 (the 8-bit GEMM)", n)
+    codes, sw = dequant8(prep)
+    a, sa = activations(prep, x, "fp8")
+    m = x.shape[0]
+    b = None if bias is None else bias.to(torch.bfloat16)
+    edges = (0, *prep.bounds, n)
+    ys = [
+        torch._scaled_mm(
+            a[p], codes[lo:hi].t(), scale_a=sa[p].view(m, 1), scale_b=sw[lo:hi].view(1, hi - lo),
+            bias=None if b is None else b[lo:hi], out_dtype=torch.bfloat16,
+        )
+        for p, (lo, hi) in enumerate(itertools.pairwise(edges))
+    ]  # fmt: skip
+    y = ys[0] if len(ys) == 1 else torch.cat(ys, 1)
+    return y if y.dtype == x.dtype else y.to(x.dtype)
 
 
 def activations(
@@ -419,6 +500,9 @@ def _mma_prologue(prep: Prepared, x: torch.Tensor, rh: torch.Tensor,
                                    pair_shift=0)[0]  # fmt: skip
 
 
+PATHS = ("mma", "gemv", "gemm", "dequant", "w8")
+
+
 def mx_linear(
     prep: Prepared, x: torch.Tensor, bias: torch.Tensor | None = None, act: ActMode = "fp8",
     path: str | None = None,
@@ -429,12 +513,12 @@ def mx_linear(
     MXFP4-PARO on the paired prologue, NVFP4 -> MXFP4 on x), else the FMA GEMV (`gemv_ok`),
     and a few more rows the GEMM on them (`served_act`); prefill from DEQUANT_MIN_M rows the
     layer dequantized (`mx_dequant`, the rotation folded in) + the vendor GEMM on x itself;
-    `path` ("mma" | "gemv" | "gemm" | "dequant") forces the kernel and `act` the GEMM's
+    W8 (bf16 fp8 layers from W8_MIN_M rows): `w8_linear`, the 8-bit vendor GEMM.
+    `path` ("mma" | "gemv" | "gemm" | "dequant" | "w8") forces the kernel and `act` the GEMM's
     activations (the bench's forced paths)."""
     from . import fast_host, mx_decode_host
 
-    require(path in (None, "mma", "gemv", "gemm", "dequant"), "path",
-            "mma, gemv, gemm or dequant", path)  # fmt: skip
+    require(path in (None, *PATHS), "path", ", ".join(PATHS), path)
     hip = host._is_hip()
     rh, rl, g = prep.rot_hi, prep.rot_lo, prep.group_size
     m = x.shape[0]
@@ -452,6 +536,8 @@ def mx_linear(
         else:
             (a,) = activations(prep, x, "a16")
         return mx_decode_host.mx_gemv(a, prep.weight, prep.bounds, x.dtype, bias)
+    if path == "w8" or (path is None and w8_ok(m, act, hip, x.dtype, prep.weight)):
+        return w8_linear(prep, x, bias)
     if path == "dequant" or (path is None and dequant_ok(m, hip)):
         return fast_host.dequant_linear(x, mx_dequant(prep, x.dtype).t(), bias)
     if path is None:
@@ -626,22 +712,28 @@ def compile_mx_gemm(
 
 
 def compile_mx_dequant(target: str, n: int, k: int, rot: bool, dtype: str = "bf16",
-                       bounds: tuple[int, ...] = ()) -> object:  # fmt: skip
+                       bounds: tuple[int, ...] = (), fold: bool = False) -> object:  # fmt: skip
     """Build the prefill dequant (`mx_dequant_kernel`) at the launcher's config; an
-    `aot.Report` (`mma`: the rotated kernel's matrix instruction)."""
+    `aot.Report` (`mma`: the rotated kernel's matrix instruction). dtype "fp8": the e4m3 codes
+    of `dequant8` (unrotated); fold: the rotated kernel's folded block scales."""
     from .mx_kernels import mx_dequant_kernel
 
+    out8 = dtype == "fp8"
+    require(not (out8 and rot), "rot", "False with fp8 codes", rot)
     bn = dequant_block_n(rot, target == "gfx1201")
     bn = _block_n(bn, _align(bounds)) if rot else bn
+    w_ty = "fp8e4nv" if out8 else dtype
     sig = {
-        "qw_ptr": "*u8", "sc_ptr": "*u8", "rot_hi_ptr": f"*{dtype}", "rot_lo_ptr": f"*{dtype}",
-        "w_ptr": f"*{dtype}", "N": "i32", "K": "i32", "b1": "i32", "b2": "i32", "per": "i32",
-        "c1": "i32", "c2": "i32",
+        "qw_ptr": "*u8", "sc_ptr": "*u8", "rot_hi_ptr": f"*{w_ty}", "rot_lo_ptr": f"*{w_ty}",
+        "cmax_ptr": "*i32", "w_ptr": f"*{w_ty}", "s8_ptr": "*fp32", "N": "i32", "K": "i32",
+        "b1": "i32", "b2": "i32", "per": "i32", "c1": "i32", "c2": "i32",
     }  # fmt: skip
-    const = {"G": 128 if rot else 64, "BLOCK_N": bn, "ROT": rot}
+    const = {"G": 128 if rot else 64, "BLOCK_N": bn, "ROT": rot, "FOLD": fold, "OUT8": out8}
     c = _aot_build(mx_dequant_kernel, sig, const, target, DEQUANT_WARPS, 2)
     mma = MX_MMA_PATTERNS[(target, "a16")] if rot else r"(?!)"  # the plain kernel has none
-    return _aot_report("mx_dequant" + ("_rot" if rot else ""), target, f"BLOCK_N={bn}", c, mma)
+    name = "mx_dequant" + ("_rot" if rot else "") + ("_fold" if fold else "")
+    name += "8" if out8 else ""
+    return _aot_report(name, target, f"BLOCK_N={bn}", c, mma)
 
 
 def compile_fp8_quant(target: str, k: int) -> object:

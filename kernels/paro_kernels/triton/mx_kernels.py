@@ -226,7 +226,9 @@ def mx_dequant_kernel(
     sc_ptr,  # [Kp/32, N] u8 e8m0
     rot_hi_ptr,  # ROT: [P, K/G, G, G] hi half of the folded blocks B_g (x.dtype), else dummy
     rot_lo_ptr,  # ROT: [P, K/G, G, G] lo half
-    w_ptr,  # [N, K] bf16 / fp16 out: W'^T, K-contiguous rows
+    cmax_ptr,  # [N] int32: largest e8m0 code of the column's nonzero blocks (FOLD / OUT8)
+    w_ptr,  # [N, K] bf16 / fp16 out: W'^T, K-contiguous rows (OUT8: e4m3 codes)
+    s8_ptr,  # OUT8: [N] fp32 out, the column scales of the codes, else a dummy
     N,
     K,
     b1,  # first column of partition 1 (N when there is none)
@@ -237,6 +239,8 @@ def mx_dequant_kernel(
     G: tl.constexpr,  # channels a program row: the rotation group (ROT: 64 / 128), else 64
     BLOCK_N: tl.constexpr,
     ROT: tl.constexpr,
+    FOLD: tl.constexpr = False,  # ROT: the block scales folded into the values (one chain)
+    OUT8: tl.constexpr = False,  # not ROT: e4m3 codes + a scale a column (the 8-bit GEMM's W)
 ):
     """Fifteenth pass (issue 14, deliverable 2 for MXFP4): the layer dequantized for the vendor
     GEMM, W'^T [N, K] = (e2m1 x 2^(e - 127)) per 32-block, with ROT each partition's rotation
@@ -247,7 +251,14 @@ def mx_dequant_kernel(
     block is its own K = 32 dot: its exact e2m1 values in fp16 against the matching 32 rows of
     B_g^T (loaded once a program), scaled by its e8m0 in fp32 after the dot, so the block scale
     never passes through fp16. Without ROT the scaled values are stored as they are (exact in
-    bf16 for every e8m0 a checkpoint holds; e8m0 code 0 flushes, as in the GEMM)."""
+    bf16 for every e8m0 a checkpoint holds; e8m0 code 0 flushes, as in the GEMM).
+
+    Sixteenth pass: FOLD (ROT) builds each block's values pre-scaled by 2^(e - cmax) in fp16
+    (the GEMM's fold: exact within 13 binades of the column's largest block, `fold_ok(1)`), so
+    the G / 32 dots chain in one accumulator with no fp32 pass between them, and the column's
+    2^(cmax - 127) is applied once. OUT8 (not ROT) stores the GEMM's folded e4m3 operand, e2m1
+    x 2^(e - cmax + 6) (exact within 11 binades, `fold_ok(0)`), and the programs of group 0 the
+    column scales 2^(cmax - 133): W = codes x scale, the 8-bit vendor GEMM's rowwise operand."""
     g = tl.program_id(0)
     p, pid, lo_col, hi_col, nblocks = partition_run(tl.program_id(1), c1, c2, b1, b2, N, BLOCK_N)
     offs_r = tl.arange(0, 32)
@@ -265,6 +276,11 @@ def mx_dequant_kernel(
         q_row = qw_ptr + offs_n[:, None].to(tl.int64) * kh + g * (G // 2)
         w_row = w_ptr + offs_n[:, None].to(tl.int64) * K + g * G
         acc = tl.zeros((BLOCK_N, G), dtype=tl.float32)
+        if FOLD or OUT8:
+            cmax = tl.load(cmax_ptr + offs_n, mask=n_mask, other=0)
+        if OUT8:  # noqa: SIM102 (a constexpr branch around a runtime one)
+            if g == 0:  # the column scales, once (group 0's programs)
+                tl.store(s8_ptr + offs_n, _pow2(cmax - 6), mask=n_mask)
         for t in tl.static_range(G // 32):  # block t of the group: pair t // 2, plane t % 2
             kb = g * G + 32 * t  # its first channel
             q = tl.load(q_row + 32 * (t // 2) + offs_r[None, :], mask=n_mask[:, None],
@@ -272,7 +288,17 @@ def mx_dequant_kernel(
             c = (q >> 4) if t % 2 == 1 else (q & 15)
             e = tl.load(sc_ptr + (kb // 32) * N + offs_n, mask=n_mask, other=0).to(tl.int32)
             s = _pow2(e)[:, None]
-            if ROT:
+            if ROT and FOLD:  # e2m1 x 2^(e - cmax) in fp16, chained
+                v = _operand(c, (cmax - e)[:, None], 1, True)
+                if t == 0:
+                    acc = tl.dot(v, r0, acc)
+                elif t == 1:
+                    acc = tl.dot(v, r1, acc)
+                elif t == 2:
+                    acc = tl.dot(v, r2, acc)
+                else:
+                    acc = tl.dot(v, r3, acc)
+            elif ROT:
                 v = _operand(c, 0, 1, False)  # the exact e2m1 values, fp16
                 if t == 0:
                     acc += tl.dot(v, r0) * s
@@ -283,13 +309,19 @@ def mx_dequant_kernel(
                 else:
                     acc += tl.dot(v, r3) * s
             else:
-                val = _operand(c, 0, 2, False).to(tl.float32) * s
-                if w_ptr.dtype.element_ty == tl.float16:
-                    val = tl.clamp(val, -65504.0, 65504.0)
                 ok = n_mask[:, None] & (kb + offs_r < K)[None, :]
-                tl.store(w_row + 32 * t + offs_r[None, :], val.to(w_ptr.dtype.element_ty),
-                         mask=ok)  # fmt: skip
+                if OUT8:
+                    val8 = _operand(c, (cmax - e)[:, None], 0, True)
+                    tl.store(w_row + 32 * t + offs_r[None, :], val8, mask=ok)
+                else:
+                    val = _operand(c, 0, 2, False).to(tl.float32) * s
+                    if w_ptr.dtype.element_ty == tl.float16:
+                        val = tl.clamp(val, -65504.0, 65504.0)
+                    tl.store(w_row + 32 * t + offs_r[None, :], val.to(w_ptr.dtype.element_ty),
+                             mask=ok)  # fmt: skip
         if ROT:
+            if FOLD:
+                acc = acc * _pow2(cmax)[:, None]
             if w_ptr.dtype.element_ty == tl.float16:
                 acc = tl.clamp(acc, -65504.0, 65504.0)
             tl.store(w_row + tl.arange(0, G)[None, :], acc.to(w_ptr.dtype.element_ty),
