@@ -388,6 +388,8 @@ def mx_dequant(prep: Prepared, dtype: torch.dtype, out: torch.Tensor | None = No
         out = out.view(w.n, w.k)
     require(out.dtype == dtype, "out", f"dtype {dtype}", out.dtype)
     fold = rot and ((DEQUANT_FOLD and w.fold_ok(1)) if fold is None else fold)
+    require(not fold or w.fold_ok(1), "fold", f"False unless every nonzero block lies within "
+            f"{FOLD_SPAN[1]} binades of its column's largest (fp16)", f"span {w.span}")  # fmt: skip
     _dequant_launch(prep, out, None, rot, fold, block_n, programs_per_sm)
     return out
 
