@@ -318,6 +318,21 @@ for name, k, sizes, rotated, dt in DEQUANT_INTERP_CASES:
         wf = mx_host.mx_dequant(prep, dtype, fold=True)
         dq[name].update(fold_rel=rel(wf, wr), fold_vs_block=rel(wf, wb.double()),
                         fold_ok=prep.weight.fold_ok(1))  # fmt: skip
+# A rotated layer 14 binades wide: past the fp16 fold, so auto takes the per-block form (exact)
+# and a forced fold is refused by name.
+weight, scale = mx_layer(64, 128, seed=6, e_lo=-3, e_hi=-3)
+scale[:, 1:] = 127 - 3 - 14
+runs = mx_host.random_runs(128, (64,), g=128, krot=4, seed=6)
+prep = mx_host.prepare(weight, scale, runs, 128, "cpu", torch.float16)
+wr = paro_ref(torch.eye(128, dtype=torch.float64), mx.mxfp4_dequantize(weight, scale), runs, 128,
+              "a16").t()  # fmt: skip
+wide = {"span": prep.weight.span, "auto": rel(mx_host.mx_dequant(prep, torch.float16), wr)}
+try:
+    mx_host.mx_dequant(prep, torch.float16, fold=True)
+    wide["refused"] = ""
+except ValueError as err:
+    wide["refused"] = str(err)
+dq["wide"] = wide
 out["dequant"] = dq
 # The 8-bit vendor GEMM route: the codes x scales against the checkpoint's values, the layer
 # against the fp64 product of its own operands (the interpreter's fp32 -> e4m3 convert is not
@@ -403,6 +418,12 @@ def test_interpreter_dequant_fold_matches_fp64(interp_results: dict, case: tuple
     floor = 2 * BF16_W_FLOOR if dt == "bfloat16" else 1e-3
     assert res["fold_rel"] <= floor, res
     assert res["fold_vs_block"] <= (2**-8 if dt == "bfloat16" else 2**-11), res
+
+
+def test_interpreter_dequant_fold_refused_past_fp16(interp_results: dict) -> None:
+    res = interp_results["dequant"]["wide"]
+    assert res["span"] == 14 and res["auto"] <= 1e-3, res  # the per-block form: fp16 W' floor
+    assert res["refused"].startswith("fold: expected False unless every nonzero block"), res
 
 
 @pytest.mark.parametrize("case", W8_INTERP_CASES, ids=[c[0] for c in W8_INTERP_CASES])
