@@ -10,6 +10,7 @@
 ms=${3:-256,2048,8192,128}
 root=$PWD
 export PYTHONPATH=$root/kernels:$root/tests/kernels:$root/plugin:$PYTHONPATH PYTHONUNBUFFERED=1
+export TRITON_CACHE_DIR=$root/.triton-gpu-cache  # as gpushard.sh
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
 if [ "$1" != 0 ]; then
   timeout "$1" python3 -m pytest --noconftest -q -m gpu -p no:cacheprovider -n 16 -rf \

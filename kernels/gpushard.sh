@@ -8,6 +8,10 @@
 k=$1; n=$2; limit=$3
 root=$PWD
 export PYTHONPATH=$root/kernels:$root/tests/kernels:$root/plugin:$PYTHONPATH PYTHONUNBUFFERED=1
+# One Triton cache in the (git-ignored) tree: a warm machine keeps ignored paths between calls, so
+# the shards after the first reuse the kernels the earlier ones compiled (every shard draws
+# from every test function, so most of their kernels are the same ones).
+export TRITON_CACHE_DIR=$root/.triton-gpu-cache
 files=$(ls tests/kernels/test_*_gpu.py | grep -v test_precompiled_gpu.py)
 python3 -m pytest --noconftest -q -m gpu -p no:cacheprovider --collect-only $files 2>/dev/null \
   | grep "::" | sort | awk -v k="$k" -v n="$n" '(NR - k) % n == 0' > "$OUT/shard$k.ids"
