@@ -545,33 +545,24 @@ def test_aot_mx_gemv_isa(target: str, m: int, n: int, k: int, max_vgprs: int) ->
         assert 0 < rep.vgprs <= max_vgprs, rep  # type: ignore[attr-defined]
 
 
+# (rotated, folded, out dtype): the fifteenth pass's plain and per-block rotated forms, the
+# sixteenth pass's folded rotated form and the 8-bit route's e4m3 codes.
+DEQUANT_AOT_FORMS = [(False, False, "bf16"), (False, False, "fp16"), (True, False, "bf16"),
+                     (True, False, "fp16"), (True, True, "bf16"), (True, True, "fp16"),
+                     (False, False, "fp8")]  # fmt: skip
+
+
 @pytest.mark.parametrize("target", ["gfx1201", "sm90"])
-@pytest.mark.parametrize("rot", [False, True], ids=["plain", "paro"])
-@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
-def test_aot_mx_dequant(target: str, rot: bool, dtype: str) -> None:
-    # The fifteenth pass's prefill dequant at the launcher's config (gate_up's planes): the
-    # rotated kernel's per-block dots on the matrix unit (wgmma / mma.sync, WMMA), the plain one
-    # with none; no spills; gfx1201 (built, not served there) within 192 VGPRs (>= 8 waves a
-    # SIMD: 165 rotated at 16 columns, 172 plain).
-    rep = mx_host.compile_mx_dequant(target, 17408, 5120, rot, dtype, (8704,) if rot else ())
+@pytest.mark.parametrize(("rot", "fold", "dtype"), DEQUANT_AOT_FORMS,
+                         ids=["-".join(map(str, f)) for f in DEQUANT_AOT_FORMS])  # fmt: skip
+def test_aot_mx_dequant(target: str, rot: bool, fold: bool, dtype: str) -> None:
+    # The prefill dequant at the launcher's config (gate_up's planes): the rotated kernel's dots
+    # (per block, or folded into one chain) on the matrix unit (wgmma / mma.sync, WMMA), the
+    # plain one and the e4m3 codes with none; no spills; gfx1201 (built, not served there)
+    # within 192 VGPRs (>= 8 waves a SIMD: 165 rotated at 16 columns, 172 plain, 174 codes).
+    bounds = (8704,) if rot else ()
+    rep = mx_host.compile_mx_dequant(target, 17408, 5120, rot, dtype, bounds, fold)
     assert rep.mma == rot, rep  # type: ignore[attr-defined]
-    assert rep.spills == 0 and rep.scratch == 0, rep  # type: ignore[attr-defined]
-    assert rep.lds <= rep.lds_limit, rep  # type: ignore[attr-defined]
-    if target == "gfx1201":
-        assert 0 < rep.vgprs <= 192, rep  # type: ignore[attr-defined]
-
-
-@pytest.mark.parametrize("target", ["gfx1201", "sm90"])
-@pytest.mark.parametrize("variant", ["fold_bf16", "fold_fp16", "codes_fp8"])
-def test_aot_mx_dequant_sixteenth_pass(target: str, variant: str) -> None:
-    # The rotated dequant with the block scales folded (its dots chained on the matrix unit) and
-    # the 8-bit route's e4m3 codes (no matrix instruction): no spills, gfx1201 within the same
-    # 192 VGPRs as the fifteenth pass's forms.
-    fold = variant.startswith("fold")
-    dtype = variant.rsplit("_", 1)[1]
-    rep = mx_host.compile_mx_dequant(target, 17408, 5120, fold, dtype, (8704,) if fold else (),
-                                     fold)  # fmt: skip
-    assert rep.mma == fold, rep  # type: ignore[attr-defined]
     assert rep.spills == 0 and rep.scratch == 0, rep  # type: ignore[attr-defined]
     assert rep.lds <= rep.lds_limit, rep  # type: ignore[attr-defined]
     if target == "gfx1201":
