@@ -43,6 +43,7 @@ import torch
 from . import bench as b
 from .bench14 import G, _bytes_w4, _int4pack, _with_givens
 from .bench_decode import _cells, _t
+from .mx import rel_rms
 
 
 def _mx_bytes(n: int, k: int, m: int, planes: int = 1) -> int:
@@ -414,10 +415,6 @@ def _dequant_fold(on: bool) -> Iterator[None]:
         mx_host.DEQUANT_FOLD = was
 
 
-def _rel(y: torch.Tensor, r: torch.Tensor) -> str:
-    return f"{((y.double() - r.double()).norm() / r.double().norm()).item():.1e}"
-
-
 def prefill_cells(shapes: list[str], ms: list[int], reps: int, t0: float,
                   budget: float) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
     """Fifteenth pass, per (shape, M), same run: cuBLAS, int4 W4A16 as served, MXFP4 and
@@ -434,8 +431,8 @@ def prefill_cells(shapes: list[str], ms: list[int], reps: int, t0: float,
                                                                not_run, out):  # fmt: skip
         out += _path_rows(name, m, x, label, preps, nbm, (None, "gemm", "dequant"), reps)
         p0 = preps[0]
-        err = _rel(mx_host.mx_linear(p0, x, None, "fp8", "w8"),
-                   mx_host.mx_linear(p0, x, None, "fp8", "gemm"))  # fmt: skip
+        y8, yg = (mx_host.mx_linear(p0, x, None, "fp8", path) for path in ("w8", "gemm"))
+        err = f"{rel_rms(y8, yg):.1e}"
         for row in _path_rows(name, m, x, label, preps, nbm, ("w8",), reps):
             out.append({**row, "rel_vs_gemm": err})
         # bytes: codes + scales read, W' written (bf16; e4m3 + a scale a column)
@@ -446,7 +443,7 @@ def prefill_cells(shapes: list[str], ms: list[int], reps: int, t0: float,
         out.append(_row(name, m, f"{label} dequant8 alone", _t(fns8, reps), read + n * k + 4 * n))
         if rot:
             block = mx_host.mx_dequant(p0, torch.bfloat16, fold=False).clone()
-            ferr = _rel(mx_host.mx_dequant(p0, torch.bfloat16, fold=True), block)
+            ferr = f"{rel_rms(mx_host.mx_dequant(p0, torch.bfloat16, fold=True), block):.1e}"
             with _dequant_fold(True):
                 rows = _path_rows(name, m, x, f"{label} fold", preps, nbm, ("dequant",), reps)
                 rows.append(_row(name, m, f"{label} fold dequant alone", _t(fns, reps),
