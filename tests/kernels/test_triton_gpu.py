@@ -64,8 +64,13 @@ def test_every_output_written_and_no_spill_past_m() -> None:
     x = torch.randn(9, 512, device="cuda", dtype=torch.bfloat16)
     y = host.linear(prep, x)
     assert torch.isfinite(y).all()
-    # Rows are independent: the first 3 rows alone give the same values (nothing leaks across M).
-    torch.testing.assert_close(host.linear(prep, x[:3].contiguous()), y[:3])
+    # Rows are independent: the first 3 rows alone give the same values (nothing leaks across M),
+    # to one bf16 ulp of the rows' largest output: the split-K atomics add in any order, so an
+    # output that cancels to near zero may round one ulp of the sum apart (seen once in the
+    # seventeenth pass's GPU suite: 3.05e-5 on an output of 1e-3), where a leaked row is O(|y|).
+    y3 = y[:3].float()
+    torch.testing.assert_close(host.linear(prep, x[:3].contiguous()).float(), y3, rtol=1.6e-2,
+                               atol=y3.abs().max().item() * 2**-8)  # fmt: skip
 
 
 def test_custom_op_compiles_and_graphs() -> None:

@@ -434,6 +434,13 @@ def w8_ok(m: int, act: str, hip: bool, dtype: torch.dtype = torch.bfloat16,
     return W8 and not hip and act == "fp8" and dtype == torch.bfloat16 and m >= W8_MIN_M and fits
 
 
+def _aligned(t: torch.Tensor) -> torch.Tensor:
+    """t, or a copy of it where its data is not 16-byte aligned: cuBLASLt answers
+    CUBLAS_STATUS_NOT_SUPPORTED for a rowwise scale vector that is not (H200, torch 2.11: a
+    plane's slice of the [P, M] token scales at odd M, the seventeenth pass's GPU suite)."""
+    return t if t.data_ptr() % 16 == 0 else t.clone()
+
+
 def w8_linear(prep: Prepared, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """y [M, N] in x.dtype = fp8(rot(x)) (codes x scales)^T (+ bias) per plane, on the vendor
     8-bit GEMM (section note above)."""
@@ -446,8 +453,9 @@ def w8_linear(prep: Prepared, x: torch.Tensor, bias: torch.Tensor | None = None)
     edges = (0, *prep.bounds, n)
     ys = [
         torch._scaled_mm(
-            a[p], codes[lo:hi].t(), scale_a=sa[p].view(m, 1), scale_b=sw[lo:hi].view(1, hi - lo),
-            bias=None if b is None else b[lo:hi], out_dtype=torch.bfloat16,
+            a[p], codes[lo:hi].t(), scale_a=_aligned(sa[p].view(m, 1)),
+            scale_b=_aligned(sw[lo:hi].view(1, hi - lo)),
+            bias=None if b is None else _aligned(b[lo:hi]), out_dtype=torch.bfloat16,
         )
         for p, (lo, hi) in enumerate(itertools.pairwise(edges))
     ]  # fmt: skip
