@@ -441,6 +441,17 @@ def test_interpreter_w8_route_matches_its_operands(interp_results: dict, case: t
     assert res["vs_gemm"] <= 2 * res["floor"], res
 
 
+def test_w8_scale_vectors_are_16_byte_aligned() -> None:
+    # cuBLASLt refuses a rowwise scale vector that is not 16-byte aligned (the H200 GPU suite,
+    # seventeenth pass: plane 1's slice of the [P, M] token scales at M = 257 starts 1028 bytes in).
+    # w8_linear hands it an aligned copy of such a slice, and an aligned one as it is.
+    sa = torch.arange(3 * 257, dtype=torch.float32).view(3, 257)
+    for p in range(3):
+        got = mx_host._aligned(sa[p].view(257, 1))
+        assert got.data_ptr() % 16 == 0 and torch.equal(got, sa[p].view(257, 1)), p
+    assert mx_host._aligned(sa[0]).data_ptr() == sa.data_ptr()  # aligned: no copy
+
+
 def test_interpreter_w8_refuses_a_layer_past_the_fold(interp_results: dict) -> None:
     res = interp_results["w8"]
     assert res["refused"].startswith("weight: expected every nonzero block within 11 binades")
