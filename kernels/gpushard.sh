@@ -16,7 +16,20 @@ files=$(ls tests/kernels/test_*_gpu.py | grep -v test_precompiled_gpu.py)
 python3 -m pytest --noconftest -q -m gpu -p no:cacheprovider --collect-only $files 2>/dev/null \
   | grep "::" | sort | awk -v k="$k" -v n="$n" '(NR - k) % n == 0' > "$OUT/shard$k.ids"
 echo "shard $k of $n: $(wc -l < "$OUT/shard$k.ids") tests"
+# -p _compile_stats (tests/kernels/_compile_stats.py): each test's Triton compiles in its JUnit
+# case, to learn where a GPU test's ~30 s go (the seventeenth pass: a warm cache did not help).
 timeout "$limit" xargs -a "$OUT/shard$k.ids" -d '\n' python3 -m pytest --noconftest -q -m gpu \
-  -p no:cacheprovider -n 16 -rf --junitxml="$OUT/shard$k.xml" > "$OUT/shard$k.log" 2>&1
+  -p no:cacheprovider -p _compile_stats -n 16 -rf --junitxml="$OUT/shard$k.xml" \
+  > "$OUT/shard$k.log" 2>&1
 echo "rc $?"
 tail -6 "$OUT/shard$k.log"
+python3 - "$OUT/shard$k.xml" <<'EOF'
+import sys, xml.etree.ElementTree as ET
+cases = list(ET.parse(sys.argv[1]).getroot().iter("testcase"))
+stats = [p.get("value").split(", ") for c in cases for p in c.iter("property")
+         if p.get("name") == "triton_compiles"]
+built = sum(int(s[1].split()[0]) for s in stats)
+secs = sum(float(s[2].split()[0]) for s in stats)
+wall = sum(float(c.get("time")) for c in cases)
+print(f"{len(cases)} tests, {wall:.0f} s of worker time, {built} kernels built in {secs:.0f} s")
+EOF

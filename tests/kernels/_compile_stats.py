@@ -1,0 +1,65 @@
+"""pytest plugin for the GPU suite (`kernels/gpushard.sh` loads it with `-p _compile_stats`):
+each test's Triton compiles, counted and timed, as JUnit properties of its test case.
+
+Why: the seventeenth pass's whole GPU suite took 1347 s of device time for 671 tests (about 30 s
+of a busy worker a test, 0.4-202 s), and the second shard, run on the warm machine with the
+first shard's Triton cache in place, took as long as the first. So either each shard compiles
+its own kernel specializations (the cache cannot help) or compiling is not where a test's time
+goes. These properties say which, per test, at no extra device time.
+
+`triton.compiler.compile` is the one entry the JIT calls for every kernel it builds (it looks
+in the on-disk cache itself, so a cache hit is counted too, and takes milliseconds); the JIT
+imports it from `triton.compiler` at a kernel's first launch (Triton 3.9; a Triton that binds it
+in `triton.runtime.jit` at import gets it there too), so the wrapper is installed at configure
+time, before any test module is imported.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+# A compile that took longer than this built the kernel; a quicker one read the on-disk cache.
+BUILT_S = 0.05
+_now: dict[str, float] = {"calls": 0, "built": 0, "seconds": 0.0}
+
+
+def _counted(compile_fn: Callable[..., Any]) -> Callable[..., Any]:
+    def compile(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return compile_fn(*args, **kwargs)
+        finally:
+            took = time.perf_counter() - start
+            _now["calls"] += 1
+            _now["built"] += took > BUILT_S
+            _now["seconds"] += took
+
+    compile.__wrapped__ = compile_fn  # type: ignore[attr-defined]
+    return compile
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    import triton.compiler
+    import triton.runtime.jit as jit
+
+    if not hasattr(triton.compiler.compile, "__wrapped__"):
+        triton.compiler.compile = _counted(triton.compiler.compile)
+    if hasattr(jit, "compile"):  # a Triton that imports it at module level binds it there
+        jit.compile = triton.compiler.compile
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _now.update(calls=0, built=0, seconds=0.0)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> None:
+    # JUnit writes the properties of the teardown report (xdist ships them as they are: a str)
+    if call.when == "teardown":
+        stats = f"{_now['calls']:.0f} calls, {_now['built']:.0f} built, {_now['seconds']:.2f} s"
+        item.user_properties.append(("triton_compiles", stats))
