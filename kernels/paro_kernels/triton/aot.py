@@ -19,7 +19,15 @@ import triton
 from triton.backends.compiler import GPUTarget
 
 from . import kernels
-from .host import Config, a16, pick_config, pick_config_a8, prologue_block_m, prologue_warps
+from .host import (
+    Config,
+    a16,
+    pick_config,
+    pick_config_a8,
+    prologue_block_m,
+    prologue_cols,
+    prologue_warps,
+)
 
 TARGETS = {
     "gfx1201": (GPUTarget("hip", "gfx1201", 32), 64 * 1024),
@@ -163,16 +171,19 @@ def compile_w4a8_gemm(
 
 def compile_rotate_quant(target: str, m: int, g: int, fmt: str, token: bool) -> Report:
     """Build the fused rotate + scale + quantize prologue at the block the launcher picks."""
-    block_m = prologue_block_m(m, token, hip=target == "gfx1201")
+    hip = target == "gfx1201"
+    block_m = prologue_block_m(m, token, hip=hip)
+    cols = prologue_cols(token, g, hip=hip)
     sig = {
         "x_ptr": "*bf16", "rot_hi_ptr": "*bf16", "rot_lo_ptr": "*bf16",
         "q_ptr": "*fp8e4nv" if fmt == "fp8" else "*i8", "as_ptr": "*fp32", "rs_ptr": "*fp32",
         "M": "i32", "K": "i32", "stride_xm": "i32",
     }  # fmt: skip
-    const = {"G": g, "BLOCK_M": block_m, "INT8": fmt == "int8", "TOKEN": token}
-    c = _compile(kernels.rotate_quant_kernel, sig, const, target, prologue_warps(block_m), 1)
+    const = {"G": g, "BLOCK_M": block_m, "INT8": fmt == "int8", "TOKEN": token, "COLS": cols}
+    warps = prologue_warps(block_m, cols)
+    c = _compile(kernels.rotate_quant_kernel, sig, const, target, warps, 1)
     name = f"rotate_quant_{fmt}_{'token' if token else 'group'}"
-    return _report(name, target, f"BLOCK_M={block_m}", c)
+    return _report(name, target, f"BLOCK_M={block_m} COLS={cols} warps={warps}", c)
 
 
 def compile_gemv(target: str, m: int, n: int, k: int, g: int, rot: bool = False,

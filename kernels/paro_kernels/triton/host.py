@@ -324,20 +324,37 @@ def prologue_block_m(m: int, token: bool = False, hip: bool | None = None) -> in
     Every program reads its groups' G x G blocks (hi + lo: 64 KB at G = 128) from L2, so the
     rows per program set the block traffic: at 32 rows, M = 2048 on qkv read ~0.5 GB of blocks
     (H200 2026-11-29: 124-162 us, 9-17% of HBM). On NVIDIA, 128 rows from M >= 256 (8 warps, no
-    spills in the sm_90 build). gfx1201: 32, because 64 spills there (AOT report); per token 16,
-    whose two passes over the groups spill at 32.
+    spills in the sm_90 build). gfx1201: 32, because 64 spills there (AOT report); per token 32
+    as well, on `prologue_cols`' column slices (the whole-block form spilled at 16 rows).
     """
     hip = _is_hip() if hip is None else hip
     if m <= DECODE_MAX_M:
         return 16
     if token:
-        return 16 if hip or m < 2048 else 32
+        return 32 if hip or m >= 2048 else 16
     return 128 if not hip and m >= PROLOGUE_WIDE_M else 32
 
 
-def prologue_warps(block_m: int) -> int:
-    """8 warps for the 128-row tile (its fp32 accumulator), else 4."""
-    return 8 if block_m >= 128 else 4
+# gfx1201's per-token prologue walks each group's rotation PROLOGUE_TOKEN_COLS output columns at a
+# time (`rotate_quant_kernel`'s COLS). AOT report, Triton 3.9, bf16, G = 128 (2026-12-05): the
+# whole [G, G] block pair at 16 rows x 4 waves took 256 VGPRs and spilled 2 (12 B of scratch; 8
+# waves spilled 9); 32 columns at 32 rows x 8 waves take 184 VGPRs, no spills (8 waves per SIMD),
+# at 16 rows 190. 64 columns spilled at 4 waves and took 237 VGPRs at 8; 32 rows x 16 columns
+# 178. The slices' loop is a runtime one: unrolled, the compiler hoisted every slice's loads
+# and spilled 100-360 VGPRs. Not timed on the box. NVIDIA keeps the whole block (0).
+PROLOGUE_TOKEN_COLS = 32
+
+
+def prologue_cols(token: bool, group_size: int, hip: bool | None = None) -> int:
+    """Output columns of the rotation a per-token prologue program takes at a time; 0 = all G."""
+    hip = _is_hip() if hip is None else hip
+    return min(PROLOGUE_TOKEN_COLS, group_size) if token and hip else 0
+
+
+def prologue_warps(block_m: int, cols: int = 0) -> int:
+    """8 warps for the 128-row tile (its fp32 accumulator) and for the column-sliced per-token
+    form (`prologue_cols`), else 4."""
+    return 8 if block_m >= 128 or cols else 4
 
 
 def _is_hip() -> bool:
@@ -675,11 +692,12 @@ def rotate_quant(
     rs = torch.empty_like(asc)
     token = act_scale == "token"
     block_m = prologue_block_m(m, token)
+    cols = prologue_cols(token, g)
     grid = (triton_cdiv(m, block_m), 1 if token else k // g, p)
     rotate_quant_kernel[grid](
         x, rot_hi, rot_lo, q, asc, rs, m, k, x.stride(0),
-        G=g, BLOCK_M=block_m, INT8=act_format == "int8", TOKEN=token,
-        num_warps=prologue_warps(block_m),
+        G=g, BLOCK_M=block_m, INT8=act_format == "int8", TOKEN=token, COLS=cols,
+        num_warps=prologue_warps(block_m, cols),
     )  # fmt: skip
     return q, asc, rs
 

@@ -311,15 +311,18 @@ RNE_MAGIC = tl.constexpr(12582912.0)  # 1.5 * 2^23: (v + C) - C rounds |v| < 2^2
 
 @triton.jit
 def _rotate_group(x_ptr, rot_hi_ptr, rot_lo_ptr, offs_m, m_mask, g, p, ngroups, stride_xm,
-                  G: tl.constexpr):  # fmt: skip
-    """fp32 [BLOCK_M, G]: group g of the rows, times diag(cs_g) R_g^T of run p (hi + lo dots)."""
+                  G: tl.constexpr, c=0, COLS: tl.constexpr = 0):  # fmt: skip
+    """fp32 [BLOCK_M, COLS]: group g of the rows, times columns c..c+COLS of diag(cs_g) R_g^T
+    of run p (hi + lo dots); COLS 0 = all G."""
+    W: tl.constexpr = COLS if COLS else G
     offs_g = tl.arange(0, G)
+    offs_c = c + tl.arange(0, W)
     x = tl.load(
         x_ptr + offs_m[:, None] * stride_xm + g * G + offs_g[None, :],
         mask=m_mask[:, None],
         other=0.0,
     )
-    rot_off = ((p * ngroups + g) * G + offs_g[:, None]) * G + offs_g[None, :]
+    rot_off = ((p * ngroups + g) * G + offs_g[:, None]) * G + offs_c[None, :]
     acc = tl.dot(x, tl.load(rot_hi_ptr + rot_off))
     return tl.dot(x, tl.load(rot_lo_ptr + rot_off), acc)
 
@@ -341,10 +344,11 @@ def _e4m3_round(v):
 
 
 @triton.jit
-def _quant_store(v, scale, q_ptr, as_ptr, rs_ptr, row, m_mask, g, K, ngroups,
-                 G: tl.constexpr, INT8: tl.constexpr):  # fmt: skip
-    """Quantize v [BLOCK_M, G] with per-row `scale`; store codes, the scale and the code sums."""
-    offs_g = tl.arange(0, G)
+def _quant_cols(v, scale, q_ptr, row, m_mask, g, K, G: tl.constexpr, INT8: tl.constexpr,
+                c=0, COLS: tl.constexpr = 0):  # fmt: skip
+    """Quantize v [BLOCK_M, COLS] (columns c.. of group g; COLS 0 = all G) with per-row `scale`;
+    store the codes, return their sums per row."""
+    offs_c = c + tl.arange(0, COLS if COLS else G)
     xs = tl.math.div_rn(v, scale[:, None])
     if INT8:
         xs = tl.clamp(xs, -INT8_MAX, INT8_MAX)
@@ -353,9 +357,17 @@ def _quant_store(v, scale, q_ptr, as_ptr, rs_ptr, row, m_mask, g, K, ngroups,
     else:
         qf = _e4m3_round(tl.clamp(xs, -E4M3_MAX, E4M3_MAX))
         code = qf.to(tl.float8e4nv)
-    tl.store(q_ptr + row[:, None] * K + g * G + offs_g[None, :], code, mask=m_mask[:, None])
+    tl.store(q_ptr + row[:, None] * K + g * G + offs_c[None, :], code, mask=m_mask[:, None])
+    return tl.sum(qf, axis=1)
+
+
+@triton.jit
+def _quant_store(v, scale, q_ptr, as_ptr, rs_ptr, row, m_mask, g, K, ngroups,
+                 G: tl.constexpr, INT8: tl.constexpr):  # fmt: skip
+    """Quantize v [BLOCK_M, G] with per-row `scale`; store codes, the scale and the code sums."""
+    rsum = _quant_cols(v, scale, q_ptr, row, m_mask, g, K, G, INT8)
     tl.store(as_ptr + row * ngroups + g, scale, mask=m_mask)
-    tl.store(rs_ptr + row * ngroups + g, tl.sum(qf, axis=1), mask=m_mask)
+    tl.store(rs_ptr + row * ngroups + g, rsum, mask=m_mask)
 
 
 @triton.jit
@@ -373,6 +385,7 @@ def rotate_quant_kernel(
     BLOCK_M: tl.constexpr,
     INT8: tl.constexpr,
     TOKEN: tl.constexpr,
+    COLS: tl.constexpr = 0,
 ):
     """Fused rotate + channel-scale + quantize; one launch for either scale granularity.
 
@@ -382,7 +395,9 @@ def rotate_quant_kernel(
     owns a row block of one partition and loops over the groups twice: pass 1 rotates and keeps
     only the running amax, pass 2 rotates again and quantizes. The rotation is a pair of tensor-
     core dots (cheap); the second read of x and the blocks comes from L2, and a rotated row is
-    never parked (BLOCK_M x K fp32 fits neither registers nor LDS at K = 5120).
+    never parked (BLOCK_M x K fp32 fits neither registers nor LDS at K = 5120). COLS > 0 (per
+    token only) walks each group's rotation COLS output columns at a time: one [G, COLS] slice of
+    the hi and lo blocks live instead of the whole [G, G] pair (gfx1201: G / 2, no spills).
     """
     pid_m = tl.program_id(0)
     p = tl.program_id(2)
@@ -391,7 +406,24 @@ def rotate_quant_kernel(
     m_mask = offs_m < M
     row = p * M + offs_m
     top = INT8_MAX if INT8 else E4M3_MAX
-    if TOKEN:
+    if TOKEN and COLS:
+        amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        for g in range(0, ngroups):
+            for c in range(0, G, COLS):
+                v = _rotate_group(x_ptr, rot_hi_ptr, rot_lo_ptr, offs_m, m_mask, g, p, ngroups,
+                                  stride_xm, G, c, COLS)  # fmt: skip
+                amax = tl.maximum(amax, tl.max(tl.abs(v), axis=1))
+        scale = tl.math.div_rn(amax, tl.full((BLOCK_M,), top, tl.float32))
+        scale = tl.where(scale > 0, scale, 1.0)
+        for g in range(0, ngroups):
+            rsum = tl.zeros((BLOCK_M,), dtype=tl.float32)
+            for c in range(0, G, COLS):
+                v = _rotate_group(x_ptr, rot_hi_ptr, rot_lo_ptr, offs_m, m_mask, g, p, ngroups,
+                                  stride_xm, G, c, COLS)  # fmt: skip
+                rsum += _quant_cols(v, scale, q_ptr, row, m_mask, g, K, G, INT8, c, COLS)
+            tl.store(as_ptr + row * ngroups + g, scale, mask=m_mask)
+            tl.store(rs_ptr + row * ngroups + g, rsum, mask=m_mask)
+    elif TOKEN:
         amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
         for g in range(0, ngroups):
             v = _rotate_group(x_ptr, rot_hi_ptr, rot_lo_ptr, offs_m, m_mask, g, p, ngroups,
