@@ -1,7 +1,8 @@
 """The GPU suite's compile-stats plugin (`_compile_stats`, loaded by kernels/gpushard.sh) on CPU:
-a pytest run in a subprocess, its tests building a kernel through `triton.compiler.compile` for
-the gfx1201 / sm_90 targets (Triton's AOT path needs no GPU), writes each test's compiles into
-its JUnit test case; a test that builds nothing says 0."""
+a pytest run in a subprocess on two xdist workers (as the GPU scripts run it), its tests
+building a kernel through `triton.compiler.compile` for the gfx1201 / sm_90 targets (Triton's
+AOT path needs no GPU), writes each test's compiles into its JUnit test case; a test that
+builds nothing says 0."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def test_plugin_counts_each_tests_compiles(tmp_path: Path) -> None:
            "TRITON_CACHE_DIR": str(tmp_path / "cache")}  # fmt: skip
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--noconftest", "-p",
-         "_compile_stats", f"--junitxml={xml}", str(tmp_path / "test_cases_cs.py")],
+         "_compile_stats", "-n", "2", f"--junitxml={xml}", str(tmp_path / "test_cases_cs.py")],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
