@@ -406,35 +406,24 @@ def rotate_quant_kernel(
     m_mask = offs_m < M
     row = p * M + offs_m
     top = INT8_MAX if INT8 else E4M3_MAX
-    if TOKEN and COLS:
+    if TOKEN:
+        W: tl.constexpr = COLS if COLS else G  # one slice (the whole block) unless COLS
         amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
         for g in range(0, ngroups):
-            for c in range(0, G, COLS):
+            for c in range(0, G, W):
                 v = _rotate_group(x_ptr, rot_hi_ptr, rot_lo_ptr, offs_m, m_mask, g, p, ngroups,
-                                  stride_xm, G, c, COLS)  # fmt: skip
+                                  stride_xm, G, c, W)  # fmt: skip
                 amax = tl.maximum(amax, tl.max(tl.abs(v), axis=1))
         scale = tl.math.div_rn(amax, tl.full((BLOCK_M,), top, tl.float32))
         scale = tl.where(scale > 0, scale, 1.0)
         for g in range(0, ngroups):
             rsum = tl.zeros((BLOCK_M,), dtype=tl.float32)
-            for c in range(0, G, COLS):
+            for c in range(0, G, W):
                 v = _rotate_group(x_ptr, rot_hi_ptr, rot_lo_ptr, offs_m, m_mask, g, p, ngroups,
-                                  stride_xm, G, c, COLS)  # fmt: skip
-                rsum += _quant_cols(v, scale, q_ptr, row, m_mask, g, K, G, INT8, c, COLS)
+                                  stride_xm, G, c, W)  # fmt: skip
+                rsum += _quant_cols(v, scale, q_ptr, row, m_mask, g, K, G, INT8, c, W)
             tl.store(as_ptr + row * ngroups + g, scale, mask=m_mask)
             tl.store(rs_ptr + row * ngroups + g, rsum, mask=m_mask)
-    elif TOKEN:
-        amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
-        for g in range(0, ngroups):
-            v = _rotate_group(x_ptr, rot_hi_ptr, rot_lo_ptr, offs_m, m_mask, g, p, ngroups,
-                              stride_xm, G)  # fmt: skip
-            amax = tl.maximum(amax, tl.max(tl.abs(v), axis=1))
-        scale = tl.math.div_rn(amax, tl.full((BLOCK_M,), top, tl.float32))
-        scale = tl.where(scale > 0, scale, 1.0)
-        for g in range(0, ngroups):
-            v = _rotate_group(x_ptr, rot_hi_ptr, rot_lo_ptr, offs_m, m_mask, g, p, ngroups,
-                              stride_xm, G)  # fmt: skip
-            _quant_store(v, scale, q_ptr, as_ptr, rs_ptr, row, m_mask, g, K, ngroups, G, INT8)
     else:
         g = tl.program_id(1)
         v = _rotate_group(x_ptr, rot_hi_ptr, rot_lo_ptr, offs_m, m_mask, g, p, ngroups,
