@@ -29,14 +29,15 @@ vendor GEMM route, `dequant8` alone and the folded rotated dequant.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import functools
+import importlib
 import json
 import sys
 import time
 from collections.abc import Iterator
 from typing import Any
+from unittest import mock
 
 import torch
 
@@ -327,22 +328,6 @@ def mma_cells(shapes: list[str], ms: list[int], reps: int, t0: float, budget: fl
     return out, not_run
 
 
-@contextlib.contextmanager
-def _gemv3_kernel(module: str) -> Iterator[None]:
-    """decode_host launching `module`'s `gemv3_w4a16_kernel` (a previous tree's, --int5-old)
-    instead of this tree's."""
-    import importlib
-
-    from .triton import decode_kernels
-
-    mine = decode_kernels.gemv3_w4a16_kernel
-    decode_kernels.gemv3_w4a16_kernel = importlib.import_module(module).gemv3_w4a16_kernel
-    try:
-        yield
-    finally:
-        decode_kernels.gemv3_w4a16_kernel = mine
-
-
 # int5 GEMV configs timed beside the served one (--int5-sweep): block_n, warps, programs per
 # SM, groups per iteration, stages. Run 1 (eighth pass) swept the int4 configs' neighbourhood;
 # run 2 sweeps around its winner, (64, 4, 8, 1, 3) = decode_host.GEMV3_INT5, beside the int4
@@ -382,7 +367,11 @@ def int5_cells(
                       for p in i5]  # fmt: skip
             out.append(_row(name, m, f"int5 as served ({route})", _t(served, reps), nb5))
             if old and route == "gemv3":
-                with _gemv3_kernel(old):
+                # decode_host launching a previous tree's gemv3 kernel (module `old`)
+                from .triton import decode_kernels
+
+                prev = importlib.import_module(old).gemv3_w4a16_kernel
+                with mock.patch.object(decode_kernels, "gemv3_w4a16_kernel", prev):
                     out.append(_row(name, m, "int5 as served, old gemv3", _t(served, reps), nb5))
             for cfg in INT5_SWEEP if sweep else []:
                 bn, w, pps, gpi, st = cfg
@@ -400,19 +389,6 @@ def int5_cells(
         del i5, i4
         torch.cuda.empty_cache()
     return out
-
-
-@contextlib.contextmanager
-def _dequant_fold(on: bool) -> Iterator[None]:
-    """`mx_host.DEQUANT_FOLD` set to `on` inside the block (the served default restored)."""
-    from .triton import mx_host
-
-    was = mx_host.DEQUANT_FOLD
-    mx_host.DEQUANT_FOLD = on
-    try:
-        yield
-    finally:
-        mx_host.DEQUANT_FOLD = was
 
 
 def prefill_cells(shapes: list[str], ms: list[int], reps: int, t0: float,
@@ -444,7 +420,7 @@ def prefill_cells(shapes: list[str], ms: list[int], reps: int, t0: float,
         if rot:
             block = mx_host.mx_dequant(p0, torch.bfloat16, fold=False).clone()
             ferr = f"{rel_rms(mx_host.mx_dequant(p0, torch.bfloat16, fold=True), block):.1e}"
-            with _dequant_fold(True):
+            with mock.patch.object(mx_host, "DEQUANT_FOLD", True):
                 rows = _path_rows(name, m, x, f"{label} fold", preps, nbm, ("dequant",), reps)
                 rows.append(_row(name, m, f"{label} fold dequant alone", _t(fns, reps),
                                  read + 2 * n * k))  # fmt: skip
