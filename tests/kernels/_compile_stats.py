@@ -11,7 +11,10 @@ goes. These properties say which, per test, at no extra device time.
 in the on-disk cache itself, so a cache hit is counted too, and takes milliseconds); the JIT
 imports it from `triton.compiler` at a kernel's first launch (Triton 3.9; a Triton that binds it
 in `triton.runtime.jit` at import gets it there too), so the wrapper is installed at configure
-time, before any test module is imported.
+time, before any test module is imported. Whether a call built the kernel or read the cache is
+what Triton's compilation listener (`triton.knobs.compilation.listener`, its `cache_hit`) says;
+a Triton without that knob falls back to the call's time (CI once saw a tiny sm_90 kernel build
+in under 50 ms, so the time alone is not a reliable sign).
 """
 
 from __future__ import annotations
@@ -22,9 +25,10 @@ from typing import Any
 
 import pytest
 
-# A compile that took longer than this built the kernel; a quicker one read the on-disk cache.
+# Without a compilation listener: a compile that took longer than this built the kernel.
 BUILT_S = 0.05
 _now: dict[str, float] = {"calls": 0, "built": 0, "seconds": 0.0}
+_listening: list[bool] = [False]
 
 
 def _counted(compile_fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -35,7 +39,7 @@ def _counted(compile_fn: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             took = time.perf_counter() - start
             _now["calls"] += 1
-            _now["built"] += took > BUILT_S
+            _now["built"] += not _listening[0] and took > BUILT_S
             _now["seconds"] += took
 
     compile.__wrapped__ = compile_fn  # type: ignore[attr-defined]
@@ -50,6 +54,18 @@ def pytest_configure(config: pytest.Config) -> None:
         triton.compiler.compile = _counted(triton.compiler.compile)
     if hasattr(jit, "compile"):  # a Triton that imports it at module level binds it there
         jit.compile = triton.compiler.compile
+    knobs = getattr(triton, "knobs", None)
+    compilation = getattr(knobs, "compilation", None)
+    if compilation is not None and hasattr(compilation, "listener"):
+        chained = compilation.listener
+
+        def listener(**kwargs: Any) -> None:
+            _now["built"] += not kwargs["cache_hit"]
+            if chained is not None:
+                chained(**kwargs)
+
+        compilation.listener = listener
+        _listening[0] = True
 
 
 @pytest.hookimpl(tryfirst=True)
