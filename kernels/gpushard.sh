@@ -30,6 +30,9 @@ stats = [p.get("value").split(", ") for c in cases for p in c.iter("property")
          if p.get("name") == "triton_compiles"]
 built = sum(int(s[1].split()[0]) for s in stats)
 secs = sum(float(s[2].split()[0]) for s in stats)
+cpu = [sum(float(v.split()[0]) for v in p.get("value").split(", ")) for c in cases
+       for p in c.iter("property") if p.get("name") == "cpu_s"]
 wall = sum(float(c.get("time")) for c in cases)
-print(f"{len(cases)} tests, {wall:.0f} s of worker time, {built} kernels built in {secs:.0f} s")
+print(f"{len(cases)} tests, {wall:.0f} s of worker time, {built} kernels built in {secs:.0f} s,"
+      f" {sum(cpu):.0f} s of CPU time")
 EOF

@@ -5,7 +5,8 @@ Why: the seventeenth pass's whole GPU suite took 1347 s of device time for 671 t
 of a busy worker a test, 0.4-202 s), and the second shard, run on the warm machine with the
 first shard's Triton cache in place, took as long as the first. So either each shard compiles
 its own kernel specializations (the cache cannot help) or compiling is not where a test's time
-goes. These properties say which, per test, at no extra device time.
+goes. These properties say which, per test, at no extra device time: `triton_compiles` (calls, kernels
+built, seconds in the compiler) and `cpu_s` (the test's CPU time, its own and its children's).
 
 `triton.compiler.compile` is the one entry the JIT calls for every kernel it builds (it looks
 in the on-disk cache itself, so a cache hit is counted too, and takes milliseconds); the JIT
@@ -19,6 +20,7 @@ in under 50 ms, so the time alone is not a reliable sign).
 
 from __future__ import annotations
 
+import resource
 import time
 from collections.abc import Callable
 from typing import Any
@@ -29,6 +31,18 @@ import pytest
 BUILT_S = 0.05
 _now: dict[str, float] = {"calls": 0, "built": 0, "seconds": 0.0}
 _listening: list[bool] = [False]
+# CPU seconds (this process; its waited-for children: ptxas, the launcher's C build) at setup:
+# a test whose CPU time is near its wall time was busy on the host (compiling, references), one
+# far below it waited (on the GPU, or on the other workers' share of the cores).
+_cpu0: list[float] = [0.0, 0.0]
+
+
+def _cpu() -> list[float]:
+    own, kids = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return [own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime]
 
 
 def _counted(compile_fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -71,6 +85,7 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     _now.update(calls=0, built=0, seconds=0.0)
+    _cpu0[:] = _cpu()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -79,3 +94,5 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if call.when == "teardown":
         stats = f"{_now['calls']:.0f} calls, {_now['built']:.0f} built, {_now['seconds']:.2f} s"
         item.user_properties.append(("triton_compiles", stats))
+        own, kids = (b - a for a, b in zip(_cpu0, _cpu(), strict=True))
+        item.user_properties.append(("cpu_s", f"{own:.2f} own, {kids:.2f} children"))

@@ -54,5 +54,11 @@ def test_plugin_counts_each_tests_compiles(tmp_path: Path) -> None:
     }
     built = props["test_two_builds"]["triton_compiles"]
     assert built.startswith("3 calls, 2 built, "), built  # a fresh cache: two built, one read
-    assert float(built.split(", ")[2].removesuffix(" s")) > 0.05, built
+    compile_s = float(built.split(", ")[2].removesuffix(" s"))
+    assert compile_s > 0.05, built
+    # compiling is CPU work (LLVM in the process, ptxas a child): most of it shows as CPU time
+    own, kids = (float(v.split()[0]) for v in props["test_two_builds"]["cpu_s"].split(", "))
+    assert own + kids >= 0.5 * compile_s, (own, kids, compile_s)
+    own, kids = (float(v.split()[0]) for v in props["test_nothing_built"]["cpu_s"].split(", "))
+    assert 0 <= own < 0.5 and kids == 0, (own, kids)
     assert props["test_nothing_built"]["triton_compiles"] == "0 calls, 0 built, 0.00 s"
