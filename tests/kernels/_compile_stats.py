@@ -74,7 +74,7 @@ def pytest_configure(config: pytest.Config) -> None:
         chained = compilation.listener
 
         def listener(**kwargs: Any) -> None:
-            _now["built"] += not kwargs["cache_hit"]
+            _now["built"] += not kwargs.get("cache_hit", True)
             if chained is not None:
                 chained(**kwargs)
 
