@@ -12,6 +12,11 @@ export PYTHONPATH=$root/kernels:$root/tests/kernels:$root/plugin:$PYTHONPATH PYT
 # the shards after the first reuse the kernels the earlier ones compiled (every shard draws
 # from every test function, so most of their kernels are the same ones).
 export TRITON_CACHE_DIR=$root/.triton-gpu-cache
+# One intra-op thread a worker: 16 workers on the machine's 16 cores, each with torch's default
+# of 16 OpenMP threads (the fp64 references run on the CPU), oversubscribe the cores 16-fold,
+# and idle OpenMP threads spin, starving the workers' Triton builds. Not measured yet: the
+# `cpu_s` property (_compile_stats) of the next run says whether a test's time is host work.
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 files=$(ls tests/kernels/test_*_gpu.py | grep -v test_precompiled_gpu.py)
 python3 -m pytest --noconftest -q -m gpu -p no:cacheprovider --collect-only $files 2>/dev/null \
   | grep "::" | sort | awk -v k="$k" -v n="$n" '(NR - k) % n == 0' > "$OUT/shard$k.ids"
