@@ -3,7 +3,8 @@
 # which gputests17.sh runs with its carried cache) in N shards, one per device call, so that it
 # runs to completion within the 600 s a call allows (issue 14, deliverable 6: all cases, not a
 # sample). Shard K of N takes every N-th test id of the collection (sorted: the same split on
-# every call), runs them at -n 16 under LIMIT_S, and writes $OUT/shardK.log and a JUnit XML.
+# every call), runs them on one worker a core under LIMIT_S, and writes $OUT/shardK.log and a
+# JUnit XML.
 # Usage: bash kernels/gpushard.sh K N LIMIT_S   (K = 1..N)
 k=$1; n=$2; limit=$3
 root=$PWD
@@ -23,8 +24,15 @@ python3 -m pytest --noconftest -q -m gpu -p no:cacheprovider --collect-only $fil
 echo "shard $k of $n: $(wc -l < "$OUT/shard$k.ids") tests"
 # -p _compile_stats (tests/kernels/_compile_stats.py): each test's Triton compiles in its JUnit
 # case, to learn where a GPU test's ~30 s go (the seventeenth pass: a warm cache did not help).
+# -p _gpu_spread (tests/kernels/_gpu_spread.py): on a machine of several GPUs, worker gwI runs on
+# GPU I mod PARO_TEST_GPUS; one worker a core (16 on nvidia-h200, 32 on -x2), as the tests seem
+# host-bound (every worker busy in the seventeenth pass; the cpu_s properties will say).
+export PARO_TEST_GPUS=$(nvidia-smi -L | grep -c "^GPU")
+workers=${WORKERS:-$(nproc)}
+echo "$PARO_TEST_GPUS GPUs, $workers workers"
 timeout "$limit" xargs -a "$OUT/shard$k.ids" -d '\n' python3 -m pytest --noconftest -q -m gpu \
-  -p no:cacheprovider -p _compile_stats -n 16 -rf --junitxml="$OUT/shard$k.xml" \
+  -p no:cacheprovider -p _compile_stats -p _gpu_spread -n "$workers" -rf \
+  --junitxml="$OUT/shard$k.xml" \
   > "$OUT/shard$k.log" 2>&1
 echo "rc $?"
 tail -6 "$OUT/shard$k.log"

@@ -1,0 +1,24 @@
+"""pytest plugin for the GPU suite on a machine of several GPUs (`kernels/gpushard.sh` loads it
+with `-p _gpu_spread`): xdist worker gwI sees GPU I mod PARO_TEST_GPUS alone.
+
+Why: the GPU suite took about 30 s of a busy worker a test (seventeenth pass: 19,839 s of worker
+time for 671 tests on the one-GPU machine's 16 cores, every worker busy), so a machine with more
+GPUs has more cores (nvidia-h200-x2: 32) and GPUs to spread the workers over. Each worker gets one GPU through
+CUDA_VISIBLE_DEVICES, set at configure time, before anything initialises CUDA, so the tests'
+`device="cuda"` and `.cuda()` mean that GPU and the kernels launch there unchanged. Without
+PARO_TEST_GPUS (or with 1), or outside xdist, nothing changes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    gpus = int(os.environ.get("PARO_TEST_GPUS", "1") or "1")
+    worker = re.fullmatch(r"gw(\d+)", os.environ.get("PYTEST_XDIST_WORKER", ""))
+    if gpus > 1 and worker is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(int(worker.group(1)) % gpus)
