@@ -5,8 +5,9 @@ Why: the seventeenth pass's whole GPU suite took 1347 s of device time for 671 t
 of a busy worker a test, 0.4-202 s), and the second shard, run on the warm machine with the
 first shard's Triton cache in place, took as long as the first. So either each shard compiles
 its own kernel specializations (the cache cannot help) or compiling is not where a test's time
-goes. These properties say which, per test, at no extra device time: `triton_compiles` (calls, kernels
-built, seconds in the compiler) and `cpu_s` (the test's CPU time, its own and its children's).
+goes. These properties say which, per test, at no extra device time: `triton_compiles` (calls,
+kernels built, seconds in the compiler) and `cpu_s` (the test's CPU time, its own and its
+children's).
 
 `triton.compiler.compile` is the one entry the JIT calls for every kernel it builds (it looks
 in the on-disk cache itself, so a cache hit is counted too, and takes milliseconds); the JIT
@@ -31,7 +32,7 @@ import pytest
 BUILT_S = 0.05
 _now: dict[str, float] = {"calls": 0, "built": 0, "seconds": 0.0}
 _listening: list[bool] = [False]
-# CPU seconds (this process; its waited-for children: ptxas, the launcher's C build) at setup:
+# CPU seconds (this process; its waited-for children, such as ptxas) at the test's setup:
 # a test whose CPU time is near its wall time was busy on the host (compiling, references), one
 # far below it waited (on the GPU, or on the other workers' share of the cores).
 _cpu0: list[float] = [0.0, 0.0]
