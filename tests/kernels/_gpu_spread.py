@@ -3,9 +3,9 @@ with `-p _gpu_spread`): xdist worker gwI sees GPU I mod PARO_TEST_GPUS alone.
 
 Why: the GPU suite took about 30 s of a busy worker a test (seventeenth pass: 19,839 s of worker
 time for 671 tests on the one-GPU machine's 16 cores, every worker busy), so a machine with more
-GPUs has more cores (nvidia-h200-x2: 32) and GPUs to spread the workers over. Each worker gets one GPU through
-CUDA_VISIBLE_DEVICES, set at configure time, before anything initialises CUDA, so the tests'
-`device="cuda"` and `.cuda()` mean that GPU and the kernels launch there unchanged. Without
+GPUs has more cores (nvidia-h200-x2: 32) and GPUs to spread the workers over. Each worker gets one
+GPU through CUDA_VISIBLE_DEVICES, set at configure time, before anything initialises CUDA, so the
+tests' `device="cuda"` and `.cuda()` mean that GPU and the kernels launch there unchanged. Without
 PARO_TEST_GPUS (or with 1), or outside xdist, nothing changes.
 """
 
