@@ -16,8 +16,8 @@ export PYTHONPATH=$root/kernels:$root/tests/kernels:$root/plugin:$PYTHONPATH PYT
 export TRITON_CACHE_DIR=$root/.triton-gpu-cache  # as gpushard.sh
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
 if [ "$1" != 0 ]; then
-  OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 timeout "$1" python3 -m pytest --noconftest -q -m gpu -p no:cacheprovider -n 16 -rf \
-    -p _compile_stats --junitxml="$OUT/gputests.xml" \
+  OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 timeout "$1" python3 -m pytest --noconftest -q -m gpu \
+    -p no:cacheprovider -n 16 -rf -p _compile_stats --junitxml="$OUT/gputests.xml" \
     tests/kernels/test_triton_mx_gpu.py tests/kernels/test_triton_w4a8_gpu.py \
     -k "($mxtests) and not int5${extra:+ or $extra}" > "$OUT/gputests.log" 2>&1
   echo "tests rc $?"

@@ -70,19 +70,18 @@ def test_plugin_counts_each_tests_compiles(tmp_path: Path) -> None:
 SPREAD = """
 import os
 
-def test_where(tmp_path_factory):
-    out = tmp_path_factory.getbasetemp().parent.parent / "seen"
-    out.mkdir(exist_ok=True)
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    (out / worker).write_text(os.environ.get("CUDA_VISIBLE_DEVICES", "unset"))
+def test_where():
+    seen = os.path.join(os.environ["SPREAD_SEEN"], os.environ.get("PYTEST_XDIST_WORKER", "main"))
+    with open(seen, "w") as f:
+        f.write(os.environ.get("CUDA_VISIBLE_DEVICES", "unset"))
 """
 
 
 def _spread(tmp_path: Path, gpus: str | None, workers: int) -> dict[str, str]:
-    tmp_path.mkdir()
+    (tmp_path / "seen").mkdir(parents=True)
     (tmp_path / "test_cases_sp.py").write_text(SPREAD)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
-           "CUDA_VISIBLE_DEVICES": "7", "PYTEST_DEBUG_TEMPROOT": str(tmp_path)}  # fmt: skip
+           "CUDA_VISIBLE_DEVICES": "7", "SPREAD_SEEN": str(tmp_path / "seen")}  # fmt: skip
     env.pop("PARO_TEST_GPUS", None)
     if gpus is not None:
         env["PARO_TEST_GPUS"] = gpus
@@ -93,7 +92,7 @@ def _spread(tmp_path: Path, gpus: str | None, workers: int) -> dict[str, str]:
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    seen = {f.name: f.read_text() for f in tmp_path.glob("**/seen/*")}
+    seen = {f.name: f.read_text() for f in (tmp_path / "seen").iterdir()}
     assert len(seen) == workers, seen
     return seen
 
