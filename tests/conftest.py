@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -127,6 +129,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """The heavy groups first (a stable sort: the order within a group is kept)."""
     rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
     items.sort(key=lambda item: rank.get(work_group(item.nodeid), len(rank)))
+
+
+# One intra-op thread for torch in a worker (in-process only: torch.set_num_threads does not reach
+# the vLLM serves the tests start). Two workers on the 2-core box, each with torch's default of 2
+# OpenMP threads, oversubscribe the cores beside the serves, and a parallel region waits for all
+# its threads: measured 2026-12-05 on the 2-core AVX2 EPYC, a GPU test's CPU part (a 2304 x
+# [2048, 256] layer, `host.prepare`, the fp64 reference) took 3.6 s an iteration in each of two
+# processes at 2 threads against 0.72 s at 1 (0.56 s at 2 threads alone).
+_ONE_THREAD: list[bool] = [False]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if not _ONE_THREAD[0] and "PYTEST_XDIST_WORKER" in os.environ and "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)
+        _ONE_THREAD[0] = True
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
