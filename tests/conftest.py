@@ -134,9 +134,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # One intra-op thread for torch in a worker (in-process only: torch.set_num_threads does not reach
 # the vLLM serves the tests start). Two workers on the 2-core box, each with torch's default of 2
 # OpenMP threads, oversubscribe the cores beside the serves, and a parallel region waits for all
-# its threads: measured 2026-12-05 on the 2-core AVX2 EPYC, a GPU test's CPU part (a 2304 x
-# [2048, 256] layer, `host.prepare`, the fp64 reference) took 3.6 s an iteration in each of two
-# processes at 2 threads against 0.72 s at 1 (0.56 s at 2 threads alone).
+# its threads: measured 2026-12-05 on the 2-core AVX2 EPYC (tests/kernels/bench_host_threads.py),
+# a GPU test's CPU part took 1.84 s an iteration in each of two processes at 2 threads against
+# 0.63-0.72 s at 1 (0.47 s at 2 threads alone). The suite's wall time did not move measurably
+# (2167 s against 2131 s: the serves worker, which this leaves alone, is the critical path).
 _ONE_THREAD: list[bool] = [False]
 
 
