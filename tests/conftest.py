@@ -137,7 +137,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # its threads: measured 2026-12-05 on the 2-core AVX2 EPYC (tests/kernels/bench_host_threads.py),
 # a GPU test's CPU part took 1.84 s an iteration in each of two processes at 2 threads against
 # 0.63-0.72 s at 1 (0.47 s at 2 threads alone). The suite's wall time did not move measurably
-# (2167 s against 2131 s: the serves worker, which this leaves alone, is the critical path).
+# (2167 s against 2131 s: the vLLM serves, which this leaves alone, are the critical path).
 _ONE_THREAD: list[bool] = [False]
 
 
