@@ -21,4 +21,7 @@ def pytest_configure(config: pytest.Config) -> None:
     gpus = int(os.environ.get("PARO_TEST_GPUS", "1") or "1")
     worker = re.fullmatch(r"gw(\d+)", os.environ.get("PYTEST_XDIST_WORKER", ""))
     if gpus > 1 and worker is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = str(int(worker.group(1)) % gpus)
+        # a list the machine already narrowed to ("2,3") is indexed, not replaced
+        seen = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+        ids = seen if len(seen) >= gpus else [str(i) for i in range(gpus)]
+        os.environ["CUDA_VISIBLE_DEVICES"] = ids[int(worker.group(1)) % gpus].strip()

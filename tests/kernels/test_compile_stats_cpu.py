@@ -77,11 +77,11 @@ def test_where():
 """
 
 
-def _spread(tmp_path: Path, gpus: str | None, workers: int) -> dict[str, str]:
+def _spread(tmp_path: Path, gpus: str | None, workers: int, visible: str = "7") -> dict[str, str]:
     (tmp_path / "seen").mkdir(parents=True)
     (tmp_path / "test_cases_sp.py").write_text(SPREAD)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
-           "CUDA_VISIBLE_DEVICES": "7", "SPREAD_SEEN": str(tmp_path / "seen")}  # fmt: skip
+           "CUDA_VISIBLE_DEVICES": visible, "SPREAD_SEEN": str(tmp_path / "seen")}  # fmt: skip
     env.pop("PARO_TEST_GPUS", None)
     if gpus is not None:
         env["PARO_TEST_GPUS"] = gpus
@@ -98,7 +98,9 @@ def _spread(tmp_path: Path, gpus: str | None, workers: int) -> dict[str, str]:
 
 
 def test_gpu_spread_gives_each_worker_one_gpu(tmp_path: Path) -> None:
-    assert _spread(tmp_path / "two", "2", 3) == {"gw0": "0", "gw1": "1", "gw2": "0"}
+    assert _spread(tmp_path / "two", "2", 3, "") == {"gw0": "0", "gw1": "1", "gw2": "0"}
+    # a machine already narrowed to two GPUs: its list is indexed
+    assert _spread(tmp_path / "list", "2", 2, "2,3") == {"gw0": "2", "gw1": "3"}
     # one GPU (or none said): the environment's CUDA_VISIBLE_DEVICES is left as it is
     assert _spread(tmp_path / "one", "1", 2) == {"gw0": "7", "gw1": "7"}
     assert _spread(tmp_path / "unset", None, 2) == {"gw0": "7", "gw1": "7"}
