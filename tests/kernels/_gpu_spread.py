@@ -19,7 +19,9 @@ import pytest
 
 def pytest_configure(config: pytest.Config) -> None:
     gpus = int(os.environ.get("PARO_TEST_GPUS", "1") or "1")
-    worker = re.fullmatch(r"gw(\d+)", os.environ.get("PYTEST_XDIST_WORKER", ""))
+    # xdist's own mark of a worker (a controller started from inside a worker inherits the env)
+    worker_input = getattr(config, "workerinput", None)
+    worker = re.fullmatch(r"gw(\d+)", worker_input["workerid"]) if worker_input else None
     if gpus > 1 and worker is not None:
         # a list the machine already narrowed to ("2,3") is indexed, not replaced
         seen = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]

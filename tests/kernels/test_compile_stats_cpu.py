@@ -39,11 +39,18 @@ def test_nothing_built():
 """
 
 
+def _env(**extra: str) -> dict[str, str]:
+    """This environment for a pytest run of its own: the outer run's xdist variables dropped
+    (under CI's xdist they would say the inner controller is a worker)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
+    return {**env, **extra}
+
+
 def test_plugin_counts_each_tests_compiles(tmp_path: Path) -> None:
     (tmp_path / "test_cases_cs.py").write_text(CASES)
     xml = tmp_path / "out.xml"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
-           "TRITON_CACHE_DIR": str(tmp_path / "cache")}  # fmt: skip
+    env = _env(TRITON_CACHE_DIR=str(tmp_path / "cache"))
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--noconftest", "-p",
          "_compile_stats", "-n", "2", f"--junitxml={xml}", str(tmp_path / "test_cases_cs.py")],
@@ -77,11 +84,14 @@ def test_where():
 """
 
 
-def _spread(tmp_path: Path, gpus: str | None, workers: int, visible: str = "7") -> dict[str, str]:
+def _spread(
+    tmp_path: Path, gpus: str | None, workers: int, visible: str = "7", outer: str = ""
+) -> dict[str, str]:
     (tmp_path / "seen").mkdir(parents=True)
     (tmp_path / "test_cases_sp.py").write_text(SPREAD)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
-           "CUDA_VISIBLE_DEVICES": visible, "SPREAD_SEEN": str(tmp_path / "seen")}  # fmt: skip
+    env = _env(CUDA_VISIBLE_DEVICES=visible, SPREAD_SEEN=str(tmp_path / "seen"))
+    if outer:  # as if started from inside an outer run's xdist worker
+        env["PYTEST_XDIST_WORKER"] = outer
     env.pop("PARO_TEST_GPUS", None)
     if gpus is not None:
         env["PARO_TEST_GPUS"] = gpus
@@ -101,6 +111,8 @@ def test_gpu_spread_gives_each_worker_one_gpu(tmp_path: Path) -> None:
     assert _spread(tmp_path / "two", "2", 3, "") == {"gw0": "0", "gw1": "1", "gw2": "0"}
     # a machine already narrowed to two GPUs: its list is indexed
     assert _spread(tmp_path / "list", "2", 2, "2,3") == {"gw0": "2", "gw1": "3"}
+    # the inner controller is no worker, whatever the environment it inherited says
+    assert _spread(tmp_path / "nested", "2", 2, "2,3", "gw1") == {"gw0": "2", "gw1": "3"}
     # one GPU (or none said): the environment's CUDA_VISIBLE_DEVICES is left as it is
     assert _spread(tmp_path / "one", "1", 2) == {"gw0": "7", "gw1": "7"}
     assert _spread(tmp_path / "unset", None, 2) == {"gw0": "7", "gw1": "7"}
