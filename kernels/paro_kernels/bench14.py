@@ -43,7 +43,7 @@ def _rot_bytes(k: int, parts: int, krot: int = 8) -> int:
 
 
 def _ours(n: int, k: int, sizes: tuple[int, ...], m: int, dev: torch.device, path: str | None,
-          rot: bool = False, fmt: str = "bf16") -> Callable[[], object]:  # fmt: skip
+          fmt: str = "bf16") -> Callable[[], object]:  # fmt: skip
     from .triton import fast_host, host
 
     if fmt.startswith("mxfp4"):
@@ -77,10 +77,9 @@ def _ours(n: int, k: int, sizes: tuple[int, ...], m: int, dev: torch.device, pat
                           for p in preps])  # fmt: skip
 
     def call(p: Any) -> object:
-        if path == "gemv":  # the prologue GEMV (blocks / sliced), or rot: the first pass's
-            args = (p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros, p.gv_idx if rot else None,
-                    p.gv_coef if rot else None)  # fmt: skip
-            return fast_host.gemv_w4a16(args, x, p.bounds, G, None, rot=rot)
+        if path == "gemv":  # the prologue GEMV (blocks / sliced)
+            args = (p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros, None, None)
+            return fast_host.gemv_w4a16(args, x, p.bounds, G, None)
         if path == "gemv-rot2":
             return fast_host.gemv2_w4a16_rot(x, p.gv_idx, p.gv_coef, p.qweight, p.scales,
                                              p.zeros, p.bounds, G)  # fmt: skip
@@ -163,6 +162,8 @@ def _scaled_mm(n: int, k: int, m: int, dev: torch.device) -> Callable[[], object
 
 def cell_variants(m: int) -> list[tuple[str, str, Callable[..., Callable[[], object]], int]]:
     """(name, kind, builder(n, k, sizes, m, dev), activation bytes) of one cell."""
+    from .triton import fast_host
+
     v: list[tuple[str, str, Callable[..., Callable[[], object]], int]] = [
         ("ours-w4a16", "ours", lambda n, k, s, m, d: _ours(n, k, s, m, d, None), 2),
         ("ours-w4a8-int8", "ours", lambda n, k, s, m, d: _ours(n, k, s, m, d, None, fmt="int8"), 2),
@@ -185,11 +186,10 @@ def cell_variants(m: int) -> list[tuple[str, str, Callable[..., Callable[[], obj
         v += [
             ("path-w4a8-int8-a8", "path",
              lambda n, k, s, m, d: _ours(n, k, s, m, d, None, fmt="a8-int8"), 2),
-            ("path-gemv-blocks", "path", lambda n, k, s, m, d: _ours(n, k, s, m, d, "gemv"), 2),
-            ("path-gemv-rot", "path",
-             lambda n, k, s, m, d: _ours(n, k, s, m, d, "gemv", rot=True), 2),
             ("path-mma", "path", lambda n, k, s, m, d: _ours(n, k, s, m, d, "mma"), 2),
         ]  # fmt: skip
+    if m <= fast_host.GEMV2_MAX_M:
+        v += [("path-gemv-blocks", "path", lambda n, k, s, m, d: _ours(n, k, s, m, d, "gemv"), 2)]
     if m >= 64:
         v += [
             (
@@ -223,7 +223,7 @@ def bench_cell(name: str, n: int, k: int, sizes: tuple[int, ...], m: int, reps: 
              "bytes": 2 * k * n + 2 * m * k + 2 * m * n}]  # fmt: skip
     del wd
     for vname, kind, build, act in cell_variants(m):
-        if vname in skip or (vname.startswith("path-gemv-rot") and m > 4):
+        if vname in skip:
             continue
         err, us = "", float("nan")
         try:
@@ -256,59 +256,23 @@ def finish(rows: list[dict[str, Any]], bw: float) -> list[dict[str, Any]]:
     return rows
 
 
-def sweep_gemv(reps: int) -> list[dict[str, Any]]:
-    """The GEMV alone (prologue outputs made once) at candidate tiles, M = 1 and 4."""
-    from .triton import fast_host
-
-    dev = torch.device("cuda")
-    out = []
-    for name in ("qkv", "gate_up", "down"):
-        _, n, k, sizes = next(s for s in b.SHAPES if s[0] == name)
-        preps = [b._random_prep(n, k, sizes, 4, dev) for _ in range(b.copies(_bytes_w4(n, k, 0)))]
-        for m in (1, 4):
-            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-            for bn, nw, pps, st in [(64, 4, 8, 3), (64, 4, 8, 1), (64, 4, 16, 2), (32, 4, 16, 2),
-                                    (64, 2, 16, 2), (32, 2, 16, 3), (128, 4, 8, 1), (64, 4, 4, 4),
-                                    (32, 1, 32, 2)]:  # fmt: skip
-                cfg = fast_host.gemv_config(m, n, k, G, b._bounds(sizes), 132, bn, nw, pps)
-                cfg = dataclasses.replace(cfg, num_stages=st)
-                fns = [functools.partial(
-                    fast_host.gemv_w4a16,
-                    (p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros, None, None),
-                    x, p.bounds, G, None, False, cfg) for p in preps]  # fmt: skip
-                try:
-                    us = b._time(b.cycling(fns), reps)
-                except Exception as e:
-                    us = float("nan")
-                    print("sweep error", type(e).__name__, str(e)[:200])
-                out.append({"shape": name, "m": m, "block_n": bn, "warps": nw, "pps": pps,
-                            "split": cfg.split_k, "us": us})  # fmt: skip
-                print(f"sweep {name} M={m} {cfg}: {us:.1f} us", flush=True)
-    return out
-
-
 GEMV2_SWEEP_FINAL: dict[str, list[dict[str, Any]]] = {
     # second run: the two winners of run 1 combined, and more programs
     "fma": [dict(kw=8, programs_per_sm=8), dict(kw=4, programs_per_sm=8),
             dict(kw=8, programs_per_sm=16), dict(kw=4, programs_per_sm=16),
             dict(kw=8, programs_per_sm=4), dict(kw=2, programs_per_sm=8)],
-    "dot": [],
 }  # fmt: skip
 GEMV2_SWEEP: dict[str, list[dict[str, Any]]] = {
-    # (FMA) warps / kw / programs per SM / stages; (DOT) warps / block_n / pps / stages
+    # warps / kw / programs per SM / stages
     "fma": [dict(num_warps=4, kw=4), dict(num_warps=4, kw=8), dict(num_warps=4, kw=2),
             dict(num_warps=4, kw=4, programs_per_sm=2), dict(num_warps=4, kw=4, programs_per_sm=8),
             dict(num_warps=4, kw=4, num_stages=3), dict(num_warps=4, kw=4, num_stages=1),
             dict(num_warps=2, kw=4, block_n=256), dict(num_warps=8, kw=4, block_n=1024)],
-    "dot": [dict(num_warps=4, block_n=128), dict(num_warps=4, block_n=128, programs_per_sm=2),
-            dict(num_warps=4, block_n=128, programs_per_sm=8), dict(num_warps=4, block_n=256),
-            dict(num_warps=2, block_n=64), dict(num_warps=4, block_n=128, num_stages=3),
-            dict(num_warps=8, block_n=256), dict(num_warps=4, block_n=64)],
 }  # fmt: skip
 
 
 def sweep_gemv2(reps: int, shapes: tuple[str, ...] = ("qkv", "gate_up", "down"),
-                ms: tuple[int, ...] = (1, 4, 16),
+                ms: tuple[int, ...] = (1, 2),
                 table: dict[str, list[dict[str, Any]]] | None = None,
                 ) -> list[dict[str, Any]]:  # fmt: skip
     """The second-pass GEMV alone (prologue outputs made once) at candidate configs."""
@@ -322,14 +286,10 @@ def sweep_gemv2(reps: int, shapes: tuple[str, ...] = ("qkv", "gate_up", "down"),
         for m in ms:
             x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
             p0 = preps[0]
-            pro = {dot: host.rotate_scale(x, p0.rot_hi, p0.rot_lo, G, nibble_scaled=not dot)
-                   for dot in (False, True)}  # fmt: skip
-            kinds = (["fma"] if m <= 4 else []) + ["dot"]
-            for kind in kinds:
+            xr, rs = host.rotate_scale(x, p0.rot_hi, p0.rot_lo, G, nibble_scaled=True)
+            for kind in ("fma",):
                 for kw in (table or GEMV2_SWEEP)[kind]:
-                    cfg = fast_host.gemv2_config(m, n, k, G, b._bounds(sizes), 132,
-                                                 dot=kind == "dot", **kw)  # fmt: skip
-                    xr, rs = pro[cfg.dot]
+                    cfg = fast_host.gemv2_config(m, n, k, G, b._bounds(sizes), 132, **kw)
                     fns = [functools.partial(
                         fast_host.gemv2_w4a16, xr, rs, p.qweight, p.scales, p.zeros, p.bounds,
                         G, torch.bfloat16, None, cfg) for p in preps]  # fmt: skip
@@ -390,7 +350,7 @@ def sweep_rot2(reps: int, shapes: tuple[str, ...], ms: tuple[int, ...]) -> list[
             cands: list[tuple[str, Any, list[Any]]] = [("prologue-gemv", None, old)]
             for kw in ROT2_SWEEP:
                 kc = {a: v for a, v in kw.items() if a != "pre"}
-                cfg = fast_host.gemv2_config(m, n, k, G, b._bounds(sizes), 132, dot=False, **kc)
+                cfg = fast_host.gemv2_config(m, n, k, G, b._bounds(sizes), 132, **kc)
                 fs = [functools.partial(fast_host.gemv2_w4a16_rot, x, p.gv_idx, p.gv_coef,
                       p.qweight, p.scales, p.zeros, p.bounds, G, None, cfg, kw.get("pre"))
                       for p in preps]  # fmt: skip
@@ -559,10 +519,10 @@ def check(dev: str = "cuda") -> list[str]:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "kernels"))
     from _triton_cases import bias, merged_layer, packed, reference, rel, runs  # type: ignore
 
-    from .triton import host
+    from .triton import fast_host, host
 
     out = []
-    for k, sizes, m in [(1024, [512, 128, 128], 1), (2304, [2048, 256], 3), (640, [1000], 4),
+    for k, sizes, m in [(1024, [512, 128, 128], 1), (2304, [2048, 256], 3), (640, [1000], 2),
                         (1024, [512, 128, 128], 9), (2304, [2048, 256], 16),
                         (1024, [256, 128], 300), (1536, [208, 136], 257)]:  # fmt: skip
         parts = merged_layer(k, sizes, G if k % 128 == 0 else 64, seed=k, bias=True)
@@ -571,7 +531,7 @@ def check(dev: str = "cuda") -> list[str]:
         x = torch.randn(m, k).to(torch.bfloat16)
         ref = reference(x, parts, g)
         for path in ("gemv", "mma", "dequant"):
-            if path == "gemv" and m > 16:
+            if path == "gemv" and m > fast_host.GEMV2_MAX_M:
                 continue
             y = host.w4a16_linear(x.to(dev), prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
                                   prep.zeros, prep.bounds, g, bias(parts).to(dev), prep.gv_idx,
@@ -590,7 +550,7 @@ def main(argv: list[str] | None = None) -> None:
                                         "8b-gate_up,8b-down")  # fmt: skip
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--budget-s", type=float, default=0)
-    ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--sweep", action="store_true", help="the dequant kernel's configs")
     ap.add_argument("--sweep2", action="store_true", help="the second-pass GEMV's configs")
     ap.add_argument("--sweep3", action="store_true", help="the GEMV's final-run configs")
     ap.add_argument("--skip", default="", help="comma-separated variant names not to run")
@@ -621,7 +581,6 @@ def main(argv: list[str] | None = None) -> None:
                 )  # fmt: skip
     if args.sweep:
         meta["sweep_dequant"] = sweep_dequant(args.reps)
-        meta["sweep"] = sweep_gemv(args.reps)
     if args.sweep2:
         meta["sweep_gemv2"] = sweep_gemv2(args.reps)
     if args.sweep3:

@@ -313,7 +313,7 @@ def _h2_cfg(name: str, m: int, kw: dict[str, int]) -> Any:
     _, n, k, sizes = next(s for s in b.SHAPES if s[0] == name)
     kw = {**decode_host.H2_CONFIG, **kw} if "block_n" not in kw else kw
     args: dict[str, Any] = {a: v for a, v in kw.items() if v and a not in _LAUNCH}
-    return fast_host.gemv2_config(m, n, k, G, b._bounds(sizes), 132, dot=False, **args)
+    return fast_host.gemv2_config(m, n, k, G, b._bounds(sizes), 132, **args)
 
 
 def _compile_h2(job: tuple[str, int, dict[str, int]]) -> str:
@@ -600,9 +600,10 @@ def h2_mma(shapes: list[str], ms: list[int], reps: int, t0: float,
         out += _peer_rows(name, m, n, k, x, reps)
         cands: dict[str, Callable[[Any], object]] = {
             "int4 as served": functools.partial(_h2_call, "served", x, None),
-            # the path that served before the twelfth pass, forced
+            # the path that served before the twelfth pass, forced (M = 3..4: the FMA GEMV's
+            # 4-row form then, gone since the nineteenth pass; the tile kernels here)
             "int4 before": functools.partial(
-                _before, x, "gemv" if m <= 4 else "mma" if m <= 8 else "gemv3"
+                _before, x, "gemv" if m <= fast_host.GEMV2_MAX_M else "mma" if m <= 8 else "gemv3"
             ),
         }
         for kw in MMA_GRID[decode_host.mma_tiles(m)]:

@@ -2,7 +2,7 @@
 
     python tests/kernels/smoke15.py   (PYTHONPATH: kernels, tests/kernels)
 
-Prints, per case: the Givens-inside GEMV (M = 1..4) against the fp64 W4A16 reference, and the
+Prints, per case: the Givens-inside GEMV (M = 1..2) against the fp64 W4A16 reference, and the
 8-bit prefill GEMMs (fp8 / int8, int4 and int5) against the format's fp64 W4A8 reference (group
 int8 and fp8 activations) and the W4A16 one, beside the format's own act-quant noise.
 """
@@ -29,7 +29,7 @@ def main() -> None:
     for k, sizes, g in W4A16_CASES:
         parts = merged_layer(k, sizes, g, seed=k + len(sizes), bias=True)
         prep = host.prepare(*packed(parts), runs(parts), g, device="cuda")
-        for m in (1, 2, 3, 4):
+        for m in (1, 2):
             x = torch.randn(m, k, generator=torch.Generator().manual_seed(m + k)).to(torch.bfloat16)
             y = host.w4a16_linear(
                 x.cuda(),

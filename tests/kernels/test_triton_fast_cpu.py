@@ -22,42 +22,44 @@ import torch
 from _triton_cases import bias, merged_layer, packed, reference, rel, runs
 from paro_kernels.triton import fast_host, host
 out = []
-for k, sizes, g, m, path, rot in [(256, [96], 128, 1, "gemv", False),
-                                  (384, [64, 32, 32], 64, 2, "gemv", False),
-                                  (256, [64, 32], 128, 2, "gemv-prologue", False),
-                                  (256, [80, 48], 128, 5, "gemv-dot", False),
-                                  (384, [64, 32, 32], 128, 4, "gemv", True),
-                                  (256, [64, 32], 64, 3, "mma", False),
-                                  (384, [64, 32, 32], 128, 9, "gemv3", False),
-                                  (384, [64, 32, 32], 128, 5, "dequant", False),
-                                  (640, [512, 256, 128], 128, 1, "gemv-h2", False),
-                                  (384, [80, 48], 128, 2, "gemv-h2", False),
-                                  (640, [512, 256, 128], 128, 1, "gemv-h2-rot", False),
-                                  (384, [80, 48], 128, 2, "gemv-h2-rot", False),
-                                  (384, [64, 32, 32], 128, 5, "gemv-mma", False),
-                                  (256, [96], 64, 8, "gemv-mma", False),
-                                  (256, [64, 64], 128, 11, "gemv-mma", False)]:
+for k, sizes, g, m, path in [(256, [96], 128, 1, "gemv"),
+                             (384, [64, 32, 32], 64, 2, "gemv"),
+                             (384, [64, 32, 32], 128, 1, "gemv-prologue"),
+                             (256, [64, 32], 128, 2, "gemv-prologue"),
+                             (256, [64, 32], 64, 3, "mma"),
+                             (384, [64, 32, 32], 128, 9, "gemv3"),
+                             (384, [64, 32, 32], 128, 5, "dequant"),
+                             (640, [512, 256, 128], 128, 1, "gemv-h2"),
+                             (384, [80, 48], 128, 2, "gemv-h2"),
+                             (640, [512, 256, 128], 128, 1, "gemv-h2-rot"),
+                             (384, [80, 48], 128, 2, "gemv-h2-rot"),
+                             (384, [64, 32, 32], 128, 5, "gemv-mma"),
+                             (256, [96], 64, 8, "gemv-mma"),
+                             (256, [64, 64], 128, 11, "gemv-mma")]:
     parts = merged_layer(k, sizes, g, seed=k + m, bias=m % 2 == 1)
     prep = host.prepare(*packed(parts), runs(parts), g, dtype=torch.float16, device="cpu")
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.float16)
     bb = bias(parts)
     for _ in range(2):  # the second call finds the split-K workspace and tickets zeroed
-        if path.startswith("gemv") and path not in ("gemv3", "gemv-h2", "gemv-h2-rot",
-                                                    "gemv-mma"):
-            if rot:
-                cfg = fast_host.gemv_config(m, sum(sizes), k, g, prep.bounds, 4, 32, 4, 2)
-            else:  # the second-pass GEMV (FMA path, or the matrix-unit path's plain-op unpack)
-                cfg = fast_host.gemv2_config(m, sum(sizes), k, g, prep.bounds, 4,
-                                             dot=path == "gemv-dot")
-            # with the tables: the Givens-inside GEMV (fourth pass); "gemv-prologue" without
+        if path in ("gemv", "gemv-prologue"):  # the second-pass FMA GEMV, 4 SMs' split
+            cfg = fast_host.gemv2_config(m, sum(sizes), k, g, prep.bounds, 4)
+            # with the tables: the Givens-inside GEMV at M = 1 (fourth pass), the sliced
+            # prologue at M = 2; "gemv-prologue" without them
             gv = (None, None) if path == "gemv-prologue" else (prep.gv_idx, prep.gv_coef)
             args = (prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales, prep.zeros, *gv)
-            y = fast_host.gemv_w4a16(args, x, prep.bounds, g, bb, rot=rot, config=cfg)
+            y = fast_host.gemv_w4a16(args, x, prep.bounds, g, bb, config=cfg)
         else:
             y = host.w4a16_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
                                   prep.zeros, prep.bounds, g, bb, path=path)
         assert y.shape == (m, sum(sizes)) and y.dtype == torch.float16
         out.append(rel(y, reference(x, parts, g)))
+        if path == "gemv" and m == 2:  # the FMA GEMV's rows end at GEMV2_MAX_M, said so
+            try:
+                host.w4a16_linear(torch.cat([x, x]), prep.rot_hi, prep.rot_lo, prep.qweight,
+                                  prep.scales, prep.zeros, prep.bounds, g, bb, path="gemv")
+                raise AssertionError("the GEMV took 4 rows")
+            except ValueError as e:
+                assert "x rows: expected <= 2" in str(e), e
         if path == "gemv-h2-rot":  # the rotation flags were left zeroed for the next call
             assert not fast_host._WS[("h2_flags", "cpu")].any()
             # its co-resident variant (every program rotates, then runs its GEMV item)
@@ -192,12 +194,6 @@ def test_interpreter_w8_prefill_matches_fp64_reference() -> None:
 @pytest.mark.parametrize("bits", [4, 5])
 def test_aot_dequant_gfx1201(bits: int) -> None:
     rep = aot.compile_dequant("gfx1201", 7168, 5120, 128, bits, (6144, 6656))
-    _check(rep, max_vgprs=256)
-
-
-def test_aot_gemv_gfx1201() -> None:
-    # The first-pass GEMV: only the Givens-inside variant (`rot=True`) still runs it.
-    rep = aot.compile_gemv("gfx1201", 1, 7168, 5120, 128)
     _check(rep, max_vgprs=256)
 
 

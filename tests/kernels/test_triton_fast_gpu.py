@@ -28,8 +28,8 @@ from _triton_cases import (
 pytestmark = pytest.mark.gpu
 
 CASES = W4A16_CASES  # tile-boundary and odd N, K not a multiple of the split, 1-3 parts
-PATH_MS = {"gemv": [1, 2, 3, 4, 16], "mma": [1, 5, 16, 17], "dequant": [1, 17, 256, 300],
-           "gemv-prologue": [1, 2, 4], "gemv3": [1, 9, 16], "gemv-h2": [1, 2],
+PATH_MS = {"gemv": [1, 2], "mma": [1, 5, 16, 17], "dequant": [1, 17, 256, 300],
+           "gemv-prologue": [1, 2], "gemv3": [1, 9, 16], "gemv-h2": [1, 2],
            "gemv-h2-rot": [1, 2]}  # fmt: skip
 SCRATCH = ("dequant_w", "gemv_xs", "w8_fp8", "w8_int8")  # written each call, not left zeroed
 
@@ -159,8 +159,10 @@ def test_mma_gemv_matches_fp64(k: int, sizes: list[int], g: int, m: int,
 
 
 @pytest.mark.parametrize(("k", "sizes", "g"), CASES[3:])
-@pytest.mark.parametrize("m", [1, 3, 4])
+@pytest.mark.parametrize("m", [1, 2])
 def test_gemv_with_givens_inside(k: int, sizes: list[int], g: int, m: int) -> None:
+    # The FMA GEMV with the Givens layers inside (fourth pass), forced at both of its row
+    # counts: as served it takes only M = 1 layers the HFMA2 GEMV cannot (G = 64).
     from paro_kernels.triton import fast_host
 
     parts, prep = _prep(k, sizes, g, b=True)
@@ -168,7 +170,8 @@ def test_gemv_with_givens_inside(k: int, sizes: list[int], g: int, m: int) -> No
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.bfloat16)
     args = (prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales, prep.zeros, prep.gv_idx,
             prep.gv_coef)  # fmt: skip
-    y = fast_host.gemv_w4a16(args, x.cuda(), prep.bounds, g, bias(parts).cuda(), rot=True)  # type: ignore[union-attr]
+    y = fast_host.gemv_w4a16(args, x.cuda(), prep.bounds, g, bias(parts).cuda(), fused=True,  # type: ignore[union-attr]
+                             h2=False)  # fmt: skip
     assert rel(y, reference(x, parts, g)) <= 2e-3
 
 
@@ -240,14 +243,19 @@ def test_every_output_written_and_rows_independent() -> None:
     from paro_kernels.triton import host
 
     _, prep = _prep(512, [192, 64], 64, b=False)
-    for path, m in (("gemv", 4), ("mma", 9), ("dequant", 260)):
+    for path, m, sub in (("gemv", 2, 1), ("mma", 9, 3), ("dequant", 260, 3)):
         x = torch.randn(m, 512, device="cuda", dtype=torch.bfloat16)
         y = host.w4a16_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
                               prep.zeros, prep.bounds, 64, path=path)  # fmt: skip
         assert torch.isfinite(y).all()
-        y3 = host.w4a16_linear(x[:3].contiguous(), prep.rot_hi, prep.rot_lo, prep.qweight,
+        ys = host.w4a16_linear(x[:sub].contiguous(), prep.rot_hi, prep.rot_lo, prep.qweight,
                                prep.scales, prep.zeros, prep.bounds, 64, path=path)  # fmt: skip
-        torch.testing.assert_close(y3, y[:3])
+        # the same rows at the bound of test_triton_gpu's twin: one bf16 ulp of their largest
+        # output (the two calls may run other configs, whose split-K sums add in any order; a
+        # row leaking into another would be O(|y|) off)
+        want = y[:sub].float()
+        torch.testing.assert_close(ys.float(), want, rtol=1.6e-2,
+                                   atol=want.abs().max().item() * 2**-8)  # fmt: skip
 
 
 def test_graph_capture_replays_every_band() -> None:

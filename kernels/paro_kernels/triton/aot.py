@@ -186,32 +186,6 @@ def compile_rotate_quant(target: str, m: int, g: int, fmt: str, token: bool) -> 
     return _report(name, target, f"BLOCK_M={block_m} COLS={cols} warps={warps}", c)
 
 
-def compile_gemv(target: str, m: int, n: int, k: int, g: int, rot: bool = False,
-                 bounds: tuple[int, ...] = ()) -> Report:  # fmt: skip
-    """Build the issue-14 decode GEMV at the config its launcher picks (no matrix instruction:
-    `mma` reports whether the loop stayed free of one, as designed: FMAs on unpacked codes)."""
-    from . import fast_host, fast_kernels
-
-    hip = target == "gfx1201"
-    cfg = fast_host.gemv_config(m, n, k, g, bounds, sms=64 if hip else 132, hip=hip)
-    split = cfg.split_k > 1
-    sig = {
-        "a_ptr": "*bf16" if rot else "*fp16", "rs_ptr": "*fp32", "gi_ptr": "*i32",
-        "gc_ptr": "*fp32", "qw_ptr": "*i32", "sc_ptr": "*fp16", "zp_ptr": "*u8",
-        "bias_ptr": "*bf16", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "out_ptr": "*bf16",
-        "M": "i32", "N": "i32", "K": "i32", "b1": "i32", "b2": "i32", "stride_am": "i32",
-    }  # fmt: skip
-    const = {
-        "HAS_BIAS": False, "G": g, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n,
-        "SPLIT_K": cfg.split_k, "ROT": rot, "KROT": 8 if rot else 1,
-    }  # fmt: skip
-    c = _compile(fast_kernels.gemv_w4a16_kernel, sig, const, target, cfg.num_warps,
-                 cfg.num_stages)  # fmt: skip
-    name = f"gemv_w4a16{'_rot' if rot else ''}{'_splitk' if split else ''}"
-    rep = _report(name, target, str(cfg), c, r"(v_wmma|wgmma|mma\.sync)")
-    return Report(**{**rep.__dict__, "mma": not rep.mma})
-
-
 def compile_dequant(target: str, n: int, k: int, g: int, bits: int = 4,
                     bounds: tuple[int, ...] = ()) -> Report:  # fmt: skip
     """Build the prefill dequantize + rotate kernel; `mma` = the rotation dot on the matrix unit."""
@@ -232,33 +206,29 @@ def compile_dequant(target: str, n: int, k: int, g: int, bits: int = 4,
 
 def compile_gemv2(target: str, m: int, n: int, k: int, g: int,
                   bounds: tuple[int, ...] = ()) -> Report:  # fmt: skip
-    """Build the second-pass decode GEMV at the config its launcher picks. FMA path (M <= 4):
-    `mma` reports that the loop stayed free of a matrix instruction, as designed; above, the
-    16-row matrix-unit path must have one."""
+    """Build the second-pass decode GEMV (M <= 2) at the config its launcher picks; `mma`
+    reports that the loop stayed free of a matrix instruction, as designed (FMAs)."""
     from . import fast_host, fast_kernels
 
     hip = target == "gfx1201"
     cfg = fast_host.gemv2_config(m, n, k, g, bounds, sms=64 if hip else 132, hip=hip)
     sl = fast_host.prologue_slice(hip)
     sig = {
-        "a_ptr": "*fp16" if cfg.dot else "*fp32", "rs_ptr": "*fp32", "qw_ptr": "*i32",
+        "a_ptr": "*fp32", "rs_ptr": "*fp32", "qw_ptr": "*i32",
         "sc_ptr": "*fp16", "zp_ptr": "*u8", "bias_ptr": "*bf16", "ws_ptr": "*fp32",
         "cnt_ptr": "*i32", "out_ptr": "*bf16",
         "M": "i32", "N": "i32", "K": "i32", "b1": "i32", "b2": "i32",
     }  # fmt: skip
     const = {
         "HAS_BIAS": False, "G": g, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "KW": cfg.kw,
-        "SPLIT_K": cfg.split_k, "DOT": cfg.dot, "ASM": not hip,
-        "RS": g // min(sl, g) if sl and not cfg.dot else 1,
+        "SPLIT_K": cfg.split_k, "RS": g // min(sl, g) if sl else 1,
         "ROT": False, "KROT": 1, "gi_ptr": None, "gc_ptr": None, "xs_ptr": None, "stride_xm": 0,
         "PRE": True, "PDL": False,
     }  # fmt: skip
     c = _compile(fast_kernels.gemv2_w4a16_kernel, sig, const, target, cfg.num_warps,
                  cfg.num_stages)  # fmt: skip
-    name = f"gemv2_w4a16_{'dot' if cfg.dot else 'fma'}"
-    pattern = None if cfg.dot else r"(v_wmma|wgmma|mma\.sync)"
-    rep = _report(name, target, str(cfg), c, pattern)
-    return rep if cfg.dot else Report(**{**rep.__dict__, "mma": not rep.mma})
+    rep = _report("gemv2_w4a16_fma", target, str(cfg), c, r"(v_wmma|wgmma|mma\.sync)")
+    return Report(**{**rep.__dict__, "mma": not rep.mma})
 
 
 def compile_gemv2_rot(target: str, m: int, n: int, k: int, g: int,
@@ -276,7 +246,7 @@ def compile_gemv2_rot(target: str, m: int, n: int, k: int, g: int,
     }  # fmt: skip
     const = {
         "HAS_BIAS": False, "G": g, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "KW": cfg.kw,
-        "SPLIT_K": cfg.split_k, "DOT": False, "ASM": False, "RS": 1, "ROT": True, "KROT": krot,
+        "SPLIT_K": cfg.split_k, "RS": 1, "ROT": True, "KROT": krot,
         "PRE": fast_host.GEMV2_ROT_PRE, "PDL": False,
     }  # fmt: skip
     c = _compile(fast_kernels.gemv2_w4a16_kernel, sig, const, target, cfg.num_warps,

@@ -201,7 +201,7 @@ def h2_config(m: int, n: int, k: int, g: int, bounds: tuple[int, ...], sms: int,
     `bits`-bit weights at M rows."""
     c = {**H2_CONFIG, **H2_BY_BITS_M.get((bits, m), {})}
     return fast_host.gemv2_config(m, n, k, g, bounds, sms, num_warps=c["num_warps"],
-                                  block_n=c["block_n"], kw=c["kw"], dot=False,
+                                  block_n=c["block_n"], kw=c["kw"],
                                   programs_per_sm=c["programs_per_sm"])  # fmt: skip
 
 
@@ -443,7 +443,7 @@ def mma_config(m: int, n: int, k: int, g: int, bounds: tuple[int, ...], sms: int
             c["block_n"])  # fmt: skip
     require(mma_ok(bounds), "partition bounds", "multiples of 32 (an mma's 32 columns)", bounds)
     cfg = fast_host.gemv2_config(m, n, k, g, bounds, sms, num_warps=c["block_n"] // 32,
-                                 block_n=c["block_n"], dot=False,
+                                 block_n=c["block_n"],
                                  programs_per_sm=c.get("programs_per_sm", 8))  # fmt: skip
     # a column a thread (narrower tiles at partition bounds: fewer warps)
     cfg = replace(cfg, num_warps=cfg.block_n // 32)

@@ -42,15 +42,8 @@ from . import host
 # Below 256 not measured (pass 1 had the tile kernels ahead at M = 64).
 # Fourth pass: the band starts at 256, run 5's measurement above (test_triton_gpu.py's M = 300
 # cases now hold the bf16-W' floor, `_triton_cases.BF16_W_FLOOR`).
-GEMV_MAX_M = 2
+GEMV_MAX_M = 2  # at most GEMV2_MAX_M, the FMA GEMV's rows
 DEQUANT_MIN_M = 256
-GEMV_ROT = False  # the Givens layers inside the GEMV instead of the block prologue
-GEMV_BLOCK_N = 128
-GEMV_WARPS = 4
-GEMV_PROGRAMS_PER_SM = 8
-GEMV_MIN_GROUPS = 2  # groups per split: fewer loses to the ticket/atomics (sweep)
-# Sweep (H200 2026-12-01, the kernel alone): 64 columns, 4 warps, ~2 programs per SM took
-# 71-89 us on qkv and 137 us on gate_up against 88 / 188 at 128 columns, 8 warps.
 DEQUANT_BLOCK_N = 64
 DEQUANT_WARPS = 4
 DEQUANT_STAGES = 3
@@ -83,7 +76,6 @@ class GemvConfig:
     num_warps: int
     num_stages: int = 3
     kw: int = 16  # gemv2: int32 word rows per chunk
-    dot: bool = False  # gemv2: fp16 planes on the matrix unit (16-row tile)
 
 
 _WS: dict[tuple[str, str], torch.Tensor] = {}
@@ -112,113 +104,69 @@ def _gemv_buffers(
     return out, ws, _scratch("gemv_cnt", tiles, torch.int32, device), tiles
 
 
-def gemv_config(m: int, n: int, k: int, g: int, bounds: tuple[int, ...], sms: int,
-                block_n: int = GEMV_BLOCK_N, num_warps: int = GEMV_WARPS,
-                programs_per_sm: int = GEMV_PROGRAMS_PER_SM,
-                hip: bool = False) -> GemvConfig:  # fmt: skip
-    """Tile and split for an M <= 4 GEMV: split-K until ~programs_per_sm programs per SM."""
-    align = 0
-    for b in bounds:
-        align = gcd(align, b)
-    if hip and block_n == GEMV_BLOCK_N:
-        # gfx1201 AOT (Triton 3.9): 128 columns spill from M = 2 (195-256 VGPRs), 64 at M = 4;
-        # 64 at M = 2 and 32 at M = 4 stay spill-free (195 / 172 VGPRs).
-        block_n = 128 if m == 1 else (64 if m == 2 else 32)
-    bn = host._block_n(block_n, align or block_n)
-    tiles = -(-n // bn)
-    ngroups = k // g
-    split = max(1, min(ngroups // GEMV_MIN_GROUPS, -(-programs_per_sm * sms // tiles)))
-    per = -(-ngroups // split)
-    block_m = 1 if m == 1 else (2 if m == 2 else 4)
-    return GemvConfig(block_m, bn, -(-ngroups // per), num_warps)
-
-
 def gemv_w4a16(
     args: tuple[torch.Tensor | None, ...],
     x: torch.Tensor,
     bounds: tuple[int, ...],
     group_size: int,
     bias: torch.Tensor | None,
-    rot: bool = GEMV_ROT,
     config: GemvConfig | None = None,
     fused: bool | None = None,
     pdl: bool | None = None,
     h2: bool | None = None,
 ) -> torch.Tensor:
-    """The decode GEMV linear; args = (rot_hi, rot_lo, qweight, scales, zeros, gv_idx, gv_coef).
-    `fused` / `pdl` / `h2` override `gemv2_rot` / GEMV_PDL / `h2_ok` (the bench's forced paths;
-    a `config` is the FMA GEMV's).
-
-    Without `rot`: the block prologue, then the second-pass GEMV (`gemv2_w4a16`; `config` a
-    `gemv2_config`). With `rot` (and the tables): the first-pass GEMV with the Givens layers.
+    """The decode GEMV linear at M <= GEMV2_MAX_M; args = (rot_hi, rot_lo, qweight, scales,
+    zeros, gv_idx, gv_coef). The FMA GEMV (`gemv2_w4a16`, `config` a `gemv2_config`) after the
+    block prologue, or with the Givens layers inside (`gemv2_rot`), or the HFMA2 GEMV (`h2_ok`).
+    `fused` / `pdl` / `h2` override `gemv2_rot` / GEMV_PDL / `h2_ok` (the bench's forced paths).
     """
-    from .fast_kernels import gemv_w4a16_kernel
-
     rot_hi, rot_lo, qweight, scales, zeros, gv_idx, gv_coef = args
     m, k = x.shape
     n = qweight.shape[1]  # type: ignore[union-attr]
     g = group_size
-    if not (rot and gv_idx is not None and gv_coef is not None):
-        cfg2 = config or gemv2_config(m, n, k, g, bounds, host.sm_count(x.device),
-                                      hip=host._is_hip())  # fmt: skip
-        if fused is None:
-            fused = gemv2_rot(host._is_hip(), n, k) and m <= GEMV2_ROT_MAX_M
-            fused = fused and not (H2_OVER_ROT and h2_ok(host._is_hip(), m, g))
-        pdl = GEMV_PDL if pdl is None else pdl
-        if not cfg2.dot and fused and gv_idx is not None and gv_coef is not None:
-            return gemv2_w4a16_rot(x, gv_idx, gv_coef, qweight, scales, zeros, bounds, g, bias,  # type: ignore[arg-type]
-                                   cfg2)  # fmt: skip
-        if h2 is None:
-            h2 = config is None and not pdl and h2_ok(host._is_hip(), m, g)
-        if h2:
-            from . import decode_host
+    require(m <= GEMV2_MAX_M, "x rows", f"<= {GEMV2_MAX_M} for the decode GEMVs", m)
+    cfg2 = config or gemv2_config(m, n, k, g, bounds, host.sm_count(x.device),
+                                  hip=host._is_hip())  # fmt: skip
+    if fused is None:
+        fused = gemv2_rot(host._is_hip(), n, k) and m <= GEMV2_ROT_MAX_M
+        fused = fused and not (H2_OVER_ROT and h2_ok(host._is_hip(), m, g))
+    pdl = GEMV_PDL if pdl is None else pdl
+    if fused and gv_idx is not None and gv_coef is not None:
+        return gemv2_w4a16_rot(x, gv_idx, gv_coef, qweight, scales, zeros, bounds, g, bias,  # type: ignore[arg-type]
+                               cfg2)  # fmt: skip
+    if h2 is None:
+        h2 = config is None and not pdl and h2_ok(host._is_hip(), m, g)
+    if h2:
+        from . import decode_host
 
-            return decode_host.gemv_h2_linear(x, rot_hi, rot_lo, qweight, scales, zeros, bounds,  # type: ignore[arg-type]
-                                              g, bias, gv=(gv_idx, gv_coef))  # fmt: skip
-        use_pdl = pdl_ok(host._is_hip()) and pdl
-        if not cfg2.dot and prologue_slice(host._is_hip()):
-            xr, rs = rotate_slices(x, rot_hi, rot_lo, g, pdl=use_pdl)  # type: ignore[arg-type]
-        else:
-            use_pdl = False
-            xr, rs = host.rotate_scale(x, rot_hi, rot_lo, g, nibble_scaled=not cfg2.dot)  # type: ignore[arg-type]
-        return gemv2_w4a16(xr, rs, qweight, scales, zeros, bounds, g, x.dtype, bias, cfg2,  # type: ignore[arg-type]
-                           pdl=use_pdl)  # fmt: skip
-    cfg = config or gemv_config(m, n, k, g, bounds, host.sm_count(x.device), hip=host._is_hip())
-    require(m <= cfg.block_m, "x rows", f"<= {cfg.block_m} for the GEMV", m)
-    use_rot = rot and gv_idx is not None and gv_coef is not None
-    if use_rot:
-        a, rs, stride_am = x, scales, x.stride(0)
-        gi, gc, krot = gv_idx, gv_coef, gv_idx.shape[1]  # type: ignore[union-attr]
+        return decode_host.gemv_h2_linear(x, rot_hi, rot_lo, qweight, scales, zeros, bounds,  # type: ignore[arg-type]
+                                          g, bias, gv=(gv_idx, gv_coef))  # fmt: skip
+    use_pdl = pdl_ok(host._is_hip()) and pdl
+    if prologue_slice(host._is_hip()):
+        xr, rs = rotate_slices(x, rot_hi, rot_lo, g, pdl=use_pdl)  # type: ignore[arg-type]
     else:
-        a, rs = host.rotate_scale(x, rot_hi, rot_lo, g)
-        stride_am, gi, gc, krot = k, qweight, scales, 1
-    out, ws, cnt, tiles = _gemv_buffers(m, n, cfg, x.dtype, x.device)
-    b = (*bounds, n, n)[:2]
-    gemv_w4a16_kernel[(tiles, cfg.split_k)](
-        a, rs, gi, gc, qweight, scales, zeros, bias if bias is not None else scales,
-        ws, cnt, out, m, n, k, b[0], b[1], stride_am,
-        HAS_BIAS=bias is not None, G=g, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        SPLIT_K=cfg.split_k, ROT=use_rot, KROT=krot,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-    )  # fmt: skip
-    return out
+        use_pdl = False
+        xr, rs = host.rotate_scale(x, rot_hi, rot_lo, g, nibble_scaled=True)  # type: ignore[arg-type]
+    return gemv2_w4a16(xr, rs, qweight, scales, zeros, bounds, g, x.dtype, bias, cfg2,  # type: ignore[arg-type]
+                       pdl=use_pdl)  # fmt: skip
 
 
-# gemv2 (the second-pass GEMV, `fast_kernels.gemv2_w4a16_kernel`): FMA path up to GEMV2_FMA_MAX_M
-# rows, the 16-row matrix-unit path above.
+# gemv2 (the second-pass GEMV, `fast_kernels.gemv2_w4a16_kernel`): FMA GEMV of up to
+# GEMV2_MAX_M rows; its tile and split rule (`gemv2_config`) also sizes the HFMA2 and mma GEMVs.
 # Sweeps (second pass, GEMV alone; BENCH.md): 4 warps x 4 columns per thread (512 columns) won
 # (run 1: 2 warps / 256 columns 20.7 vs 15.7 us on qkv M = 1; 8 warps 16.9); more programs won
 # (8 per SM: qkv 13.1 vs 15.7; ncu at 4 per SM: 0.45 waves, 10.5% achieved occupancy); the
 # pipelining depth did not matter. Run 2 (8 per SM): 8 word rows per chunk at M = 1 (qkv 12.6,
 # gate_up 22.7, down 15.1 us; kw 4 within +-4%), 4 at M = 2 (qkv 16.5 vs 17.8 at kw 8, gate_up
-# 31.8 vs 39.2, down 19.8 vs 22.1), 2 at M = 3-4 (run 1: qkv 26.4 vs 39.4 at kw 4).
-# The matrix-unit path (M > 4): 4 warps, 256 columns best (run 1: qkv M = 16 29.7 us).
-GEMV2_FMA_MAX_M = 4
+# 31.8 vs 39.2, down 19.8 vs 22.1).
+# Nineteenth pass: the FMA GEMV's 4-row form (M = 3..4) and its 16-row matrix-unit form are
+# gone: no dispatch picked them (NVIDIA serves M = 2..16 on the mma GEMV, gfx1201 M >= 3 on the
+# tile kernels: the second pass's run 1 had the GEMV's best at M = 4 behind them), and the
+# 4-row form cost Triton's coalesce pass 11.7 s a build (BENCH.md eighteenth pass).
+GEMV2_MAX_M = 2
 GEMV2_WARPS = 4
 GEMV2_BLOCK_N = 512
-GEMV2_KW = {1: 8, 2: 4, 3: 2, 4: 2}
-GEMV2_DOT_WARPS = 4
-GEMV2_DOT_BLOCK_N = 256
+GEMV2_KW = {1: 8, 2: 4}
 GEMV2_PROGRAMS_PER_SM = 8
 GEMV2_STAGES = 2
 
@@ -337,32 +285,29 @@ def rotate_givens_paired(
 
 
 def gemv2_config(m: int, n: int, k: int, g: int, bounds: tuple[int, ...], sms: int,
-                 num_warps: int = 0, block_n: int = 0, kw: int = 0, dot: bool | None = None,
+                 num_warps: int = 0, block_n: int = 0, kw: int = 0,
                  programs_per_sm: int = 0, num_stages: int = 0,
                  hip: bool = False) -> GemvConfig:  # fmt: skip
-    """Tile and split of the second-pass GEMV (the section note in fast_kernels): FMA path
+    """Tile and split of the second-pass GEMV (the section note in fast_kernels):
     BLOCK_N / (32 num_warps) adjacent columns per thread (16-byte loads), narrower where a
-    partition boundary needs it; split-K until about `programs_per_sm` programs per SM."""
-    use_dot = (m > GEMV2_FMA_MAX_M) if dot is None else dot
-    require(not use_dot or g == 128, "group_size", "128 for the GEMV's matrix-unit path", g)
-    nw = num_warps or (GEMV2_DOT_WARPS if use_dot else GEMV2_WARPS)
+    partition boundary needs it; split-K until about `programs_per_sm` programs per SM. The
+    HFMA2 and mma GEMVs size theirs here too (their M past GEMV2_MAX_M: block_m unused)."""
+    nw = num_warps or GEMV2_WARPS
     align = 0
     for b in bounds:
         align = gcd(align, b)
     host._block_n(16, align or 16)  # refuses boundaries off the 16-column grid, as the tiles do
-    bn = block_n or (GEMV2_DOT_BLOCK_N if use_dot else GEMV2_BLOCK_N)
+    bn = block_n or GEMV2_BLOCK_N
     while bn > 16 and ((align and align % bn) or bn > 2 * n):
         bn //= 2
-    kw_ = 16 if use_dot else (kw or GEMV2_KW.get(m, 2))
-    kw_ = min(kw_, g // 8)
+    kw_ = min(kw or GEMV2_KW.get(m, 2), g // 8)
     tiles = -(-n // bn)
     ngroups = k // g
     pps = programs_per_sm or GEMV2_PROGRAMS_PER_SM
     split = max(1, min(ngroups, -(-pps * sms // tiles)))
     per = -(-ngroups // split)
-    block_m = 16 if use_dot else (1 if m == 1 else 2 if m == 2 else 4)
-    return GemvConfig(block_m, bn, -(-ngroups // per), nw, num_stages or GEMV2_STAGES, kw_,
-                      use_dot)  # fmt: skip
+    block_m = 1 if m == 1 else GEMV2_MAX_M
+    return GemvConfig(block_m, bn, -(-ngroups // per), nw, num_stages or GEMV2_STAGES, kw_)
 
 
 # Fourth pass: the Givens layers inside the FMA GEMV (`gemv2_w4a16_kernel(ROT=True)`): no
@@ -473,14 +418,14 @@ def gemv2_w4a16_rot(
     config: GemvConfig | None = None,
     pre: bool | None = None,
 ) -> torch.Tensor:
-    """The FMA GEMV with the rotation inside: x [M <= 4, K] -> y [M, N] in x.dtype, one launch."""
+    """The FMA GEMV with the rotation inside: x [M <= 2, K] -> y [M, N] in x.dtype, one launch."""
     from .fast_kernels import gemv2_w4a16_kernel
 
     m, k = x.shape
     n = qweight.shape[1]
     g = group_size
     cfg = config or gemv2_config(m, n, k, g, bounds, host.sm_count(x.device), hip=host._is_hip())
-    require(m <= cfg.block_m and not cfg.dot, "x rows", f"<= {cfg.block_m} (FMA GEMV)", m)
+    require(m <= min(cfg.block_m, GEMV2_MAX_M), "x rows", f"<= {cfg.block_m} (FMA GEMV)", m)
     out, ws, cnt, tiles = _gemv_buffers(m, n, cfg, x.dtype, x.device)
     xs = _scratch("gemv_xs", tiles * cfg.split_k * cfg.block_m * g, torch.float32, x.device)
     b = (*bounds, n, n)[:2]
@@ -488,7 +433,7 @@ def gemv2_w4a16_rot(
         x, xs, qweight, scales, zeros, bias if bias is not None else scales, ws, cnt, out,
         m, n, k, b[0], b[1],
         HAS_BIAS=bias is not None, G=g, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        KW=cfg.kw, SPLIT_K=cfg.split_k, DOT=False, ASM=False, RS=1, ROT=True,
+        KW=cfg.kw, SPLIT_K=cfg.split_k, RS=1, ROT=True,
         KROT=gv_idx.shape[1], gi_ptr=gv_idx, gc_ptr=gv_coef, xs_ptr=xs, stride_xm=x.stride(0),
         PRE=GEMV2_ROT_PRE if pre is None else pre,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
@@ -509,27 +454,25 @@ def gemv2_w4a16(
     config: GemvConfig | None = None,
     pdl: bool = False,
 ) -> torch.Tensor:
-    """The second-pass GEMV on the prologue outputs xr [P, M, K] (fp16 for the matrix-unit
-    path, fp32 nibble-scaled for the FMA path: `host.rotate_scale(nibble_scaled=...)` or
-    `rotate_slices`), rs [P, M, K/G * RS] fp32 -> y [M, N] out_dtype."""
+    """The second-pass GEMV on the prologue outputs xr [P, M <= 2, K] (fp32 nibble-scaled:
+    `host.rotate_scale(nibble_scaled=True)` or `rotate_slices`), rs [P, M, K/G * RS] fp32 ->
+    y [M, N] out_dtype."""
     from .fast_kernels import gemv2_w4a16_kernel
 
     _, m, k = xr.shape
     n = qweight.shape[1]
-    hip = host._is_hip()
-    cfg = config or gemv2_config(m, n, k, group_size, bounds, host.sm_count(xr.device), hip=hip)
-    require(m <= cfg.block_m, "x rows", f"<= {cfg.block_m} for the GEMV", m)
-    want = torch.float16 if cfg.dot else torch.float32
-    require(xr.dtype == want, "xr dtype", f"{want} for this GEMV path", xr.dtype)
+    cfg = config or gemv2_config(m, n, k, group_size, bounds, host.sm_count(xr.device),
+                                 hip=host._is_hip())  # fmt: skip
+    require(m <= min(cfg.block_m, GEMV2_MAX_M), "x rows", f"<= {cfg.block_m} for the GEMV", m)
+    require(xr.dtype == torch.float32, "xr dtype", "torch.float32 (nibble-scaled)", xr.dtype)
     out, ws, cnt, tiles = _gemv_buffers(m, n, cfg, out_dtype, xr.device)
     b = (*bounds, n, n)[:2]
-    asm = not hip and not host._interpreted()
     parts_rs = rs.shape[-1] // (k // group_size)  # the sliced prologue's partial sums per group
     gemv2_w4a16_kernel[(tiles, cfg.split_k)](
         xr, rs, qweight, scales, zeros, bias if bias is not None else scales, ws, cnt, out,
         m, n, k, b[0], b[1],
         HAS_BIAS=bias is not None, G=group_size, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        KW=cfg.kw, SPLIT_K=cfg.split_k, DOT=cfg.dot, ASM=asm, RS=parts_rs, PDL=pdl,
+        KW=cfg.kw, SPLIT_K=cfg.split_k, RS=parts_rs, PDL=pdl,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"launch_pdl": True} if pdl else {}),
     )  # fmt: skip
     return out
@@ -670,7 +613,7 @@ GEMV3 = True
 def band(m: int, group_size: int = 128, hip: bool | None = None) -> str:
     """Which path serves M rows: "gemv", "gemv3" (the matrix-unit decode GEMV), "mma" (host's
     tile kernels) or "dequant"."""
-    if m <= (GEMV_MAX_M if group_size == 128 else min(GEMV_MAX_M, GEMV2_FMA_MAX_M)):
+    if m <= GEMV_MAX_M:
         return "gemv"
     if m >= DEQUANT_MIN_M:
         return "dequant"
@@ -727,7 +670,7 @@ def a8_route(m: int, group_size: int, int5: bool, hip: bool, act_format: str = "
     if int5 and INT5_GEMV3 and GEMV3 and group_size == 128 and m <= 16:
         return "gemv3"
     route = band(m, group_size)
-    if route == "gemv" and not int5 and m <= GEMV2_FMA_MAX_M:
+    if route == "gemv" and not int5:
         return "gemv"
     if route == "gemv3" and not int5 and A8_GEMV3:
         return "gemv3"

@@ -1,10 +1,13 @@
 """Second-pass Triton kernels (issue 14): a split-K GEMV for the decode band and a fused
 dequantize + rotate of the weights for the prefill band.
 
-Why a GEMV at M <= 4 (not a 16-row MMA tile): at M = 1 the H200's ncu run of the MMA kernel showed
+Why a GEMV at M <= 2 (not a 16-row MMA tile): at M = 1 the H200's ncu run of the MMA kernel showed
 the tensor pipe 15% active on 16-row tiles for a 1-row problem, the ALU doing the nibble unpack and
 128 registers capping occupancy at 25%. Here the product is fp32 FMAs on the unpacked codes, so the
-work per weight is what the unpack costs plus M FMAs, and the accumulator is small.
+work per weight is what the unpack costs plus M FMAs, and the accumulator is small. It serves the
+rows no faster path takes (`fast_host.band`): gfx1201's M <= 2, NVIDIA's G = 64 layers at M = 1.
+(Nineteenth pass: its 4-row form, its 16-row matrix-unit form and the first pass's GEMV, which no
+dispatch picked on either platform, are gone; BENCH.md's second to fourth passes measured them.)
 
 Why the unpack is one LOP3 + one FADD per weight: nibble j of a word sits at bits 4j..4j+3; for
 j < 5, (w & (0xF << 4j)) | 0x4B000000 is the fp32 2^23 + c * 16^j exactly (the nibble lies inside
@@ -22,7 +25,7 @@ output (+ bias) in the output dtype and leaves the workspace and the counter zer
 call. No memset and no cast launch per linear (BENCH.md 2026-11-29: 5-8 us of a 15-45 us op).
 
 Why the Givens layers can run inside the GEMV (ROT): a program needs the rotated activations of
-its own 128-channel groups only, and at M <= 4 applying krot pair layers to them is ~1% of the
+its own 128-channel groups only, and at M <= 2 applying krot pair layers to them is ~1% of the
 program's weight work; no prologue launch and no [P, M, K] round trip. The records are the
 existing gv tables (partner index, cos, signed sin per channel and layer, channel scales).
 
@@ -52,26 +55,6 @@ MAGIC_F = tl.constexpr(8388608.0)
 
 
 @triton.jit
-def _nibble(q, q8, j: tl.constexpr):
-    """fp32 c_j * 16^(j if j < 5 else j - 3) of nibble j of each int32 word (module doc)."""
-    if j < 5:  # noqa: SIM108  (a Triton constexpr branch, kept explicit)
-        v = (q & (15 << (4 * j))) | MAGIC
-    else:
-        v = (q8 & (15 << (4 * (j - 3)))) | MAGIC
-    return v.to(tl.float32, bitcast=True) - MAGIC_F
-
-
-@triton.jit
-def _nibble_scale(j: tl.constexpr):
-    """The power of two that undoes `_nibble`'s 16^j (exact)."""
-    if j < 5:
-        e: tl.constexpr = 4 * j
-    else:
-        e: tl.constexpr = 4 * (j - 3)  # type: ignore[no-redef]  # one constexpr, two branches
-    return 1.0 / (1 << e)
-
-
-@triton.jit
 def _rotated_group(x_ptr, gi_ptr, gc_ptr, offs_m, m_mask, g, p, K, stride_xm,
                    KROT: tl.constexpr, G: tl.constexpr):  # fmt: skip
     """fp32 [BLOCK_M, G]: group g of x times the channel scales, then KROT Givens layers."""
@@ -88,93 +71,6 @@ def _rotated_group(x_ptr, gi_ptr, gc_ptr, offs_m, m_mask, g, p, K, stride_xm,
         xp = tl.gather(x, tl.broadcast_to(idx[None, :], x.shape), 1)
         x = x * c[None, :] + xp * s[None, :]
     return x
-
-
-@triton.jit
-def gemv_w4a16_kernel(
-    a_ptr,  # ROT: x [M, K] (rows stride_am); else [P, M, K] fp16 prologue output (stride K)
-    rs_ptr,  # [P, M, K/G] fp32 row sums of a per group (unused with ROT)
-    gi_ptr,  # ROT: [P, KROT, K] int32 partner indices, else a dummy
-    gc_ptr,  # ROT: [P, 2 KROT + 1, K] fp32 channel scales, cos, signed sin, else a dummy
-    qw_ptr,  # [K/8, N] int32 codes packed along K (nibble s of word r = row 8r + s)
-    sc_ptr,  # [K/G, N] fp16 scales
-    zp_ptr,  # [K/G, N] uint8 zero codes
-    bias_ptr,  # [N] or a dummy
-    ws_ptr,  # SPLIT_K > 1: [>= M * N] fp32 workspace, zero on entry and on exit
-    cnt_ptr,  # SPLIT_K > 1: [>= N / BLOCK_N] int32 tickets, zero on entry and on exit
-    out_ptr,  # [M, N] output dtype
-    M,
-    N,
-    K,
-    b1,
-    b2,
-    stride_am,
-    HAS_BIAS: tl.constexpr,
-    G: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    SPLIT_K: tl.constexpr,
-    ROT: tl.constexpr,
-    KROT: tl.constexpr,
-):
-    """out[:M, n-block] = sum over this split's groups of a_p @ dequant(Q); module doc."""
-    pid_n = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    n0 = pid_n * BLOCK_N
-    part = (n0 >= b1).to(tl.int32) + (n0 >= b2).to(tl.int32)
-    offs_n = n0 + tl.arange(0, BLOCK_N)
-    n_mask = offs_n < N
-    offs_m = tl.arange(0, BLOCK_M)
-    m_mask = offs_m < M
-    offs_r = tl.arange(0, G // 8)
-    ngroups = K // G
-    per = tl.cdiv(ngroups, SPLIT_K)
-    g0 = pid_k * per
-    g1 = tl.minimum(g0 + per, ngroups)
-    a_rows = (part * M + offs_m).to(tl.int64)
-    q_base = qw_ptr + offs_r[:, None] * N + offs_n[None, :]
-
-    acc = tl.zeros((BLOCK_M, G // 8, BLOCK_N), dtype=tl.float32)
-    zacc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for g in range(g0, g1):
-        q = tl.load(q_base + g * (G // 8) * N, mask=n_mask[None, :], other=0)
-        s = tl.load(sc_ptr + g * N + offs_n, mask=n_mask, other=0.0).to(tl.float32)
-        z = tl.load(zp_ptr + g * N + offs_n, mask=n_mask, other=0).to(tl.float32)
-        q8 = q >> 12
-        if ROT:
-            xg = _rotated_group(a_ptr, gi_ptr, gc_ptr, offs_m, m_mask, g, part, K, stride_am,
-                                KROT, G)  # fmt: skip
-            rs = tl.sum(xg, axis=1)
-            # channel 8r + j: split the trailing 8 = 2 x 2 x 2 into the 8 nibble planes
-            x3 = tl.reshape(xg, (BLOCK_M, G // 8, 4, 2))
-            e0, e1 = tl.split(x3)
-            e00, e10 = tl.split(tl.reshape(e0, (BLOCK_M, G // 8, 2, 2)))
-            e01, e11 = tl.split(tl.reshape(e1, (BLOCK_M, G // 8, 2, 2)))
-            a0, a4 = tl.split(e00)
-            a2, a6 = tl.split(e10)
-            a1, a5 = tl.split(e01)
-            a3, a7 = tl.split(e11)
-            d = a0[:, :, None] * _nibble(q, q8, 0)[None, :, :]
-            d += (a1 * _nibble_scale(1))[:, :, None] * _nibble(q, q8, 1)[None, :, :]
-            d += (a2 * _nibble_scale(2))[:, :, None] * _nibble(q, q8, 2)[None, :, :]
-            d += (a3 * _nibble_scale(3))[:, :, None] * _nibble(q, q8, 3)[None, :, :]
-            d += (a4 * _nibble_scale(4))[:, :, None] * _nibble(q, q8, 4)[None, :, :]
-            d += (a5 * _nibble_scale(5))[:, :, None] * _nibble(q, q8, 5)[None, :, :]
-            d += (a6 * _nibble_scale(6))[:, :, None] * _nibble(q, q8, 6)[None, :, :]
-            d += (a7 * _nibble_scale(7))[:, :, None] * _nibble(q, q8, 7)[None, :, :]
-        else:
-            rs = tl.load(rs_ptr + a_rows * ngroups + g, mask=m_mask, other=0.0)
-            a_base = a_ptr + a_rows[:, None] * K + g * G + (offs_r * 8)[None, :]
-            d = tl.zeros((BLOCK_M, G // 8, BLOCK_N), dtype=tl.float32)
-            for j in tl.static_range(8):
-                a = tl.load(a_base + j, mask=m_mask[:, None], other=0.0).to(tl.float32)
-                d += (a * _nibble_scale(j))[:, :, None] * _nibble(q, q8, j)[None, :, :]
-        acc += d * s[None, None, :]
-        zacc += rs[:, None] * (s * z)[None, :]
-    y = tl.sum(acc, axis=1) - zacc
-
-    _gemv_epilogue(y, ws_ptr, out_ptr, cnt_ptr, bias_ptr, pid_n, offs_m, m_mask, offs_n,
-                   n_mask, N, HAS_BIAS, SPLIT_K, BLOCK_M, BLOCK_N)  # fmt: skip
 
 
 @triton.jit
@@ -402,12 +298,12 @@ def cast_fp16_kernel(x_ptr, y_ptr, numel, BLOCK: tl.constexpr):
 
 # --------------------------------------------------------------------------- decode GEMV, pass 2
 #
-# Why this shape (issue 14, second pass; the first GEMV above lost at 135 registers, 17% occupancy,
-# 20% DRAM): one program owns BLOCK_N = 128 * num_warps columns, so a warp's 32 threads each load
-# 4 adjacent int32 words (one 16-byte load) per word row and the KW word rows of a chunk stay
-# inside the thread: the K reduction is in-thread FMAs, never a cross-warp reduction in the loop.
-# The zero point is subtracted inside the unpack (2^23 + z 16^e is one constant per column and
-# exponent), so no row sums are read; the group scale multiplies the chunk's partial once.
+# Why this shape (issue 14, second pass; the first pass's GEMV lost at 135 registers, 17%
+# occupancy, 20% DRAM): one program owns BLOCK_N = 128 * num_warps columns, so a warp's 32
+# threads each load 4 adjacent int32 words (one 16-byte load) per word row and the KW word rows
+# of a chunk stay inside the thread: the K reduction is in-thread FMAs, never a cross-warp
+# reduction in the loop. The zero point is the row-sum correction (module doc); the group scale
+# multiplies the chunk's partial once.
 # Split-K only as far as needed to fill the SMs; the splits meet in the ticket finish.
 
 
@@ -436,43 +332,6 @@ mov.b32 {{$3, $7}}, t;
 """
 
 
-_FP16_PAIR_ASM = tl.constexpr(nibble_pair_asm("0x64006400"))
-
-
-@triton.jit
-def _unpack_fp16_minus_z(q, z1, z16):
-    """The 8 nibble planes of int32 words as fp16 (c_j - z) * 16^(j % 2), 1.1 ops per weight.
-
-    (w & 0x000F000F) | 0x64006400 is the fp16 pair (1024 + c_0, 1024 + c_4); the 0x00F000F0 mask
-    gives 1024 + 16 c (exact); one sub.f16x2 of (1024 + z) (or 1024 + 16 z) leaves c - z exactly.
-    z1 / z16: int32 words holding that fp16 pair, per column.
-    """
-    return tl.inline_asm_elementwise(
-        _FP16_PAIR_ASM,
-        "=h,=h,=h,=h,=h,=h,=h,=h,r,r,r",
-        [q, z1, z16],
-        dtype=(tl.float16,) * 8,
-        is_pure=True,
-        pack=1,
-    )
-
-
-@triton.jit
-def _plane(q, zi, j: tl.constexpr):
-    """Plain-op twin of one `_unpack_fp16_minus_z` plane (exact: |c - z| * 16 <= 240)."""
-    c = ((q >> (4 * j)) & 15) - zi[None, :]
-    if j % 2 == 1:
-        c = c * 16
-    return c.to(tl.float16)
-
-
-@triton.jit
-def _unpack_fp16_minus_z_ops(q, zi):
-    """`_unpack_fp16_minus_z` without inline assembly (ROCm, the interpreter)."""
-    return (_plane(q, zi, 0), _plane(q, zi, 1), _plane(q, zi, 2), _plane(q, zi, 3),
-            _plane(q, zi, 4), _plane(q, zi, 5), _plane(q, zi, 6), _plane(q, zi, 7))  # fmt: skip
-
-
 @triton.jit
 def _act(ar, offs_r, j: tl.constexpr, row: tl.constexpr, M, K):
     """fp32 [KW]: channels 8r + j of the chunk for activation row `row` (0 past M), already
@@ -481,7 +340,7 @@ def _act(ar, offs_r, j: tl.constexpr, row: tl.constexpr, M, K):
 
 
 @triton.jit
-def _fma_chunk(q, ar, offs_r, M, K, d0, d1, d2, d3, BLOCK_M: tl.constexpr):
+def _fma_chunk(q, ar, offs_r, M, K, d0, d1, BLOCK_M: tl.constexpr):
     """d_row += a_row[8r + j] * c_j (fp32 FMAs) over one chunk; the zero point comes after."""
     # The magic exponent OR-ed in once per word (nibbles 0..4, and 5..7 after one shift), so each
     # nibble is one AND with a single immediate (a second constant would cost a MOV per weight).
@@ -496,10 +355,7 @@ def _fma_chunk(q, ar, offs_r, M, K, d0, d1, d2, d3, BLOCK_M: tl.constexpr):
         d0 += _act(ar, offs_r, j, 0, M, K)[:, None] * w
         if BLOCK_M > 1:
             d1 += _act(ar, offs_r, j, 1, M, K)[:, None] * w
-        if BLOCK_M > 2:
-            d2 += _act(ar, offs_r, j, 2, M, K)[:, None] * w
-            d3 += _act(ar, offs_r, j, 3, M, K)[:, None] * w
-    return d0, d1, d2, d3
+    return d0, d1
 
 
 @triton.jit
@@ -712,7 +568,7 @@ def givens_paired_kernel(
 
 @triton.jit
 def gemv2_w4a16_kernel(
-    a_ptr,  # [P, M, K] prologue output: DOT fp16; else fp32 NIBBLE_SCALED (host.rotate_scale)
+    a_ptr,  # [P, M, K] fp32 prologue output, NIBBLE_SCALED (host.rotate_scale, rotate_slices)
     rs_ptr,  # [P, M, K/G, RS] fp32 row sums of the fp16 values per group (the FMA zero point)
     qw_ptr,  # [K/8, N] int32 codes packed along K (nibble s of word r = row 8r + s)
     sc_ptr,  # [K/G, N] fp16 scales
@@ -728,14 +584,12 @@ def gemv2_w4a16_kernel(
     b2,
     HAS_BIAS: tl.constexpr,
     G: tl.constexpr,
-    BLOCK_M: tl.constexpr,
+    BLOCK_M: tl.constexpr,  # 1 or 2 activation rows (GEMV2_MAX_M)
     BLOCK_N: tl.constexpr,
-    KW: tl.constexpr,  # FMA: int32 word rows per chunk (8 KW channels); divides G / 8
+    KW: tl.constexpr,  # int32 word rows per chunk (8 KW channels); divides G / 8
     SPLIT_K: tl.constexpr,
-    DOT: tl.constexpr,  # fp16 planes on the matrix unit (BLOCK_M = 16, G = 128) instead of FMAs
-    ASM: tl.constexpr,  # DOT's unpack as PTX (NVIDIA); else plain ops (ROCm, the interpreter)
-    RS: tl.constexpr = 1,  # FMA: partial row sums per group in rs (the sliced prologue's)
-    ROT: tl.constexpr = False,  # FMA: a_ptr is x [M, K]; the Givens layers run in the kernel
+    RS: tl.constexpr = 1,  # partial row sums per group in rs (the sliced prologue's)
+    ROT: tl.constexpr = False,  # a_ptr is x [M, K]; the Givens layers run in the kernel
     KROT: tl.constexpr = 1,  # ROT: Givens layers per group
     gi_ptr=None,  # ROT: [P, KROT, K] int32 group-local partners (host.givens_tables)
     gc_ptr=None,  # ROT: [P, 2 KROT + 1, K] fp32 channel scales, cos, signed sin
@@ -763,110 +617,65 @@ def gemv2_w4a16_kernel(
         gdc_wait()  # the prologue's xr and rs are complete and visible past here
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    if DOT:
-        offs_r = tl.arange(0, G // 8)
-        q_base = qw_ptr + offs_r[:, None] * N + offs_n[None, :]
-        a_base = a_ptr + (row0 + offs_m)[:, None] * K + (offs_r * 8)[None, :]
-        am = m_mask[:, None]
-        for g in range(g0, g1):
-            q = tl.load(q_base + g * (G // 8) * N, mask=n_mask[None, :], other=0)
-            s = tl.load(sc_ptr + g * N + offs_n, mask=n_mask, other=0.0).to(tl.float32)
-            zi = tl.load(zp_ptr + g * N + offs_n, mask=n_mask, other=0).to(tl.int32)
-            ak = a_base + g * G
-            if ASM:
-                z1 = tl.broadcast_to(((zi | 0x6400) * 65537)[None, :], q.shape)
-                z16 = tl.broadcast_to((((zi << 4) | 0x6400) * 65537)[None, :], q.shape)
-                p0, p1, p2, p3, p4, p5, p6, p7 = _unpack_fp16_minus_z(q, z1, z16)
-            else:
-                p0, p1, p2, p3, p4, p5, p6, p7 = _unpack_fp16_minus_z_ops(q, zi)
-            ev = tl.dot(tl.load(ak + 0, mask=am, other=0.0), p0)
-            ev = tl.dot(tl.load(ak + 2, mask=am, other=0.0), p2, ev)
-            ev = tl.dot(tl.load(ak + 4, mask=am, other=0.0), p4, ev)
-            ev = tl.dot(tl.load(ak + 6, mask=am, other=0.0), p6, ev)
-            od = tl.dot(tl.load(ak + 1, mask=am, other=0.0), p1)
-            od = tl.dot(tl.load(ak + 3, mask=am, other=0.0), p3, od)
-            od = tl.dot(tl.load(ak + 5, mask=am, other=0.0), p5, od)
-            od = tl.dot(tl.load(ak + 7, mask=am, other=0.0), p7, od)
-            acc += (ev + od * 0.0625) * s[None, :]
-    else:
-        # Rows unrolled on 2-D tiles (a 3-D [M, KW, N] product gets a layout that round-trips
-        # every weight through shared memory); per-column vectors stay [1, BLOCK_N] so they
-        # share the weight tile's layout; the zero point is the row-sum correction.
-        offs_r = tl.arange(0, KW)
-        q_base = qw_ptr + offs_r[:, None] * N + offs_n[None, :]
-        a_row0 = a_ptr + row0 * K
-        nm2 = n_mask[None, :]
+    # Rows unrolled on 2-D tiles (a 3-D [M, KW, N] product gets a layout that round-trips
+    # every weight through shared memory); per-column vectors stay [1, BLOCK_N] so they
+    # share the weight tile's layout; the zero point is the row-sum correction.
+    offs_r = tl.arange(0, KW)
+    q_base = qw_ptr + offs_r[:, None] * N + offs_n[None, :]
+    a_row0 = a_ptr + row0 * K
+    nm2 = n_mask[None, :]
+    if ROT:
+        offs_g = tl.arange(0, G)
+        xs = xs_ptr + (pid_n * SPLIT_K + pid_k).to(tl.int64) * (BLOCK_M * G)
+        jj = offs_g % 8
+        nib = ((127 - tl.where(jj < 5, 4 * jj, 4 * (jj - 3))) << 23).to(tl.float32, bitcast=True)
+    acc0 = tl.zeros((1, BLOCK_N), dtype=tl.float32)
+    acc1 = tl.zeros((1, BLOCK_N), dtype=tl.float32)
+    for g in range(g0, g1):
+        d0 = tl.zeros((KW, BLOCK_N), dtype=tl.float32)
+        d1 = tl.zeros((KW, BLOCK_N), dtype=tl.float32)
         if ROT:
-            offs_g = tl.arange(0, G)
-            xs = xs_ptr + (pid_n * SPLIT_K + pid_k).to(tl.int64) * (BLOCK_M * G)
-            jj = offs_g % 8
-            nib = ((127 - tl.where(jj < 5, 4 * jj, 4 * (jj - 3))) << 23).to(
-                tl.float32, bitcast=True
-            )
-        acc0 = tl.zeros((1, BLOCK_N), dtype=tl.float32)
-        acc1 = tl.zeros((1, BLOCK_N), dtype=tl.float32)
-        acc2 = tl.zeros((1, BLOCK_N), dtype=tl.float32)
-        acc3 = tl.zeros((1, BLOCK_N), dtype=tl.float32)
-        for g in range(g0, g1):
-            d0 = tl.zeros((KW, BLOCK_N), dtype=tl.float32)
-            d1 = tl.zeros((KW, BLOCK_N), dtype=tl.float32)
-            d2 = tl.zeros((KW, BLOCK_N), dtype=tl.float32)
-            d3 = tl.zeros((KW, BLOCK_N), dtype=tl.float32)
-            if ROT:
-                # The first chunk's words are in flight while the group is rotated.
-                q_pre = tl.load(q_base + (g * (G // 8)) * N, mask=nm2, other=0)
-                tl.debug_barrier()  # every thread is done reading the previous group's slot
-                if PRE:
-                    xg = _rotated_group_pre(a_ptr, gi_ptr, gc_ptr, offs_m, m_mask, g, part, K,
-                                            stride_xm, KROT, G)  # fmt: skip
-                else:
-                    xg = _rotated_group(a_ptr, gi_ptr, gc_ptr, offs_m, m_mask, g, part, K,
+            # The first chunk's words are in flight while the group is rotated.
+            q_pre = tl.load(q_base + (g * (G // 8)) * N, mask=nm2, other=0)
+            tl.debug_barrier()  # every thread is done reading the previous group's slot
+            if PRE:
+                xg = _rotated_group_pre(a_ptr, gi_ptr, gc_ptr, offs_m, m_mask, g, part, K,
                                         stride_xm, KROT, G)  # fmt: skip
-                xg = tl.clamp(xg, -65504.0, 65504.0).to(tl.float16).to(tl.float32)
-                rsv = tl.sum(xg, axis=1)  # [BLOCK_M] row sums of the fp16 values
-                tl.store(xs + offs_m[:, None] * G + offs_g[None, :], xg * nib[None, :])
-                tl.debug_barrier()  # the slot is written: every thread reads all of it
             else:
-                q_pre = tl.zeros((KW, BLOCK_N), dtype=tl.int32)
-                rsv = tl.zeros((BLOCK_M,), dtype=tl.float32)
-            for ci in tl.static_range(G // (8 * KW)):
-                if ROT:
-                    if ci == 0:
-                        q = q_pre
-                    else:
-                        q = tl.load(q_base + (g * (G // 8) + ci * KW) * N, mask=nm2, other=0)
-                    d0, d1, d2, d3 = _fma_chunk(q, xs + ci * KW * 8, offs_r, M, G, d0, d1, d2,
-                                                d3, BLOCK_M)  # fmt: skip
+                xg = _rotated_group(a_ptr, gi_ptr, gc_ptr, offs_m, m_mask, g, part, K,
+                                    stride_xm, KROT, G)  # fmt: skip
+            xg = tl.clamp(xg, -65504.0, 65504.0).to(tl.float16).to(tl.float32)
+            rsv = tl.sum(xg, axis=1)  # [BLOCK_M] row sums of the fp16 values
+            tl.store(xs + offs_m[:, None] * G + offs_g[None, :], xg * nib[None, :])
+            tl.debug_barrier()  # the slot is written: every thread reads all of it
+        else:
+            q_pre = tl.zeros((KW, BLOCK_N), dtype=tl.int32)
+            rsv = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        for ci in tl.static_range(G // (8 * KW)):
+            if ROT:
+                if ci == 0:
+                    q = q_pre
                 else:
                     q = tl.load(q_base + (g * (G // 8) + ci * KW) * N, mask=nm2, other=0)
-                    ar = a_row0 + g * G + ci * KW * 8
-                    d0, d1, d2, d3 = _fma_chunk(q, ar, offs_r, M, K, d0, d1, d2, d3, BLOCK_M)
-            s = tl.load(sc_ptr + g * N + offs_n[None, :], mask=nm2, other=0.0).to(tl.float32)
-            sz = s * tl.load(zp_ptr + g * N + offs_n[None, :], mask=nm2, other=0).to(tl.float32)
-            acc0 += (
-                tl.sum(d0, axis=0, keep_dims=True) * s
-                - _row_sum2(rs_ptr, row0, 0, M, ngroups, g, RS, ROT, rsv, offs_m) * sz
-            )
-            if BLOCK_M > 1:
-                acc1 += (
-                    tl.sum(d1, axis=0, keep_dims=True) * s
-                    - _row_sum2(rs_ptr, row0, 1, M, ngroups, g, RS, ROT, rsv, offs_m) * sz
-                )
-            if BLOCK_M > 2:
-                acc2 += (
-                    tl.sum(d2, axis=0, keep_dims=True) * s
-                    - _row_sum2(rs_ptr, row0, 2, M, ngroups, g, RS, ROT, rsv, offs_m) * sz
-                )
-                acc3 += (
-                    tl.sum(d3, axis=0, keep_dims=True) * s
-                    - _row_sum2(rs_ptr, row0, 3, M, ngroups, g, RS, ROT, rsv, offs_m) * sz
-                )
-        acc = tl.where(offs_m[:, None] == 0, acc0, acc)
+                d0, d1 = _fma_chunk(q, xs + ci * KW * 8, offs_r, M, G, d0, d1, BLOCK_M)
+            else:
+                q = tl.load(q_base + (g * (G // 8) + ci * KW) * N, mask=nm2, other=0)
+                ar = a_row0 + g * G + ci * KW * 8
+                d0, d1 = _fma_chunk(q, ar, offs_r, M, K, d0, d1, BLOCK_M)
+        s = tl.load(sc_ptr + g * N + offs_n[None, :], mask=nm2, other=0.0).to(tl.float32)
+        sz = s * tl.load(zp_ptr + g * N + offs_n[None, :], mask=nm2, other=0).to(tl.float32)
+        acc0 += (
+            tl.sum(d0, axis=0, keep_dims=True) * s
+            - _row_sum2(rs_ptr, row0, 0, M, ngroups, g, RS, ROT, rsv, offs_m) * sz
+        )
         if BLOCK_M > 1:
-            acc = tl.where(offs_m[:, None] == 1, acc1, acc)
-        if BLOCK_M > 2:
-            acc = tl.where(offs_m[:, None] == 2, acc2, acc)
-            acc = tl.where(offs_m[:, None] == 3, acc3, acc)
+            acc1 += (
+                tl.sum(d1, axis=0, keep_dims=True) * s
+                - _row_sum2(rs_ptr, row0, 1, M, ngroups, g, RS, ROT, rsv, offs_m) * sz
+            )
+    acc = tl.where(offs_m[:, None] == 0, acc0, acc)
+    if BLOCK_M > 1:
+        acc = tl.where(offs_m[:, None] == 1, acc1, acc)
 
     _gemv_epilogue(acc, ws_ptr, out_ptr, cnt_ptr, bias_ptr, pid_n, offs_m, m_mask, offs_n,
                    n_mask, N, HAS_BIAS, SPLIT_K, BLOCK_M, BLOCK_N)  # fmt: skip

@@ -578,9 +578,8 @@ def w4a16_linear(
     route = path or fast_host.band(m, group_size)
     if path is None and fast_host.mma_gemv_ok(_is_hip(), m, group_size, bounds):
         route = "gemv-mma"
-    if route in ("gemv", "gemv3") and group_size != 128 and (m > fast_host.GEMV2_FMA_MAX_M
-                                                              or route == "gemv3"):  # fmt: skip
-        route = "mma"  # the GEMVs' matrix-unit paths need G = 128
+    if route == "gemv3" and group_size != 128:
+        route = "mma"  # the matrix-unit GEMV needs G = 128
     if route == "gemv":
         args = (rot_hi, rot_lo, qweight, scales, zeros, gv_idx, gv_coef)
         return fast_host.gemv_w4a16(args, x, bounds, group_size, bias)
