@@ -12,15 +12,14 @@ stage-1 config, the top configs with the shipped prologue, and the prologues alo
 `bench._time` (CUDA-graph replays over weight copies past 4x L2); % HBM against 4.3 TB/s.
 
     python -m paro_kernels.bench_decode --ab ...           fifth pass: the forced paths per cell
-    python -m paro_kernels.bench_decode --h2 run1|run2|run3|int5|rot|coop|waves|confirm|gv|\
-        gvpdl|mma ...
+    python -m paro_kernels.bench_decode --h2 run1|run2|run3|int5|waves|confirm|gv|gvpdl|mma ...
 
 Ninth pass (`--h2`): per cell the peers, the op as served, the FMA op forced (the "before"),
 the HFMA2 op at each variant of the named grid (`H2_GRID`, `H2_RUN2`, `H2_RUN3`), the two GEMVs
 and prologues alone; `int5`: int5 as served against its HFMA2 variant and int4 as served;
-`rot` / `coop` / `waves` / `confirm` (tenth pass): the rotation inside the HFMA2 GEMV
-(`H2_ROT`, its co-resident variant `H2_COOP`), grids of whole waves (`H2_WAVES`), the shipped
-per-(bits, M) configs (`H2_CONFIRM`), each against the prologue op.
+`waves` / `confirm` (tenth pass): grids of whole waves (`H2_WAVES`), the shipped per-(bits, M)
+configs (`H2_CONFIRM`), each against the prologue op (the tenth pass's `rot` / `coop`, the
+rotation inside the HFMA2 GEMV, went with it in the nineteenth pass).
 """
 
 from __future__ import annotations
@@ -430,18 +429,8 @@ def h2_int5(shapes: list[str], ms: list[int], reps: int, t0: float,
     return out, not_run
 
 
-# Tenth pass (`--h2 rot`): the rotation inside the HFMA2 GEMV (`decode_host.gemv_h2_rot`) at
-# each rotator width (channels) and around the shipped config (`decode_host.H2_CONFIG`).
-H2_ROT: list[dict[str, int]] = [
-    dict(rsl=128), dict(rsl=64), dict(rsl=32), dict(rsl=64, programs_per_sm=4),
-    dict(rsl=64, programs_per_sm=16),
-]  # fmt: skip
-# The co-resident variant (`gemv_h2_rot(coop=)`: a cooperative one-wave grid, every program
-# rotating before its GEMV item), built after run 5 for the next session's run.
-H2_COOP: list[dict[str, int]] = [
-    dict(rsl=64), dict(rsl=64, coop=3), dict(rsl=32, coop=3), dict(rsl=64, coop=2),
-]  # fmt: skip
-H2_COOP5: list[dict[str, int]] = [dict(rsl=64), dict(rsl=64, coop=2), dict(rsl=32, coop=2)]
+# (Tenth / eleventh pass, `--h2 rot` / `coop`: the rotation inside the HFMA2 GEMV and its
+# co-resident variant, removed in the nineteenth pass: `decode_kernels`' tenth-pass note.)
 # `--h2 gv` (eleventh pass, run 2): the paired prologue from the Givens records
 # (`fast_host.rotate_givens_paired`) at 1, 2, 4 warps, against the sliced blocks prologue;
 # `--h2 gvpdl` (run 3): the records prologue as served against 2 warps and with the
@@ -501,25 +490,21 @@ def _cand_rows(name: str, m: int, n: int, k: int, cands: dict[str, Callable[[Any
     return rows
 
 
-def _h2_op(name: str, m: int, x: torch.Tensor, p: Any, inside: bool,
+def _h2_op(name: str, m: int, x: torch.Tensor, p: Any,
            kw: dict[str, int] | None = None) -> object:  # fmt: skip
-    """The HFMA2 op on layer p: the paired prologue + GEMV, or (`inside`) one launch at the
-    rotator width kw["rsl"] (kw["coop"]: co-resident, programs an SM) and kw's config keys."""
+    """The HFMA2 op on layer p: the paired prologue (kw["gv"]: the records kernel at that many
+    warps; kw["pdl"]: launched dependent) + GEMV at kw's config keys."""
     from .triton import decode_host
 
     kw = kw or {}
-    launch = {a: v for a, v in kw.items() if a not in ("rsl", "coop", "gv", "pdl")}
+    launch = {a: v for a, v in kw.items() if a not in ("gv", "pdl")}
     cfg = _h2_cfg(name, m, launch) if launch else None  # None: the shipped config
-    if not inside:
-        return decode_host.gemv_h2_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
-                                          p.bounds, G, None, cfg, qweight_hi=p.qweight_hi,
-                                          inside=False, gv=(p.gv_idx, p.gv_coef),
-                                          prologue="givens" if "gv" in kw else "slice",
-                                          prologue_warps=kw.get("gv", 0),
-                                          pdl=bool(kw.get("pdl")))  # fmt: skip
-    return decode_host.gemv_h2_rot(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
-                                   p.bounds, G, None, cfg, p.qweight_hi, kw.get("rsl", 0),
-                                   kw.get("coop", 0))  # fmt: skip
+    return decode_host.gemv_h2_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
+                                      p.bounds, G, None, cfg, qweight_hi=p.qweight_hi,
+                                      gv=(p.gv_idx, p.gv_coef),
+                                      prologue="givens" if "gv" in kw else "slice",
+                                      prologue_warps=kw.get("gv", 0),
+                                      pdl=bool(kw.get("pdl")))  # fmt: skip
 
 
 def _int5_served(p: Any, x: torch.Tensor) -> object:
@@ -533,10 +518,9 @@ def h2_variants(shapes: list[str], ms: list[int], reps: int, t0: float, budget: 
                 grid4: list[dict[str, int]],
                 grid5: list[dict[str, int]]) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
     """Per cell, same run: cuBLAS, int4pack, int4 as served, the HFMA2 op with its prologue
-    (forced, the shipped config), then each `grid4` variant on int4 and `grid5` on int5 (a
-    variant with "rsl": the rotation inside, `gemv_h2_rot`; else the prologue op at that
-    config), and the int4 HFMA2 GEMV alone (`rel`: against the prologue op of the same bits;
-    each candidate's registers / spills as compiled)."""
+    (forced, the shipped config), then each `grid4` variant on int4 and `grid5` on int5 (the
+    prologue op at that config), and the int4 HFMA2 GEMV alone (`rel`: against the prologue op
+    of the same bits; each candidate's registers / spills as compiled)."""
     from .triton import decode_kernels, fast_host
 
     out: list[dict[str, Any]] = []
@@ -546,16 +530,14 @@ def h2_variants(shapes: list[str], ms: list[int], reps: int, t0: float, budget: 
 
         op = functools.partial(_h2_op, name, m, x)
         for bits, preps, grid in ((4, p4, grid4), (5, p5, grid5)):
-            cands: dict[str, Callable[[Any], object]] = {
-                f"int{bits} h2 prologue": functools.partial(op, inside=False)
-            }
+            cands: dict[str, Callable[[Any], object]] = {f"int{bits} h2 prologue": op}
             if bits == 4:
                 cands["int4 as served"] = functools.partial(_h2_call, "served", x, None)
             if bits == 5:
                 cands["int5 as served"] = functools.partial(_int5_served, x=x)
             for kw in grid:
-                how = "inside" if "rsl" in kw else "givens" if "gv" in kw else "prologue"
-                cands[f"int{bits} h2 {how} {kw}"] = functools.partial(op, inside="rsl" in kw, kw=kw)
+                how = "givens" if "gv" in kw else "prologue"
+                cands[f"int{bits} h2 {how} {kw}"] = functools.partial(op, kw=kw)
             out += _cand_rows(name, m, n, k, cands, preps, reps,
                               decode_kernels.gemv_h2_kernel)  # fmt: skip
         xr = fast_host.rotate_slices(x, p4[0].rot_hi, p4[0].rot_lo, G, paired=True)[0]
@@ -724,8 +706,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ab", action="store_true", help="run 3: the forced paths per cell, stop")
     ap.add_argument("--h2", default="", help="ninth pass: the HFMA2 GEMV per cell at the "
                     "configs of run1 (H2_GRID), run2 (H2_RUN2), run3 (H2_RUN3); int5: its "
-                    "int5 variant against int5 and int4 as served; tenth pass: rot, coop, "
-                    "waves, confirm; twelfth / thirteenth: mma, mma5 (module doc)")  # fmt: skip
+                    "int5 variant against int5 and int4 as served; tenth pass: waves, "
+                    "confirm; eleventh: gv, gvpdl; twelfth / thirteenth: mma, mma5 "
+                    "(module doc)")  # fmt: skip
     argv = sys.argv[1:] if argv is None else argv  # recorded in the JSON
     args = ap.parse_args(argv)
     torch.manual_seed(0)
@@ -738,9 +721,8 @@ def main(argv: list[str] | None = None) -> None:
             rows, nr = h2_mma5(args.shapes.split(","), ms, args.reps, t0, args.budget_s)
         elif args.h2 == "int5":
             rows, nr = h2_int5(args.shapes.split(","), ms, args.reps, t0, args.budget_s)
-        elif args.h2 in ("rot", "coop", "waves", "confirm", "gv", "gvpdl"):
-            g4, g5 = {"rot": (H2_ROT, H2_ROT[:3]), "coop": (H2_COOP, H2_COOP5),
-                      "gv": (H2_GV, H2_GV), "gvpdl": (H2_GVPDL, H2_GVPDL),
+        elif args.h2 in ("waves", "confirm", "gv", "gvpdl"):
+            g4, g5 = {"gv": (H2_GV, H2_GV), "gvpdl": (H2_GVPDL, H2_GVPDL),
                       "waves": (H2_WAVES, H2_WAVES5),
                       "confirm": (H2_CONFIRM, H2_CONFIRM5)}[args.h2]  # fmt: skip
             rows, nr = h2_variants(args.shapes.split(","), ms, args.reps, t0, args.budget_s,

@@ -31,8 +31,6 @@ for k, sizes, g, m, path in [(256, [96], 128, 1, "gemv"),
                              (384, [64, 32, 32], 128, 5, "dequant"),
                              (640, [512, 256, 128], 128, 1, "gemv-h2"),
                              (384, [80, 48], 128, 2, "gemv-h2"),
-                             (640, [512, 256, 128], 128, 1, "gemv-h2-rot"),
-                             (384, [80, 48], 128, 2, "gemv-h2-rot"),
                              (384, [64, 32, 32], 128, 5, "gemv-mma"),
                              (256, [96], 64, 8, "gemv-mma"),
                              (256, [64, 64], 128, 11, "gemv-mma")]:
@@ -60,14 +58,6 @@ for k, sizes, g, m, path in [(256, [96], 128, 1, "gemv"),
                 raise AssertionError("the GEMV took 4 rows")
             except ValueError as e:
                 assert "x rows: expected <= 2" in str(e), e
-        if path == "gemv-h2-rot":  # the rotation flags were left zeroed for the next call
-            assert not fast_host._WS[("h2_flags", "cpu")].any()
-            # its co-resident variant (every program rotates, then runs its GEMV item)
-            from paro_kernels.triton import decode_host
-            y = decode_host.gemv_h2_rot(x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
-                                        prep.zeros, prep.bounds, g, bb, coop=3)
-            out.append(rel(y, reference(x, parts, g)))
-            assert not fast_host._WS[("h2_flags", "cpu")].any()
         if path == "gemv3":  # the records kernel unpaired (eleventh pass) as its prologue
             from paro_kernels.triton import decode_host
             xg = fast_host.rotate_givens_paired(x, prep.gv_idx, prep.gv_coef, g, paired=False)
@@ -86,7 +76,7 @@ for k, sizes, g, m, path in [(256, [96], 128, 1, "gemv"),
             assert xg.shape == xs.shape and xg.dtype == xs.dtype
             assert rel(xg, xs) <= 2e-3, rel(xg, xs)
             y = decode_host.gemv_h2_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
-                                           prep.zeros, prep.bounds, g, bb, inside=False,
+                                           prep.zeros, prep.bounds, g, bb,
                                            gv=(prep.gv_idx, prep.gv_coef), prologue="givens")
             out.append(rel(y, reference(x, parts, g)))
 print(max(out))
@@ -131,21 +121,16 @@ for k, sizes, m in [(384, [64, 32, 32], 1), (256, [96, 32], 2), (384, [64, 32, 3
                      1)
     for _ in range(2):  # the second call finds the split-K workspace and tickets zeroed
         ys = [host.linear_a8(prep, x, b, "int8", "group", True)]
-        if m <= 2:  # the HFMA2 GEMV's int5 variant (fifth bits, xr / 128), forced; with its
-            # prologue, and with the rotation inside (rotators of 128 and of 32 channels)
+        if m <= 2:  # the HFMA2 GEMV's int5 variant (fifth bits, xr / 128), forced, with either
+            # paired prologue (blocks, records)
             ys.append(decode_host.gemv_h2_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight,
                                                  prep.scales, prep.zeros, prep.bounds, 128, b,
-                                                 qweight_hi=prep.qweight_hi, inside=False))
+                                                 qweight_hi=prep.qweight_hi))
             ys.append(decode_host.gemv_h2_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight,
                                                  prep.scales, prep.zeros, prep.bounds, 128, b,
-                                                 qweight_hi=prep.qweight_hi, inside=False,
+                                                 qweight_hi=prep.qweight_hi,
                                                  gv=(prep.gv_idx, prep.gv_coef),
                                                  prologue="givens"))
-            for rsl, coop in ((128, 0), (32, 0), (64, 3)):
-                ys.append(decode_host.gemv_h2_rot(x, prep.rot_hi, prep.rot_lo, prep.qweight,
-                                                  prep.scales, prep.zeros, prep.bounds, 128, b,
-                                                  qweight_hi=prep.qweight_hi, rsl=rsl,
-                                                  coop=coop))
         for y in ys:
             assert y.shape == (m, sum(sizes)) and y.dtype == torch.float16
             out.append(rel(y, want))
@@ -157,8 +142,7 @@ def test_interpreter_int5_decode_matches_fp64_reference() -> None:
     # int5 (W5A8) decode rows on the matrix-unit GEMV's plain-op twin of the int5 unpack (the
     # fifth bits of each word row from byte r % 4 of the K-packed plane), 16-bit activations:
     # against the fp64 W5A16 reference at the fp16 output floor, 1-3 partitions, M = 1-16; at
-    # M <= 2 also the HFMA2 GEMV's int5 variant (ninth pass), with its prologue and with the
-    # rotation inside (tenth pass).
+    # M <= 2 also the HFMA2 GEMV's int5 variant (ninth pass) with either paired prologue.
     out = _interpret(_CHILD_INT5)
     assert float(out.strip().splitlines()[-1]) <= 1e-3
 
@@ -286,24 +270,6 @@ def test_mma_one_wave_split() -> None:
     # 136 tiles x 6 int5 two-tile programs an SM (capped at 80 registers: `MMA_CAP`)
     assert c.split_k == 5 and c.block_n == 128
     assert decode_host.mma_config(16, 17408, 5120, 128, (8704,), 132, 4).split_k == 4  # 5 fit
-
-
-@pytest.mark.parametrize("m", [1, 2])
-def test_aot_gemv_h2_rotation_inside_sm90(m: int) -> None:
-    # The tenth pass's one-launch variant: the same packed-fp16 loop, plus the flag protocol as
-    # intended in the PTX: a rotator publishes its slice with a release after a CTA barrier,
-    # the GEMV programs wait with acquire loads and read the activations from L2 (written in
-    # this launch by other programs); no spills. The one matrix instruction is the rotators'
-    # (their two dots, as the prologue's). Also its co-resident variant (COOP).
-    import re
-
-    for hi, coop in ((False, False), (True, False), (False, True)):
-        rep, c = aot.compile_gemv_h2("sm90", m, 7168, 5120, 128, (6144, 6656), hi, 32, coop)
-        ptx = c.asm["ptx"]  # type: ignore[attr-defined]
-        assert not rep.mma and rep.spills == 0, rep  # `mma`: no matrix instruction (aot)
-        assert ptx.count("fma.rn.f16x2") == 3 * m * (ptx.count("sub.f16x2") // 4) > 0
-        assert re.search(r"bar\.sync[^\n]*\n(?:[^\n]*\n){0,6}[^\n]*red\.global\.gpu\.release", ptx)
-        assert "ld.global.gpu.acquire.b32" in ptx and "ld.global.cg.b32" in ptx
 
 
 def test_aot_ticket_gemm_gfx1201() -> None:

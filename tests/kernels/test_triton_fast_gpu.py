@@ -30,7 +30,7 @@ pytestmark = pytest.mark.gpu
 CASES = W4A16_CASES  # tile-boundary and odd N, K not a multiple of the split, 1-3 parts
 PATH_MS = {"gemv": [1, 2], "mma": [1, 5, 16, 17], "dequant": [1, 17, 256, 300],
            "gemv-prologue": [1, 2], "gemv3": [1, 9, 16], "gemv-h2": [1, 2],
-           "gemv-h2-rot": [1, 2]}  # fmt: skip
+           }  # fmt: skip
 SCRATCH = ("dequant_w", "gemv_xs", "w8_fp8", "w8_int8")  # written each call, not left zeroed
 
 
@@ -108,7 +108,7 @@ def test_h2_prologues_match_fp64(k: int, sizes: list[int], scale: float, m: int,
     bb = bias(parts)
     y = decode_host.gemv_h2_linear(x.cuda(), prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
                                    prep.zeros, prep.bounds, 128,
-                                   None if bb is None else bb.cuda(), inside=False,
+                                   None if bb is None else bb.cuda(),
                                    gv=(prep.gv_idx, prep.gv_coef), prologue=prologue)  # fmt: skip
     assert y.dtype == torch.bfloat16 and torch.isfinite(y).all()
     assert rel(y, reference(x, parts, 128)) <= 2e-3

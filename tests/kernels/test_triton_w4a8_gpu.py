@@ -191,14 +191,14 @@ def test_int5_gemv3_configs_match_fp64(cfg: str, m: int) -> None:
             assert not buf.any(), kind
 
 
-@pytest.mark.parametrize("how", ["slice", "givens", "inside"])
+@pytest.mark.parametrize("how", ["slice", "givens"])
 @pytest.mark.parametrize("scale", [1.0, 1e3])
 @pytest.mark.parametrize("m", [1, 2])
 def test_int5_h2_matches_fp64(scale: float, m: int, how: str) -> None:
     # int5 on the HFMA2 GEMV (ninth pass; its PTX ORs the fifth bits into the fp16 pairs, the
     # prologue writes xr / 128): 3 partitions, 5 groups (odd split-K tails), activations in the
     # thousands too (its fp16 range argument, |c - z| <= 31); twice (workspace left zeroed);
-    # with either paired prologue (blocks or the eleventh pass's records), or the rotation inside.
+    # with either paired prologue (blocks or the eleventh pass's records).
     from paro_kernels.triton import decode_host, fast_host
 
     k, sizes, g = 640, [512, 256, 128], 128
@@ -209,9 +209,8 @@ def test_int5_h2_matches_fp64(scale: float, m: int, how: str) -> None:
     for _ in range(2):
         y = decode_host.gemv_h2_linear(x.cuda(), prep.rot_hi, prep.rot_lo, prep.qweight,
                                        prep.scales, prep.zeros, prep.bounds, g, bb,
-                                       qweight_hi=prep.qweight_hi, inside=how == "inside",
-                                       gv=(prep.gv_idx, prep.gv_coef),
-                                       prologue="" if how == "inside" else how)  # fmt: skip
+                                       qweight_hi=prep.qweight_hi,
+                                       gv=(prep.gv_idx, prep.gv_coef), prologue=how)  # fmt: skip
         assert y.dtype == torch.bfloat16 and torch.isfinite(y).all()
         assert rel(y, want) <= 2e-3
     for (kind, _), buf in fast_host._WS.items():
@@ -250,45 +249,6 @@ def test_int5_mma_gemv_matches_fp64(k: int, sizes: list[int], g: int, m: int,
     for (kind, _), buf in fast_host._WS.items():
         if kind in ("gemv_ws", "gemv_cnt"):
             assert not buf.any(), kind
-
-
-@pytest.mark.parametrize("coop", [0, 3])
-@pytest.mark.parametrize("rsl", [128, 32])
-@pytest.mark.parametrize("bits", [4, 5])
-def test_h2_rotation_inside_graph_replays(bits: int, rsl: int, coop: int) -> None:
-    # The tenth pass's one-launch decode op (the HFMA2 GEMV after rotator programs that rotate
-    # each group once, the GEMV programs waiting on their flags): captured in a CUDA graph and
-    # replayed with new activations each time, every replay must match the fp64 reference and
-    # leave the flags zeroed (else the next replay would read a stale rotation or hang). 3
-    # partitions, several column tiles each, split-K over 18 groups; rotators of 128 channels
-    # (one a group) and of 32 (four a group); `coop`: the co-resident variant (a cooperative
-    # grid of at most 3 programs an SM, capped by `H2_COOP_MAX`, each rotating before its GEMV
-    # item).
-    from paro_kernels.triton import decode_host, fast_host
-
-    k, sizes, g = 2304, [2048, 1024, 512], 128
-    parts, prep = _prep(k, sizes, g, bits)
-    qh = prep.qweight_hi if bits == 5 else None
-    bb = bias(parts).cuda()  # type: ignore[union-attr]
-
-    def op(x: torch.Tensor) -> torch.Tensor:
-        return decode_host.gemv_h2_rot(x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
-                                       prep.zeros, prep.bounds, g, bb, qweight_hi=qh, rsl=rsl,
-                                       coop=coop)  # fmt: skip
-
-    for m in (1, 2):
-        static_x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-        op(static_x)  # compile outside the capture
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            static_y = op(static_x)
-        for i in range(3):
-            x = torch.randn(m, k, generator=torch.Generator().manual_seed(i)).to(torch.bfloat16)
-            static_x.copy_(x.cuda())
-            graph.replay()
-            torch.cuda.synchronize()
-            assert rel(static_y, _a16_reference(x, parts, g, bits)) <= 2e-3, (m, i)
-            assert not fast_host._WS[("h2_flags", "cuda:0")].any()
 
 
 @pytest.mark.parametrize("kind", ["fp8", "int8"])

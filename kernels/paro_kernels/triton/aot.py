@@ -265,13 +265,10 @@ _PAIRED_GEMV_SIG = {
 
 
 def compile_gemv_h2(target: str, m: int, n: int, k: int, g: int, bounds: tuple[int, ...] = (),
-                    hi: bool = False, rsl: int = 0,
-                    coop: bool = False) -> tuple[Report, object]:  # fmt: skip
+                    hi: bool = False) -> tuple[Report, object]:  # fmt: skip
     """Build the ninth-pass HFMA2 decode GEMV (NVIDIA only: packed-fp16 PTX; `hi`: int5) at the
-    config its launcher picks; `mma` reports that the loop stayed free of a matrix instruction;
-    `rsl`: the tenth pass's rotation inside, `rsl` channels a rotator program (`coop`: its
-    co-resident variant). Also returns
-    the compiled kernel (its `asm` for instruction counts)."""
+    config its launcher picks; `mma` reports that the loop stayed free of a matrix instruction.
+    Also returns the compiled kernel (its `asm` for instruction counts)."""
     from . import decode_host, decode_kernels
 
     cfg = decode_host.h2_config(m, n, k, g, bounds, sms=132, bits=5 if hi else 4)
@@ -285,14 +282,6 @@ def compile_gemv_h2(target: str, m: int, n: int, k: int, g: int, bounds: tuple[i
         sig["qh_ptr"] = "*i32"
     else:
         const["qh_ptr"] = None
-    rot = {"x_ptr": "*bf16", "rh_ptr": "*bf16", "rl_ptr": "*bf16", "fl_ptr": "*i32",
-           "xw_ptr": "*fp16", "stride_xm": "i32", "NROT": "i32", "RPROG": "i32"}  # fmt: skip
-    if rsl:
-        sig.update(rot)
-        const.update(ROT=True, RSL=rsl, COOP=coop)
-    else:
-        const.update({a: 0 if a in ("stride_xm", "NROT", "RPROG") else None for a in rot},
-                     ROT=False, RSL=128, COOP=False)  # fmt: skip
     c = _compile(decode_kernels.gemv_h2_kernel, sig, const, target, cfg.num_warps,
                  cfg.num_stages)  # fmt: skip
     rep = _report("gemv_h2", target, str(cfg), c, r"(v_wmma|wgmma|mma\.sync)")

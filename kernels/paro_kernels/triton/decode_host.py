@@ -218,19 +218,14 @@ def gemv_h2(
     maxnreg: int = 0,
     pdl: bool = False,
     qweight_hi: torch.Tensor | None = None,
-    rot: tuple[torch.Tensor, torch.Tensor, torch.Tensor, int] | None = None,
-    coop: int = 0,
 ) -> torch.Tensor:
     """The HFMA2 GEMV on the paired prologue output xr [P, M <= 2, K] fp16
     (`fast_host.rotate_slices(paired=True)`, / 2^h2_shift) -> y [M, N] out_dtype; `maxnreg`
     caps its registers a thread (the bench's occupancy variants); with `qweight_hi` ([K/32, N]
-    int32 fifth-bit planes) int5 weights, `zeros` their 5-bit zeros. With `rot` = (x [M, K],
-    rot_hi, rot_lo, rsl) the kernel rotates x itself into xr, an uninitialized [P, M, K] fp16
-    scratch (`gemv_h2_rot`); `coop` > 0: on a co-resident grid of at most `coop` programs an
-    SM, launched cooperative, every program rotating before its GEMV item."""
+    int32 fifth-bit planes) int5 weights, `zeros` their 5-bit zeros."""
     from .decode_kernels import gemv_h2_kernel
 
-    p, m, k = xr.shape
+    _, m, k = xr.shape
     n = qweight.shape[1]
     g = group_size
     require(m <= fast_host.H2_MAX_M, "x rows", f"<= {fast_host.H2_MAX_M} for the HFMA2 GEMV", m)
@@ -241,30 +236,7 @@ def gemv_h2(
     out, ws, cnt, tiles = fast_host._gemv_buffers(m, n, cfg, out_dtype, xr.device)
     b = (*bounds, n, n)[:2]
     asm = not host._is_hip() and not host._interpreted()
-    extra: dict[str, object] = {}
-    nrot = 0
-    if rot is not None:
-        x, rot_hi, rot_lo, rsl = rot
-        require(g % rsl == 0 and rsl % 32 == 0, "rotation slice",
-                f"a multiple of 32 dividing group_size = {g}", rsl)  # fmt: skip
-        require(all(e % cfg.block_n == 0 for e in bounds), "bounds",
-                f"multiples of the column tile {cfg.block_n}", bounds)  # fmt: skip
-        require(x.stride(1) == 1, "x", "unit stride along K", x.stride())
-        fl = fast_host._scratch("h2_flags", p * (k // g) * 2, torch.int32, x.device)
-        nrot = p * (k // rsl)
-        extra = dict(ROT=True, x_ptr=x, rh_ptr=rot_hi, rl_ptr=rot_lo, fl_ptr=fl, xw_ptr=xr,
-                     stride_xm=x.stride(0), RSL=rsl, NROT=nrot)  # fmt: skip
-        if coop:  # split-K rounded down: the grid fits `coop` programs an SM
-            coop = min(coop, H2_COOP_MAX.get((5 if qweight_hi is not None else 4, m), 2))
-            ngroups = k // g
-            per = -(-ngroups // max(1, coop * host.sm_count(x.device) // tiles))
-            cfg = replace(cfg, split_k=-(-ngroups // per))
-            out, ws, cnt, tiles = fast_host._gemv_buffers(m, n, cfg, out_dtype, xr.device)
-            extra.update(COOP=True, RPROG=tiles * cfg.split_k if asm else 1)
-            extra.update({} if not asm else {"launch_cooperative_grid": True})
-            nrot = 0
-    grid = (nrot + tiles * cfg.split_k,) if rot is not None else (tiles, cfg.split_k)
-    gemv_h2_kernel[grid](
+    gemv_h2_kernel[(tiles, cfg.split_k)](
         xr.view(torch.int32), qweight, scales, zeros, bias if bias is not None else scales,
         ws, cnt, out, m, n, k, b[0], b[1],
         HAS_BIAS=bias is not None, G=g, BLOCK_M=1 if m == 1 else 2,
@@ -272,47 +244,8 @@ def gemv_h2(
         HI=qweight_hi is not None, qh_ptr=qweight_hi,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **({"maxnreg": maxnreg} if maxnreg else {}), **({"launch_pdl": True} if pdl else {}),
-        **extra,
     )  # fmt: skip
     return out
-
-
-# Tenth pass: the rotation inside the HFMA2 GEMV (`decode_kernels` tenth-pass note), no
-# prologue launch; not served (`fast_host.H2_ROT`). H2_RSL: output channels a rotator program
-# (G / H2_RSL rotate a group); run 4: 64 and 32 within 1 us of each other, 128 1-6 us slower.
-H2_RSL = 64
-# The co-resident variant's programs an SM at most, by (bits, M): what fits the registers the
-# rotation-inside kernel took on the H200 (run 4, Triton 3.6: int4 M = 1 164 a thread, 3
-# programs of 4 warps an SM; int5 and M = 2 up to 255: 2). A cooperative launch of a grid that
-# cannot be co-resident fails at launch, it does not hang. Measured (eleventh pass, run 1):
-# Triton 3.6 launches it and its graph replays pass, but it is slower than the prologue op on
-# every int4 cell (M = 1 qkv 19.78 us against 16.51, gate_up 33.58 / 22.45) and 1.2-1.7x on int5.
-H2_COOP_MAX: dict[tuple[int, int], int] = {(4, 1): 3}
-
-
-def gemv_h2_rot(
-    x: torch.Tensor,
-    rot_hi: torch.Tensor,
-    rot_lo: torch.Tensor,
-    qweight: torch.Tensor,
-    scales: torch.Tensor,
-    zeros: torch.Tensor,
-    bounds: tuple[int, ...],
-    group_size: int,
-    bias: torch.Tensor | None = None,
-    config: fast_host.GemvConfig | None = None,
-    qweight_hi: torch.Tensor | None = None,
-    rsl: int = 0,
-    coop: int = 0,
-) -> torch.Tensor:
-    """The decode linear in one launch: x [M <= 2, K] -> y [M, N] in x.dtype, the HFMA2 GEMV
-    rotating each group once into its scratch (`rsl` channels a rotator program; 0: H2_RSL;
-    `coop`: programs an SM of a co-resident grid that rotates before its GEMV, `gemv_h2`)."""
-    m, k = x.shape
-    xr = torch.empty(rot_hi.shape[0], m, k, dtype=torch.float16, device=x.device)
-    rsl = min(rsl or H2_RSL, group_size)
-    return gemv_h2(xr, qweight, scales, zeros, bounds, group_size, x.dtype, bias, config,
-                   qweight_hi=qweight_hi, rot=(x, rot_hi, rot_lo, rsl), coop=coop)  # fmt: skip
 
 
 # Eleventh pass: the paired prologue the HFMA2 op runs where the layer has Givens records:
@@ -345,7 +278,6 @@ def gemv_h2_linear(
     pdl: bool = False,
     one: bool = False,
     qweight_hi: torch.Tensor | None = None,
-    inside: bool | None = None,
     gv: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None),
     prologue: str = "",
 ) -> torch.Tensor:
@@ -354,14 +286,8 @@ def gemv_h2_linear(
     channels a program, `prologue_warps`; 0: the shipped ones), or "givens", the records
     kernel on `gv` = (gv_idx, gv_coef) (`prologue_warps` its warps; the blocks without the
     records); `pdl` / `one` / `maxnreg`: the bench's variants (`fast_host.rotate_slices`);
-    `qweight_hi`: int5 weights; `inside` (default `fast_host.H2_ROT`, without the bench's
-    variants): one launch, the rotation inside (`gemv_h2_rot`)."""
+    `qweight_hi`: int5 weights."""
     from .decode_kernels import H2_SHIFT, H2_SHIFT5
-
-    plain = not (slice_ or prologue_warps or maxnreg or pdl or one or prologue)
-    if (fast_host.H2_ROT if inside is None else inside) and plain:
-        return gemv_h2_rot(x, rot_hi, rot_lo, qweight, scales, zeros, bounds, group_size, bias,
-                           config, qweight_hi)  # fmt: skip
 
     kind = prologue or H2_PROLOGUE
     require(kind in ("slice", "givens"), "prologue", ("slice", "givens"), kind)

@@ -353,104 +353,23 @@ def _h2_ops(q, zi, a0, a1, a2, a3, hb, HI: tl.constexpr):
 
 
 @triton.jit
-def _h2_pairs(a_row, wr, ok, CG: tl.constexpr = False):
-    """The 4 activation pair words of word rows wr (int32 [KW] -> [KW, 1] each; 0 where not ok);
-    CG: from L2 (written in this launch by another program: ROT)."""
-    cm: tl.constexpr = ".cg" if CG else ""
-    a0 = tl.load(a_row + wr * 4 + 0, mask=ok, other=0, cache_modifier=cm)[:, None]
-    a1 = tl.load(a_row + wr * 4 + 1, mask=ok, other=0, cache_modifier=cm)[:, None]
-    a2 = tl.load(a_row + wr * 4 + 2, mask=ok, other=0, cache_modifier=cm)[:, None]
-    a3 = tl.load(a_row + wr * 4 + 3, mask=ok, other=0, cache_modifier=cm)[:, None]
+def _h2_pairs(a_row, wr, ok):
+    """The 4 activation pair words of word rows wr (int32 [KW] -> [KW, 1] each; 0 where not ok)."""
+    a0 = tl.load(a_row + wr * 4 + 0, mask=ok, other=0)[:, None]
+    a1 = tl.load(a_row + wr * 4 + 1, mask=ok, other=0)[:, None]
+    a2 = tl.load(a_row + wr * 4 + 2, mask=ok, other=0)[:, None]
+    a3 = tl.load(a_row + wr * 4 + 3, mask=ok, other=0)[:, None]
     return a0, a1, a2, a3
 
 
-# Tenth pass (issue 14): the rotation inside the HFMA2 GEMV, one launch. The ninth pass left
-# 4.3-6.5 us of every M = 1 op in the prologue launch (op minus GEMV alone), and the fourth
-# pass's Givens-inside GEMV rotated every group once per column tile (~25% of the GEMV's time,
-# so it paid only on o_proj). Here the launch's first NROT = P K / RSL programs are rotators
-# (`_h2_rotator`: RSL output channels of one group from the dense hi + lo blocks into the
-# launch's xr scratch, then published); the GEMV programs after them wait before each group's
-# activations until its G / RSL slices are published (`_h2_wait`), with that group's words
-# already in flight. A group is rotated once per call. Flags per (p, g), 2 int32 words:
-# [0] slices published, [1] programs done; zero on entry and on exit (the last of the
-# partition's column tiles to finish resets them, as the split-K tickets are).
-# Forward progress: a rotator waits on nothing, and the rotators have the grid's lowest program
-# ids (a 1-D grid), which the hardware dispatches no later than the waiting GEMV programs (the
-# assumption serial split-K semaphores make, e.g. CUTLASS's); the interpreter runs programs in
-# id order, rotators first.
-# COOP (built after the measurements below, for the next device session; not measured): a grid
-# of one wave launched cooperative (the driver refuses a grid that cannot be co-resident, so no
-# program waits on one that is not running), no rotator programs: every program first rotates
-# slices pid, pid + grid, ... and publishes them, then runs its GEMV item. The waiting GEMV
-# programs then hold no slot another program needs (what run 5's ncu blamed); the interpreter,
-# one program after another, has program 0 rotate every slice (RPROG = 1).
-# Measured (H200 2026-12-04, BENCH.md tenth pass), and not served (`fast_host.H2_ROT`):
-# - run 2, a first cut: each program claimed the unclaimed slices of its groups before its GEMV
-#   (no dispatch-order assumption): 1.4-2.2x slower than the prologue op on every 27B shape;
-# - run 4, this design: int4 M = 1 1.07-1.34x slower (qkv 18.2 us against 15.8, gate_up 31.3 /
-#   23.4, down 18.9 / 17.6), M = 2 1.19-1.43x; int5 M = 1 1.04-1.09x faster on 4 of 5 shapes,
-#   M = 2 slower. ncu (run 5, gate_up M = 1): 31.2 us against the two kernels' 19.2 + 4.9;
-#   2.12 waves against 1.72 (the rotators take first-wave slots, the GEMV programs then wait in
-#   theirs), 8.6 cycles a warp between issues against 5.4, and the packed fp16 work no longer
-#   on the HMMA pipe (0.5% against 16.4%: more of it on the FMA pipe).
-
-
-@triton.jit
-def _h2_rotate_slice(x_ptr, rh_ptr, rl_ptr, xw_ptr, part, g, s, M, K, ngroups, stride_xm, row0,
-                     G: tl.constexpr, RSL: tl.constexpr, PSCALE: tl.constexpr):  # fmt: skip
-    """Output channels [s RSL, (s + 1) RSL) of group g of partition `part`: xr = x_g @ (hi + lo),
-    two matrix-unit dots with fp32 accumulation as `rotate_slice_kernel` does them (16 rows, M
-    of them real: a dot's least), written as the paired prologue writes them (fp16, times
-    PSCALE, channels 8r + j and 8r + j + 4 side by side) to rows row0 .. row0 + M - 1 of
-    xw [P M, K] fp16. (The first cut's FMA products and cross-thread sums took the kernel to
-    255 registers with spills, tenth pass run 3; the dots keep the GEMV's budget.)"""
-    offs_m = tl.arange(0, 16)
-    offs_i = tl.arange(0, G)
-    offs_j = s * RSL + tl.arange(0, RSL)
-    x = tl.load(x_ptr + offs_m[:, None] * stride_xm + g * G + offs_i[None, :],
-                mask=(offs_m < M)[:, None], other=0.0)  # fmt: skip
-    off = ((part * ngroups + g) * G + offs_i[:, None]) * G + offs_j[None, :]
-    acc = tl.dot(x, tl.load(rh_ptr + off))
-    acc = tl.dot(x, tl.load(rl_ptr + off), acc)
-    jj = offs_j % 8
-    pos = g * G + offs_j - jj + tl.where(jj < 4, 2 * jj, 2 * jj - 7)
-    v = (tl.clamp(acc, -65504.0, 65504.0) * PSCALE).to(tl.float16)
-    tl.store(xw_ptr + (row0 + offs_m)[:, None] * K + pos[None, :], v, mask=(offs_m < M)[:, None])
-
-
-@triton.jit
-def _h2_rotator(r, fl_ptr, x_ptr, rh_ptr, rl_ptr, xw_ptr, M, K, ngroups, stride_xm,
-                G: tl.constexpr, RSL: tl.constexpr, PSCALE: tl.constexpr):  # fmt: skip
-    """Rotator program r: slice r % (G / RSL) of group (r // (G / RSL)) % ngroups of partition
-    r // (G / RSL) // ngroups, published once its stores are in (section note above)."""
-    ns: tl.constexpr = G // RSL
-    pg = r // ns
-    part = pg // ngroups
-    _h2_rotate_slice(x_ptr, rh_ptr, rl_ptr, xw_ptr, part, pg % ngroups, r % ns, M, K, ngroups,
-                     stride_xm, part * M, G, RSL, PSCALE)  # fmt: skip
-    tl.debug_barrier()  # every thread's stores are in before the slice is published
-    tl.atomic_add(fl_ptr + pg * 2, 1, sem="release")
-
-
-@triton.jit
-def _h2_wait(fl, NS: tl.constexpr):
-    """Returns once all NS slices of the group are published (acquire: their stores are
-    visible to the loads that follow). (Relaxed polls with a `nanosleep` between them and one
-    acquire at the end measured the same, tenth pass run 5: within +-0.6 us on every shape.)"""
-    done = tl.atomic_add(fl, 0, sem="acquire")
-    while done < NS:
-        done = tl.atomic_add(fl, 0, sem="acquire")
-
-
-@triton.jit
-def _h2_release(fl_ptr, part, g0, g1, ngroups, ncons):
-    """This program is done with its groups: the last of the partition's `ncons` column tiles
-    zeroes their flags."""
-    for g in range(g0, g1):
-        fl = fl_ptr + (part * ngroups + g) * 2
-        if tl.atomic_add(fl + 1, 1, sem="relaxed") == ncons - 1:
-            tl.atomic_xchg(fl, 0, sem="relaxed")
-            tl.atomic_xchg(fl + 1, 0, sem="relaxed")
+# Tenth pass (issue 14): the rotation inside the HFMA2 GEMV, one launch (the launch's first
+# programs rotated each group once into a scratch and published it through per-group flags; the
+# GEMV programs waited on them), and in the eleventh pass its co-resident variant (a cooperative
+# one-wave grid, every program rotating before its GEMV item). Measured on the H200 (BENCH.md
+# tenth and eleventh passes) and never served: int4 M = 1 1.07-1.34x slower than the prologue
+# op (ncu, gate_up M = 1: the rotators took first-wave slots and the GEMV programs waited in
+# theirs, 2.12 waves against 1.72), M = 2 1.19-1.43x; the co-resident variant slower on every
+# int4 cell and 1.2-1.7x on int5. Removed in the nineteenth pass (its source: commit f8fbdeb).
 
 
 @triton.jit
@@ -478,37 +397,10 @@ def gemv_h2_kernel(
     PDL: tl.constexpr = False,  # launched dependent on the prologue: prefetch, then wait for it
     HI: tl.constexpr = False,  # int5: fifth bits in qh_ptr, zp_ptr the 5-bit zeros, xr / 128
     qh_ptr=None,  # HI: [K/32, N] int32 fifth-bit planes (bit b of word w = row 32 w + b)
-    ROT: tl.constexpr = False,  # rotate in the kernel (tenth-pass note): a_ptr is scratch
-    x_ptr=None,  # ROT: [M, K] activations, rows stride_xm
-    rh_ptr=None,  # ROT: [P, K/G, G, G] hi blocks (as rotate_slice_kernel reads them)
-    rl_ptr=None,  # ROT: lo blocks
-    fl_ptr=None,  # ROT: [P, K/G, 2] int32 flags, zero on entry and on exit
-    xw_ptr=None,  # ROT: a_ptr's buffer as fp16 [P, M, K]
-    stride_xm=0,
-    RSL: tl.constexpr = 128,  # ROT: output channels a rotator program
-    NROT=0,  # ROT: rotation slices, P K / RSL (without COOP: the grid's first programs)
-    COOP: tl.constexpr = False,  # ROT: co-resident grid, no rotator programs (note above)
-    RPROG=0,  # COOP: the programs that rotate (the grid; 1 in the interpreter)
 ):
     """out[:M, n-block] = sum over this split's groups of a_p @ dequant(Q); section note above."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
-    if ROT:
-        psc: tl.constexpr = (1.0 / H2_SCALE5) if HI else (1.0 / H2_SCALE)
-        if COOP:
-            t = pid_n
-            if pid_n < RPROG:
-                for r in range(pid_n, NROT, RPROG):
-                    _h2_rotator(r, fl_ptr, x_ptr, rh_ptr, rl_ptr, xw_ptr, M, K, K // G,
-                                stride_xm, G, RSL, psc)  # fmt: skip
-        else:
-            if pid_n < NROT:
-                _h2_rotator(pid_n, fl_ptr, x_ptr, rh_ptr, rl_ptr, xw_ptr, M, K, K // G,
-                            stride_xm, G, RSL, psc)  # fmt: skip
-                return
-            t = pid_n - NROT
-        pid_n = t % tl.cdiv(N, BLOCK_N)
-        pid_k = t // tl.cdiv(N, BLOCK_N)
     n0 = pid_n * BLOCK_N
     part = (n0 >= b1).to(tl.int32) + (n0 >= b2).to(tl.int32)
     offs_n = n0 + tl.arange(0, BLOCK_N)
@@ -530,10 +422,6 @@ def gemv_h2_kernel(
     if PDL:
         prefetch_l2(qw_ptr, n0, N, g0, g1, G, BLOCK_N)
         gdc_wait()  # the prologue's xr is complete and visible past here
-    if ROT:  # this partition's column tiles: the consumers of each of its groups
-        p_lo = tl.where(part == 0, 0, tl.where(part == 1, b1, b2))
-        p_hi = tl.where(part == 0, b1, tl.where(part == 1, b2, N))
-        ncons = tl.cdiv(p_hi - p_lo, BLOCK_N)
     acc0 = tl.zeros((1, BLOCK_N), dtype=tl.float32)
     acc1 = tl.zeros((1, BLOCK_N), dtype=tl.float32)
     for g in range(g0, g1):
@@ -549,9 +437,7 @@ def gemv_h2_kernel(
             if HI:
                 hp = h_base + ((wr // 4) * N * 4 + wr % 4)[:, None]
                 hb = tl.load(hp, mask=nm2, other=0).to(tl.int32)
-            if ROT and ci == 0:  # the group's first words are in flight meanwhile
-                _h2_wait(fl_ptr + (part * ngroups + g) * 2, G // RSL)
-            a0, a1, a2, a3 = _h2_pairs(a_row0, wr, offs_r >= 0, ROT)
+            a0, a1, a2, a3 = _h2_pairs(a_row0, wr, offs_r >= 0)
             if BLOCK_M == 1:
                 if ASM and HI:
                     e0 = tl.inline_asm_elementwise(
@@ -567,7 +453,7 @@ def gemv_h2_kernel(
                     e0 = _h2_ops(q, zi, a0, a1, a2, a3, hb, HI)
                 d0 += tl.sum(e0, axis=0, keep_dims=True)
             else:
-                c0, c1, c2, c3 = _h2_pairs(a_row1, wr, row1, ROT)
+                c0, c1, c2, c3 = _h2_pairs(a_row1, wr, row1)
                 if ASM and HI:
                     e0, e1 = tl.inline_asm_elementwise(
                         _H2_ASM2_HI, "=f,=f,r,r,r,r,r,r,r,r,r,r,r,r",
@@ -593,8 +479,6 @@ def gemv_h2_kernel(
     acc = tl.where(offs_m[:, None] == 0, acc0, acc1)
     _gemv_epilogue(acc, ws_ptr, out_ptr, cnt_ptr, bias_ptr, pid_n, offs_m, m_mask, offs_n,
                    n_mask, N, HAS_BIAS, SPLIT_K, BLOCK_M, BLOCK_N)  # fmt: skip
-    if ROT:
-        _h2_release(fl_ptr, part, g0, g1, ngroups, ncons)
 
 
 # --------------------------------------------------------------------------- the mma.sync GEMV

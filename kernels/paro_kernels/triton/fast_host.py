@@ -346,11 +346,10 @@ H2_OVER_ROT = True
 # M = 2 1.03-1.12x. gfx1201 keeps the FMA GEMV (no packed-fp16 PTX).
 GEMV_H2 = True
 H2_MAX_M = 2  # its 1- and 2-row PTX
-# Tenth pass: the rotation inside the HFMA2 GEMV, one launch (`decode_host.gemv_h2_rot`): off.
-# H200 2026-12-04 (BENCH.md tenth pass, run 4, same run, M = 1, us, inside against the prologue
-# op): qkv 18.2 / 15.8, o_proj 10.8 / 8.7, gate_up 31.3 / 23.4, down 18.9 / 17.6, in_proj
-# 19.2 / 16.3; M = 2 1.19-1.43x slower (`decode_kernels` tenth-pass note: the ncu reading).
-H2_ROT = False
+# (Tenth pass: the rotation inside the HFMA2 GEMV, one launch, lost; H200 2026-12-04, BENCH.md
+# tenth pass, run 4, same run, M = 1, us, inside against the prologue op: qkv 18.2 / 15.8,
+# o_proj 10.8 / 8.7, gate_up 31.3 / 23.4, down 18.9 / 17.6, in_proj 19.2 / 16.3; M = 2
+# 1.19-1.43x slower. Removed in the nineteenth pass: `decode_kernels`' tenth-pass note.)
 
 
 def h2_ok(hip: bool, m: int, g: int) -> bool:

@@ -7,7 +7,8 @@ the tensor pipe 15% active on 16-row tiles for a 1-row problem, the ALU doing th
 work per weight is what the unpack costs plus M FMAs, and the accumulator is small. It serves the
 rows no faster path takes (`fast_host.band`): gfx1201's M <= 2, NVIDIA's G = 64 layers at M = 1.
 (Nineteenth pass: its 4-row form, its 16-row matrix-unit form and the first pass's GEMV, which no
-dispatch picked on either platform, are gone; BENCH.md's second to fourth passes measured them.)
+dispatch picked on either platform, are gone; BENCH.md's second to fourth passes measured them;
+their source: commit 11f6311.)
 
 Why the unpack is one LOP3 + one FADD per weight: nibble j of a word sits at bits 4j..4j+3; for
 j < 5, (w & (0xF << 4j)) | 0x4B000000 is the fp32 2^23 + c * 16^j exactly (the nibble lies inside

@@ -563,10 +563,10 @@ def w4a16_linear(
 ) -> torch.Tensor:
     """y = ((x * cs_p) R_p^T) dequant(Q)^T (+ bias) per column run p; contract in module doc.
 
-    `path` ("gemv" | "gemv-h2" | "gemv-h2-rot" | "gemv-mma" | "gemv3" | "mma" | "dequant")
+    `path` ("gemv" | "gemv-h2" | "gemv-mma" | "gemv3" | "mma" | "dequant")
     overrides the M-band dispatch of `fast_host.band` and `fast_host.mma_gemv_ok`
-    ("gemv-h2-rot": the HFMA2 GEMV with the rotation inside, "gemv-h2" with its prologue,
-    "gemv-mma": the twelfth pass's mma.sync GEMV).
+    ("gemv-h2": the HFMA2 GEMV with its prologue, "gemv-mma": the twelfth pass's mma.sync
+    GEMV).
     """
     from . import fast_host
 
@@ -583,13 +583,11 @@ def w4a16_linear(
     if route == "gemv":
         args = (rot_hi, rot_lo, qweight, scales, zeros, gv_idx, gv_coef)
         return fast_host.gemv_w4a16(args, x, bounds, group_size, bias)
-    if route in ("gemv-h2", "gemv-h2-rot"):
+    if route == "gemv-h2":
         from . import decode_host
 
-        inside = None if path is None else path == "gemv-h2-rot"  # a forced path: that one
         return decode_host.gemv_h2_linear(x, rot_hi, rot_lo, qweight, scales, zeros, bounds,
-                                          group_size, bias, inside=inside,
-                                          gv=(gv_idx, gv_coef))  # fmt: skip
+                                          group_size, bias, gv=(gv_idx, gv_coef))  # fmt: skip
     if route == "gemv3":
         from . import decode_host
 
