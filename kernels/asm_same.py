@@ -7,8 +7,9 @@ no GPU) and compare each kernel's PTX / AMDGCN, debug info and source paths asid
 NEW_REV defaults to the working tree (its tracked files as they are on disk). The plan
 (`tests/kernels/data/asm_same_plan.json`: the decode Ms of W4A16 and W4A8 layers at G = 128
 and 64) names what the launcher launches (`paro_vllm.kernel_cache.Plan`). Prints, per target
-and kernel, how many specializations each tree built and how many have the same asm; exit 1
-where a kernel's asm differs or one tree built a kernel the other did not.
+and kernel, how many specializations each tree built, how many have the same asm and how many the
+same body (the asm but its parameter declarations: a removed runtime argument changes only
+those); exit 1 where a kernel's body differs or one tree built a kernel the other did not.
 """
 
 from __future__ import annotations
@@ -60,6 +61,10 @@ def normalized(path: Path, tree: Path) -> list[str]:
     return [re.sub(r"\s+", " ", ln).strip() for ln in keep if ln.strip()]
 
 
+def _body(asm: list[str]) -> list[str]:
+    return [ln for ln in asm if not ln.startswith(".param")]  # the declarations, not the loads
+
+
 def kernels(root: Path, ext: str, tree: Path) -> dict[str, list[list[str]]]:
     """Kernel name -> the normalized asm of each specialization (sorted)."""
     out: dict[str, list[list[str]]] = collections.defaultdict(list)
@@ -88,14 +93,17 @@ def main() -> int:
         old, new = (kernels(a.work / s / "cache" / target, ext, trees[s]) for s in ("old", "new"))
         for name in sorted(set(old) | set(new)):
             va, vb = old.get(name, []), new.get(name, [])
-            equal = sum(x == y for x, y in zip(va, vb, strict=False))
-            print(f"{target} {name}: {len(va)} / {len(vb)} specializations, {equal} same asm")
+            pairs = list(zip(va, vb, strict=False))
+            equal = sum(x == y for x, y in pairs)
+            body = sum(_body(x) == _body(y) for x, y in pairs)
+            print(f"{target} {name}: {len(va)} / {len(vb)} specializations, {equal} same asm, "
+                  f"{body} same body")  # fmt: skip
             if len(va) != len(vb) or equal != len(va):
-                same = False
-                for x, y in zip(va, vb, strict=False):
+                same = same and len(va) == len(vb) and body == len(va)
+                for x, y in pairs:
                     diff = list(difflib.unified_diff(x, y, lineterm="", n=0))
                     print("\n".join(f"    {ln}" for ln in diff[2:14]))
-    print("same" if same else "DIFFERENT")
+    print("same bodies" if same else "DIFFERENT")
     return 0 if same else 1
 
 
