@@ -12,7 +12,7 @@ mkdir -p /tmp/gl && tar xzf "$root"/.whl/gemlite-*.tar.gz -C /tmp/gl
 export PYTHONPATH=$(echo /tmp/gl/gemlite-*):$root/kernels:$root/tests/kernels:$root/plugin:$PYTHONPATH
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,driver_version --format=csv,noheader
-skip=path-w4a8-int8-a8,path-gemv-blocks,path-gemv-rot,path-mma,path-w8-fp8,path-w8-int8,path-dequant
+skip=path-w4a8-int8-a8,path-gemv-blocks,path-mma,path-w8-fp8,path-w8-int8,path-dequant
 cd kernels
 timeout $((budget + 150)) python3 -m paro_kernels.bench14 --out "$OUT/bench14.json" \
   --shapes "$shapes" --ms "$ms" --budget-s "$budget" --no-check --skip "$skip" \
