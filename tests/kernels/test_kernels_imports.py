@@ -23,3 +23,31 @@ def test_imports_without_triton_or_vllm() -> None:
     kernels = Path(__file__).resolve().parents[2] / "kernels"
     code = f"import sys; sys.path.insert(0, {str(kernels)!r})\n" + _BLOCK
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+_FUSION = """
+import os, sys, warnings
+warnings.simplefilter("error")  # Triton 3.9 warns when the FP-fusion default is left unset
+from paro_kernels.triton import aot
+print(os.environ.get("TRITON_DEFAULT_FP_FUSION"))
+aot.compile_gemv2("sm90", 1, 1024, 1024, 128)  # a compile: no warning (an error here)
+"""
+
+
+def test_triton_package_pins_fp_fusion_unless_the_environment_sets_it() -> None:
+    # The kernels were measured and AOT-checked with fused multiply-adds, Triton 3.9's default
+    # and no longer 3.10's: importing paro_kernels.triton pins it on (a compile then raises no
+    # default-fusion warning), and an operator's explicit setting stands.
+    import os
+
+    kernels = Path(__file__).resolve().parents[2] / "kernels"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_DEFAULT_FP_FUSION"}
+    env["PYTHONPATH"] = str(kernels)
+    out = subprocess.run([sys.executable, "-c", _FUSION], env=env, capture_output=True,
+                         text=True, check=False)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[0] == "1"
+    code = "import os, paro_kernels.triton; print(os.environ['TRITON_DEFAULT_FP_FUSION'])"
+    out = subprocess.run([sys.executable, "-c", code], env={**env, "TRITON_DEFAULT_FP_FUSION": "0"},
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    assert out.stdout.strip() == "0"

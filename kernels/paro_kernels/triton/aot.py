@@ -9,7 +9,6 @@ The W4A8 GEMMs are checked for the 8-bit matrix instruction of their activation 
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -85,7 +84,6 @@ def _compile(fn: object, signature: dict[str, str], constexprs: Mapping[str, obj
              maxnreg: int = 0) -> object:  # fmt: skip
     """`aligned`: arguments specialized as multiples of 16 (bytes for pointers), as the JIT
     specializes torch's allocations and shapes at run time; `maxnreg`: a register cap."""
-    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     sig = {**signature, **dict.fromkeys(constexprs, "constexpr")}
     attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(sig) if a in aligned}
     src = triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)

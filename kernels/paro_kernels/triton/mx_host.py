@@ -651,13 +651,10 @@ def _aot_build(
     warps: int,
     stages: int,
 ) -> object:
-    import os
-
     import triton
 
     from . import aot
 
-    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     src = triton.compiler.ASTSource(
         fn=fn, signature={**sig, **dict.fromkeys(const, "constexpr")}, constexprs=const
     )
