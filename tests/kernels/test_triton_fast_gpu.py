@@ -117,7 +117,25 @@ def test_h2_prologues_match_fp64(k: int, sizes: list[int], scale: float, m: int,
     assert rel(xg, xs.double().cpu()) <= 2e-3
 
 
-@pytest.mark.parametrize(("k", "sizes", "g"), CASES)
+def _on_the_mma_grid(sizes: list[int]) -> bool:
+    """Partition bounds on the mma GEMV's 32-column grid (`decode_host.mma_ok`)."""
+    return all(sum(sizes[: i + 1]) % 32 == 0 for i in range(len(sizes) - 1))
+
+
+def test_mma_gemv_refuses_bounds_off_its_grid() -> None:
+    # Partition bounds off the 32-column grid (an mma's 32 columns) are refused by name, and
+    # the dispatch keeps such a layer off the mma GEMV.
+    from paro_kernels.triton import decode_host, fast_host
+
+    k, sizes, g = next(c for c in CASES if not _on_the_mma_grid(c[1]))
+    _, prep = _prep(k, sizes, g, b=False)
+    assert not decode_host.mma_ok(prep.bounds)
+    assert not fast_host.mma_gemv_ok(False, 2, g, prep.bounds)
+    with pytest.raises(ValueError, match="partition bounds"):
+        decode_host.mma_config(2, sum(sizes), k, g, prep.bounds, 132)
+
+
+@pytest.mark.parametrize(("k", "sizes", "g"), [c for c in CASES if _on_the_mma_grid(c[1])])
 @pytest.mark.parametrize("m", [1, 2, 3, 5, 8, 9, 16])
 @pytest.mark.parametrize(
     "cfg", [{}, {"block_n": 64, "programs_per_sm": 2}, {"block_n": 256, "programs_per_sm": 4}]
@@ -126,18 +144,15 @@ def test_mma_gemv_matches_fp64(k: int, sizes: list[int], g: int, m: int,
                                cfg: dict[str, int]) -> None:  # fmt: skip
     # The twelfth pass's mma.sync GEMV (decode_kernels): its lane mapping, split-K finish and
     # both paired prologues (records, blocks) at pair shift 0, across the tile-boundary cases
-    # (odd N, 1-3 partitions, G = 64 and 128), every output row a thread can own (M <= 8: one
-    # 8-row activation tile; M = 9, 16: two), and 2- and 8-warp tiles; activations in the
-    # thousands at even M (fp32 accumulation: no fp16 range). Partition bounds off the
-    # 32-column grid are refused by name.
+    # the GEMV takes (odd N, 1-3 partitions, G = 64 and 128), every output row a thread can own
+    # (M <= 8: one 8-row activation tile; M = 9, 16: two), and 2- and 8-warp tiles; activations
+    # in the thousands at even M (fp32 accumulation: no fp16 range). (The case off its grid:
+    # the refusal test above, once rather than at each M and config.)
     from paro_kernels.triton import decode_host, fast_host
 
     scale = 1e3 if m % 2 == 0 else 1.0
     parts, prep = _prep(k, sizes, g, b=m % 2 == 1)
-    if not decode_host.mma_ok(prep.bounds):
-        with pytest.raises(ValueError, match="partition bounds"):
-            decode_host.mma_config(m, sum(sizes), k, g, prep.bounds, 132)
-        return
+    assert decode_host.mma_ok(prep.bounds)
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m + k)) * scale
     x = x.to(torch.bfloat16)
     bb = bias(parts)
