@@ -21,6 +21,7 @@ import difflib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -83,7 +84,7 @@ def main() -> int:
     )
     ap.add_argument("--work", type=Path, default=Path("/tmp/asm_same"))
     a = ap.parse_args()
-    subprocess.run(["rm", "-rf", str(a.work)], check=True)
+    shutil.rmtree(a.work, ignore_errors=True)
     trees = {}
     for side, rev in (("old", a.old), ("new", a.new)):
         trees[side] = a.work / side / "tree"

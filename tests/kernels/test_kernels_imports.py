@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -38,8 +39,6 @@ def test_triton_package_pins_fp_fusion_unless_the_environment_sets_it() -> None:
     # The kernels were measured and AOT-checked with fused multiply-adds, Triton 3.9's default
     # and no longer 3.10's: importing paro_kernels.triton pins it on (a compile then raises no
     # default-fusion warning), and an operator's explicit setting stands.
-    import os
-
     kernels = Path(__file__).resolve().parents[2] / "kernels"
     env = {k: v for k, v in os.environ.items() if k != "TRITON_DEFAULT_FP_FUSION"}
     env["PYTHONPATH"] = str(kernels)

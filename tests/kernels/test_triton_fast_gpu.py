@@ -118,8 +118,12 @@ def test_h2_prologues_match_fp64(k: int, sizes: list[int], scale: float, m: int,
 
 
 def _on_the_mma_grid(sizes: list[int]) -> bool:
-    """Partition bounds on the mma GEMV's 32-column grid (`decode_host.mma_ok`)."""
-    return all(sum(sizes[: i + 1]) % 32 == 0 for i in range(len(sizes) - 1))
+    """`decode_host.mma_ok` of the layer's partition bounds (the running sums of `sizes`)."""
+    from itertools import accumulate
+
+    from paro_kernels.triton import decode_host
+
+    return decode_host.mma_ok(tuple(accumulate(sizes))[:-1])
 
 
 def test_mma_gemv_refuses_bounds_off_its_grid() -> None:
