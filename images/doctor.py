@@ -155,6 +155,13 @@ def expectations(args: argparse.Namespace, report: dict[str, object]) -> list[st
     triton = report.get("triton")
     if args.triton_min and (triton is None or _tuple(str(triton)) < _tuple(args.triton_min)):
         out.append(f"triton is {triton}, the kernels need >= {args.triton_min}")
+    series = args.triton_series
+    if series and (triton is None or _tuple(str(triton))[:2] != _tuple(series)[:2]):
+        out.append(
+            f"triton is {triton}, the kernels were checked on Triton {series}.* (CI's AOT checks"
+            f" for this GPU; the kernel cache is built with the image's Triton): use a base with"
+            f" Triton {series}"
+        )
     try:
         with open(PROVENANCE) as handle:
             recorded = json.load(handle).get("source_sha")
@@ -169,7 +176,8 @@ def expectations(args: argparse.Namespace, report: dict[str, object]) -> list[st
 def main() -> int:
     """Check, print the findings as one JSON line, and name the first mismatch."""
     parser = argparse.ArgumentParser(description=__doc__)
-    for flag in ("--vllm", "--plugin", "--kernels", "--torch", "--triton-min", "--source-sha"):
+    flags = ("--vllm", "--plugin", "--kernels", "--torch", "--triton-min", "--triton-series")
+    for flag in (*flags, "--source-sha"):
         parser.add_argument(flag, default="")
     parser.add_argument("--kernel-plan", default=KERNEL_PLAN)
     parser.add_argument("--kernel-cache-root", default="")
@@ -178,7 +186,7 @@ def main() -> int:
     steps: list[Callable[[], list[str]]] = [
         lambda: versions(report),
         lambda: plugins(report),
-        lambda: kernels(report, bool(args.triton_min)),
+        lambda: kernels(report, bool(args.triton_min or args.triton_series)),
         lambda: expectations(args, report),
         lambda: kernel_cache(report, args.kernel_plan, args.kernel_cache_root),
     ]

@@ -58,6 +58,7 @@ def doctor_args(labels: Mapping[str, str]) -> list[str]:
         "--kernels": labels.get(f"{images.LABEL}.kernels-version", ""),
         "--torch": labels.get(images.LABEL_TORCH, ""),
         "--triton-min": labels.get(images.LABEL_TRITON, ""),
+        "--triton-series": labels.get(images.LABEL_TRITON_SERIES, ""),
         "--source-sha": labels.get(images.LABEL_SHA, ""),
     }
     return [part for flag, value in wanted.items() if value for part in (flag, value)]

