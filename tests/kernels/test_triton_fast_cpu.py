@@ -211,6 +211,27 @@ def test_aot_gemv_h2_sm90(m: int) -> None:
         assert f"kw={decode_host.H2_CONFIG['kw']}" in rep.config
 
 
+def test_aot_gemv2_rot_sm90() -> None:
+    # The fourth-pass FMA GEMV with the Givens layers inside, as NVIDIA serves it: M = 1 on a
+    # layer the HFMA2 GEMV does not take (G = 64) within GEMV2_ROT_MAX_WEIGHTS (o_proj, 15.7 M
+    # weights); gfx1201 keeps the block prologue. The launcher's config; an FMA loop (no matrix
+    # instruction), no local memory or stack, at most 128 registers (Triton 3.9's ptxas: 128, 4
+    # programs of 4 warps an SM). Until now no AOT check held this served form (the nineteenth
+    # pass's `asm_same.py` showed its machine code unchanged by that pass's removals).
+    from paro_kernels.triton import fast_host
+
+    n, k = 5120, 3072
+    assert fast_host.gemv2_rot(False, n, k) and not fast_host.gemv2_rot(True, n, k)
+    assert not fast_host.h2_ok(False, 1, 64) and fast_host.GEMV2_ROT_MAX_M == 1
+    rep, c = aot.compile_gemv2_rot("sm90", 1, n, k, 64)
+    assert rep.mma and rep.spills == 0, rep  # mma: the loop stayed free of matrix instructions
+    assert "block_m=1," in rep.config
+    ptx = c.asm["ptx"]  # type: ignore[attr-defined]
+    assert "mma" not in ptx and ptx.count("fma.rn.f32") >= 64
+    usage = aot.cubin_usage(c)
+    assert 0 < usage["REG"] <= 128 and usage.get("STACK", 0) == 0 and usage["LOCAL"] == 0, usage
+
+
 @pytest.mark.parametrize("hi", [False, True], ids=["int4", "int5"])
 @pytest.mark.parametrize("m", [1, 2, 8, 16])
 def test_aot_gemv_mma_sm90(m: int, hi: bool) -> None:

@@ -229,10 +229,11 @@ def compile_gemv2(target: str, m: int, n: int, k: int, g: int,
     return Report(**{**rep.__dict__, "mma": not rep.mma})
 
 
-def compile_gemv2_rot(target: str, m: int, n: int, k: int, g: int,
-                      bounds: tuple[int, ...] = (), krot: int = 8) -> Report:  # fmt: skip
+def compile_gemv2_rot(target: str, m: int, n: int, k: int, g: int, bounds: tuple[int, ...] = (),
+                      krot: int = 8) -> tuple[Report, object]:  # fmt: skip
     """Build the decode GEMV with the Givens layers inside (fourth pass; NVIDIA's pick) at the
-    config its launcher picks; `mma` reports that the loop stayed free of a matrix instruction."""
+    config its launcher picks; `mma` reports that the loop stayed free of a matrix instruction.
+    Also returns the compiled kernel (its PTX, `cubin_usage`)."""
     from . import fast_host, fast_kernels
 
     cfg = fast_host.gemv2_config(m, n, k, g, bounds, sms=132, hip=target == "gfx1201")
@@ -250,7 +251,7 @@ def compile_gemv2_rot(target: str, m: int, n: int, k: int, g: int,
     c = _compile(fast_kernels.gemv2_w4a16_kernel, sig, const, target, cfg.num_warps,
                  cfg.num_stages)  # fmt: skip
     rep = _report("gemv2_w4a16_rot", target, str(cfg), c, r"(v_wmma|wgmma|mma\.sync)")
-    return Report(**{**rep.__dict__, "mma": not rep.mma})
+    return Report(**{**rep.__dict__, "mma": not rep.mma}), c
 
 
 # The arguments before the constexprs of the GEMVs on the paired prologue output (the HFMA2 and
