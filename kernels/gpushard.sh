@@ -2,9 +2,10 @@
 # The whole GPU suite (every test marked gpu under tests/kernels but the precompiled-cache one,
 # which gputests17.sh runs with its carried cache) in N shards, one per device call, so that it
 # runs to completion within the 600 s a call allows (issue 14, deliverable 6: all cases, not a
-# sample). Shard K of N takes every N-th test id of the collection (sorted: the same split on
-# every call), runs them on one worker a core under LIMIT_S, and writes $OUT/shardK.log and a
-# JUnit XML.
+# sample). Shard K of N takes its part of the collection as `gpushard_plan.py` splits it (N
+# parts of about equal time by the last committed run's JUnit times, each longest first: the
+# same split on every call of one tree), runs them on one worker a core under LIMIT_S, and
+# writes $OUT/shardK.log and a JUnit XML.
 # Usage: bash kernels/gpushard.sh K N LIMIT_S   (K = 1..N)
 k=$1; n=$2; limit=$3
 root=$PWD
@@ -20,7 +21,9 @@ export TRITON_CACHE_DIR=$root/.triton-gpu-cache
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 files=$(ls tests/kernels/test_*_gpu.py | grep -v test_precompiled_gpu.py)
 python3 -m pytest --noconftest -q -m gpu -p no:cacheprovider --collect-only $files 2>/dev/null \
-  | grep "::" | sort | awk -v k="$k" -v n="$n" '(NR - k) % n == 0' > "$OUT/shard$k.ids"
+  | grep "::" | sort > "$OUT/all.ids"
+python3 kernels/gpushard_plan.py "$OUT/all.ids" "$k" "$n" > "$OUT/shard$k.ids" || exit 2
+python3 kernels/gpushard_plan.py "$OUT/all.ids" "$k" "$n" --simulate
 echo "shard $k of $n: $(wc -l < "$OUT/shard$k.ids") tests"
 # -p _compile_stats (tests/kernels/_compile_stats.py): each test's Triton compiles in its JUnit
 # case, to learn where a GPU test's ~30 s go (the seventeenth pass: a warm cache did not help).

@@ -1,0 +1,124 @@
+"""Split the GPU suite's test ids into N shards of about equal device time, longest first.
+
+`gpushard.sh` used to take every N-th id of the sorted collection and run it in that order. The
+seventeenth pass's shards (671 tests, 16 workers) then ended on a tail: one worker still running a
+200 s test after the others were done. Here each id gets the time it took in the last committed
+run (`kernels/gpu-*-shard*.xml`, JUnit; an id not in it: its test function's median there, else
+the run's median), the ids go to shards longest first, each to the shard with the least time so
+far, and each shard lists its ids longest first, so xdist's load scheduling starts the long
+tests first and fills the end with short ones.
+
+Usage: python kernels/gpushard_plan.py IDS K N [--workers W] [--xml GLOB ...]
+prints shard K's ids (one a line); with --simulate, the planned and the old split's makespans on
+W workers instead (list scheduling by the recorded times: an estimate, not a measurement).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import heapq
+import re
+import statistics
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+DEFAULT_XML = "kernels/gpu-*-shard*.xml"
+
+
+def _node_id(case: ET.Element) -> str:
+    path = case.get("classname", "").replace(".", "/") + ".py"
+    return f"{path}::{case.get('name')}"
+
+
+def _run_key(path: str) -> tuple[str, int]:
+    """(date, pass) of a JUnit file named gpu-<date>-...-pass<N>-shard<K>.xml (else pass 0)."""
+    name = Path(path).name
+    date = re.search(r"\d{4}-\d\d-\d\d", name)
+    npass = re.search(r"pass(\d+)-shard", name)
+    return (date.group(0) if date else "", int(npass.group(1)) if npass else 0)
+
+
+def recorded(patterns: list[str]) -> dict[str, float]:
+    """Each test id's time in the newest run the patterns match (by the file names' date and
+    pass number)."""
+    files = sorted({f for p in patterns for f in glob.glob(p)})
+    if not files:
+        return {}
+    newest = max(_run_key(f) for f in files)
+    times = {}
+    for f in files:
+        if _run_key(f) == newest:
+            for case in ET.parse(f).getroot().iter("testcase"):
+                times[_node_id(case)] = float(case.get("time", 0))
+    return times
+
+
+def _function(node: str) -> str:
+    return node.split("[", 1)[0]
+
+
+def estimate(ids: list[str], times: dict[str, float]) -> dict[str, float]:
+    """Each id's expected time: its own, else its function's median, else the run's median."""
+    by_fn: dict[str, list[float]] = {}
+    for node, t in times.items():
+        by_fn.setdefault(_function(node), []).append(t)
+    overall = statistics.median(times.values()) if times else 1.0
+    median = {fn: statistics.median(ts) for fn, ts in by_fn.items()}
+    return {i: times.get(i, median.get(_function(i), overall)) for i in ids}
+
+
+def plan(ids: list[str], est: dict[str, float], n: int) -> list[list[str]]:
+    """N shards of about equal total time (longest first to the lightest), each longest first."""
+    order = sorted(ids, key=lambda i: (-est[i], i))
+    heap = [(0.0, k) for k in range(n)]
+    shards: list[list[str]] = [[] for _ in range(n)]
+    for i in order:
+        total, k = heapq.heappop(heap)
+        shards[k].append(i)
+        heapq.heappush(heap, (total + est[i], k))
+    return shards
+
+
+def old_split(ids: list[str], n: int) -> list[list[str]]:
+    """The split before this planner: every N-th id of the sorted ids, in that order."""
+    ordered = sorted(ids)
+    return [ordered[k::n] for k in range(n)]
+
+
+def makespan(shard: list[str], est: dict[str, float], workers: int) -> float:
+    """List scheduling of the shard's ids in order onto `workers` (xdist's load, roughly)."""
+    free = [0.0] * workers
+    for i in shard:
+        heapq.heapreplace(free, free[0] + est[i])
+    return max(free)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("ids", type=Path)
+    ap.add_argument("k", type=int)
+    ap.add_argument("n", type=int)
+    ap.add_argument("--workers", type=int, default=16)
+    ap.add_argument("--xml", action="append", default=None)
+    ap.add_argument("--simulate", action="store_true")
+    args = ap.parse_args(argv)
+    if not 1 <= args.k <= args.n:
+        print(f"gpushard_plan: shard {args.k} of {args.n}: K must be 1..N", file=sys.stderr)
+        return 2
+    ids = [line.strip() for line in args.ids.read_text().splitlines() if "::" in line]
+    est = estimate(ids, recorded(args.xml or [DEFAULT_XML]))
+    shards = plan(ids, est, args.n)
+    if args.simulate:
+        for name, split in (("planned", shards), ("old", old_split(ids, args.n))):
+            spans = [makespan(s, est, args.workers) for s in split]
+            parts = [f"{len(s)} tests {t:.0f} s" for s, t in zip(split, spans, strict=True)]
+            print(f"{name}: {' / '.join(parts)}, {sum(spans):.0f} s in all")
+        return 0
+    print("\n".join(shards[args.k - 1]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

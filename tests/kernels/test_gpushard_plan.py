@@ -1,0 +1,62 @@
+"""The GPU suite's shard planner (kernels/gpushard_plan.py), on recorded JUnit times."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import types
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _planner() -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "gpushard_plan", ROOT / "kernels/gpushard_plan.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _xml(path: Path, cases: dict[str, float]) -> None:
+    rows = "".join(
+        f'<testcase classname="tests.kernels.test_x_gpu" name="{name}" time="{t}"/>'
+        for name, t in cases.items()
+    )
+    path.write_text(f'<testsuites><testsuite name="pytest">{rows}</testsuite></testsuites>')
+
+
+def test_shards_balance_the_recorded_times_longest_first(tmp_path: Path) -> None:
+    g = _planner()
+    times = {f"test_a[{i}]": float(t) for i, t in enumerate([10, 20, 30, 40, 50, 60, 90, 5, 200])}
+    _xml(tmp_path / "gpu-2026-12-05-h200-issue14-pass17-shard1.xml", times)
+    # an older run with other times is ignored: the newest by date and pass number counts
+    _xml(tmp_path / "gpu-2026-12-05-h200-issue14-pass9-shard1.xml", dict.fromkeys(times, 1.0))
+    rec = g.recorded([str(tmp_path / "gpu-*-shard*.xml")])
+    node = "tests/kernels/test_x_gpu.py::"
+    assert rec[node + "test_a[8]"] == 200.0
+    ids = [node + n for n in times] + [node + "test_a[new]", node + "test_b[x]"]
+    est = g.estimate(ids, rec)
+    assert est[node + "test_a[new]"] == 40.0  # an unrecorded case: its function's median
+    assert est[node + "test_b[x]"] == 40.0  # an unrecorded function: the run's median
+    shards = g.plan(ids, est, 2)
+    assert sorted(i for s in shards for i in s) == sorted(ids)  # every id once
+    totals = [sum(est[i] for i in s) for s in shards]
+    assert max(totals) - min(totals) <= max(est.values()) and max(totals) >= 200
+    for s in shards:
+        assert [est[i] for i in s] == sorted((est[i] for i in s), reverse=True)
+    assert g.plan(list(reversed(ids)), est, 2) == shards  # the same split whatever the order
+    # the old split (every other sorted id, in order) starts the 200 s case last: a longer tail
+    old = g.old_split(ids, 2)
+    assert max(g.makespan(s, est, 2) for s in shards) < max(g.makespan(s, est, 2) for s in old)
+
+
+def test_shard_out_of_range_is_refused(tmp_path: Path) -> None:
+    g = _planner()
+    ids = tmp_path / "ids"
+    ids.write_text("tests/kernels/test_x_gpu.py::test_a[0]\n")
+    assert g.main([str(ids), "3", "2", "--xml", str(tmp_path / "none*.xml")]) == 2
+    assert g.main([str(ids), "1", "1", "--xml", str(tmp_path / "none*.xml")]) == 0
