@@ -6,7 +6,8 @@ seventeenth pass's shards (671 tests, 16 workers) then ended on a tail: one work
 run (`kernels/gpu-*-shard*.xml`, JUnit; an id not in it: its test function's median there, else
 the run's median), the ids go to shards longest first, each to the shard with the least time so
 far, and each shard lists its ids longest first, so xdist's load scheduling starts the long
-tests first and fills the end with short ones.
+tests first and fills the end with short ones. The ids that failed in that run go first, at the
+head of shard 1: a run cut short still re-checks them.
 
 Usage: python kernels/gpushard_plan.py IDS K N [--workers W] [--xml GLOB ...]
 prints shard K's ids (one a line); with --simulate, the planned and the old split's makespans on
@@ -40,19 +41,21 @@ def _run_key(path: str) -> tuple[str, int]:
     return (date.group(0) if date else "", int(npass.group(1)) if npass else 0)
 
 
-def recorded(patterns: list[str]) -> dict[str, float]:
+def recorded(patterns: list[str]) -> tuple[dict[str, float], set[str]]:
     """Each test id's time in the newest run the patterns match (by the file names' date and
-    pass number)."""
+    pass number), and the ids that failed or errored there."""
     files = sorted({f for p in patterns for f in glob.glob(p)})
     if not files:
-        return {}
+        return {}, set()
     newest = max(_run_key(f) for f in files)
-    times = {}
+    times, failed = {}, set()
     for f in files:
         if _run_key(f) == newest:
             for case in ET.parse(f).getroot().iter("testcase"):
                 times[_node_id(case)] = float(case.get("time", 0))
-    return times
+                if case.find("failure") is not None or case.find("error") is not None:
+                    failed.add(_node_id(case))
+    return times, failed
 
 
 def _function(node: str) -> str:
@@ -69,11 +72,16 @@ def estimate(ids: list[str], times: dict[str, float]) -> dict[str, float]:
     return {i: times.get(i, median.get(_function(i), overall)) for i in ids}
 
 
-def plan(ids: list[str], est: dict[str, float], n: int) -> list[list[str]]:
-    """N shards of about equal total time (longest first to the lightest), each longest first."""
-    order = sorted(ids, key=lambda i: (-est[i], i))
-    heap = [(0.0, k) for k in range(n)]
-    shards: list[list[str]] = [[] for _ in range(n)]
+def plan(
+    ids: list[str], est: dict[str, float], n: int, first: set[str] = frozenset()
+) -> list[list[str]]:
+    """N shards of about equal total time (longest first to the lightest), each longest first;
+    the ids in `first` (last run's failures) head shard 1, so that a cut run re-checks them."""
+    head = sorted((i for i in ids if i in first), key=lambda i: (-est[i], i))
+    order = sorted((i for i in ids if i not in first), key=lambda i: (-est[i], i))
+    heap = [(sum(est[i] for i in head), 0)] + [(0.0, k) for k in range(1, n)]
+    heapq.heapify(heap)
+    shards: list[list[str]] = [list(head)] + [[] for _ in range(1, n)]
     for i in order:
         total, k = heapq.heappop(heap)
         shards[k].append(i)
@@ -108,8 +116,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpushard_plan: shard {args.k} of {args.n}: K must be 1..N", file=sys.stderr)
         return 2
     ids = [line.strip() for line in args.ids.read_text().splitlines() if "::" in line]
-    est = estimate(ids, recorded(args.xml or [DEFAULT_XML]))
-    shards = plan(ids, est, args.n)
+    times, failed = recorded(args.xml or [DEFAULT_XML])
+    est = estimate(ids, times)
+    shards = plan(ids, est, args.n, failed)
     if args.simulate:
         for name, split in (("planned", shards), ("old", old_split(ids, args.n))):
             spans = [makespan(s, est, args.workers) for s in split]

@@ -21,9 +21,11 @@ def _planner() -> types.ModuleType:
     return module
 
 
-def _xml(path: Path, cases: dict[str, float]) -> None:
+def _xml(path: Path, cases: dict[str, float], failed: tuple[str, ...] = ()) -> None:
     rows = "".join(
-        f'<testcase classname="tests.kernels.test_x_gpu" name="{name}" time="{t}"/>'
+        f'<testcase classname="tests.kernels.test_x_gpu" name="{name}" time="{t}">'
+        + ('<failure message="x"/>' if name in failed else "")
+        + "</testcase>"
         for name, t in cases.items()
     )
     path.write_text(f'<testsuites><testsuite name="pytest">{rows}</testsuite></testsuites>')
@@ -32,12 +34,12 @@ def _xml(path: Path, cases: dict[str, float]) -> None:
 def test_shards_balance_the_recorded_times_longest_first(tmp_path: Path) -> None:
     g = _planner()
     times = {f"test_a[{i}]": float(t) for i, t in enumerate([10, 20, 30, 40, 50, 60, 90, 5, 200])}
-    _xml(tmp_path / "gpu-2026-12-05-h200-issue14-pass17-shard1.xml", times)
+    _xml(tmp_path / "gpu-2026-12-05-h200-issue14-pass17-shard1.xml", times, ("test_a[3]",))
     # an older run with other times is ignored: the newest by date and pass number counts
     _xml(tmp_path / "gpu-2026-12-05-h200-issue14-pass9-shard1.xml", dict.fromkeys(times, 1.0))
-    rec = g.recorded([str(tmp_path / "gpu-*-shard*.xml")])
+    rec, failed = g.recorded([str(tmp_path / "gpu-*-shard*.xml")])
     node = "tests/kernels/test_x_gpu.py::"
-    assert rec[node + "test_a[8]"] == 200.0
+    assert rec[node + "test_a[8]"] == 200.0 and failed == {node + "test_a[3]"}
     ids = [node + n for n in times] + [node + "test_a[new]", node + "test_b[x]"]
     est = g.estimate(ids, rec)
     assert est[node + "test_a[new]"] == 40.0  # an unrecorded case: its function's median
@@ -52,6 +54,11 @@ def test_shards_balance_the_recorded_times_longest_first(tmp_path: Path) -> None
     # the old split (every other sorted id, in order) starts the 200 s case last: a longer tail
     old = g.old_split(ids, 2)
     assert max(g.makespan(s, est, 2) for s in shards) < max(g.makespan(s, est, 2) for s in old)
+    # last run's failure heads shard 1, and counts toward its time
+    again = g.plan(ids, est, 2, failed)
+    assert again[0][0] == node + "test_a[3]" and sorted(i for s in again for i in s) == sorted(ids)
+    totals = [sum(est[i] for i in s) for s in again]
+    assert max(totals) - min(totals) <= max(est.values())
 
 
 def test_shard_out_of_range_is_refused(tmp_path: Path) -> None:
