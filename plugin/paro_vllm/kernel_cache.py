@@ -292,8 +292,20 @@ def build(plans: list[Plan], target: str, out: Path) -> dict[str, Any]:
     calls = [c for p in plans for c in p.calls()]
     res = precompile.walk(chip, calls, out)
     precompile.write_manifest(out, chip, res, {"plans": [p.name for p in plans]})
-    return {"target": target, "keys": len(res.keys), "compiled": res.count("compiled"),
-            "seconds": round(res.seconds, 1)}  # fmt: skip
+    entries = [e for e in precompile.inventory(out) if e.key in res.keys]
+    summary: dict[str, Any] = {"target": target, "keys": len(res.keys),
+                               "compiled": res.count("compiled"),
+                               "seconds": round(res.seconds, 1)}  # fmt: skip
+    if any(e.vgprs > 0 for e in entries):  # AMDGCN: what each kernel costs the SIMD
+        usage: dict[str, dict[str, int]] = {}
+        for e in entries:
+            u = usage.setdefault(e.name, {"max_vgprs": 0, "min_waves": 16, "max_sgpr_spills": 0})
+            u["max_vgprs"] = max(u["max_vgprs"], e.vgprs)
+            u["min_waves"] = min(u["min_waves"], e.waves_per_simd)
+            u["max_sgpr_spills"] = max(u["max_sgpr_spills"], e.sgpr_spills)
+        summary["usage"] = usage
+    summary["spills"] = precompile.spills(entries)
+    return summary
 
 
 def check(plans: list[Plan], target: str, cache: Path) -> list[str]:
@@ -329,11 +341,20 @@ def main(argv: list[str] | None = None) -> int:
     for target in a.target or targets:
         cache = shipped_dir(target, a.root)
         if a.verb == "build":
-            print(json.dumps(build(plans, target, cache)), flush=True)
+            summary = build(plans, target, cache)
+            print(json.dumps(summary), flush=True)
+            # A kernel that spills to memory fails the image build: the budgets were designed
+            # (and AOT-checked in CI) spill-free, so this Triton or a new shape broke one.
+            for line in summary["spills"]:
+                print(f"spills: {line}", file=sys.stderr)
+            gaps += len(summary["spills"])
         elif a.verb == "inventory":
             entries = precompile.inventory(cache)
             for e in entries:
-                print(f"{e.name} {e.target} warps={e.num_warps} stages={e.num_stages} {e.key}")
+                regs = (f" vgprs={e.vgprs} waves={e.waves_per_simd} sgpr_spills={e.sgpr_spills}"
+                        f" scratch={e.scratch}" if e.vgprs >= 0 else "")  # fmt: skip
+                run = f"warps={e.num_warps} stages={e.num_stages}"
+                print(f"{e.name} {e.target} {run}{regs} {e.key}")
             print(f"kernel cache {cache}: {len(entries)} kernels")
         else:
             missing = check(plans, target, cache)

@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 import sys
 import time
 import warnings
@@ -362,6 +363,30 @@ class Entry:
     num_warps: int
     num_stages: int
     triton: str
+    # From the AMDGCN's kernel metadata (-1 where the entry has none: the CUDA targets).
+    vgprs: int = -1
+    vgpr_spills: int = -1
+    sgpr_spills: int = -1  # into VGPR lanes (v_writelane) unless scratch says otherwise
+    scratch: int = -1  # private segment bytes a lane: spills that reach memory
+
+    @property
+    def waves_per_simd(self) -> int:
+        """Waves of this kernel a gfx12 SIMD holds by VGPRs (1536 a lane, at most 16)."""
+        return min(16, 1536 // self.vgprs) if self.vgprs > 0 else 0
+
+
+def _amdgcn_usage(path: Path) -> dict[str, int]:
+    if not path.exists():
+        return {}
+    text = path.read_text()
+
+    def meta(key: str) -> int:
+        m = re.search(rf"\.{key}:\s*(\d+)", text)
+        return int(m.group(1)) if m else 0
+
+    return {"vgprs": meta("vgpr_count"), "vgpr_spills": meta("vgpr_spill_count"),
+            "sgpr_spills": meta("sgpr_spill_count"),
+            "scratch": meta("private_segment_fixed_size")}  # fmt: skip
 
 
 def inventory(cache_dir: Path) -> list[Entry]:
@@ -376,8 +401,19 @@ def inventory(cache_dir: Path) -> list[Entry]:
         arch = tgt.get("arch") if isinstance(tgt, dict) else tgt
         out.append(Entry(grp.parent.name, name, f"{tgt.get('backend', '?')}:{arch}",
                          int(meta.get("num_warps", 0)), int(meta.get("num_stages", 0)),
-                         str(meta.get("triton_version", "?"))))  # fmt: skip
+                         str(meta.get("triton_version", "?")),
+                         **_amdgcn_usage(grp.parent / f"{name}.amdgcn")))  # fmt: skip
     return out
+
+
+def spills(entries: Iterable[Entry]) -> list[str]:
+    """The entries whose registers spill to memory (VGPR spills, scratch): one line each. SGPR
+    spills into VGPR lanes stay on chip and are not listed (the inventory reports them)."""
+    return [
+        f"{e.name} {e.key} ({e.target}): {e.vgpr_spills} VGPRs spilled, {e.scratch} B of scratch"
+        for e in entries
+        if e.vgpr_spills > 0 or e.scratch > 0
+    ]
 
 
 def missing(cache_dir: Path, needed: Iterable[str]) -> list[str]:
