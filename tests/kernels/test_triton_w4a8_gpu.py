@@ -114,6 +114,28 @@ def test_w4a8_linear_matches_fp64(
     assert rel(y2, r) <= 5e-3 and (bits == 5 or rel(y2, r) <= 0.3 * noise)
 
 
+@pytest.mark.parametrize("bits", [4, 5])
+@pytest.mark.parametrize("m", [1, 300])
+def test_e4m3_from_bits_equals_the_converting_gemm(
+    m: int, bits: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # gfx1201's fp8 GEMM form (`host.e4m3_bits`: the weights' e4m3 built from bits) forced on
+    # the H200: the same e4m3 values, so the same output bit for bit as the converting form, and
+    # the fp64 bound of the test above. M = 300: NVIDIA's fp8 dot (below 64 rows it upcasts).
+    from paro_kernels.triton import host
+
+    parts, prep = _prep(1024, [256, 128], 128, bits)
+    x = torch.randn(m, 1024, generator=torch.Generator().manual_seed(m)).to(torch.bfloat16).cuda()
+    q, asc, rs = host.rotate_quant(x, prep.rot_hi, prep.rot_lo, 128, "fp8", "group")
+    args = (q, asc, rs, prep.qweight, prep.qweight_hi, prep.scales, prep.zeros, prep.bounds, 128,
+            torch.bfloat16)  # fmt: skip
+    y = host.w4a8_gemm(*args)
+    monkeypatch.setattr(host, "e4m3_bits", lambda hip: True)
+    y_bits = host.w4a8_gemm(*args)
+    assert torch.equal(y_bits, y)
+    assert rel(y_bits, exact_gemm(q, asc, parts, 128, bits)) <= 2e-3
+
+
 def _a16_reference(x: torch.Tensor, parts, g: int, bits: int) -> torch.Tensor:  # type: ignore[no-untyped-def]
     if bits == 4:
         return reference(x, parts, g)

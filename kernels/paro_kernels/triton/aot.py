@@ -21,6 +21,7 @@ from . import kernels
 from .host import (
     Config,
     a16,
+    e4m3_bits,
     pick_config,
     pick_config_a8,
     prologue_block_m,
@@ -148,6 +149,14 @@ def compile_w4a8_gemm(
     token: bool = False, zpe: bool = False, bounds: tuple[int, ...] = (),
 ) -> Report:  # fmt: skip
     """Build the W4A8 / W5A8 GEMM at the config the launcher picks; `mma` = the 8-bit MMA."""
+    return compile_w4a8_gemm_kernel(target, m, n, k, g, fmt, bits, token, zpe, bounds)[0]
+
+
+def compile_w4a8_gemm_kernel(
+    target: str, m: int, n: int, k: int, g: int, fmt: str, bits: int = 4,
+    token: bool = False, zpe: bool = False, bounds: tuple[int, ...] = (),
+) -> tuple[Report, object]:  # fmt: skip
+    """`compile_w4a8_gemm`, and the compiled kernel (its AMDGCN / PTX)."""
     hip = target == "gfx1201"
     cfg: Config = pick_config_a8(m, n, k, g, bounds, sms=64 if hip else 132, hip=hip, bits=bits)
     sig = {
@@ -161,10 +170,11 @@ def compile_w4a8_gemm(
         "SPLIT_K": cfg.split_k, "GROUP_M": cfg.group_m, "INT8": fmt == "int8", "BITS": bits,
         "TOKEN": token, "ZPE": zpe, "BLOCK_G": 16,
         "A16": a16(torch.float8_e4m3fn if fmt == "fp8" else torch.int8, cfg, hip),
+        "E4M3_BITS": e4m3_bits(hip),
     }  # fmt: skip
     c = _compile(kernels.w4a8_gemm_kernel, sig, const, target, cfg.num_warps, cfg.num_stages)
     name = f"w{bits}a8_gemm_{fmt}_{'token' if token else 'group'}{'_zpe' if zpe else ''}"
-    return _report(name, target, str(cfg), c, MMA_A8[(target, fmt)])
+    return _report(name, target, str(cfg), c, MMA_A8[(target, fmt)]), c
 
 
 def compile_rotate_quant(target: str, m: int, g: int, fmt: str, token: bool) -> Report:

@@ -699,6 +699,17 @@ def rotate_quant(
     return q, asc, rs
 
 
+# The W4A8 fp8 GEMM builds its weights' e4m3 bits with integer ops (`_e4m3_exact`) where Triton
+# converts to e4m3 in software (gfx1201: ~33 instructions a value); NVIDIA keeps the hardware
+# cvt (one PTX cvt per two values). Twentieth pass: the AMDGCN of the K loop, not a timing.
+E4M3_BITS_HIP = True
+
+
+def e4m3_bits(hip: bool) -> bool:
+    """Whether the W4A8 fp8 GEMM builds its e4m3 weights from bits (gfx1201) or converts."""
+    return hip and E4M3_BITS_HIP
+
+
 def a16(code_dtype: torch.dtype, cfg: Config, hip: bool) -> bool:
     """fp8 activations upcast to fp16 for the dot: NVIDIA below 64-row tiles (kernel doc)."""
     return code_dtype == torch.float8_e4m3fn and not hip and cfg.block_m < 64
@@ -736,7 +747,8 @@ def w4a8_gemm(
         HAS_BIAS=bias is not None and cfg.split_k == 1, G=group_size,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SPLIT_K=cfg.split_k, GROUP_M=cfg.group_m,
         INT8=q.dtype == torch.int8, BITS=bits, TOKEN=token, ZPE=zp_epilogue,
-        A16=a16(q.dtype, cfg, hip), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        A16=a16(q.dtype, cfg, hip), E4M3_BITS=e4m3_bits(hip),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     if cfg.split_k > 1:
         if bias is not None:

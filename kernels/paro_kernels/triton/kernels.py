@@ -434,6 +434,20 @@ def rotate_quant_kernel(
 
 
 @triton.jit
+def _e4m3_exact(v):
+    """e4m3 of int32 v with |v| <= 16 (exact there), built from v's fp32 bits: 8 integer ops.
+
+    Triton 3.9 converts fp16 / fp32 to e4m3 in software on gfx1201 (compare-and-select chains
+    for rounding and saturation: about 33 instructions a value, most of the W4A8 GEMM's K loop);
+    these values need no rounding. Rebias the exponent (127 -> 7), keep 3 mantissa bits and the
+    sign; v = 0 (fp32 bits 0) goes negative before the max and ends 0x00.
+    """
+    b = v.to(tl.float32).to(tl.int32, bitcast=True)
+    mag = tl.maximum(((b & 0x7FFFFFFF) - (120 << 23)) >> 20, 0)
+    return (mag | ((b >> 24) & 0x80)).to(tl.uint8).to(tl.float8e4nv, bitcast=True)
+
+
+@triton.jit
 def w4a8_gemm_kernel(
     a_ptr,  # [P, M, K] fp8e4nv or int8: quantized rotated activations, one plane per run
     as_ptr,  # [P, M, K/G] fp32 activation scales (per token: the same value in every group)
@@ -461,6 +475,7 @@ def w4a8_gemm_kernel(
     ZPE: tl.constexpr,
     BLOCK_G: tl.constexpr = 16,
     A16: tl.constexpr = False,
+    E4M3_BITS: tl.constexpr = False,
 ):
     """out = sum_g a_scale * (s * (A_q @ (C - off)) - s * (z - off) * rowsum) per column run.
 
@@ -509,8 +524,10 @@ def w4a8_gemm_kernel(
             # 0x6400 | c is the fp16 1024 + c; minus (1024 + off) it is c - off, exact, and
             # exact again in e4m3: no int -> float conversion per weight.
             c16 = (c | 0x6400).to(tl.int16).to(tl.float16, bitcast=True) - (1024.0 + off)
-            if A16:  # noqa: SIM108  (a Triton constexpr branch, kept explicit)
+            if A16:
                 d = tl.dot(a.to(tl.float16), c16)
+            elif E4M3_BITS:
+                d = tl.dot(a, _e4m3_exact(c - off))
             else:
                 d = tl.dot(a, c16.to(tl.float8e4nv))
         s = tl.load(sc_ptr + g * N + offs_n, mask=n_mask, other=0.0).to(tl.float32)
