@@ -487,6 +487,8 @@ def w4a8_gemm_kernel(
     A16 (fp8, NVIDIA below 64 rows): Triton has no fp8 mma.sync and would upcast both operands
     to fp16 anyway; upcasting only the activations and keeping the weights' exact fp16 codes
     saves the weights' fp16 -> e4m3 -> fp16 round trip. Same products, same fp32 sums.
+    E4M3_BITS (fp8, gfx1201): the weights' e4m3 built from bits (`_e4m3_exact`); Triton converts
+    to e4m3 in software there. The same e4m3 values, so the same products.
     """
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -520,14 +522,14 @@ def w4a8_gemm_kernel(
             c = c | (tl.reshape((h[:, None, :] >> hshifts) & 1, (G, BLOCK_N)) << 4)
         if INT8:
             d = tl.dot(a, (c - off).to(tl.int8), out_dtype=tl.int32).to(tl.float32)
+        elif E4M3_BITS and not A16:  # gfx1201: e4m3 bits without Triton's software convert
+            d = tl.dot(a, _e4m3_exact(c - off))
         else:
             # 0x6400 | c is the fp16 1024 + c; minus (1024 + off) it is c - off, exact, and
             # exact again in e4m3: no int -> float conversion per weight.
             c16 = (c | 0x6400).to(tl.int16).to(tl.float16, bitcast=True) - (1024.0 + off)
-            if A16:
+            if A16:  # noqa: SIM108  (a Triton constexpr branch, kept explicit)
                 d = tl.dot(a.to(tl.float16), c16)
-            elif E4M3_BITS:
-                d = tl.dot(a, _e4m3_exact(c - off))
             else:
                 d = tl.dot(a, c16.to(tl.float8e4nv))
         s = tl.load(sc_ptr + g * N + offs_n, mask=n_mask, other=0.0).to(tl.float32)
