@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
-from types import FrameType
+from types import FrameType, ModuleType
 from typing import Any
 
 import pytest
@@ -36,6 +37,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.fixture
 def update_golden(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--update-golden"))
+
+
+@pytest.fixture(scope="session")
+def script() -> Callable[[str], ModuleType]:
+    """A repository script that is no package module (images/doctor.py, which image builds copy
+    in; kernels/gpushard_plan.py), loaded as a module by its path under the repository."""
+
+    def load(relpath: str) -> ModuleType:
+        path = REPO / relpath
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load
 
 
 @pytest.fixture(autouse=True)

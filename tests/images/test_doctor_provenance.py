@@ -6,11 +6,10 @@ The doctor itself runs for real in the cpu image (test_cpu_image_e2e); here the 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
-import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,16 +46,6 @@ def test_doctor_args_come_from_the_labels() -> None:
     assert args[args.index("--triton-series") + 1] == "3.9"
 
 
-def _image_doctor() -> types.ModuleType:
-    # images/doctor.py is a script the build copies into the image; loaded here as a module.
-    path = images.images_dir() / "doctor.py"
-    spec = importlib.util.spec_from_file_location("image_doctor", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize(
     ("triton", "series", "minimum", "problem"),
     [
@@ -70,12 +59,12 @@ def _image_doctor() -> types.ModuleType:
     ],
 )
 def test_image_doctor_holds_the_rocm_image_to_the_checked_triton_series(
-    triton: str | None, series: str, minimum: str, problem: str | None
+    triton: str | None, series: str, minimum: str, problem: str | None, script: Any
 ) -> None:
-    script = _image_doctor()
+    doctor_script = script("images/doctor.py")
     flags = ("vllm", "plugin", "kernels", "torch", "source_sha")
     args = argparse.Namespace(triton_min=minimum, triton_series=series, **dict.fromkeys(flags, ""))
-    found = script.expectations(args, {"triton": triton})
+    found = doctor_script.expectations(args, {"triton": triton})
     assert [p for p in found if p.startswith("triton")] == ([] if problem is None else found[:1])
     if problem is not None:
         assert found[0].startswith(problem)

@@ -2,23 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-import types
 from pathlib import Path
+from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _planner() -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "gpushard_plan", ROOT / "kernels/gpushard_plan.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+PLANNER = "kernels/gpushard_plan.py"
 
 
 def _xml(path: Path, cases: dict[str, float], failed: tuple[str, ...] = ()) -> None:
@@ -31,8 +18,8 @@ def _xml(path: Path, cases: dict[str, float], failed: tuple[str, ...] = ()) -> N
     path.write_text(f'<testsuites><testsuite name="pytest">{rows}</testsuite></testsuites>')
 
 
-def test_shards_balance_the_recorded_times_longest_first(tmp_path: Path) -> None:
-    g = _planner()
+def test_shards_balance_the_recorded_times_longest_first(tmp_path: Path, script: Any) -> None:
+    g = script(PLANNER)
     times = {f"test_a[{i}]": float(t) for i, t in enumerate([10, 20, 30, 40, 50, 60, 90, 5, 200])}
     _xml(tmp_path / "gpu-2026-12-05-h200-issue14-pass17-shard1.xml", times, ("test_a[3]",))
     # an older run with other times is ignored: the newest by date and pass number counts
@@ -61,8 +48,8 @@ def test_shards_balance_the_recorded_times_longest_first(tmp_path: Path) -> None
     assert max(totals) - min(totals) <= max(est.values())
 
 
-def test_shard_out_of_range_is_refused(tmp_path: Path) -> None:
-    g = _planner()
+def test_shard_out_of_range_is_refused(tmp_path: Path, script: Any) -> None:
+    g = script(PLANNER)
     ids = tmp_path / "ids"
     ids.write_text("tests/kernels/test_x_gpu.py::test_a[0]\n")
     assert g.main([str(ids), "3", "2", "--xml", str(tmp_path / "none*.xml")]) == 2

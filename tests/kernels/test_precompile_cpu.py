@@ -9,7 +9,6 @@ class of M (== 1, % 16 == 0, other). A removed entry must fail both checks: the 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import sys
@@ -125,19 +124,10 @@ def test_ms_cover_captures_and_both_sides_of_each_16_step() -> None:
     assert {24, 40} <= set(kc.ms(0, 64, [24, 40])) and 17 in kc.ms(0, 64, [24])
 
 
-def _doctor() -> Any:
-    path = Path(__file__).resolve().parents[2] / "images" / "doctor.py"
-    spec = importlib.util.spec_from_file_location("paroctl_image_doctor", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_image_doctor_prints_the_inventory_and_fails_on_a_missing_config(
-    built: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    built: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str], script: Any
 ) -> None:
-    doctor = _doctor()
+    doctor = script("images/doctor.py")
     plan = tmp_path / "kernel-plan.json"
     plan.write_text(json.dumps({"targets": ["gfx1201"], "plans": [PLAN]}))
     root = tmp_path / "root"

@@ -28,6 +28,7 @@ from .host import (
     prologue_cols,
     prologue_warps,
 )
+from .precompile import amdgcn_meta
 
 TARGETS = {
     "gfx1201": (GPUTarget("hip", "gfx1201", 32), 64 * 1024),
@@ -60,11 +61,6 @@ class Report:
     lds_limit: int
 
 
-def _meta(asm: str, key: str) -> int:
-    m = re.search(rf"\.{key}:\s*(\d+)", asm)
-    return int(m.group(1)) if m else 0
-
-
 def _report(
     name: str, target: str, cfg: str, compiled: object, pattern: str | None = None
 ) -> Report:
@@ -73,8 +69,8 @@ def _report(
     lds = int(compiled.metadata.shared)  # type: ignore[attr-defined]
     mma = re.search(pattern or MMA_PATTERNS[target], asm) is not None
     if target == "gfx1201":
-        vgprs, spills = _meta(asm, "vgpr_count"), _meta(asm, "vgpr_spill_count")
-        scratch = _meta(asm, "private_segment_fixed_size")
+        vgprs, spills = amdgcn_meta(asm, "vgpr_count"), amdgcn_meta(asm, "vgpr_spill_count")
+        scratch = amdgcn_meta(asm, "private_segment_fixed_size")
     else:
         vgprs, spills, scratch = 0, len(re.findall(r"\.local\s", asm)), 0
     return Report(name, target, cfg, mma, vgprs, spills, scratch, lds, TARGETS[target][1])

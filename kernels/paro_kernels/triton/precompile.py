@@ -375,18 +375,19 @@ class Entry:
         return min(16, 1536 // self.vgprs) if self.vgprs > 0 else 0
 
 
+def amdgcn_meta(asm: str, key: str) -> int:
+    """One integer of an AMDGCN kernel's metadata (`.vgpr_count: 88`); 0 where it is absent."""
+    m = re.search(rf"\.{key}:\s*(\d+)", asm)
+    return int(m.group(1)) if m else 0
+
+
 def _amdgcn_usage(path: Path) -> dict[str, int]:
     if not path.exists():
         return {}
     text = path.read_text()
-
-    def meta(key: str) -> int:
-        m = re.search(rf"\.{key}:\s*(\d+)", text)
-        return int(m.group(1)) if m else 0
-
-    return {"vgprs": meta("vgpr_count"), "vgpr_spills": meta("vgpr_spill_count"),
-            "sgpr_spills": meta("sgpr_spill_count"),
-            "scratch": meta("private_segment_fixed_size")}  # fmt: skip
+    keys = {"vgprs": "vgpr_count", "vgpr_spills": "vgpr_spill_count",
+            "sgpr_spills": "sgpr_spill_count", "scratch": "private_segment_fixed_size"}  # fmt: skip
+    return {field: amdgcn_meta(text, key) for field, key in keys.items()}
 
 
 def inventory(cache_dir: Path) -> list[Entry]:
