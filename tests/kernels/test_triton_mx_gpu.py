@@ -87,6 +87,24 @@ def test_fp8_quant_matches_the_plugin_rule(r: int, k: int) -> None:
     assert ((kq - qr).abs()[bad] <= 2**-9).all()
 
 
+@pytest.mark.parametrize(("r", "k"), [(300, 5120), (7, 96)])
+def test_fp8_quant_from_bits_equals_the_converting_one(
+    r: int, k: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # gfx1201's form (`host.e4m3_bits`: RNE onto the grid in fp32, the byte from its bits)
+    # forced on the H200: the same bytes as the hardware cvt's RNE, subnormal codes included.
+    from paro_kernels.triton import host, mx_host
+
+    cols = torch.logspace(-6, 0, k)[torch.randperm(k, generator=torch.Generator().manual_seed(k))]
+    x = (_x(r, k) * torch.logspace(-3, 3, r).view(r, 1) * cols).to(torch.bfloat16).cuda()
+    q, s = mx_host.fp8_quant(x)
+    monkeypatch.setattr(host, "e4m3_bits", lambda hip: True)
+    qb, sb = mx_host.fp8_quant(x)
+    mag = q.view(torch.uint8) & 0x7F
+    assert bool(((mag > 0) & (mag < 8)).any())
+    assert torch.equal(qb.view(torch.uint8), q.view(torch.uint8)) and torch.equal(sb, s)
+
+
 # (K, partition sizes, G): 2 and 3 rotation runs, boundaries multiples of 16, not of the tile.
 PARO_CASES = [(1024, [512, 128, 128], 128), (1536, [208, 144], 64)]
 

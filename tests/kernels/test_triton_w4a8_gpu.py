@@ -136,6 +136,30 @@ def test_e4m3_from_bits_equals_the_converting_gemm(
     assert rel(y_bits, exact_gemm(q, asc, parts, 128, bits)) <= 2e-3
 
 
+@pytest.mark.parametrize("scale", ["group", "token"])
+@pytest.mark.parametrize("m", [1, 300])
+def test_e4m3_from_grid_equals_the_converting_prologue(
+    m: int, scale: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # gfx1201's fp8 prologue (`host.e4m3_bits`: the codes' bytes built from their rounded values'
+    # bits, `_e4m3_from_grid`) forced on the H200: the same bytes as the hardware cvt, the same
+    # scales and code sums. x's groups span 6 decades a row: with one scale a row, the small
+    # groups' codes are e4m3 subnormals (a group's scale keeps its codes near its own amax).
+    from paro_kernels.triton import host
+
+    _, prep = _prep(1024, [256, 128], 128, 4)
+    x = torch.randn(m, 1024, generator=torch.Generator().manual_seed(m))
+    x = (x * torch.logspace(-6, 0, 1024)).to(torch.bfloat16).cuda()
+    args = (x, prep.rot_hi, prep.rot_lo, 128, "fp8", scale)
+    q, asc, rs = host.rotate_quant(*args)
+    monkeypatch.setattr(host, "e4m3_bits", lambda hip: True)
+    qb, ascb, rsb = host.rotate_quant(*args)
+    mag = q.view(torch.uint8) & 0x7F
+    assert scale == "group" or bool(((mag > 0) & (mag < 8)).any())
+    assert torch.equal(qb.view(torch.uint8), q.view(torch.uint8))
+    assert torch.equal(ascb, asc) and torch.equal(rsb, rs)
+
+
 def _a16_reference(x: torch.Tensor, parts, g: int, bits: int) -> torch.Tensor:  # type: ignore[no-untyped-def]
     if bits == 4:
         return reference(x, parts, g)

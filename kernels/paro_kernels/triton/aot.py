@@ -183,7 +183,8 @@ def compile_rotate_quant(target: str, m: int, g: int, fmt: str, token: bool) -> 
         "q_ptr": "*fp8e4nv" if fmt == "fp8" else "*i8", "as_ptr": "*fp32", "rs_ptr": "*fp32",
         "M": "i32", "K": "i32", "stride_xm": "i32",
     }  # fmt: skip
-    const = {"G": g, "BLOCK_M": block_m, "INT8": fmt == "int8", "TOKEN": token, "COLS": cols}
+    const = {"G": g, "BLOCK_M": block_m, "INT8": fmt == "int8", "TOKEN": token, "COLS": cols,
+             "E4M3_BITS": fmt == "fp8" and e4m3_bits(hip)}  # fmt: skip
     warps = prologue_warps(block_m, cols)
     c = _compile(kernels.rotate_quant_kernel, sig, const, target, warps, 1)
     name = f"rotate_quant_{fmt}_{'token' if token else 'group'}"

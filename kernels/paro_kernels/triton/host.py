@@ -694,19 +694,23 @@ def rotate_quant(
     rotate_quant_kernel[grid](
         x, rot_hi, rot_lo, q, asc, rs, m, k, x.stride(0),
         G=g, BLOCK_M=block_m, INT8=act_format == "int8", TOKEN=token, COLS=cols,
+        E4M3_BITS=act_format == "fp8" and e4m3_bits(_is_hip()),
         num_warps=prologue_warps(block_m, cols),
     )  # fmt: skip
     return q, asc, rs
 
 
-# The W4A8 fp8 GEMM builds its weights' e4m3 bits with integer ops (`_e4m3_exact`) where Triton
-# converts to e4m3 in software (gfx1201: ~33 instructions a value); NVIDIA keeps the hardware
-# cvt (one PTX cvt per two values). Twentieth pass: the AMDGCN of the K loop, not a timing.
+# The fp8 kernels build their e4m3 bytes with integer ops where Triton converts to e4m3 in
+# software (gfx1201: ~33 instructions a value); NVIDIA keeps the hardware cvt (one PTX cvt per
+# two values). The W4A8 GEMM's weights (`_e4m3_exact`, twentieth pass: 7291 -> 3752
+# instructions in the 27B qkv decode build) and the activation quantizers' rounded codes
+# (`_e4m3_from_grid`: `rotate_quant_kernel`, `fp8_token_quant_kernel`, twenty-first pass).
+# The AMDGCN of the loops, not a timing: the box has not run either form.
 E4M3_BITS_HIP = True
 
 
 def e4m3_bits(hip: bool) -> bool:
-    """Whether the W4A8 fp8 GEMM builds its e4m3 weights from bits (gfx1201) or converts."""
+    """Whether the fp8 kernels build their e4m3 bytes from bits (gfx1201) or convert."""
     return hip and E4M3_BITS_HIP
 
 

@@ -344,10 +344,30 @@ def _e4m3_round(v):
 
 
 @triton.jit
+def _e4m3_from_grid(v, sgn=None):
+    """e4m3 of fp32 v on the e4m3 grid (|v| <= 448, subnormals too), built from v's bits; the
+    sign from `sgn` when given (the unrounded value: a negative that rounds to zero is -0).
+
+    Triton 3.9 converts fp32 to e4m3 in software on gfx1201 (compare-and-select chains for
+    rounding, saturation and NaN: about 33 instructions a value); v is on the grid already, so no
+    rounding is needed. Normals: rebias the exponent (127 -> 7) and keep 3 mantissa bits.
+    Subnormals (|v| < 2^-6): the code is k of v = k * 2^-9, read as an integer by the magic add
+    (exact: |v| * 512 <= 229376 < 2^22). There the normal form is below min(k, 8) (negative, or
+    for 2^-7 <= |v| < 2^-6 the top mantissa bits, <= k); for normals it is >= 8: one max picks.
+    """
+    b = v.to(tl.int32, bitcast=True)
+    k = (tl.abs(v) * 512.0 + RNE_MAGIC).to(tl.int32, bitcast=True) - 0x4B400000
+    mag = tl.maximum(((b & 0x7FFFFFFF) - (120 << 23)) >> 20, tl.minimum(k, 8))
+    if sgn is not None:
+        b = sgn.to(tl.int32, bitcast=True)
+    return (mag | ((b >> 24) & 0x80)).to(tl.uint8).to(tl.float8e4nv, bitcast=True)
+
+
+@triton.jit
 def _quant_cols(v, scale, q_ptr, row, m_mask, g, K, G: tl.constexpr, INT8: tl.constexpr,
-                c=0, COLS: tl.constexpr = 0):  # fmt: skip
+                c=0, COLS: tl.constexpr = 0, E4M3_BITS: tl.constexpr = False):  # fmt: skip
     """Quantize v [BLOCK_M, COLS] (columns c.. of group g; COLS 0 = all G) with per-row `scale`;
-    store the codes, return their sums per row."""
+    store the codes, return their sums per row. E4M3_BITS: the e4m3 bytes from bits."""
     offs_c = c + tl.arange(0, COLS if COLS else G)
     xs = tl.math.div_rn(v, scale[:, None])
     if INT8:
@@ -356,16 +376,17 @@ def _quant_cols(v, scale, q_ptr, row, m_mask, g, K, G: tl.constexpr, INT8: tl.co
         code = qf.to(tl.int8)
     else:
         qf = _e4m3_round(tl.clamp(xs, -E4M3_MAX, E4M3_MAX))
-        code = qf.to(tl.float8e4nv)
+        # gfx1201: the bytes from bits (`_e4m3_from_grid`), not Triton's software convert
+        code = _e4m3_from_grid(qf) if E4M3_BITS else qf.to(tl.float8e4nv)
     tl.store(q_ptr + row[:, None] * K + g * G + offs_c[None, :], code, mask=m_mask[:, None])
     return tl.sum(qf, axis=1)
 
 
 @triton.jit
 def _quant_store(v, scale, q_ptr, as_ptr, rs_ptr, row, m_mask, g, K, ngroups,
-                 G: tl.constexpr, INT8: tl.constexpr):  # fmt: skip
+                 G: tl.constexpr, INT8: tl.constexpr, E4M3_BITS: tl.constexpr):  # fmt: skip
     """Quantize v [BLOCK_M, G] with per-row `scale`; store codes, the scale and the code sums."""
-    rsum = _quant_cols(v, scale, q_ptr, row, m_mask, g, K, G, INT8)
+    rsum = _quant_cols(v, scale, q_ptr, row, m_mask, g, K, G, INT8, E4M3_BITS=E4M3_BITS)
     tl.store(as_ptr + row * ngroups + g, scale, mask=m_mask)
     tl.store(rs_ptr + row * ngroups + g, rsum, mask=m_mask)
 
@@ -386,6 +407,7 @@ def rotate_quant_kernel(
     INT8: tl.constexpr,
     TOKEN: tl.constexpr,
     COLS: tl.constexpr = 0,
+    E4M3_BITS: tl.constexpr = False,
 ):
     """Fused rotate + channel-scale + quantize; one launch for either scale granularity.
 
@@ -398,6 +420,8 @@ def rotate_quant_kernel(
     never parked (BLOCK_M x K fp32 fits neither registers nor LDS at K = 5120). COLS > 0 (per
     token only) walks each group's rotation COLS output columns at a time: one [G, COLS] slice of
     the hi and lo blocks live instead of the whole [G, G] pair (gfx1201: G / 2, no spills).
+    E4M3_BITS (fp8, gfx1201): the e4m3 bytes built from the rounded values' bits
+    (`_e4m3_from_grid`), not by Triton's software conversion.
     """
     pid_m = tl.program_id(0)
     p = tl.program_id(2)
@@ -421,7 +445,8 @@ def rotate_quant_kernel(
             for c in range(0, G, W):
                 v = _rotate_group(x_ptr, rot_hi_ptr, rot_lo_ptr, offs_m, m_mask, g, p, ngroups,
                                   stride_xm, G, c, W)  # fmt: skip
-                rsum += _quant_cols(v, scale, q_ptr, row, m_mask, g, K, G, INT8, c, W)
+                rsum += _quant_cols(v, scale, q_ptr, row, m_mask, g, K, G, INT8, c, W,
+                                    E4M3_BITS)  # fmt: skip
             tl.store(as_ptr + row * ngroups + g, scale, mask=m_mask)
             tl.store(rs_ptr + row * ngroups + g, rsum, mask=m_mask)
     else:
@@ -430,7 +455,8 @@ def rotate_quant_kernel(
                           stride_xm, G)  # fmt: skip
         scale = tl.math.div_rn(tl.max(tl.abs(v), axis=1), tl.full((BLOCK_M,), top, tl.float32))
         scale = tl.where(scale > 0, scale, 1.0)
-        _quant_store(v, scale, q_ptr, as_ptr, rs_ptr, row, m_mask, g, K, ngroups, G, INT8)
+        _quant_store(v, scale, q_ptr, as_ptr, rs_ptr, row, m_mask, g, K, ngroups, G, INT8,
+                     E4M3_BITS)  # fmt: skip
 
 
 @triton.jit

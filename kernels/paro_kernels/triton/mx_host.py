@@ -231,7 +231,9 @@ def fp8_quant(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     s = torch.empty(r, dtype=torch.float32, device=x.device)
     if r:
         bk = min(QUANT_BLOCK_K, max(128, 1 << (k - 1).bit_length()))
-        fp8_token_quant_kernel[(r,)](x, q, s, k, x.stride(0), BLOCK_K=bk, num_warps=4)
+        bits = host.e4m3_bits(host._is_hip())
+        fp8_token_quant_kernel[(r,)](x, q, s, k, x.stride(0), BLOCK_K=bk, E4M3_BITS=bits,
+                                     num_warps=4)  # fmt: skip
     return q, s
 
 
@@ -749,7 +751,8 @@ def compile_fp8_quant(target: str, k: int) -> object:
 
     bk = min(QUANT_BLOCK_K, max(128, 1 << (k - 1).bit_length()))
     sig = {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32", "K": "i32", "stride_xr": "i32"}
-    c = _aot_build(fp8_token_quant_kernel, sig, {"BLOCK_K": bk}, target, 4, 1)
+    const = {"BLOCK_K": bk, "E4M3_BITS": host.e4m3_bits(target == "gfx1201")}
+    c = _aot_build(fp8_token_quant_kernel, sig, const, target, 4, 1)
     return _aot_report("fp8_token_quant", target, f"BLOCK_K={bk}", c, r"(?!)")
 
 

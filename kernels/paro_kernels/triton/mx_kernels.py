@@ -39,7 +39,7 @@ import triton
 import triton.language as tl
 
 from .fast_kernels import partition_run
-from .kernels import gemm_tile
+from .kernels import _e4m3_from_grid, _e4m3_round, gemm_tile
 
 E4M3_MAX = tl.constexpr(448.0)
 
@@ -162,14 +162,16 @@ def mx_gemm_kernel(
 
 
 @triton.jit
-def _e4m3_rne_quotient(x, s):
+def _e4m3_rne_quotient(x, s, E4M3_BITS: tl.constexpr = False):
     """e4m3 RNE of the exact quotient x / s (s > 0), as the plugin's fp64 reference rounds it.
 
     fp32 x / s then e4m3 rounds twice: when the fp32 quotient lands exactly on an e4m3 tie the
     exact one was off it, and ties-to-even can pick the wrong side (~3% of a row whose amax has
     a round bf16 mantissa, seen on the H200). The fma residual is exact and says which side
     the exact quotient is on; one fp32 ulp towards it breaks the false tie. e4m3 normals only:
-    below 2^-6 (a code under 1.6e-5 of the row's amax) a false tie can stay.
+    below 2^-6 (a code under 1.6e-5 of the row's amax) a false tie can stay. E4M3_BITS
+    (gfx1201): the same RNE onto the grid in fp32 (`_e4m3_round`) and the byte from its bits
+    (`_e4m3_from_grid`), where Triton would convert in software (about 33 instructions a value).
     """
     r = tl.math.div_rn(x, s)
     res = tl.fma(-r, s, x)  # x - r * s exactly
@@ -177,7 +179,10 @@ def _e4m3_rne_quotient(x, s):
     tie = ((bits & 0xFFFFF) == 0x80000) & (res != 0.0)
     step = tl.where((res > 0) == (r > 0), 1, -1)
     r = tl.where(tie, (bits + step).to(tl.float32, bitcast=True), r)
-    return tl.clamp(r, -E4M3_MAX, E4M3_MAX).to(tl.float8e4nv)
+    r = tl.clamp(r, -E4M3_MAX, E4M3_MAX)
+    if E4M3_BITS:
+        return _e4m3_from_grid(_e4m3_round(r), r)  # the cvt's -0 for a negative under 2^-10
+    return r.to(tl.float8e4nv)
 
 
 @triton.jit
@@ -188,6 +193,7 @@ def fp8_token_quant_kernel(
     K,
     stride_xr,
     BLOCK_K: tl.constexpr,
+    E4M3_BITS: tl.constexpr = False,  # gfx1201: the codes' bytes from bits (`_e4m3_rne_quotient`)
 ):
     """One program per row: amax pass, then q = e4m3(x / s) with s = amax / 448 (fp32).
 
@@ -206,7 +212,7 @@ def fp8_token_quant_kernel(
     s = tl.where(s > 0, s, 1.0)
     for k0 in range(0, K, BLOCK_K):
         x = tl.load(x_ptr + r * stride_xr + k0 + offs, mask=k0 + offs < K, other=0.0)
-        q = _e4m3_rne_quotient(x.to(tl.float32), s)
+        q = _e4m3_rne_quotient(x.to(tl.float32), s, E4M3_BITS)
         tl.store(q_ptr + r * K + k0 + offs, q, mask=k0 + offs < K)
     tl.store(s_ptr + r, s)
 
