@@ -6,8 +6,10 @@
 # parts of about equal time by the last committed run's JUnit times, each longest first: the
 # same split on every call of one tree), runs them on one worker a core under LIMIT_S, and
 # writes $OUT/shardK.log and a JUnit XML.
-# Usage: bash kernels/gpushard.sh K N LIMIT_S   (K = 1..N)
-k=$1; n=$2; limit=$3
+# Usage: bash kernels/gpushard.sh K N LIMIT_S [IDS]   (K = 1..N)
+# IDS: run that list of test ids (in its order) in place of the planned shard K, e.g. the ids an
+# earlier shard failed or did not reach (kernels/gpu-rerun.ids).
+k=$1; n=$2; limit=$3; given=$4
 root=$PWD
 export PYTHONPATH=$root/kernels:$root/tests/kernels:$root/plugin:$PYTHONPATH PYTHONUNBUFFERED=1
 # One Triton cache in the (git-ignored) tree: a warm machine keeps ignored paths between calls, so
@@ -22,8 +24,12 @@ export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 files=$(ls tests/kernels/test_*_gpu.py | grep -v test_precompiled_gpu.py)
 python3 -m pytest --noconftest -q -m gpu -p no:cacheprovider --collect-only $files 2>/dev/null \
   | grep "::" | sort > "$OUT/all.ids"
-python3 kernels/gpushard_plan.py "$OUT/all.ids" "$k" "$n" > "$OUT/shard$k.ids" || exit 2
-python3 kernels/gpushard_plan.py "$OUT/all.ids" "$k" "$n" --simulate
+if [ -n "$given" ]; then
+  grep -Fxf "$OUT/all.ids" "$given" > "$OUT/shard$k.ids"  # ids this tree still has, in order
+else
+  python3 kernels/gpushard_plan.py "$OUT/all.ids" "$k" "$n" > "$OUT/shard$k.ids" || exit 2
+  python3 kernels/gpushard_plan.py "$OUT/all.ids" "$k" "$n" --simulate
+fi
 echo "shard $k of $n: $(wc -l < "$OUT/shard$k.ids") tests"
 # -p _compile_stats (tests/kernels/_compile_stats.py): each test's Triton compiles in its JUnit
 # case, to learn where a GPU test's ~30 s go (the seventeenth pass: a warm cache did not help).
@@ -31,7 +37,10 @@ echo "shard $k of $n: $(wc -l < "$OUT/shard$k.ids") tests"
 # GPU I mod PARO_TEST_GPUS; one worker a core (16 on nvidia-h200, 32 on -x2), as the tests seem
 # host-bound (every worker busy in the seventeenth pass; the cpu_s properties will say).
 export PARO_TEST_GPUS=$(nvidia-smi -L | grep -c "^GPU")
-workers=${WORKERS:-$(nproc)}
+# One worker a core the process may use. Not `nproc`: it honours OMP_NUM_THREADS, exported as 1
+# above, and said 1 (2026-12-05: a whole shard on one worker of a 16-core machine).
+cores=$(python3 -c "import os; print(len(os.sched_getaffinity(0)))")
+workers=${WORKERS:-$cores}
 echo "$PARO_TEST_GPUS GPUs, $workers workers"
 # At the limit pytest alone gets SIGINT (--foreground: not its xdist workers, which would take
 # the controller down with them), stops its workers and still writes the JUnit XML of the tests

@@ -107,3 +107,18 @@ def exact_gemm(
         y = xq @ w.t()
         outs.append(y if p.bias is None else y + p.bias.double())
     return torch.cat(outs, dim=-1)
+
+
+# The scratch buffers the split-K GEMVs must leave zeroed (fp32 sums and tickets: the next call
+# adds into them); `fast_host._scratch`'s others (dequantized weights, activations, 8-bit
+# weights and their scales) are written whole by each call.
+ZEROED_SCRATCH = ("gemv_ws", "gemv_cnt")
+
+
+def assert_scratch_zeroed() -> None:
+    """Every split-K workspace and ticket buffer the process made is back to zero."""
+    from paro_kernels.triton import fast_host
+
+    for (kind, _), buf in fast_host._WS.items():
+        if kind in ZEROED_SCRATCH:
+            assert not buf.any(), kind

@@ -15,6 +15,7 @@ import torch
 from _triton_cases import (
     BF16_W_FLOOR,
     W4A16_CASES,
+    assert_scratch_zeroed,
     bias,
     hi_planes,
     merged_layer,
@@ -31,7 +32,6 @@ CASES = W4A16_CASES  # tile-boundary and odd N, K not a multiple of the split, 1
 PATH_MS = {"gemv": [1, 2], "mma": [1, 5, 16, 17], "dequant": [1, 17, 256, 300],
            "gemv-prologue": [1, 2], "gemv3": [1, 9, 16], "gemv-h2": [1, 2],
            }  # fmt: skip
-SCRATCH = ("dequant_w", "gemv_xs", "w8_fp8", "w8_int8")  # written each call, not left zeroed
 
 
 def _prep(k: int, sizes: list[int], g: int, b: bool):  # type: ignore[no-untyped-def]
@@ -66,11 +66,8 @@ def test_path_matches_fp64_reference(k: int, sizes: list[int], g: int, path: str
     # The split-K workspace and tickets were left zeroed, so a second call is as good (its
     # atomics may add in another order: bf16 ties may flip, hence not bit-equal).
     assert rel(again, want) <= tol
-    from paro_kernels.triton import fast_host
 
-    for (kind, _), buf in fast_host._WS.items():
-        if kind not in SCRATCH:  # split-K sums and tickets left zeroed
-            assert not buf.any(), kind
+    assert_scratch_zeroed()
 
 
 @pytest.mark.parametrize("scale", [1e3, 1e-3])
@@ -152,7 +149,7 @@ def test_mma_gemv_matches_fp64(k: int, sizes: list[int], g: int, m: int,
     # (M <= 8: one 8-row activation tile; M = 9, 16: two), and 2- and 8-warp tiles; activations
     # in the thousands at even M (fp32 accumulation: no fp16 range). (The case off its grid:
     # the refusal test above, once rather than at each M and config.)
-    from paro_kernels.triton import decode_host, fast_host
+    from paro_kernels.triton import decode_host
 
     scale = 1e3 if m % 2 == 0 else 1.0
     parts, prep = _prep(k, sizes, g, b=m % 2 == 1)
@@ -172,9 +169,7 @@ def test_mma_gemv_matches_fp64(k: int, sizes: list[int], g: int, m: int,
             assert y.shape == (m, sum(sizes)) and y.dtype == torch.bfloat16
             assert torch.isfinite(y).all()
             assert rel(y, want) <= 2e-3, (prologue, rel(y, want))
-    for (kind, _), buf in fast_host._WS.items():
-        if kind not in SCRATCH:
-            assert not buf.any(), kind
+    assert_scratch_zeroed()
 
 
 @pytest.mark.parametrize(("k", "sizes", "g"), CASES[3:])
@@ -204,7 +199,7 @@ def test_gemv3_configs_and_prologues(prologue: str, cfg: str, pdl: bool, m: int)
     # test shape as served), each prologue; PDL with the sliced prologue, the only one it applies
     # to (`decode_host.gemv3_linear`: the block and records prologues launch plain either way,
     # so their PDL cases ran the same launches twice); 5 groups: odd split-K tails.
-    from paro_kernels.triton import decode_host, fast_host
+    from paro_kernels.triton import decode_host
 
     k, sizes = 640, [512, 256, 128]
     parts, prep = _prep(k, sizes, 128, b=m % 2 == 1)
@@ -221,9 +216,7 @@ def test_gemv3_configs_and_prologues(prologue: str, cfg: str, pdl: bool, m: int)
                                      None if bb is None else bb.cuda(), prep.gv_idx,
                                      prep.gv_coef, prologue, c, pdl)  # fmt: skip
         assert rel(y, reference(x, parts, 128)) <= 2e-3
-    for (kind, _), buf in fast_host._WS.items():
-        if kind not in SCRATCH:
-            assert not buf.any(), kind
+    assert_scratch_zeroed()
 
 
 @pytest.mark.parametrize("m", [2, 300])

@@ -17,6 +17,7 @@ import torch
 from _triton_cases import (
     BF16_W_FLOOR,
     W8_TOL,
+    assert_scratch_zeroed,
     bias,
     exact_gemm,
     hi_planes,
@@ -127,8 +128,9 @@ def test_e4m3_from_bits_equals_the_converting_gemm(
     parts, prep = _prep(1024, [256, 128], 128, bits)
     x = torch.randn(m, 1024, generator=torch.Generator().manual_seed(m)).to(torch.bfloat16).cuda()
     q, asc, rs = host.rotate_quant(x, prep.rot_hi, prep.rot_lo, 128, "fp8", "group")
+    bb = bias(parts)  # exact_gemm adds the layer's bias (the int5 layers have one)
     args = (q, asc, rs, prep.qweight, prep.qweight_hi, prep.scales, prep.zeros, prep.bounds, 128,
-            torch.bfloat16)  # fmt: skip
+            torch.bfloat16, None if bb is None else bb.cuda())  # fmt: skip
     y = host.w4a8_gemm(*args)
     monkeypatch.setattr(host, "e4m3_bits", lambda hip: True)
     y_bits = host.w4a8_gemm(*args)
@@ -215,7 +217,7 @@ def test_int5_gemv3_configs_match_fp64(cfg: str, m: int) -> None:
     # pairs) at the three shipped configs (the small one loads 2 groups an iteration), 3 partitions
     # (the boundaries 512 and 768 on the tile grid), 5 groups: odd split-K tails; twice, so the
     # second call finds the split-K workspace and tickets zeroed.
-    from paro_kernels.triton import decode_host, fast_host
+    from paro_kernels.triton import decode_host
 
     k, sizes, g = 640, [512, 256, 128], 128
     parts, prep = _prep(k, sizes, g, 5)
@@ -232,9 +234,7 @@ def test_int5_gemv3_configs_match_fp64(cfg: str, m: int) -> None:
                                      prep.scales, prep.zeros, prep.bounds, g, bb, prep.gv_idx,
                                      prep.gv_coef, "", c, None, prep.qweight_hi)  # fmt: skip
         assert y.dtype == torch.bfloat16 and rel(y, want) <= 2e-3, cfg
-    for (kind, _), buf in fast_host._WS.items():
-        if kind in ("gemv_ws", "gemv_cnt"):
-            assert not buf.any(), kind
+    assert_scratch_zeroed()
 
 
 @pytest.mark.parametrize("how", ["slice", "givens"])
@@ -245,7 +245,7 @@ def test_int5_h2_matches_fp64(scale: float, m: int, how: str) -> None:
     # prologue writes xr / 128): 3 partitions, 5 groups (odd split-K tails), activations in the
     # thousands too (its fp16 range argument, |c - z| <= 31); twice (workspace left zeroed);
     # with either paired prologue (blocks or the eleventh pass's records).
-    from paro_kernels.triton import decode_host, fast_host
+    from paro_kernels.triton import decode_host
 
     k, sizes, g = 640, [512, 256, 128], 128
     parts, prep = _prep(k, sizes, g, 5)
@@ -259,9 +259,7 @@ def test_int5_h2_matches_fp64(scale: float, m: int, how: str) -> None:
                                        gv=(prep.gv_idx, prep.gv_coef), prologue=how)  # fmt: skip
         assert y.dtype == torch.bfloat16 and torch.isfinite(y).all()
         assert rel(y, want) <= 2e-3
-    for (kind, _), buf in fast_host._WS.items():
-        if kind in ("gemv_ws", "gemv_cnt"):
-            assert not buf.any(), kind
+    assert_scratch_zeroed()
 
 
 @pytest.mark.parametrize(("k", "sizes", "g"), CASES)
@@ -274,7 +272,7 @@ def test_int5_mma_gemv_matches_fp64(k: int, sizes: list[int], g: int, m: int,
     # the tile-boundary cases (odd N, 1-3 partitions, G = 64 and 128), one and two activation
     # tiles, 2- and 4-warp tiles, both paired prologues (records, blocks) at pair shift 0,
     # activations in the thousands at even M; twice (split-K workspace and tickets left zeroed).
-    from paro_kernels.triton import decode_host, fast_host
+    from paro_kernels.triton import decode_host
 
     parts, prep = _prep(k, sizes, g, 5)
     scale = 1e3 if m % 2 == 0 else 1.0
@@ -292,9 +290,7 @@ def test_int5_mma_gemv_matches_fp64(k: int, sizes: list[int], g: int, m: int,
             assert y.shape == (m, sum(sizes)) and y.dtype == torch.bfloat16
             assert torch.isfinite(y).all()
             assert rel(y, want) <= 2e-3, (prologue, rel(y, want))
-    for (kind, _), buf in fast_host._WS.items():
-        if kind in ("gemv_ws", "gemv_cnt"):
-            assert not buf.any(), kind
+    assert_scratch_zeroed()
 
 
 @pytest.mark.parametrize("kind", ["fp8", "int8"])
