@@ -8,7 +8,7 @@
 # writes $OUT/shardK.log and a JUnit XML.
 # Usage: bash kernels/gpushard.sh K N LIMIT_S [IDS]   (K = 1..N)
 # IDS: run that list of test ids (in its order) in place of the planned shard K, e.g. the ids an
-# earlier shard failed or did not reach (kernels/gpu-rerun.ids).
+# earlier shard failed or did not reach.
 k=$1; n=$2; limit=$3; given=$4
 root=$PWD
 export PYTHONPATH=$root/kernels:$root/tests/kernels:$root/plugin:$PYTHONPATH PYTHONUNBUFFERED=1

@@ -43,7 +43,9 @@ def _run_key(path: str) -> tuple[str, int]:
 
 def recorded(patterns: list[str]) -> tuple[dict[str, float], set[str]]:
     """Each test id's time in the newest run the patterns match (by the file names' date and
-    pass number), and the ids that failed or errored there."""
+    pass number), and the ids that failed or errored there. The run's files are read in name
+    order and an id's last case counts: a re-run shard (shard2 re-running shard1's failures)
+    clears a failure it passed."""
     files = sorted({f for p in patterns for f in glob.glob(p)})
     if not files:
         return {}, set()
@@ -52,9 +54,14 @@ def recorded(patterns: list[str]) -> tuple[dict[str, float], set[str]]:
     for f in files:
         if _run_key(f) == newest:
             for case in ET.parse(f).getroot().iter("testcase"):
-                times[_node_id(case)] = float(case.get("time", 0))
+                if case.get("classname") is None:  # the case a cut run was stopped in
+                    continue
+                node = _node_id(case)
+                times[node] = float(case.get("time", 0))
                 if case.find("failure") is not None or case.find("error") is not None:
-                    failed.add(_node_id(case))
+                    failed.add(node)
+                else:
+                    failed.discard(node)
     return times, failed
 
 

@@ -48,6 +48,31 @@ def test_shards_balance_the_recorded_times_longest_first(tmp_path: Path, script:
     assert max(totals) - min(totals) <= max(est.values())
 
 
+def test_a_rerun_shard_clears_the_failures_it_passed(tmp_path: Path, script: Any) -> None:
+    g = script(PLANNER)
+    first = {"test_a[0]": 5.0, "test_a[1]": 6.0, "test_a[2]": 7.0}
+    _xml(
+        tmp_path / "gpu-2026-12-05-h100-issue14-pass21-shard1.xml",
+        first,
+        ("test_a[0]", "test_a[1]"),
+    )
+    # shard 2 re-ran test_a[1] (passed, faster) and a test shard 1 did not reach
+    _xml(
+        tmp_path / "gpu-2026-12-05-h100-issue14-pass21-shard2.xml",
+        {"test_a[1]": 2.0, "test_b": 3.0},
+    )
+    # the case a run cut by its limit was stopped in has no class name: not an id
+    cut = tmp_path / "gpu-2026-12-05-h100-issue14-pass21-shard3.xml"
+    cut.write_text(
+        '<testsuites><testsuite name="pytest"><testcase time="0.001"/></testsuite></testsuites>'
+    )
+    rec, failed = g.recorded([str(tmp_path / "gpu-*-shard*.xml")])
+    node = "tests/kernels/test_x_gpu.py::"
+    assert failed == {node + "test_a[0]"}
+    assert rec == {node + "test_a[0]": 5.0, node + "test_a[1]": 2.0, node + "test_a[2]": 7.0,
+                   node + "test_b": 3.0}  # fmt: skip
+
+
 def test_shard_out_of_range_is_refused(tmp_path: Path, script: Any) -> None:
     g = script(PLANNER)
     ids = tmp_path / "ids"
