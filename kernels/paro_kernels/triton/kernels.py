@@ -344,6 +344,15 @@ def _e4m3_round(v):
 
 
 @triton.jit
+def _e4m3_pack(b, floor, sb):
+    """The e4m3 byte of the fp32 bits b of a value on the e4m3 normal grid: the exponent rebiased
+    (127 -> 7) with 3 mantissa bits, raised to `floor` (what stands for values under 2^-6), and
+    the sign of the fp32 bits sb."""
+    mag = tl.maximum(((b & 0x7FFFFFFF) - (120 << 23)) >> 20, floor)
+    return (mag | ((sb >> 24) & 0x80)).to(tl.uint8).to(tl.float8e4nv, bitcast=True)
+
+
+@triton.jit
 def _e4m3_from_grid(v, sgn=None):
     """e4m3 of fp32 v on the e4m3 grid (|v| <= 448, subnormals too), built from v's bits; the
     sign from `sgn` when given (the unrounded value: a negative that rounds to zero is -0).
@@ -357,10 +366,7 @@ def _e4m3_from_grid(v, sgn=None):
     """
     b = v.to(tl.int32, bitcast=True)
     k = (tl.abs(v) * 512.0 + RNE_MAGIC).to(tl.int32, bitcast=True) - 0x4B400000
-    mag = tl.maximum(((b & 0x7FFFFFFF) - (120 << 23)) >> 20, tl.minimum(k, 8))
-    if sgn is not None:
-        b = sgn.to(tl.int32, bitcast=True)
-    return (mag | ((b >> 24) & 0x80)).to(tl.uint8).to(tl.float8e4nv, bitcast=True)
+    return _e4m3_pack(b, tl.minimum(k, 8), b if sgn is None else sgn.to(tl.int32, bitcast=True))
 
 
 @triton.jit
@@ -469,8 +475,7 @@ def _e4m3_exact(v):
     sign; v = 0 (fp32 bits 0) goes negative before the max and ends 0x00.
     """
     b = v.to(tl.float32).to(tl.int32, bitcast=True)
-    mag = tl.maximum(((b & 0x7FFFFFFF) - (120 << 23)) >> 20, 0)
-    return (mag | ((b >> 24) & 0x80)).to(tl.uint8).to(tl.float8e4nv, bitcast=True)
+    return _e4m3_pack(b, 0, b)
 
 
 @triton.jit
