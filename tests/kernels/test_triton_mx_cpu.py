@@ -362,7 +362,6 @@ try:
     w8["refused"] = ""
 except ValueError as err:
     w8["refused"] = str(err)
-w8["served_off"] = not mx_host.w8_ok(4096, "fp8", False)  # W8 is off until measured
 out["w8"] = w8
 xs = torch.tensor([[7e4, -7e4, 1.0, -2.0, 3.0, 4.0, 5.0, 6.0]], dtype=torch.bfloat16)
 out["pair_sat"] = mx_decode_host.pair_fp16(xs)[0, 0].tolist()
@@ -456,7 +455,29 @@ def test_interpreter_w8_refuses_a_layer_past_the_fold(interp_results: dict) -> N
     res = interp_results["w8"]
     assert res["refused"].startswith("weight: expected every nonzero block within 11 binades")
     assert "span 12" in res["refused"], res
-    assert res["served_off"], res
+
+
+def test_w8_route_dispatch_follows_the_measurement() -> None:
+    # The twenty-second pass's H100 measurement (mx_host's W8 note): the 8-bit route serves fp8
+    # bf16 layers on NVIDIA from M = 64, rotated ones (MXFP4-PARO) from M = 96 where every plane
+    # is at least W8_ROT_MIN_PLANE wide (qkv's 512-column planes lost to the dequant path).
+    from paro_kernels.triton import mx_decode_host
+
+    ok = mx_host.w8_ok
+    assert mx_host.W8 and mx_host.W8_MIN_M == 64
+    assert ok(64, "fp8", False) and not ok(63, "fp8", False)
+    assert not ok(4096, "fp8", True) and not ok(4096, "a16", False)  # gfx1201; 16-bit layers
+    assert not ok(4096, "fp8", False, torch.float16)  # cuBLASLt's rowwise epilogue writes bf16
+    assert not ok(95, "fp8", False, rot_plane=8704) and ok(96, "fp8", False, rot_plane=8704)
+    assert not ok(4096, "fp8", False, rot_plane=512) and ok(4096, "fp8", False, rot_plane=2048)
+    assert mx_host.narrowest_plane(7168, (6144, 6656)) == 512
+    assert mx_host.narrowest_plane(5120, ()) == 5120
+    served = mx_decode_host.served_act
+    # 27B qkv at M = 2048: the 8-bit route unrotated, the dequant path (16-bit x) for PARO
+    assert served(2048, "fp8", False, 7168, (6144, 6656)) == "fp8"
+    assert served(2048, "fp8", False, 7168, (6144, 6656), rot=True) == "a16"
+    assert served(2048, "fp8", False, 17408, (8704,), rot=True) == "fp8"  # gate_up
+    assert served(80, "fp8", False, 17408, (8704,), rot=True) == "a16"  # below W8_ROT_MIN_M
 
 
 @pytest.mark.parametrize("case", INTERP_CASES, ids=[c[0] for c in INTERP_CASES])

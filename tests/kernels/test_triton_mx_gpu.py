@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -45,12 +46,14 @@ def _x(m: int, k: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
     return torch.randn(m, k, generator=torch.Generator().manual_seed(m * 7 + k)).to(dtype)
 
 
-def _served(act: str, m: int, n: int, bounds: tuple[int, ...] = ()) -> str:
+def _served(act: str, m: int, n: int, bounds: tuple[int, ...] = (), rot: bool = False,
+            w: Any = None) -> str:  # fmt: skip
     """The activations an M-row call is served on: decode rows take 16-bit ones (to M = 16 on
-    the mma GEMV where it takes the layer)."""
+    the mma GEMV where it takes the layer; w: the layer's MxWeight, for the 8-bit route's fold)."""
     from paro_kernels.triton import host, mx_decode_host
 
-    return mx_decode_host.served_act(m, act, host._is_hip(), n, bounds)  # type: ignore[arg-type]
+    hip = host._is_hip()
+    return mx_decode_host.served_act(m, act, hip, n, bounds, rot, w)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("act", ["fp8", "a16"])
@@ -64,7 +67,7 @@ def test_mxfp4_linear_matches_fp64_reference(case: tuple[int, int], m: int, act:
     bias = torch.randn(n, dtype=torch.bfloat16) if m % 2 else None
     y = mx_ops.linear(prep, x.cuda(), None if bias is None else bias.cuda(), act)
     assert y.shape == (m, n) and y.dtype == torch.bfloat16
-    r = fp8_linear_ref(x, w) if _served(act, m, n) == "fp8" else x.double() @ w.t()
+    r = fp8_linear_ref(x, w) if _served(act, m, n, w=prep.weight) == "fp8" else x.double() @ w.t()
     if bias is not None:
         r = r + bias.double()
     assert rel(y, r) <= BF16_FLOOR
@@ -131,7 +134,7 @@ def test_paro_merged_matches_fp64_reference(
         assert rel(y, plane_ref(a, s, w, prep.bounds)) <= BF16_FLOOR, fused  # GEMM on its own A
         assert rel(y, paro_ref(x, w, runs, g, act)) <= (1e-2 if act == "fp8" else BF16_FLOOR)
     linear = mx_host.mx_linear(prep, x.cuda(), None, act)  # type: ignore[arg-type]
-    served = _served(act, m, n, prep.bounds)
+    served = _served(act, m, n, prep.bounds, True, prep.weight)
     # prefill rows: the rotated W' in bf16 (`mx_dequant`), its floor as the int4 dequant's
     floor = BF16_W_FLOOR if m >= mx_host.DEQUANT_MIN_M else BF16_FLOOR
     assert rel(linear, paro_ref(x, w, runs, g, served)) <= (1e-2 if served == "fp8"
@@ -151,7 +154,8 @@ def test_exponent_range_of_a_checkpoint_and_beyond(m: int) -> None:
     y16 = mx_host.mx_linear(prep, x.cuda(), None, "a16")
     assert rel(y16, x.double() @ w.t()) <= BF16_FLOOR
     y8 = mx_host.mx_linear(prep, x.cuda(), None, "fp8")
-    want = fp8_linear_ref(x, w) if _served("fp8", m, n) == "fp8" else x.double() @ w.t()
+    served = _served("fp8", m, n, w=prep.weight)
+    want = fp8_linear_ref(x, w) if served == "fp8" else x.double() @ w.t()
     assert rel(y8, want) <= BF16_FLOOR
     y_gemm = mx_host.mx_linear(prep, x.cuda(), None, "fp8", path="gemm")
     assert rel(y_gemm, fp8_linear_ref(x, w)) <= BF16_FLOOR
@@ -401,8 +405,9 @@ def test_dequant_matches_fp64(k: int, sizes: list[int], g: int, dtype: torch.dty
         x = _x(m, k, dtype)
         bias = torch.randn(n).to(dtype)
         y = mx_host.mx_linear(prep, x.cuda(), bias.cuda(), "fp8")
-        served = _served("fp8", m, n, prep.bounds)
-        w8 = mx_host.w8_ok(m, "fp8", False, dtype, prep.weight)  # the 8-bit route, once on
+        served = _served("fp8", m, n, prep.bounds, bool(g), prep.weight)
+        plane = mx_host.narrowest_plane(n, prep.bounds) if g else 0
+        w8 = mx_host.w8_ok(m, "fp8", False, dtype, prep.weight, plane)  # the 8-bit route
         assert y.dtype == dtype and served == ("fp8" if w8 else "a16")
         if w8:
             r = paro_ref(x, w, runs, g, "fp8") if g else fp8_linear_ref(x, w)

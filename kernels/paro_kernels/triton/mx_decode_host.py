@@ -26,7 +26,16 @@ import torch
 
 from .._contract import require
 from . import fast_host, host
-from .mx_host import ActMode, MxWeight, _align, _block_n, check_gemm, dequant_ok, w8_ok
+from .mx_host import (
+    ActMode,
+    MxWeight,
+    _align,
+    _block_n,
+    check_gemm,
+    dequant_ok,
+    narrowest_plane,
+    w8_ok,
+)
 
 # H200 (BENCH.md seventh pass, run 1; sweep over qkv and gate_up at M = 1, 2, 4, 24 configs,
 # the 3d7c87d kernel beside each): the least summed time is 128 columns, 4 warps, 16 programs
@@ -76,15 +85,17 @@ def gemv_ok(m: int, hip: bool) -> bool:
     return GEMV and m <= GEMV_MAX_M and (GEMV_HIP or not hip)
 
 
-def served_act(m: int, act: ActMode, hip: bool, n: int = 0,
-               bounds: tuple[int, ...] = ()) -> ActMode:  # fmt: skip
+def served_act(m: int, act: ActMode, hip: bool, n: int = 0, bounds: tuple[int, ...] = (),
+               rot: bool = False, w: MxWeight | None = None) -> ActMode:  # fmt: skip
     """The activations an M-row call of an `act` layer (N columns, plane `bounds`) is served
     on: decode rows take 16-bit ones on NVIDIA, where it was measured (the mma GEMV's to M = 16
     where it takes the layer, the FMA GEMV's, or the GEMM's A16 up to A16_MAX_M), and so do
     prefill rows on the dequant path (`mx_host.dequant_ok`: the vendor GEMM on x itself) unless
-    the 8-bit vendor GEMM takes them (`mx_host.w8_ok`, for a bf16 layer in the e4m3 fold)."""
+    the 8-bit vendor GEMM takes them (`mx_host.w8_ok`, for a bf16 layer in the e4m3 fold; rot:
+    the layer is rotated, MXFP4-PARO; w: its weight, None to take the fold as given)."""
     mma = mma_ok(m, n, bounds, hip)
-    dq = dequant_ok(m, hip) and not w8_ok(m, act, hip)
+    plane = narrowest_plane(n, bounds) if rot and n else 0
+    dq = dequant_ok(m, hip) and not w8_ok(m, act, hip, w=w, rot_plane=plane)
     a16 = mma or gemv_ok(m, hip) or (not hip and m <= A16_MAX_M) or dq
     return "a16" if a16 else act
 

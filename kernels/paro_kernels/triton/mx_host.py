@@ -422,17 +422,36 @@ def dequant8(prep: Prepared, block_n: int = 0,
 # `torch._scaled_mm` rowwise per plane with fp32 accumulation. The same operands as the GEMM's fp8
 # mode, so the box's W4A8 numerics (gfx1201's fp8 WMMA), where the dequant path serves 16-bit
 # activations. cuBLASLt's rowwise epilogue writes bf16: bf16 layers only (forced on fp16, the
-# output is cast). Not yet timed on the GPU: off until kernels/device49.sh measures it (int4's
-# w8 route: 1.18-1.21x cuBLAS bf16 at M = 2048, against its bf16 dequant path's 0.75-0.79x).
-W8 = False
-W8_MIN_M = 256  # int4's measured crossover (fast_host.W8_MIN_M); to be measured for MXFP4
+# output is cast).
+# Twenty-second pass, measured (H100, `bash kernels/device49.sh 0 300` and `... 0 200 64,96,128`:
+# kernels/bench-2026-12-05-h100-issue14-pass22-mx-prefill{,-small}.json, us, the route / as
+# served before, 27B TP=2 shapes; the w8 output within 8.2e-4 of the GEMM's fp8 mode):
+# - MXFP4 (no rotation) wins on every shape at every M measured, 64..8192: M = 64 qkv 63.6 / 74.0,
+#   gate_up 143 / 195; M = 2048 qkv 182 / 240, gate_up 407 / 622, down 242 / 303, in_proj 208 /
+#   277 (cuBLAS bf16 213 / 475 / 226 / 215); M = 8192 gate_up 1296 / 2105 (cuBLAS 2033).
+# - MXFP4-PARO, one activation pass a plane: wins where the planes are wide, from M = 96 (M = 2048
+#   gate_up 537 / 657, down 286 / 321, in_proj (6144 + 2048) 289 / 305; M = 96 in_proj 92 / 119,
+#   gate_up 150 / 238), at M = 8192 in_proj ties (996 / 995); loses at M = 64 on in_proj (91 / 81,
+#   the GEMM) and on qkv's 512-column planes from M = 2048 (322 / 265, 1057 / 847; ties at 96-256).
+W8 = True
+W8_MIN_M = 64
+W8_ROT_MIN_M = 96
+W8_ROT_MIN_PLANE = 2048  # columns of the narrowest plane of a rotated layer
+
+
+def narrowest_plane(n: int, bounds: tuple[int, ...]) -> int:
+    """Columns of the narrowest plane of an N-column layer split at `bounds`."""
+    return min(hi - lo for lo, hi in itertools.pairwise((0, *bounds, n)))
 
 
 def w8_ok(m: int, act: str, hip: bool, dtype: torch.dtype = torch.bfloat16,
-          w: MxWeight | None = None) -> bool:  # fmt: skip
+          w: MxWeight | None = None, rot_plane: int = 0) -> bool:  # fmt: skip
     """Whether an M-row call of an `act` layer is served on `w8_linear` (w: its weight, whose
-    block spans must sit in the e4m3 fold and N on the 8-bit GEMM's multiple of 16)."""
+    block spans must sit in the e4m3 fold and N on the 8-bit GEMM's multiple of 16; rot_plane:
+    for a rotated layer (MXFP4-PARO), the columns of its narrowest plane, 0 unrotated)."""
     fits = w is None or (w.fold_ok(0) and w.n % 16 == 0)
+    if rot_plane:
+        fits = fits and m >= W8_ROT_MIN_M and rot_plane >= W8_ROT_MIN_PLANE
     return W8 and not hip and act == "fp8" and dtype == torch.bfloat16 and m >= W8_MIN_M and fits
 
 
@@ -525,7 +544,8 @@ def mx_linear(
     MXFP4-PARO on the paired prologue, NVFP4 -> MXFP4 on x), else the FMA GEMV (`gemv_ok`),
     and a few more rows the GEMM on them (`served_act`); prefill from DEQUANT_MIN_M rows the
     layer dequantized (`mx_dequant`, the rotation folded in) + the vendor GEMM on x itself;
-    W8 (bf16 fp8 layers from W8_MIN_M rows): `w8_linear`, the 8-bit vendor GEMM.
+    W8 (bf16 fp8 layers from W8_MIN_M rows, rotated ones with wide planes from W8_ROT_MIN_M):
+    `w8_linear`, the 8-bit vendor GEMM.
     `path` ("mma" | "gemv" | "gemm" | "dequant" | "w8") forces the kernel and `act` the GEMM's
     activations (the bench's forced paths)."""
     from . import fast_host, mx_decode_host
@@ -548,12 +568,14 @@ def mx_linear(
         else:
             (a,) = activations(prep, x, "a16")
         return mx_decode_host.mx_gemv(a, prep.weight, prep.bounds, x.dtype, bias)
-    if path == "w8" or (path is None and w8_ok(m, act, hip, x.dtype, prep.weight)):
+    rot_plane = narrowest_plane(prep.weight.n, prep.bounds) if rh is not None else 0
+    if path == "w8" or (path is None and w8_ok(m, act, hip, x.dtype, prep.weight, rot_plane)):
         return w8_linear(prep, x, bias)
     if path == "dequant" or (path is None and dequant_ok(m, hip)):
         return fast_host.dequant_linear(x, mx_dequant(prep, x.dtype).t(), bias)
     if path is None:
-        act = mx_decode_host.served_act(m, act, hip, prep.weight.n, prep.bounds)
+        act = mx_decode_host.served_act(m, act, hip, prep.weight.n, prep.bounds,
+                                          rot_plane > 0, prep.weight)  # fmt: skip
     ops = activations(prep, x, act)
     a, a_scale = ops[0], (ops[1] if len(ops) > 1 else None)
     return mx_gemm(a, a_scale, prep.weight, prep.bounds, x.dtype, bias)
