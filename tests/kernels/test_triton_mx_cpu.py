@@ -478,6 +478,7 @@ def test_w8_route_dispatch_follows_the_measurement() -> None:
     assert served(2048, "fp8", False, 7168, (6144, 6656), rot=True) == "a16"
     assert served(2048, "fp8", False, 17408, (8704,), rot=True) == "fp8"  # gate_up
     assert served(80, "fp8", False, 17408, (8704,), rot=True) == "a16"  # below W8_ROT_MIN_M
+    assert served(2048, "fp8", False, 5120, dtype=torch.float16) == "a16"  # the dequant path
 
 
 @pytest.mark.parametrize("case", INTERP_CASES, ids=[c[0] for c in INTERP_CASES])

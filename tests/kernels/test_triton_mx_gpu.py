@@ -47,13 +47,14 @@ def _x(m: int, k: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
 
 
 def _served(act: str, m: int, n: int, bounds: tuple[int, ...] = (), rot: bool = False,
-            w: Any = None) -> str:  # fmt: skip
+            w: Any = None, dtype: torch.dtype = torch.bfloat16) -> str:  # fmt: skip
     """The activations an M-row call is served on: decode rows take 16-bit ones (to M = 16 on
-    the mma GEMV where it takes the layer; w: the layer's MxWeight, for the 8-bit route's fold)."""
+    the mma GEMV where it takes the layer; w: the layer's MxWeight, for the 8-bit route's fold,
+    which takes bf16 x only)."""
     from paro_kernels.triton import host, mx_decode_host
 
     hip = host._is_hip()
-    return mx_decode_host.served_act(m, act, hip, n, bounds, rot, w)  # type: ignore[arg-type]
+    return mx_decode_host.served_act(m, act, hip, n, bounds, rot, w, dtype)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("act", ["fp8", "a16"])
@@ -405,7 +406,7 @@ def test_dequant_matches_fp64(k: int, sizes: list[int], g: int, dtype: torch.dty
         x = _x(m, k, dtype)
         bias = torch.randn(n).to(dtype)
         y = mx_host.mx_linear(prep, x.cuda(), bias.cuda(), "fp8")
-        served = _served("fp8", m, n, prep.bounds, bool(g), prep.weight)
+        served = _served("fp8", m, n, prep.bounds, bool(g), prep.weight, dtype)
         plane = mx_host.narrowest_plane(n, prep.bounds) if g else 0
         w8 = mx_host.w8_ok(m, "fp8", False, dtype, prep.weight, plane)  # the 8-bit route
         assert y.dtype == dtype and served == ("fp8" if w8 else "a16")

@@ -86,16 +86,18 @@ def gemv_ok(m: int, hip: bool) -> bool:
 
 
 def served_act(m: int, act: ActMode, hip: bool, n: int = 0, bounds: tuple[int, ...] = (),
-               rot: bool = False, w: MxWeight | None = None) -> ActMode:  # fmt: skip
+               rot: bool = False, w: MxWeight | None = None,
+               dtype: torch.dtype = torch.bfloat16) -> ActMode:  # fmt: skip
     """The activations an M-row call of an `act` layer (N columns, plane `bounds`) is served
     on: decode rows take 16-bit ones on NVIDIA, where it was measured (the mma GEMV's to M = 16
     where it takes the layer, the FMA GEMV's, or the GEMM's A16 up to A16_MAX_M), and so do
     prefill rows on the dequant path (`mx_host.dequant_ok`: the vendor GEMM on x itself) unless
     the 8-bit vendor GEMM takes them (`mx_host.w8_ok`, for a bf16 layer in the e4m3 fold; rot:
-    the layer is rotated, MXFP4-PARO; w: its weight, None to take the fold as given)."""
+    the layer is rotated, MXFP4-PARO; w: its weight, None to take the fold as given; dtype:
+    x's)."""
     mma = mma_ok(m, n, bounds, hip)
     plane = narrowest_plane(n, bounds) if rot and n else 0
-    dq = dequant_ok(m, hip) and not w8_ok(m, act, hip, w=w, rot_plane=plane)
+    dq = dequant_ok(m, hip) and not w8_ok(m, act, hip, dtype, w, plane)
     a16 = mma or gemv_ok(m, hip) or (not hip and m <= A16_MAX_M) or dq
     return "a16" if a16 else act
 

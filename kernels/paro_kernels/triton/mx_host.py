@@ -575,7 +575,7 @@ def mx_linear(
         return fast_host.dequant_linear(x, mx_dequant(prep, x.dtype).t(), bias)
     if path is None:
         act = mx_decode_host.served_act(m, act, hip, prep.weight.n, prep.bounds,
-                                          rot_plane > 0, prep.weight)  # fmt: skip
+                                          rot_plane > 0, prep.weight, x.dtype)  # fmt: skip
     ops = activations(prep, x, act)
     a, a_scale = ops[0], (ops[1] if len(ops) > 1 else None)
     return mx_gemm(a, a_scale, prep.weight, prep.bounds, x.dtype, bias)
