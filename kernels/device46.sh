@@ -13,12 +13,16 @@ export PYTHONPATH=$(echo /tmp/gl/gemlite-*):$root/kernels:$root/tests/kernels:$r
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,driver_version --format=csv,noheader
 skip=path-w4a8-int8-a8,path-gemv-blocks,path-mma,path-w8-fp8,path-w8-int8,path-dequant
+# Two calls in one command write two files: a second bench14.json would overwrite the first
+# (2026-12-05: one run's 8B prefill cells lost so), so a later call takes bench14-2.json, ...
+tag=""; i=1
+while [ -e "$OUT/bench14$tag.json" ]; do i=$((i + 1)); tag="-$i"; done
 cd kernels
-timeout $((budget + 150)) python3 -m paro_kernels.bench14 --out "$OUT/bench14.json" \
+timeout $((budget + 150)) python3 -m paro_kernels.bench14 --out "$OUT/bench14$tag.json" \
   --shapes "$shapes" --ms "$ms" --budget-s "$budget" --no-check --skip "$skip" \
-  --gemlite-config "$root/kernels/gemlite-h200.json" > "$OUT/bench14.log" 2>&1
-echo "rc $?"
+  --gemlite-config "$root/kernels/gemlite-h200.json" > "$OUT/bench14$tag.log" 2>&1
+echo "rc $? ($OUT/bench14$tag.json)"
 cp "$root/kernels/gemlite-h200.json" "$OUT/"
-grep -E "^\S+ M=\S+ (ours|cublas|int4pack|gemlite|fp8)" "$OUT/bench14.log" | grep -E "M=(1|16|2048) " \
+grep -E "^\S+ M=\S+ (ours|cublas|int4pack|gemlite|fp8)" "$OUT/bench14$tag.log" | grep -E "M=(1|16|2048) " \
   | cut -c1-90 | tail -60
-grep -iE "error|not_run" "$OUT/bench14.log" | sort | uniq -c | head -5
+grep -iE "error|not_run" "$OUT/bench14$tag.log" | sort | uniq -c | head -5
