@@ -49,7 +49,10 @@ def prepare(
     from paro_kernels.triton import mx_host
 
     act = dtype if dtype in mx_host.A16_DTYPES else torch.bfloat16
-    return mx_host.prepare(weight, weight_scale, rotations, group_size, weight.device, act)
+    prep = mx_host.prepare(weight, weight_scale, rotations, group_size, weight.device, act)
+    if weight.is_cuda:  # the prefill routes' scratch at its size now, not inside a graph capture
+        mx_host.reserve_scratch(prep, act)
+    return prep
 
 
 def apply(

@@ -373,7 +373,8 @@ class NvFp4MxFp4LinearMethod(compat.LinearMethodBase):
             why = mx_triton_backend.supported(act, layer.paro_partition_sizes, 0)
             if why is not None:
                 raise ValueError(f"paro-vllm: {prefix}: PARO_BACKEND=triton: {why}")
-            layer.paro_mx = mx_triton_backend.prepare(weight, scale)
+            dtype = getattr(layer, "params_dtype", None) or torch.bfloat16  # the scratch's
+            layer.paro_mx = mx_triton_backend.prepare(weight, scale, dtype=dtype)
             kernel_cache.record(
                 kernel_cache.Layer(METHOD, tuple(layer.paro_partition_sizes), weight.shape[1] * 2,
                                    4, 0, getattr(layer, "bias", None) is not None),

@@ -363,6 +363,23 @@ try:
 except ValueError as err:
     w8["refused"] = str(err)
 out["w8"] = w8
+# reserve_scratch at load: the prefill routes' scratch at its size for the layer, so that the
+# routes' own requests (the dequant path's W', the 8-bit route's codes and scales) grow nothing
+# later (a CUDA graph keeps the old buffer's address); only the routes the layer can take.
+reserve = {}
+for name, rotated, dt in (("plain", False, "bfloat16"), ("paro", True, "bfloat16"),
+                          ("plain_fp16", False, "float16")):  # fmt: skip
+    fast_host._WS.clear()
+    dtype = getattr(torch, dt)
+    n, weight, scale, runs, prep = case_layer(256, [256, 128], 7, 7, rotated, 128, dtype)
+    mx_host.reserve_scratch(prep, dtype)
+    held = dict(fast_host._WS)
+    mx_host.mx_dequant(prep, dtype)
+    mx_host.dequant8(prep)
+    reserve[name] = {"kinds": sorted(key[0] for key in held),
+                     "kept": all(fast_host._WS[key] is buf for key, buf in held.items()),
+                     "sizes": {key[0]: buf.numel() for key, buf in held.items()}, "nk": n * 256}
+out["reserve"] = reserve
 xs = torch.tensor([[7e4, -7e4, 1.0, -2.0, 3.0, 4.0, 5.0, 6.0]], dtype=torch.bfloat16)
 out["pair_sat"] = mx_decode_host.pair_fp16(xs)[0, 0].tolist()
 print(json.dumps(out))
@@ -455,6 +472,18 @@ def test_interpreter_w8_refuses_a_layer_past_the_fold(interp_results: dict) -> N
     res = interp_results["w8"]
     assert res["refused"].startswith("weight: expected every nonzero block within 11 binades")
     assert "span 12" in res["refused"], res
+
+
+def test_interpreter_reserve_scratch_leaves_nothing_to_grow(interp_results: dict) -> None:
+    # Each layer reserves, at load, what its prefill routes write: the dequant path's W' always;
+    # the 8-bit route's codes and scales only where the layer can take that route (bf16, and for
+    # MXFP4-PARO planes of at least W8_ROT_MIN_PLANE columns: not this 256 + 128 one). Running the
+    # routes afterwards finds every reserved buffer big enough (the same tensor objects).
+    res = interp_results["reserve"]
+    assert res["plain"]["kinds"] == ["dequant_w", "w8_fp8", "w8_scale"], res
+    assert res["paro"]["kinds"] == res["plain_fp16"]["kinds"] == ["dequant_w"], res
+    for name, r in res.items():
+        assert r["kept"] and r["sizes"]["dequant_w"] >= r["nk"], (name, r)
 
 
 def test_w8_route_dispatch_follows_the_measurement() -> None:

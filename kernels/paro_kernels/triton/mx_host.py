@@ -457,6 +457,31 @@ def w8_ok(m: int, act: str, hip: bool, dtype: torch.dtype = torch.bfloat16,
     return W8 and not hip and act == "fp8" and dtype == torch.bfloat16 and m >= W8_MIN_M and fits
 
 
+def reserve_scratch(prep: Prepared, dtype: torch.dtype = torch.bfloat16) -> None:
+    """Grow, at load, the shared scratch this layer's prefill routes write to their size for it
+    (the dequant path's W' in `dtype`, the model's activation dtype; the 8-bit route's codes and
+    column scales where the layer can take that route), so that no later call grows them.
+
+    A CUDA graph keeps the addresses of the buffers its kernels wrote. A buffer that grows after
+    one batch size was captured is freed, and that graph's replays would write into freed memory.
+    Since the twenty-second pass one MXFP4-PARO model takes the dequant path at some M (every
+    layer at 65..95, thin-plane ones beyond) and the 8-bit route at others, so a profile run at
+    the largest M no longer grows the dequant scratch to its largest layer before the captures.
+    NVIDIA only (gfx1201 serves neither route)."""
+    from . import fast_host
+
+    w = prep.weight
+    if host._is_hip():
+        return
+    dev = w.qw.device
+    if DEQUANT:
+        fast_host._scratch("dequant_w", w.n * w.k, dtype, dev)
+    plane = narrowest_plane(w.n, prep.bounds) if prep.rot_hi is not None else 0
+    if w8_ok(1 << 30, "fp8", False, dtype, w, plane):  # the route at some M
+        fast_host._scratch("w8_fp8", w.n * w.k, torch.float8_e4m3fn, dev)
+        fast_host._scratch("w8_scale", w.n, torch.float32, dev)
+
+
 def _aligned(t: torch.Tensor) -> torch.Tensor:
     """t, or a copy of it where its data is not 16-byte aligned: cuBLASLt answers
     CUBLAS_STATUS_NOT_SUPPORTED for a rowwise scale vector that is not (H200, torch 2.11: a
