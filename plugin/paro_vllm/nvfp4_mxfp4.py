@@ -373,7 +373,8 @@ class NvFp4MxFp4LinearMethod(compat.LinearMethodBase):
             why = mx_triton_backend.supported(act, layer.paro_partition_sizes, 0)
             if why is not None:
                 raise ValueError(f"paro-vllm: {prefix}: PARO_BACKEND=triton: {why}")
-            dtype = getattr(layer, "params_dtype", None) or torch.bfloat16  # the scratch's
+            # the model's dtype: the dequant scratch reserved at load is in it
+            dtype = getattr(layer, "params_dtype", None) or torch.bfloat16
             layer.paro_mx = mx_triton_backend.prepare(weight, scale, dtype=dtype)
             kernel_cache.record(
                 kernel_cache.Layer(METHOD, tuple(layer.paro_partition_sizes), weight.shape[1] * 2,
