@@ -326,3 +326,28 @@ def test_gemv3_shipped_configs_by_size_and_bits() -> None:
     assert int5.split_k * -(-qkv[0] // 64) >= 8 * 132 > (int5.split_k - 1) * -(-qkv[0] // 64)
     # a given config wins over the shipped one
     assert dh.gemv3_config(1, *qkv[:2], 128, qkv[2], 132, block_n=32, bits=5).block_n == 32
+
+
+def test_scratch_that_a_graph_captured_outlives_its_growth(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A CUDA graph replays into the addresses it captured: a shared scratch buffer handed out
+    # during a capture stays alive when a later call grows it (or changes its dtype); one no
+    # capture used is dropped. The capture state is the one part faked here (no CUDA on CPU).
+    import torch
+    from paro_kernels.triton import fast_host
+
+    monkeypatch.setattr(fast_host, "_WS", {})
+    monkeypatch.setattr(fast_host, "_CAPTURED", set())
+    monkeypatch.setattr(fast_host, "_RETIRED", [])
+    cpu, f32 = torch.device("cpu"), torch.float32
+    first = fast_host._scratch("w", 10, f32, cpu)
+    grown = fast_host._scratch("w", 1 << 17, f32, cpu)
+    assert grown is not first and fast_host._RETIRED == []  # no capture used `first`
+    monkeypatch.setattr(fast_host, "_capturing", lambda device: True)
+    assert fast_host._scratch("w", 10, f32, cpu) is grown  # a capture uses it
+    monkeypatch.setattr(fast_host, "_capturing", lambda device: False)
+    bigger = fast_host._scratch("w", 1 << 18, f32, cpu)
+    assert bigger is not grown and len(fast_host._RETIRED) == 1
+    assert fast_host._RETIRED[0] is grown
+    recast = fast_host._scratch("w", 10, torch.float16, cpu)  # `bigger`: no capture used it
+    assert recast.dtype == torch.float16 and len(fast_host._RETIRED) == 1
+    assert not fast_host._capturing(cpu)  # the real check on a CPU device

@@ -79,15 +79,34 @@ class GemvConfig:
 
 
 _WS: dict[tuple[str, str], torch.Tensor] = {}
+# A CUDA graph keeps the addresses of the buffers its kernels used. A scratch buffer handed out
+# while a graph was being captured is never freed when it grows or changes dtype: it moves here,
+# so the graphs captured on it replay into live memory (vLLM captures one batch size after
+# another, with eager warm-up calls between them, and a route first taken at a later size may
+# grow a buffer an earlier graph uses).
+_CAPTURED: set[tuple[str, str]] = set()
+_RETIRED: list[torch.Tensor] = []
+
+
+def _capturing(device: torch.device) -> bool:
+    """Whether a CUDA graph is being captured on the current stream (never on a CPU build)."""
+    cuda = device.type == "cuda" and torch.cuda.is_available()
+    return cuda and torch.cuda.is_current_stream_capturing()
 
 
 def _scratch(kind: str, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A zeroed grow-only buffer of at least `numel` elements, one per (kind, device)."""
+    """A zeroed grow-only buffer of at least `numel` elements, one per (kind, device); one that
+    a graph capture used is kept alive (`_RETIRED`) when it is replaced."""
     key = (kind, str(device))
     buf = _WS.get(key)
     if buf is None or buf.numel() < numel or buf.dtype != dtype:
+        if buf is not None and key in _CAPTURED:
+            _RETIRED.append(buf)
+            _CAPTURED.discard(key)
         buf = torch.zeros(max(numel, 1 << 16), dtype=dtype, device=device)
         _WS[key] = buf
+    if _capturing(device):
+        _CAPTURED.add(key)
     return buf
 
 

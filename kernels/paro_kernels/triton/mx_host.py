@@ -462,12 +462,12 @@ def reserve_scratch(prep: Prepared, dtype: torch.dtype = torch.bfloat16) -> None
     (the dequant path's W' in `dtype`, the model's activation dtype; the 8-bit route's codes and
     column scales where the layer can take that route), so that no later call grows them.
 
-    A CUDA graph keeps the addresses of the buffers its kernels wrote. A buffer that grows after
-    one batch size was captured is freed, and that graph's replays would write into freed memory.
     Since the twenty-second pass one MXFP4-PARO model takes the dequant path at some M (every
-    layer at 65..95, thin-plane ones beyond) and the 8-bit route at others, so a profile run at
-    the largest M no longer grows the dequant scratch to its largest layer before the captures.
-    NVIDIA only (gfx1201 serves neither route)."""
+    layer at 65..95, thin-plane ones beyond) and the 8-bit route at others, so vLLM's profile run
+    at the largest M no longer grows the dequant scratch to its largest layer: the CUDA graph
+    captures after it would. `fast_host._scratch` keeps a captured buffer alive when it grows
+    (correct either way); sizing it here makes the memory part of the model's, before vLLM sizes
+    its KV cache, and leaves no retired copies. NVIDIA only (gfx1201 serves neither route)."""
     from . import fast_host
 
     w = prep.weight
