@@ -351,3 +351,18 @@ def test_scratch_that_a_graph_captured_outlives_its_growth(monkeypatch: pytest.M
     recast = fast_host._scratch("w", 10, torch.float16, cpu)  # `bigger`: no capture used it
     assert recast.dtype == torch.float16 and len(fast_host._RETIRED) == 1
     assert not fast_host._capturing(cpu)  # the real check on a CPU device
+
+
+def test_w8_prefill_route_follows_the_measurement() -> None:
+    # The twenty-third pass's H100 measurement (fast_host's W8_MIN_M note): W4A8 fp8 calls take
+    # the 8-bit vendor GEMM from the row after 128 (the A8 tile kernels' second 64-row band),
+    # int8 ones the dequant path from DEQUANT_MIN_M, W5A8 the same; gfx1201 the A8 kernels.
+    from paro_kernels.triton import fast_host
+
+    assert fast_host.W8_MIN_M == 129 and fast_host.DEQUANT_MIN_M == 256
+    for int5 in (False, True):
+        assert fast_host.a8_route(128, 128, int5, False, "fp8") is None
+        assert fast_host.a8_route(129, 128, int5, False, "fp8") == "w8"
+        assert fast_host.a8_route(200, 128, int5, False, "int8") is None
+        assert fast_host.a8_route(256, 128, int5, False, "int8") == "dequant"
+        assert fast_host.a8_route(4096, 128, int5, True, "fp8") is None

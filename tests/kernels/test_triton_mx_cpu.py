@@ -477,7 +477,7 @@ def test_interpreter_w8_refuses_a_layer_past_the_fold(interp_results: dict) -> N
 def test_interpreter_reserve_scratch_leaves_nothing_to_grow(interp_results: dict) -> None:
     # Each layer reserves, at load, what its prefill routes write: the dequant path's W' always;
     # the 8-bit route's codes and scales only where the layer can take that route (bf16, and for
-    # MXFP4-PARO planes of at least W8_ROT_MIN_PLANE columns: not this 256 + 128 one). Running the
+    # MXFP4-PARO planes of at least 2048 columns, `W8_ROT_PLANES`: not this 256 + 128 one). Running the
     # routes afterwards finds every reserved buffer big enough (the same tensor objects).
     res = interp_results["reserve"]
     assert res["plain"]["kinds"] == ["dequant_w", "w8_fp8", "w8_scale"], res
@@ -487,26 +487,34 @@ def test_interpreter_reserve_scratch_leaves_nothing_to_grow(interp_results: dict
 
 
 def test_w8_route_dispatch_follows_the_measurement() -> None:
-    # The twenty-second pass's H100 measurement (mx_host's W8 note): the 8-bit route serves fp8
-    # bf16 layers on NVIDIA from M = 64, rotated ones (MXFP4-PARO) from M = 96 where every plane
-    # is at least W8_ROT_MIN_PLANE wide (qkv's 512-column planes lost to the dequant path).
+    # The H100 measurements in mx_host's W8 notes: the 8-bit route serves fp8 bf16 layers on
+    # NVIDIA from M = 17 (past the decode GEMVs), rotated ones (MXFP4-PARO) from M = 17 where
+    # every plane is at least 4096 wide and from M = 96 where it is at least 2048 (in_proj's
+    # 2048-column plane lost to the GEMM at M = 24..64, qkv's 512-column planes to the dequant
+    # path at every M).
     from paro_kernels.triton import mx_decode_host
 
     ok = mx_host.w8_ok
-    assert mx_host.W8 and mx_host.W8_MIN_M == 64
-    assert ok(64, "fp8", False) and not ok(63, "fp8", False)
+    assert mx_host.W8 and mx_host.W8_MIN_M == mx_decode_host.MMA_MAX_M + 1 == 17
+    assert ok(17, "fp8", False) and not ok(16, "fp8", False)
     assert not ok(4096, "fp8", True) and not ok(4096, "a16", False)  # gfx1201; 16-bit layers
     assert not ok(4096, "fp8", False, torch.float16)  # cuBLASLt's rowwise epilogue writes bf16
-    assert not ok(95, "fp8", False, rot_plane=8704) and ok(96, "fp8", False, rot_plane=8704)
-    assert not ok(4096, "fp8", False, rot_plane=512) and ok(4096, "fp8", False, rot_plane=2048)
+    assert ok(17, "fp8", False, rot_plane=4096) and not ok(16, "fp8", False, rot_plane=8704)
+    assert not ok(95, "fp8", False, rot_plane=2048) and ok(96, "fp8", False, rot_plane=2048)
+    assert not ok(95, "fp8", False, rot_plane=4095) and ok(96, "fp8", False, rot_plane=4095)
+    assert not ok(4096, "fp8", False, rot_plane=512) and not ok(4096, "fp8", False, rot_plane=2047)
     assert mx_host.narrowest_plane(7168, (6144, 6656)) == 512
+    assert mx_host.narrowest_plane(8192, (6144,)) == 2048
     assert mx_host.narrowest_plane(5120, ()) == 5120
     served = mx_decode_host.served_act
     # 27B qkv at M = 2048: the 8-bit route unrotated, the dequant path (16-bit x) for PARO
     assert served(2048, "fp8", False, 7168, (6144, 6656)) == "fp8"
     assert served(2048, "fp8", False, 7168, (6144, 6656), rot=True) == "a16"
     assert served(2048, "fp8", False, 17408, (8704,), rot=True) == "fp8"  # gate_up
-    assert served(80, "fp8", False, 17408, (8704,), rot=True) == "a16"  # below W8_ROT_MIN_M
+    assert served(24, "fp8", False, 17408, (8704,), rot=True) == "fp8"  # wide planes from 17
+    # in_proj (6144 + 2048) at M = 80: the dequant path (16-bit x); at M = 40 the GEMM (fp8)
+    assert served(80, "fp8", False, 8192, (6144,), rot=True) == "a16"
+    assert served(40, "fp8", False, 8192, (6144,), rot=True) == "fp8"
     assert served(2048, "fp8", False, 5120, dtype=torch.float16) == "a16"  # the dequant path
 
 

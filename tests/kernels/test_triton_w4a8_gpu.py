@@ -169,11 +169,12 @@ def _a16_reference(x: torch.Tensor, parts, g: int, bits: int) -> torch.Tensor:  
 
 
 @pytest.mark.parametrize("bits", [4, 5])
-@pytest.mark.parametrize("m", [1, 2, 5, 9, 16, 1030])
+@pytest.mark.parametrize("m", [1, 2, 5, 9, 16, 200, 1030])
 def test_a16_bands_serve_w4a8(m: int, bits: int) -> None:
     # NVIDIA: the decode GEMVs (int4: the HFMA2 one at M = 1, the mma.sync one at M = 2..16;
-    # int5: the mma.sync one from fast_host.MMA_GEMV5_MIN_M, below it the HFMA2 one) and, from
-    # M = 256, fp8 calls the 8-bit vendor GEMM and int8 calls dequant + cuBLAS (int4, int5)
+    # int5: the mma.sync one from fast_host.MMA_GEMV5_MIN_M, below it the HFMA2 one) and, fp8
+    # calls from W8_MIN_M (129) the 8-bit vendor GEMM, int8 calls from DEQUANT_MIN_M (256)
+    # dequant + cuBLAS (int4, int5)
     # serve W4A8 in their bands (the 16-bit ones at the bf16 floor of the unquantized-activation
     # linear); elsewhere the A8 kernels.
     from paro_kernels.triton import fast_host, host
@@ -184,14 +185,14 @@ def test_a16_bands_serve_w4a8(m: int, bits: int) -> None:
     bb = bias(parts).cuda()  # type: ignore[union-attr]
     for fmt in ("int8", "fp8"):
         route = fast_host.a8_route(m, g, bits == 5, host._is_hip(), fmt, prep.bounds)
-        big = "w8" if fmt in fast_host.W8_FORMATS else "dequant"
+        w8 = fmt in fast_host.W8_FORMATS and m >= fast_host.W8_MIN_M
+        big = "w8" if w8 else "dequant" if m >= fast_host.DEQUANT_MIN_M else None
         small = "gemv" if m <= fast_host.GEMV_MAX_M and bits == 4 else "gemv3"  # int5: gemv3
         if bits == 5 and fast_host.INT5_H2 and m <= fast_host.H2_MAX_M:
             small = "gemv-h2"  # int5 decode at M <= 2: the HFMA2 GEMV (tenth pass)
         if fast_host.mma_gemv_ok(host._is_hip(), m, g, prep.bounds, bits):
             small = "gemv-mma"  # decode on the mma GEMV (int4 from M = 2, int5 from its min)
-        assert route == (None if host._is_hip() else big if m >= fast_host.DEQUANT_MIN_M
-                         else small), fmt  # fmt: skip
+        assert route == (None if host._is_hip() else big if m > 16 else small), fmt
         y = host.linear_a8(prep, x.cuda(), bb, fmt, "group", bits == 5)
         if route == "w8":
             want = reference_a8(x, parts, g, bits, fmt, "group")

@@ -435,10 +435,19 @@ def dequant8(prep: Prepared, block_n: int = 0,
 #   gate_up 537 / 657, down 286 / 321, in_proj (6144 + 2048) 289 / 305; M = 96 in_proj 92 / 119,
 #   gate_up 150 / 238), at M = 8192 in_proj ties (996 / 995); loses at M = 64 on in_proj (91 / 81,
 #   the GEMM) and on qkv's 512-column planes from M = 2048 (322 / 265, 1057 / 847; ties at 96-256).
+# Twenty-third pass, measured below M = 64 (H100, `bash kernels/device50.sh 200 100`: the
+# MXFP4 half, M = 16..48, kernels/bench-2026-12-05-h100-issue14-pass23-mx-small-m.json, us, the
+# route / the GEMM that served, same run): from M = 24 the route wins on every unrotated shape
+# (M = 24 qkv 69.3 / 73.2, gate_up 142 / 190, down 86 / 95, o_proj 34.3 / 37.0, in_proj 73.5 /
+# 73.5; M = 48 in_proj 72.4 / 74.6), so it serves from the row after the decode GEMVs' last
+# (M = 16: the mma GEMV's 11-35 us against the route's 34-140). Rotated, it wins from M = 24
+# where every plane is at least 4096 wide (M = 24..48 gate_up 152-154 / 193-198, down 90-92 /
+# 98-102, o_proj 37-38 / 40-41) and loses on in_proj's 2048-column plane (91-92 / 77-80) until
+# M = 96, where the GEMM's 64-row tiles give way to the dequant path (92 / 119).
 W8 = True
-W8_MIN_M = 64
-W8_ROT_MIN_M = 96
-W8_ROT_MIN_PLANE = 2048  # columns of the narrowest plane of a rotated layer
+W8_MIN_M = 17
+# (from M rows, the narrowest plane of a rotated layer at least this many columns): the route
+W8_ROT_PLANES = ((96, 2048), (17, 4096))
 
 
 def narrowest_plane(n: int, bounds: tuple[int, ...]) -> int:
@@ -453,7 +462,7 @@ def w8_ok(m: int, act: str, hip: bool, dtype: torch.dtype = torch.bfloat16,
     for a rotated layer (MXFP4-PARO), the columns of its narrowest plane, 0 unrotated)."""
     fits = w is None or (w.fold_ok(0) and w.n % 16 == 0)
     if rot_plane:
-        fits = fits and m >= W8_ROT_MIN_M and rot_plane >= W8_ROT_MIN_PLANE
+        fits = fits and any(m >= lo and rot_plane >= cols for lo, cols in W8_ROT_PLANES)
     return W8 and not hip and act == "fp8" and dtype == torch.bfloat16 and m >= W8_MIN_M and fits
 
 
@@ -462,8 +471,9 @@ def reserve_scratch(prep: Prepared, dtype: torch.dtype = torch.bfloat16) -> None
     (the dequant path's W' in `dtype`, the model's activation dtype; the 8-bit route's codes and
     column scales where the layer can take that route), so that no later call grows them.
 
-    Since the twenty-second pass one MXFP4-PARO model takes the dequant path at some M (every
-    layer at 65..95, thin-plane ones beyond) and the 8-bit route at others, so vLLM's profile run
+    Since the twenty-second pass one MXFP4-PARO model takes the dequant path at some M (its
+    layers with a plane under 4096 columns at 65..95, thin-plane ones beyond) and the 8-bit
+    route at others, so vLLM's profile run
     at the largest M no longer grows the dequant scratch to its largest layer: the CUDA graph
     captures after it would. `fast_host._scratch` keeps a captured buffer alive when it grows
     (correct either way); sizing it here makes the memory part of the model's, before vLLM sizes
@@ -571,7 +581,7 @@ def mx_linear(
     MXFP4-PARO on the paired prologue, NVFP4 -> MXFP4 on x), else the FMA GEMV (`gemv_ok`),
     and a few more rows the GEMM on them (`served_act`); prefill from DEQUANT_MIN_M rows the
     layer dequantized (`mx_dequant`, the rotation folded in) + the vendor GEMM on x itself;
-    W8 (bf16 fp8 layers from W8_MIN_M rows, rotated ones with wide planes from W8_ROT_MIN_M):
+    W8 (bf16 fp8 layers from W8_MIN_M rows, rotated ones by plane width, `W8_ROT_PLANES`):
     `w8_linear`, the 8-bit vendor GEMM.
     `path` ("mma" | "gemv" | "gemm" | "dequant" | "w8") forces the kernel and `act` the GEMM's
     activations (the bench's forced paths)."""
