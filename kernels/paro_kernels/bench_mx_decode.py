@@ -398,14 +398,17 @@ def prefill_cells(shapes: list[str], ms: list[int], reps: int, t0: float,
     `mx_dequant` alone (the layer to bf16, the rotation folded in for PARO). Sixteenth pass: the
     8-bit vendor GEMM route (`path="w8"`; its output against the GEMM's fp8 mode, the same
     operands), `dequant8` alone, and for MXFP4-PARO the dequant with the block scales folded
-    (DEQUANT_FOLD on: the path and the kernel alone; its W' against the per-block form's)."""
+    (DEQUANT_FOLD on: the path and the kernel alone; its W' against the per-block form's).
+    Twenty-third pass: at M <= 64 the decode chunks forced too (`path="chunks"`)."""
     from .triton import mx_host
 
     out: list[dict[str, Any]] = []
     not_run: list[str] = []
     for name, n, k, m, x, rot, label, preps, nbm in _mx_cells(shapes, ms, reps, t0, budget,
                                                                not_run, out):  # fmt: skip
-        out += _path_rows(name, m, x, label, preps, nbm, (None, "gemm", "dequant"), reps)
+        paths: tuple[str | None, ...] = (None, "gemm", "dequant")
+        out += _path_rows(name, m, x, label, preps, nbm, paths + (("chunks",) if m <= 64 else ()),
+                          reps)  # fmt: skip
         p0 = preps[0]
         y8, yg = (mx_host.mx_linear(p0, x, None, "fp8", path) for path in ("w8", "gemm"))
         err = f"{rel_rms(y8, yg):.1e}"

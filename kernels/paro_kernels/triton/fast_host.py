@@ -714,12 +714,13 @@ def a8_route(m: int, group_size: int, int5: bool, hip: bool, act_format: str = "
 # faster than the int8 route).
 # Twenty-third pass, measured below 256 (H100, `bash kernels/device50.sh 200 100`: the int4 half,
 # kernels/bench-2026-12-05-h100-issue14-pass23-int4-mid.json, every route forced, same run, us,
-# the route / the A8 tile kernels (W4A8 fp8) that served): from M = 192 the route wins on every
-# 27B shape (qkv 79.4 / 113.5, o_proj 42.8 / 42.1 ~ tie, gate_up 177.5 / 189.4, down 100.5 /
-# 102.8, in_proj 89.2 / 108.2); at M = 96..128 it is flat (73-161 us) while the tile kernels are
-# too, and they split the shapes (qkv 67 / 73, in_proj 64-69 / 83-84 against gate_up 167-173 /
-# 160); past 128 rows the tile kernels take a second 64-row tile band and double (qkv 68.6 at
-# 128, 116.8 at 192). So the route serves from the row after 128.
+# the route / the A8 tile kernels (W4A8 fp8) that served): at M = 192 the route wins on four of
+# the five 27B shapes and ties o_proj (qkv 79.4 / 113.5, gate_up 177.5 / 189.4, down 100.5 /
+# 102.8, in_proj 89.2 / 108.2, o_proj 42.8 / 42.1); at M = 96..128 the two split the shapes (the
+# tile kernels: qkv 70.1-71.6 / 73.4-73.8, in_proj 65.7-71.7 / 83.2-83.8, o_proj 39.9 / 40.8 at
+# 96; the route: gate_up 160.8-160.9 / 172.2-181.7, down 94.2 / 98.5-104.1); the route's time is
+# flat in M there while the tile kernels' third 64-row tile (M > 128) costs them 1.6x (qkv 71.6
+# at 128, 113.5 at 192). So the route serves from the row after 128.
 W8_MIN_M = 129
 W8_KIND = "fp8"
 W8_FORMATS = ("fp8",)  # the act formats whose calls take the 8-bit route

@@ -90,12 +90,13 @@ def served_act(m: int, act: ActMode, hip: bool, n: int = 0, bounds: tuple[int, .
                dtype: torch.dtype = torch.bfloat16) -> ActMode:  # fmt: skip
     """The activations an M-row call of an `act` layer (N columns, plane `bounds`) is served
     on: decode rows take 16-bit ones on NVIDIA, where it was measured (the mma GEMV's to M = 16
-    where it takes the layer, the FMA GEMV's, or the GEMM's A16 up to A16_MAX_M), and so do
+    where it takes the layer, and its chunks to MMA_CHUNK_MAX_M, the FMA GEMV's, or the GEMM's
+    A16 up to A16_MAX_M), and so do
     prefill rows on the dequant path (`mx_host.dequant_ok`: the vendor GEMM on x itself) unless
     the 8-bit vendor GEMM takes them (`mx_host.w8_ok`, for a bf16 layer in the e4m3 fold; rot:
     the layer is rotated, MXFP4-PARO; w: its weight, None to take the fold as given; dtype:
     x's)."""
-    mma = mma_ok(m, n, bounds, hip)
+    mma = mma_ok(m, n, bounds, hip) or chunks_ok(m, n, bounds, hip)
     plane = narrowest_plane(n, bounds) if rot and n else 0
     dq = dequant_ok(m, hip) and not w8_ok(m, act, hip, dtype, w, plane)
     a16 = mma or gemv_ok(m, hip) or (not hip and m <= A16_MAX_M) or dq
@@ -224,6 +225,28 @@ def mma_ok(m: int, n: int, bounds: tuple[int, ...], hip: bool) -> bool:
     boundary a multiple of 32 (an mma's 32 columns read one plane's activations)."""
     return (MMA and not hip and not host._interpreted() and MMA_MIN_M <= m <= MMA_MAX_M
             and n % 4 == 0 and all(b % 32 == 0 for b in bounds))  # fmt: skip
+
+
+# Twenty-third pass: M = MMA_MAX_M + 1 .. MMA_CHUNK_MAX_M on the mma GEMV in MMA_MAX_M-row
+# chunks, each chunk its own call (`mx_host.mx_linear`, path "chunks"; the last chunk takes the
+# path of its own rows). Past M = 16 the MXFP4 GEMM's 64-row tiles and the 8-bit route served,
+# about 4x slower a call than the mma GEMV at 16 rows: H100, `bash kernels/device50.sh 200 100`
+# (kernels/bench-2026-12-05-h100-issue14-pass23-mx-small-m.json, same run, us, as served at
+# M = 16 / the best path at M = 24), MXFP4: qkv 17.9 / 69.3, o_proj 11.2 / 34.3, gate_up 35.4 /
+# 142, down 21.6 / 86.4, in_proj 20.2 / 73.5; MXFP4-PARO: 25.2 / 79.8, 15.0 / 37.3, 40.8 / 154,
+# 25.7 / 90.6, 25.4 / 77.4. Two chunks cost two such calls (graph-replayed calls add) and a copy
+# of the output rows: at most 0.49-0.66x (MXFP4) and 0.53-0.80x (PARO) the best path's time at
+# M = 24 and 32, from the parts' times; at 48 rows (three chunks) PARO o_proj would lose (45 /
+# 37.4), so the chunks stop at 32.
+# The composed op itself is not timed yet (no device time was left this pass): `device52.sh`.
+# Decode numerics: the chunks take 16-bit activations, as the mma GEMV does.
+MMA_CHUNK_MAX_M = 32
+
+
+def chunks_ok(m: int, n: int, bounds: tuple[int, ...], hip: bool) -> bool:
+    """Whether an M-row call is served in MMA_MAX_M-row chunks on the mma GEMV: M past the mma
+    GEMV's rows, to MMA_CHUNK_MAX_M, where the mma GEMV takes the layer's full chunks."""
+    return MMA_MAX_M < m <= MMA_CHUNK_MAX_M and mma_ok(MMA_MAX_M, n, bounds, hip)
 
 
 def mma_config(m: int, n: int, k: int, bounds: tuple[int, ...], sms: int, block_n: int = 0,

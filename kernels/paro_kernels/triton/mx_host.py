@@ -438,9 +438,10 @@ def dequant8(prep: Prepared, block_n: int = 0,
 # Twenty-third pass, measured below M = 64 (H100, `bash kernels/device50.sh 200 100`: the
 # MXFP4 half, M = 16..48, kernels/bench-2026-12-05-h100-issue14-pass23-mx-small-m.json, us, the
 # route / the GEMM that served, same run): from M = 24 the route wins on every unrotated shape
-# (M = 24 qkv 69.3 / 73.2, gate_up 142 / 190, down 86 / 95, o_proj 34.3 / 37.0, in_proj 73.5 /
-# 73.5; M = 48 in_proj 72.4 / 74.6), so it serves from the row after the decode GEMVs' last
-# (M = 16: the mma GEMV's 11-35 us against the route's 34-140). Rotated, it wins from M = 24
+# but in_proj, where it ties to M = 32 (M = 24 qkv 69.3 / 73.2, gate_up 142 / 190, down 86 / 95,
+# o_proj 34.3 / 37.0, in_proj 73.5 / 73.5; M = 48 in_proj 72.4 / 74.6), so it serves from the
+# row after the decode GEMVs' last (M = 16: the mma GEMV's 11-35 us against the route's
+# 34-140) where the decode chunks (`mx_decode_host.chunks_ok`) do not. Rotated, it wins from M = 24
 # where every plane is at least 4096 wide (M = 24..48 gate_up 152-154 / 193-198, down 90-92 /
 # 98-102, o_proj 37-38 / 40-41) and loses on in_proj's 2048-column plane (91-92 / 77-80) until
 # M = 96, where the GEMM's 64-row tiles give way to the dequant path (92 / 119).
@@ -568,7 +569,7 @@ def _mma_prologue(prep: Prepared, x: torch.Tensor, rh: torch.Tensor,
                                    pair_shift=0)[0]  # fmt: skip
 
 
-PATHS = ("mma", "gemv", "gemm", "dequant", "w8")
+PATHS = ("mma", "chunks", "gemv", "gemm", "dequant", "w8")
 
 
 def mx_linear(
@@ -578,21 +579,25 @@ def mx_linear(
     """y [M, N] in x.dtype = act_quant(rot(x)) W^T (+ bias) for x [M, K] bf16/fp16.
 
     Decode rows take 16-bit activations, either `act`: the mma GEMV (`mx_decode_host.mma_ok`;
-    MXFP4-PARO on the paired prologue, NVFP4 -> MXFP4 on x), else the FMA GEMV (`gemv_ok`),
+    MXFP4-PARO on the paired prologue, NVFP4 -> MXFP4 on x; a few rows more in MMA_MAX_M-row
+    chunks, `chunks_ok`, each chunk its own call), else the FMA GEMV (`gemv_ok`),
     and a few more rows the GEMM on them (`served_act`); prefill from DEQUANT_MIN_M rows the
     layer dequantized (`mx_dequant`, the rotation folded in) + the vendor GEMM on x itself;
     W8 (bf16 fp8 layers from W8_MIN_M rows, rotated ones by plane width, `W8_ROT_PLANES`):
     `w8_linear`, the 8-bit vendor GEMM.
-    `path` ("mma" | "gemv" | "gemm" | "dequant" | "w8") forces the kernel and `act` the GEMM's
-    activations (the bench's forced paths)."""
+    `path` ("mma" | "chunks" | "gemv" | "gemm" | "dequant" | "w8") forces the kernel and `act`
+    the GEMM's activations (the bench's forced paths)."""
     from . import fast_host, mx_decode_host
 
     require(path in (None, *PATHS), "path", ", ".join(PATHS), path)
     hip = host._is_hip()
     rh, rl, g = prep.rot_hi, prep.rot_lo, prep.group_size
     m = x.shape[0]
-    if path == "mma" or (path is None and mx_decode_host.mma_ok(m, prep.weight.n, prep.bounds,
-                                                                hip)):  # fmt: skip
+    n, bounds = prep.weight.n, prep.bounds
+    if path == "chunks" or (path is None and mx_decode_host.chunks_ok(m, n, bounds, hip)):
+        step = mx_decode_host.MMA_MAX_M
+        return torch.cat([mx_linear(prep, x[i : i + step], bias, act) for i in range(0, m, step)])
+    if path == "mma" or (path is None and mx_decode_host.mma_ok(m, n, bounds, hip)):
         if rh is not None and rl is not None:  # MXFP4-PARO: the int4 mma GEMV's prologues
             a = _mma_prologue(prep, x, rh, rl)
             return mx_decode_host.mx_gemv_mma(a, prep.weight, prep.bounds, x.dtype, bias)
