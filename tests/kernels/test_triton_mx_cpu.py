@@ -556,7 +556,9 @@ def test_decode_chunks_dispatch() -> None:
     assert served(33, "fp8", False, 7168, (6144, 6656)) == "fp8"  # the 8-bit route
     assert served(24, "fp8", False, 17408, (8720,)) == "fp8"  # chunks declined: the 8-bit route
     with pytest.raises(ValueError, match="path"):
-        mx_host.mx_linear(mx_host.prepare(*mx_layer(16, 64, seed=1)), torch.zeros(1, 64), path="chunk")
+        mx_host.mx_linear(
+            mx_host.prepare(*mx_layer(16, 64, seed=1)), torch.zeros(1, 64), path="chunk"
+        )
 
 
 def test_interpreter_decode_chunks_match_fp64(interp_results: dict) -> None:
