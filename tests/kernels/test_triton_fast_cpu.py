@@ -355,7 +355,7 @@ def test_scratch_that_a_graph_captured_outlives_its_growth(monkeypatch: pytest.M
 
 def test_w8_prefill_route_follows_the_measurement() -> None:
     # The twenty-third pass's H100 measurement (fast_host's W8_MIN_M note): W4A8 fp8 calls take
-    # the 8-bit vendor GEMM from the row after 128 (the A8 tile kernels' second 64-row band),
+    # the 8-bit vendor GEMM from the row after 128 (where the A8 tile kernels take a third 64-row tile),
     # int8 ones the dequant path from DEQUANT_MIN_M, W5A8 the same; gfx1201 the A8 kernels.
     from paro_kernels.triton import fast_host
 

@@ -91,8 +91,8 @@ def served_act(m: int, act: ActMode, hip: bool, n: int = 0, bounds: tuple[int, .
     """The activations an M-row call of an `act` layer (N columns, plane `bounds`) is served
     on: decode rows take 16-bit ones on NVIDIA, where it was measured (the mma GEMV's to M = 16
     where it takes the layer, and its chunks to MMA_CHUNK_MAX_M, the FMA GEMV's, or the GEMM's
-    A16 up to A16_MAX_M), and so do
-    prefill rows on the dequant path (`mx_host.dequant_ok`: the vendor GEMM on x itself) unless
+    A16 up to A16_MAX_M), and so do prefill rows on the dequant path (`mx_host.dequant_ok`: the
+    vendor GEMM on x itself) unless
     the 8-bit vendor GEMM takes them (`mx_host.w8_ok`, for a bf16 layer in the e4m3 fold; rot:
     the layer is rotated, MXFP4-PARO; w: its weight, None to take the fold as given; dtype:
     x's)."""
@@ -235,9 +235,9 @@ def mma_ok(m: int, n: int, bounds: tuple[int, ...], hip: bool) -> bool:
 # M = 16 / the best path at M = 24), MXFP4: qkv 17.9 / 69.3, o_proj 11.2 / 34.3, gate_up 35.4 /
 # 142, down 21.6 / 86.4, in_proj 20.2 / 73.5; MXFP4-PARO: 25.2 / 79.8, 15.0 / 37.3, 40.8 / 154,
 # 25.7 / 90.6, 25.4 / 77.4. Two chunks cost two such calls (graph-replayed calls add) and a copy
-# of the output rows: at most 0.49-0.66x (MXFP4) and 0.53-0.80x (PARO) the best path's time at
-# M = 24 and 32, from the parts' times; at 48 rows (three chunks) PARO o_proj would lose (45 /
-# 37.4), so the chunks stop at 32.
+# of the output rows: about 0.49-0.66x (MXFP4) and 0.53-0.80x (PARO) the best path's time at
+# M = 24 and 32 from the parts' times (the copy left out); at 48 rows (three chunks) PARO
+# o_proj would lose (45 / 37.4), so the chunks stop at 32.
 # The composed op itself is not timed yet (no device time was left this pass): `device52.sh`.
 # Decode numerics: the chunks take 16-bit activations, as the mma GEMV does.
 MMA_CHUNK_MAX_M = 32

@@ -441,8 +441,8 @@ def dequant8(prep: Prepared, block_n: int = 0,
 # but in_proj, where it ties to M = 32 (M = 24 qkv 69.3 / 73.2, gate_up 142 / 190, down 86 / 95,
 # o_proj 34.3 / 37.0, in_proj 73.5 / 73.5; M = 48 in_proj 72.4 / 74.6), so it serves from the
 # row after the decode GEMVs' last (M = 16: the mma GEMV's 11-35 us against the route's
-# 34-140) where the decode chunks (`mx_decode_host.chunks_ok`) do not. Rotated, it wins from M = 24
-# where every plane is at least 4096 wide (M = 24..48 gate_up 152-154 / 193-198, down 90-92 /
+# 34-140) where the decode chunks (`mx_decode_host.chunks_ok`) do not. Rotated, it wins from
+# M = 24 where every plane is at least 4096 wide (M = 24..48 gate_up 152-154 / 193-198, down 90-92 /
 # 98-102, o_proj 37-38 / 40-41) and loses on in_proj's 2048-column plane (91-92 / 77-80) until
 # M = 96, where the GEMM's 64-row tiles give way to the dequant path (92 / 119).
 W8 = True
@@ -474,11 +474,11 @@ def reserve_scratch(prep: Prepared, dtype: torch.dtype = torch.bfloat16) -> None
 
     Since the twenty-second pass one MXFP4-PARO model takes the dequant path at some M (its
     layers with a plane under 4096 columns at 65..95, thin-plane ones beyond) and the 8-bit
-    route at others, so vLLM's profile run
-    at the largest M no longer grows the dequant scratch to its largest layer: the CUDA graph
-    captures after it would. `fast_host._scratch` keeps a captured buffer alive when it grows
-    (correct either way); sizing it here makes the memory part of the model's, before vLLM sizes
-    its KV cache, and leaves no retired copies. NVIDIA only (gfx1201 serves neither route)."""
+    route at others, so vLLM's profile run at the largest M no longer grows the dequant scratch
+    to its largest layer: the CUDA graph captures after it would. `fast_host._scratch` keeps a
+    captured buffer alive when it grows (correct either way); sizing it here makes the memory
+    part of the model's, before vLLM sizes its KV cache, and leaves no retired copies. NVIDIA
+    only (gfx1201 serves neither route)."""
     from . import fast_host
 
     w = prep.weight
