@@ -192,7 +192,8 @@ def test_a16_bands_serve_w4a8(m: int, bits: int) -> None:
             small = "gemv-h2"  # int5 decode at M <= 2: the HFMA2 GEMV (tenth pass)
         if fast_host.mma_gemv_ok(host._is_hip(), m, g, prep.bounds, bits):
             small = "gemv-mma"  # decode on the mma GEMV (int4 from M = 2, int5 from its min)
-        assert route == (None if host._is_hip() else big if m > 16 else small), fmt
+        decode = m <= fast_host.MMA_GEMV_MAX_M  # the decode GEMVs' band
+        assert route == (None if host._is_hip() else small if decode else big), fmt
         y = host.linear_a8(prep, x.cuda(), bb, fmt, "group", bits == 5)
         if route == "w8":
             want = reference_a8(x, parts, g, bits, fmt, "group")
