@@ -262,6 +262,11 @@ MMA_GRID: list[dict[str, int]] = [
     {"unroll": 2, "fit": 6, "maxnreg": 0}, {"unroll": 1, "fit": 7, "maxnreg": 72},
     {"fit": 7, "maxnreg": 0}, {"fit": 8, "maxnreg": 64},
 ]  # fmt: skip
+# Four tiles (M = 17..32, twenty-fourth pass): around the band's (unroll 1, 4 an SM, cap 128).
+MMA_GRID4: list[dict[str, int]] = [
+    {}, {"fit": 4, "maxnreg": 0}, {"fit": 3, "maxnreg": 0}, {"fit": 5, "maxnreg": 112},
+    {"fit": 6, "maxnreg": 96}, {"unroll": 2, "fit": 3, "maxnreg": 0}, {"fit": 8, "maxnreg": 128},
+]  # fmt: skip
 
 
 def _mma(p: Any, a: torch.Tensor, cfg: Any, paired: bool = False,
@@ -312,11 +317,14 @@ def mma_cells(shapes: list[str], ms: list[int], reps: int, t0: float, budget: fl
     for name, n, k, m, x, rot, label, preps, nbm in _mx_cells(shapes, ms, reps, t0, budget,
                                                                not_run, out):  # fmt: skip
         before = "gemv" if m <= mx_decode_host.GEMV_MAX_M else "gemm"
-        out += _path_rows(name, m, x, label, preps, nbm, (None, before), reps)
+        wide = m > mx_decode_host.MMA_MAX_M  # four tiles: against the chunks and the 8-bit route
+        paths = (None, "mma", "chunks", "w8") if wide else (None, before)
+        out += _path_rows(name, m, x, label, preps, nbm, paths, reps)
         if not rot and grid:  # the plain bf16 rows as served; paired at the default
             a16 = x.unsqueeze(0)
             pa = mx_decode_host.pair_fp16(x)
-            for kw, paired in [*((kw, False) for kw in MMA_GRID[:grid]), ({}, True)]:
+            cfgs = (MMA_GRID4 if mx_decode_host.mma_tiles(m) == 4 else MMA_GRID)[:grid]
+            for kw, paired in [*((kw, False) for kw in cfgs), ({}, True)]:
                 kc = {key: v for key, v in kw.items() if key != "maxnreg"}
                 cfg = mx_decode_host.mma_config(m, n, k, preps[0].bounds, 132, **kc)
                 a, mr = (pa if paired else a16), kw.get("maxnreg")
@@ -399,16 +407,18 @@ def prefill_cells(shapes: list[str], ms: list[int], reps: int, t0: float,
     8-bit vendor GEMM route (`path="w8"`; its output against the GEMM's fp8 mode, the same
     operands), `dequant8` alone, and for MXFP4-PARO the dequant with the block scales folded
     (DEQUANT_FOLD on: the path and the kernel alone; its W' against the per-block form's).
-    Twenty-third pass: at M <= 64 the decode chunks forced too (`path="chunks"`)."""
-    from .triton import mx_host
+    Twenty-third pass: at M <= 64 the decode chunks forced too (`path="chunks"`); twenty-fourth:
+    at M <= MMA_TILE_MAX_M the mma GEMV's four tiles forced (`path="mma"`)."""
+    from .triton import mx_decode_host, mx_host
 
     out: list[dict[str, Any]] = []
     not_run: list[str] = []
     for name, n, k, m, x, rot, label, preps, nbm in _mx_cells(shapes, ms, reps, t0, budget,
                                                                not_run, out):  # fmt: skip
         paths: tuple[str | None, ...] = (None, "gemm", "dequant")
-        out += _path_rows(name, m, x, label, preps, nbm, paths + (("chunks",) if m <= 64 else ()),
-                          reps)  # fmt: skip
+        paths += ("chunks",) if m <= 64 else ()
+        paths += ("mma",) if m <= mx_decode_host.MMA_TILE_MAX_M else ()
+        out += _path_rows(name, m, x, label, preps, nbm, paths, reps)
         p0 = preps[0]
         y8, yg = (mx_host.mx_linear(p0, x, None, "fp8", path) for path in ("w8", "gemm"))
         err = f"{rel_rms(y8, yg):.1e}"

@@ -174,12 +174,15 @@ GEMV_INTERP_CASES = [
     ("paro_planes", 128, [32, 16, 16], 4, True),
 ]
 # The mma GEMV (fourteenth pass; plain ops in the interpreter): (name, K, partition sizes, M,
-# rotated) with one and two activation tiles, a padded last pair (544), 2 planes.
+# rotated) with one and two activation tiles, a padded last pair (544), 2 planes; four tiles
+# (twenty-fourth pass: M = 17..32) with the last one partial, plain and rotated.
 MMA_INTERP_CASES = [
     ("mma_one_row", 96, [40], 1, False),
     ("mma_odd_pairs", 544, [64], 5, False),
     ("mma_two_tiles", 160, [72], 11, False),
     ("mma_paro_planes", 128, [32, 32], 3, True),
+    ("mma_four_tiles", 224, [40], 27, False),
+    ("mma_paro_four_tiles", 128, [32, 32], 19, True),
 ]
 # The prefill dequant (fifteenth pass): (name, K, partition sizes, rotated, out dtype) with K/32
 # odd (a padded last pair), N off the 128-column tile, 3 planes, planes narrower than the tile.
@@ -615,7 +618,8 @@ def test_interpreter_mx_mma_gemv_matches_fp64(interp_results: dict, case: tuple)
     runs = {key: v for key, v in interp_results["mma"].items() if key.startswith(name + "/")}
     assert len(runs) == (2 if rotated else 6), runs
     for key, res in runs.items():
-        assert res["shape"] == [m, sum(sizes)] and res["tiles"] == (8 if m <= 8 else 16), res
+        assert res["shape"] == [m, sum(sizes)], res
+        assert res["tiles"] == 8 * (1 if m <= 8 else 2 if m <= 16 else 4), res
         assert res["pairing"] <= 2e-3, (key, res)  # the paired prologue rounds once to fp16
         assert res["rel"] <= 2e-5, (key, res)
     if not name.startswith("mma_paro"):
@@ -710,7 +714,7 @@ def test_aot_fp8_quant(target: str, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize("act", [0, 1], ids=["paired", "bf16"])
-@pytest.mark.parametrize("m", [1, 2, 8, 9, 16])
+@pytest.mark.parametrize("m", [1, 2, 8, 9, 16, 17, 32])
 def test_aot_mx_gemv_mma_sm90(m: int, act: int) -> None:
     # The fourteenth-pass MXFP4 mma GEMV at its launcher's config (NVIDIA only): per block pair
     # 4 mmas a tile (two chains of 2, one a block), 4 8-byte word loads, 2 scale words and 2
@@ -718,19 +722,20 @@ def test_aot_mx_gemv_mma_sm90(m: int, act: int) -> None:
     # both issued before the first mma (one memory round trip); 2 PRMT a column's word pair, no
     # layout conversion of data in the loop (no shared memory there), registers within what
     # the band's programs an SM count on (`mma_band`), no stack but under the band's register
-    # cap (two tiles: 72, 16 bytes of stack with Triton 3.9). bf16 rows (NVFP4 -> MXFP4 as
-    # served): 4 cvt a row of 8.
+    # cap (two tiles: 72, 16 bytes of stack with Triton 3.9; four tiles, M = 17..32: 128, 8
+    # bytes). bf16 rows (NVFP4 -> MXFP4 as served): 4 cvt a row of 8.
     from paro_kernels.triton import aot, mx_decode_host
 
     bounds = (8704,)
-    assert mx_decode_host.mma_ok(m, 17408, bounds, False) == (m >= mx_decode_host.MMA_MIN_M)
+    served = mx_decode_host.MMA_MIN_M <= m <= mx_decode_host.MMA_MAX_M
+    assert mx_decode_host.mma_ok(m, 17408, bounds, False) == served
     assert not mx_decode_host.mma_ok(m, 17408, bounds, True)
     assert not mx_decode_host.mma_ok(m, 17406, (), False)
     assert not mx_decode_host.mma_ok(m, 17408, (8720,), False)
     rep, c = aot.compile_mx_gemv_mma("sm90", m, 17408, 5120, bounds, act)
     assert rep.mma and rep.spills == 0, rep
     ptx = c.asm["ptx"]  # type: ignore[attr-defined]
-    tiles = 1 if m <= 8 else 2
+    tiles = mx_decode_host.mma_tiles(m)
     u, fit, cap = mx_decode_host.mma_band(m)
     assert f"unroll={u}" in rep.config
     body = ptx[ptx.index("$L__BB0_2:") : ptx.rindex("bra.uni") if "bra.uni" in ptx else None]

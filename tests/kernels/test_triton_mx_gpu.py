@@ -271,7 +271,7 @@ MMA_CONFIGS = [{}, {"split_k": 1}, {"split_k": 3}, {"unroll": 1}, {"unroll": 2},
                {"block_n": 64}, {"block_n": 256}]  # fmt: skip
 
 
-@pytest.mark.parametrize("m", [1, 2, 3, 5, 8, 9, 13, 16])
+@pytest.mark.parametrize("m", [1, 2, 3, 5, 8, 9, 13, 16, 17, 24, 31, 32])
 @pytest.mark.parametrize(("k", "n"), GEMV_CASES)
 def test_mma_gemv_every_config_matches_fp64(k: int, n: int, m: int) -> None:
     from paro_kernels.triton import mx_decode_host
@@ -294,7 +294,7 @@ def test_mma_gemv_every_config_matches_fp64(k: int, n: int, m: int) -> None:
             assert rel(y, r) <= MMA_FP32, (kw, cfg, xp.dtype)
 
 
-@pytest.mark.parametrize("m", [2, 9])
+@pytest.mark.parametrize("m", [2, 9, 27])
 def test_mma_gemv_planes_and_every_code(m: int) -> None:
     # 3 planes (bounds at multiples of 32, narrower tiles there), each its own activations;
     # then one column per e2m1 code at one K column, scale 2^0: y is the code's value exactly.
@@ -343,6 +343,26 @@ def test_mma_gemv_served_route() -> None:
             y = mx_host.mx_linear(prep, x, None, "fp8")
             if on:
                 torch.testing.assert_close(y, mx_host.mx_linear(prep, x, None, "fp8", "mma"))
+
+
+def test_mma_gemv_four_tiles_forced() -> None:
+    # Twenty-fourth pass: the mma GEMV's four tiles (M = 17..32) forced through mx_linear, its
+    # prologues included (MXFP4-PARO: the sliced blocks or the Givens records at 32 rows), against
+    # fp64 (plain) and against the 16-row chunks (rotated: the same fp16 operands, rows apart).
+    from paro_kernels.triton import mx_host
+
+    weight, scale = mx_layer(192, 256, seed=9)
+    w = mx.mxfp4_dequantize(weight, scale).double()
+    runs = mx_host.random_runs(256, (128, 64))
+    plain = mx_host.prepare(weight, scale, None, 0, "cuda")
+    paro = mx_host.prepare(weight, scale, runs, 128, "cuda")
+    for m in (17, 24, 32):
+        x = torch.randn(m, 256, device="cuda", dtype=torch.bfloat16)
+        y = mx_host.mx_linear(plain, x, None, "fp8", "mma")
+        assert y.shape == (m, 192) and rel(y, x.cpu().double() @ w.t()) <= BF16_OUT, m
+        yr = mx_host.mx_linear(paro, x, None, "fp8", "mma")
+        yc = mx_host.mx_linear(paro, x, None, "fp8", "chunks")
+        assert rel(yr, yc.cpu().double()) <= BF16_OUT, m
 
 
 def test_fp16_activations_and_rows_are_independent() -> None:

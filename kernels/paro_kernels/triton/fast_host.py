@@ -247,7 +247,7 @@ def rotate_slices(
     one: bool = False,
     pair_shift: int = 6,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The sliced decode prologue: x [M <= 16, K] -> (xr [P, M, K] fp32 nibble-scaled,
+    """The sliced decode prologue: x [M <= 32, K] -> (xr [P, M, K] fp32 nibble-scaled,
     rs [P, M, K/G * G/slice] fp32 partial row sums), as `host.rotate_scale(nibble_scaled=True)`
     but with the row sums split per slice (the GEMV's RS); `f16`: xr fp16 as
     `host.rotate_scale` writes it, no row sums (rs is xr then); `paired`: fp16 as the HFMA2
@@ -257,7 +257,7 @@ def rotate_slices(
     from .fast_kernels import rotate_slice_kernel
 
     m, k = x.shape
-    require(m <= 16, "x rows", "<= 16 for the sliced prologue", m)
+    require(m <= 32, "x rows", "<= 32 for the sliced prologue", m)
     p, g = rot_hi.shape[0], group_size
     sl = min(slice_ or PROLOGUE_SLICE, g)
     f16 = f16 or paired
@@ -265,7 +265,8 @@ def rotate_slices(
     rs = xr if f16 else torch.empty(p, m, (k // g) * (g // sl), dtype=torch.float32,
                                     device=x.device)  # fmt: skip
     rotate_slice_kernel[(k // g, p, g // sl)](
-        x, rot_hi, rot_lo, xr, rs, m, k, x.stride(0), G=g, BLOCK_M=16, SLICE=sl, F16=f16,
+        x, rot_hi, rot_lo, xr, rs, m, k, x.stride(0), G=g, BLOCK_M=16 if m <= 16 else 32,
+        SLICE=sl, F16=f16,
         PDL=pdl, PAIRED=paired, ONE=one, PSCALE=2.0**-pair_shift,
         num_warps=num_warps or PROLOGUE_SLICE_WARPS,
     )  # fmt: skip
@@ -282,7 +283,7 @@ def rotate_givens_paired(
     pdl: bool = False,
     paired: bool = True,
 ) -> torch.Tensor:
-    """The HFMA2 GEMV's prologue from the Givens records: x [M <= 16, K] -> xr [P, M, K] fp16,
+    """The HFMA2 GEMV's prologue from the Givens records: x [M <= 32, K] -> xr [P, M, K] fp16,
     as `rotate_slices(paired=True)` writes it (`fast_kernels.givens_paired_kernel`; `pdl`: it
     lets a dependent launch start at once); `paired=False`: as `rotate_slices(f16=True)`, the
     fifth-pass GEMV's input (`decode_host.prologue16`)."""
@@ -291,7 +292,7 @@ def rotate_givens_paired(
     m, k = x.shape
     p, krot = gv_idx.shape[0], gv_idx.shape[1]
     g = group_size
-    require(m <= 16, "x rows", "<= 16 for the Givens prologue", m)
+    require(m <= 32, "x rows", "<= 32 for the Givens prologue", m)
     require(x.stride(1) == 1, "x", "unit stride along K", x.stride())
     xr = torch.empty(p, m, k, dtype=torch.float16, device=x.device)
     givens_paired_kernel[(k // g, p)](

@@ -210,7 +210,16 @@ MMA_BLOCK_N = 128
 # 18.0 / 23.1 uncapped at 6 (64 registers there on Triton 3.6, ncu) and 42.9 / 17.9 / 21.3
 # uncapped at 7. sm_90 register counts (Triton 3.9, `test_aot_mx_gemv_mma_sm90`): 48 / 72-76 /
 # 72-77, or 72 capped (16 bytes of stack there).
-MMA_BANDS = {1: (1, 10, 0), 8: (2, 6, 0), 16: (1, 7, 72)}
+# Twenty-fourth pass: four tiles (M = 17..MMA_TILE_MAX_M: a program's words unpacked once for 32
+# rows, 32 mmas a block pair) at 4 programs an SM under a 128-register cap (sm_90, Triton 3.9:
+# 127 uncapped on paired fp16, 130 on bf16 rows, which would fit 3; capped 8 bytes of stack).
+MMA_BANDS = {1: (1, 10, 0), 8: (2, 6, 0), 16: (1, 7, 72), 32: (1, 4, 128)}
+MMA_TILE_MAX_M = 32  # the kernel's rows: four 8-row activation tiles
+
+
+def mma_tiles(m: int) -> int:
+    """The MXFP4 mma GEMV's 8-row activation tiles at M rows: 1, 2 or 4."""
+    return 1 if m <= 8 else 2 if m <= 16 else 4
 
 
 def mma_band(m: int) -> tuple[int, int, int]:
@@ -254,9 +263,9 @@ def mma_config(m: int, n: int, k: int, bounds: tuple[int, ...], sms: int, block_
     """The mma GEMV's tile (block_n columns = 32 num_warps threads, a column quad for each gid's
     4 lanes; narrower at plane boundaries) and split (`decode_host.one_wave_split` over steps
     of `unroll` block pairs; `fit`: programs an SM for it; defaults: MMA_BANDS)."""
-    from .decode_host import mma_tiles, one_wave_split
+    from .decode_host import one_wave_split
 
-    require(1 <= m <= MMA_MAX_M, "x rows", f"1..{MMA_MAX_M} for the MXFP4 mma GEMV", m)
+    require(1 <= m <= MMA_TILE_MAX_M, "x rows", f"1..{MMA_TILE_MAX_M} for the MXFP4 mma GEMV", m)
     bn = _block_n(block_n or MMA_BLOCK_N, _align(bounds))
     require(bn in (32, 64, 128, 256, 512), "block_n", "32 x (1, 2, 4, 8 or 16)", bn)
     nt = mma_tiles(m)
@@ -292,7 +301,7 @@ def mx_gemv_mma(
     paired: bool = True,
     maxnreg: int | None = None,
 ) -> torch.Tensor:
-    """y [M, N] = A_p W^T (+ bias) per plane p for M <= 16 rows of activations a [P, M, K]:
+    """y [M, N] = A_p W^T (+ bias) per plane p for M <= 32 rows of activations a [P, M, K]:
     paired fp16 (`pair_fp16`, or the paired prologue at pair shift 0), or with paired=False
     plain bf16 / fp16 rows, paired in the kernel. `maxnreg`: a register cap (0: none; default:
     the band's, `mma_band`)."""

@@ -33,7 +33,16 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .decode_kernels import _join4, _mma_rows, _mma_store, _pair_f32, _quad_lanes, _split4
+from .decode_kernels import (
+    _join4,
+    _mma_finish,
+    _mma_out,
+    _mma_rows,
+    _mma_store,
+    _pair_f32,
+    _quad_lanes,
+    _split4,
+)
 from .kernels import _gemv_epilogue
 
 # Nibble p of a word (bits 4p..4p+3) as fp32 output $p: pair (p, p + 4) is one fp16 pair after
@@ -460,12 +469,16 @@ def _mx_mma_constraints(tiles: int) -> str:
 
 _MX_MMA_CONSTRAINTS = tl.constexpr(_mx_mma_constraints(1))
 _MX_MMA_CONSTRAINTS2 = tl.constexpr(_mx_mma_constraints(2))
+_MX_MMA_CONSTRAINTS4 = tl.constexpr(_mx_mma_constraints(4))
 _MX_MMA_ASM = tl.constexpr(mx_mma_asm(1))
 _MX_MMA_ASM2 = tl.constexpr(mx_mma_asm(2))
+_MX_MMA_ASM4 = tl.constexpr(mx_mma_asm(4))
 _MX_MMA_ASM_BF16 = tl.constexpr(mx_mma_asm(1, ACT_BF16))
 _MX_MMA_ASM2_BF16 = tl.constexpr(mx_mma_asm(2, ACT_BF16))
+_MX_MMA_ASM4_BF16 = tl.constexpr(mx_mma_asm(4, ACT_BF16))
 _MX_MMA_ASM_F16 = tl.constexpr(mx_mma_asm(1, ACT_F16))
 _MX_MMA_ASM2_F16 = tl.constexpr(mx_mma_asm(2, ACT_F16))
+_MX_MMA_ASM4_F16 = tl.constexpr(mx_mma_asm(4, ACT_F16))
 
 
 @triton.jit
@@ -477,11 +490,21 @@ def _mx_word2(qw_ptr, colq, c: tl.constexpr, wh, KW, N, ok):
 
 
 @triton.jit
-def _mx_loads(qw_ptr, sc_ptr, a_rows, a_ok, ah_ok, colq, quad_w, jp, j1, tig, N, K,
+def _mx_act8(ap, lo_ok, hi_ok, T: tl.constexpr):
+    """One activation tile's 8 paired words for the thread: the low block's row at ap, the high
+    block's 16 words further, 4 each (zero where not ok)."""
+    x0, x1, x2, x3 = _split4(tl.load(ap, mask=lo_ok, other=0), T)
+    x4, x5, x6, x7 = _split4(tl.load(ap + 16, mask=hi_ok, other=0), T)
+    return x0, x1, x2, x3, x4, x5, x6, x7
+
+
+@triton.jit
+def _mx_loads(qw_ptr, sc_ptr, a_rows, left, colq, quad_w, jp, j1, tig, N, K,
               T: tl.constexpr, NT: tl.constexpr):  # fmt: skip
     """Everything block pair jp's mmas read, as a tuple for `_mx_mma`: the thread's 8 words, the
-    two blocks' scale words and per activation tile the 8 paired activation words (NT = 1: the
-    second tile's are the first's, unused); zero past j1."""
+    two blocks' scale words and per activation tile t (8 rows, NT of them) the 8 paired
+    activation words of its row gid + 8 t (`left`: M - gid; tiles past NT repeat the first's,
+    unused); zero past j1."""
     ok = jp < j1
     KW = tl.cdiv(K, 64) * 8
     h = tl.arange(0, 2)[None, None, :]
@@ -497,46 +520,72 @@ def _mx_loads(qw_ptr, sc_ptr, a_rows, a_ok, ah_ok, colq, quad_w, jp, j1, tig, N,
     # activation rows 8 jp + tig (low block) and 8 jp + 4 + tig (high), 4 words each
     r_lo = 8 * jp + tig[None, :, None]
     ap = a_rows + r_lo * 4 + tl.arange(0, 4)[None, None, :]
-    lo_ok = a_ok & ok & (r_lo < K // 8)
-    hi_ok = a_ok & ok & (r_lo + 4 < K // 8)
-    x0, x1, x2, x3 = _split4(tl.load(ap, mask=lo_ok, other=0), T)
-    x4, x5, x6, x7 = _split4(tl.load(ap + 16, mask=hi_ok, other=0), T)
+    lo_ok = ok & (r_lo < K // 8)
+    hi_ok = ok & (r_lo + 4 < K // 8)
+    tile = 8 * (K // 2)  # words between activation row gid and gid + 8
+    x0, x1, x2, x3, x4, x5, x6, x7 = _mx_act8(ap, lo_ok & (left > 0), hi_ok & (left > 0), T)
     y0, y1, y2, y3, y4, y5, y6, y7 = x0, x1, x2, x3, x4, x5, x6, x7
-    if NT == 2:
-        hp = ap + 8 * (K // 2)
-        y0, y1, y2, y3 = _split4(tl.load(hp, mask=lo_ok & ah_ok, other=0), T)
-        y4, y5, y6, y7 = _split4(tl.load(hp + 16, mask=hi_ok & ah_ok, other=0), T)
-    return (q0, q1, q2, q3, q4, q5, q6, q7, sa, sb, x0, x1, x2, x3, x4, x5, x6, x7,
-            y0, y1, y2, y3, y4, y5, y6, y7)  # fmt: skip
+    z0, z1, z2, z3, z4, z5, z6, z7 = x0, x1, x2, x3, x4, x5, x6, x7
+    v0, v1, v2, v3, v4, v5, v6, v7 = x0, x1, x2, x3, x4, x5, x6, x7
+    if NT >= 2:
+        y0, y1, y2, y3, y4, y5, y6, y7 = _mx_act8(ap + tile, lo_ok & (left > 8),
+                                                    hi_ok & (left > 8), T)  # fmt: skip
+    if NT == 4:
+        z0, z1, z2, z3, z4, z5, z6, z7 = _mx_act8(ap + 2 * tile, lo_ok & (left > 16),
+                                                    hi_ok & (left > 16), T)  # fmt: skip
+        v0, v1, v2, v3, v4, v5, v6, v7 = _mx_act8(ap + 3 * tile, lo_ok & (left > 24),
+                                                    hi_ok & (left > 24), T)  # fmt: skip
+    return (q0, q1, q2, q3, q4, q5, q6, q7, sa, sb,
+            x0, x1, x2, x3, x4, x5, x6, x7, y0, y1, y2, y3, y4, y5, y6, y7,
+            z0, z1, z2, z3, z4, z5, z6, z7, v0, v1, v2, v3, v4, v5, v6, v7)  # fmt: skip
 
 
 @triton.jit
 def _mx_mma(ld, acc, NT: tl.constexpr, ACT: tl.constexpr):
-    """One block pair (`_mx_loads`' tuple) through `mx_mma_asm`: acc, the 16 running sums e
-    (row 2 tig), o (2 tig + 1), f (8 + 2 tig), p (9 + 2 tig) of the quad's 4 columns (f, p
-    only with NT = 2)."""
-    (q0, q1, q2, q3, q4, q5, q6, q7, sa, sb, x0, x1, x2, x3, x4, x5, x6, x7,
-     y0, y1, y2, y3, y4, y5, y6, y7) = ld  # fmt: skip
-    e0, e1, e2, e3, o0, o1, o2, o3, f0, f1, f2, f3, p0, p1, p2, p3 = acc
+    """One block pair (`_mx_loads`' tuple) through `mx_mma_asm`: acc, the 32 running sums c in
+    the asm's output order (tile t: c[8 t .. 8 t + 3] row 8 t + 2 tig, c[8 t + 4 ..] row
+    8 t + 2 tig + 1, of the quad's 4 columns; tiles past NT unused)."""
+    (q0, q1, q2, q3, q4, q5, q6, q7, sa, sb,
+     x0, x1, x2, x3, x4, x5, x6, x7, y0, y1, y2, y3, y4, y5, y6, y7,
+     z0, z1, z2, z3, z4, z5, z6, z7, v0, v1, v2, v3, v4, v5, v6, v7) = ld  # fmt: skip
+    (c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15,
+     c16, c17, c18, c19, c20, c21, c22, c23,
+     c24, c25, c26, c27, c28, c29, c30, c31) = acc  # fmt: skip
+    if NT == 4:
+        plain4: tl.constexpr = _MX_MMA_ASM4_BF16 if ACT == 1 else _MX_MMA_ASM4_F16
+        asm4: tl.constexpr = _MX_MMA_ASM4 if ACT == 0 else plain4
+        return tl.inline_asm_elementwise(
+            asm4, _MX_MMA_CONSTRAINTS4,
+            [q0, q1, q2, q3, q4, q5, q6, q7, sa, sb,
+             x0, x1, x2, x3, x4, x5, x6, x7, y0, y1, y2, y3, y4, y5, y6, y7,
+             z0, z1, z2, z3, z4, z5, z6, z7, v0, v1, v2, v3, v4, v5, v6, v7,
+             c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15,
+             c16, c17, c18, c19, c20, c21, c22, c23, c24, c25, c26, c27, c28, c29, c30, c31],
+            dtype=(tl.float32,) * 32, is_pure=True, pack=1,
+        )  # fmt: skip
     if NT == 2:
         plain2: tl.constexpr = _MX_MMA_ASM2_BF16 if ACT == 1 else _MX_MMA_ASM2_F16
         asm2: tl.constexpr = _MX_MMA_ASM2 if ACT == 0 else plain2
-        return tl.inline_asm_elementwise(
+        (c0, c1, c2, c3, c4, c5, c6, c7,
+         c8, c9, c10, c11, c12, c13, c14, c15) = tl.inline_asm_elementwise(
             asm2, _MX_MMA_CONSTRAINTS2,
             [q0, q1, q2, q3, q4, q5, q6, q7, sa, sb,
              x0, x1, x2, x3, x4, x5, x6, x7, y0, y1, y2, y3, y4, y5, y6, y7,
-             e0, e1, e2, e3, o0, o1, o2, o3, f0, f1, f2, f3, p0, p1, p2, p3],
+             c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15],
             dtype=(tl.float32,) * 16, is_pure=True, pack=1,
         )  # fmt: skip
-    plain: tl.constexpr = _MX_MMA_ASM_BF16 if ACT == 1 else _MX_MMA_ASM_F16
-    asm: tl.constexpr = _MX_MMA_ASM if ACT == 0 else plain
-    e0, e1, e2, e3, o0, o1, o2, o3 = tl.inline_asm_elementwise(
-        asm, _MX_MMA_CONSTRAINTS,
-        [q0, q1, q2, q3, q4, q5, q6, q7, sa, sb,
-         x0, x1, x2, x3, x4, x5, x6, x7, e0, e1, e2, e3, o0, o1, o2, o3],
-        dtype=(tl.float32,) * 8, is_pure=True, pack=1,
-    )  # fmt: skip
-    return e0, e1, e2, e3, o0, o1, o2, o3, f0, f1, f2, f3, p0, p1, p2, p3
+    else:
+        plain: tl.constexpr = _MX_MMA_ASM_BF16 if ACT == 1 else _MX_MMA_ASM_F16
+        asm: tl.constexpr = _MX_MMA_ASM if ACT == 0 else plain
+        c0, c1, c2, c3, c4, c5, c6, c7 = tl.inline_asm_elementwise(
+            asm, _MX_MMA_CONSTRAINTS,
+            [q0, q1, q2, q3, q4, q5, q6, q7, sa, sb,
+             x0, x1, x2, x3, x4, x5, x6, x7, c0, c1, c2, c3, c4, c5, c6, c7],
+            dtype=(tl.float32,) * 8, is_pure=True, pack=1,
+        )  # fmt: skip
+    return (c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15,
+            c16, c17, c18, c19, c20, c21, c22, c23, c24, c25, c26, c27, c28, c29, c30,
+            c31)  # fmt: skip
 
 
 @triton.jit
@@ -602,7 +651,7 @@ def mx_gemv_mma_kernel(
     T: tl.constexpr,  # threads a program (32 num_warps) = its columns (T / 4 quads of 4)
     SPLIT_K: tl.constexpr,
     ASM: tl.constexpr,  # the mma PTX (NVIDIA); else plain ops (the interpreter)
-    NT: tl.constexpr = 1,  # 8-row activation tiles: 1 (M <= 8) or 2 (M <= 16)
+    NT: tl.constexpr = 1,  # 8-row activation tiles: 1 (M <= 8), 2 (M <= 16) or 4 (M <= 32)
     U: tl.constexpr = 1,  # block pairs an iteration, 1 or 2 (their loads issued together)
     ACT: tl.constexpr = 0,  # 0: a_ptr paired fp16; 1 / 2: plain bf16 / fp16 rows, paired here
 ):
@@ -614,31 +663,43 @@ def mx_gemv_mma_kernel(
     per = tl.cdiv(tl.cdiv(npairs, SPLIT_K), U) * U
     j0 = pid_k * per
     j1 = tl.minimum(j0 + per, npairs)
-    row0, m_e, a_rows, a_ok, ah_ok = _mma_rows(a_ptr, part, gid, tig, M, K)
-    tot_e = tl.zeros((1, T, 4), tl.float32)
-    tot_o = tl.zeros((1, T, 4), tl.float32)
-    tot_f = tl.zeros((1, T, 4), tl.float32)
-    tot_p = tl.zeros((1, T, 4), tl.float32)
+    row0, m_e, a_rows, _, _ = _mma_rows(a_ptr, part, gid, tig, M, K)
+    left = (M - gid)[None, :, None]  # the thread's B rows gid + 8 t exist while left > 8 t
+    # the thread's outputs: rows 8 t + 2 tig (even) and 8 t + 2 tig + 1 (odd) of tile t
+    s0 = tl.zeros((1, T, 4), tl.float32)
+    s1 = s0
+    s2 = s0
+    s3 = s0
+    s4 = s0
+    s5 = s0
+    s6 = s0
+    s7 = s0
     if ASM:
         quad_w = (n0 // 4 + quad)[None, :, None]
         colq = n0 + quad[None, :, None] * 4
-        e0, e1, e2, e3 = _split4(tot_e, T)
-        acc = (e0, e1, e2, e3, e0, e1, e2, e3, e0, e1, e2, e3, e0, e1, e2, e3)
+        z0, z1, z2, z3 = _split4(s0, T)
+        acc = (z0, z1, z2, z3, z0, z1, z2, z3, z0, z1, z2, z3, z0, z1, z2, z3,
+               z0, z1, z2, z3, z0, z1, z2, z3, z0, z1, z2, z3, z0, z1, z2, z3)  # fmt: skip
         for j in range(j0, j1, U):  # the U pairs' loads first: one memory round trip
-            ld0 = _mx_loads(qw_ptr, sc_ptr, a_rows, a_ok, ah_ok, colq, quad_w, j, j1, tig, N, K,
-                            T, NT)  # fmt: skip
+            ld0 = _mx_loads(qw_ptr, sc_ptr, a_rows, left, colq, quad_w, j, j1, tig, N, K, T, NT)
             if U == 2:
-                ld1 = _mx_loads(qw_ptr, sc_ptr, a_rows, a_ok, ah_ok, colq, quad_w, j + 1, j1,
-                                tig, N, K, T, NT)  # fmt: skip
+                ld1 = _mx_loads(qw_ptr, sc_ptr, a_rows, left, colq, quad_w, j + 1, j1, tig, N, K,
+                                T, NT)  # fmt: skip
                 acc = _mx_mma(ld0, acc, NT, ACT)
                 acc = _mx_mma(ld1, acc, NT, ACT)
             else:
                 acc = _mx_mma(ld0, acc, NT, ACT)
-        e0, e1, e2, e3, o0, o1, o2, o3, f0, f1, f2, f3, p0, p1, p2, p3 = acc
-        tot_e = _join4(e0, e1, e2, e3, T)
-        tot_o = _join4(o0, o1, o2, o3, T)
-        tot_f = _join4(f0, f1, f2, f3, T)
-        tot_p = _join4(p0, p1, p2, p3, T)
+        (c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15,
+         c16, c17, c18, c19, c20, c21, c22, c23,
+         c24, c25, c26, c27, c28, c29, c30, c31) = acc  # fmt: skip
+        s0 = _join4(c0, c1, c2, c3, T)
+        s1 = _join4(c4, c5, c6, c7, T)
+        s2 = _join4(c8, c9, c10, c11, T)
+        s3 = _join4(c12, c13, c14, c15, T)
+        s4 = _join4(c16, c17, c18, c19, T)
+        s5 = _join4(c20, c21, c22, c23, T)
+        s6 = _join4(c24, c25, c26, c27, T)
+        s7 = _join4(c28, c29, c30, c31, T)
     else:
         for j in range(j0, j1):
             for r in tl.static_range(NT):
@@ -647,15 +708,42 @@ def mx_gemv_mma_kernel(
                                       a_ptr + (row0 + me + 1) * (K // 2), me < M, me + 1 < M,
                                       col, n_mask, j, N, K, ACT)  # fmt: skip
                 if r == 0:
-                    tot_e += de
-                    tot_o += do
+                    s0 += de
+                    s1 += do
+                elif r == 1:
+                    s2 += de
+                    s3 += do
+                elif r == 2:
+                    s4 += de
+                    s5 += do
                 else:
-                    tot_f += de
-                    tot_p += do
+                    s6 += de
+                    s7 += do
     # the unpack's 2^-14
-    _mma_store(tot_e * 16384.0, tot_o * 16384.0, tot_f * 16384.0, tot_p * 16384.0, m_e, col,
-               n_mask, bias_ptr, out_ptr, ws_ptr, cnt_ptr, pid_n, M, N, HAS_BIAS, SPLIT_K,
-               NT)  # fmt: skip
+    if NT == 4:
+        _mma_out(s0 * 16384.0, m_e + 0, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N,
+                 HAS_BIAS, SPLIT_K)  # fmt: skip
+        _mma_out(s1 * 16384.0, m_e + 1, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N,
+                 HAS_BIAS, SPLIT_K)  # fmt: skip
+        _mma_out(s2 * 16384.0, m_e + 8, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N,
+                 HAS_BIAS, SPLIT_K)  # fmt: skip
+        _mma_out(s3 * 16384.0, m_e + 9, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N,
+                 HAS_BIAS, SPLIT_K)  # fmt: skip
+        _mma_out(s4 * 16384.0, m_e + 16, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N,
+                 HAS_BIAS, SPLIT_K)  # fmt: skip
+        _mma_out(s5 * 16384.0, m_e + 17, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N,
+                 HAS_BIAS, SPLIT_K)  # fmt: skip
+        _mma_out(s6 * 16384.0, m_e + 24, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N,
+                 HAS_BIAS, SPLIT_K)  # fmt: skip
+        _mma_out(s7 * 16384.0, m_e + 25, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N,
+                 HAS_BIAS, SPLIT_K)  # fmt: skip
+        if SPLIT_K > 1:
+            _mma_finish(ws_ptr, out_ptr, cnt_ptr, bias_ptr, pid_n, m_e, col, n_mask, M, N,
+                        HAS_BIAS, SPLIT_K, NT)  # fmt: skip
+    else:
+        _mma_store(s0 * 16384.0, s1 * 16384.0, s2 * 16384.0, s3 * 16384.0, m_e, col, n_mask,
+                   bias_ptr, out_ptr, ws_ptr, cnt_ptr, pid_n, M, N, HAS_BIAS, SPLIT_K,
+                   NT)  # fmt: skip
 
 
 @triton.jit
