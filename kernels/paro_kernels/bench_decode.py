@@ -565,6 +565,7 @@ def h2_variants(shapes: list[str], ms: list[int], reps: int, t0: float, budget: 
 MMA_GRID: dict[int, list[dict[str, int]]] = {
     1: [{}, dict(maxnreg=48, fit=10)],
     2: [{}, dict(maxnreg=80, fit=6), dict(maxnreg=72, fit=7), dict(maxnreg=64, fit=8)],
+    4: [{}, dict(maxnreg=128, fit=4), dict(maxnreg=0, fit=2)],  # twenty-fourth pass
 }
 
 
@@ -584,9 +585,7 @@ def h2_mma(shapes: list[str], ms: list[int], reps: int, t0: float,
             "int4 as served": functools.partial(_h2_call, "served", x, None),
             # the path that served before the twelfth pass, forced (M = 3..4: the FMA GEMV's
             # 4-row form then, gone since the nineteenth pass; the tile kernels here)
-            "int4 before": functools.partial(
-                _before, x, "gemv" if m <= fast_host.GEMV2_MAX_M else "mma" if m <= 8 else "gemv3"
-            ),
+            "int4 before": functools.partial(_before, x, _path_before(m)),
         }
         for kw in MMA_GRID[decode_host.mma_tiles(m)]:
             cands[f"int4 mma {kw}"] = functools.partial(_mma_op, x, _mma_cfg(m, n, k, p4, kw),
@@ -615,6 +614,7 @@ def h2_mma(shapes: list[str], ms: list[int], reps: int, t0: float,
 MMA5_GRID: dict[int, list[dict[str, int]]] = {
     1: [{}, dict(maxnreg=64, fit=8), dict(maxnreg=56, fit=9)],
     2: [{}, dict(maxnreg=80, fit=6), dict(maxnreg=72, fit=7)],
+    4: [{}, dict(maxnreg=128, fit=4)],
 }
 
 
@@ -646,8 +646,9 @@ def h2_mma5(shapes: list[str], ms: list[int], reps: int, t0: float,
         out.append(_row(name, m, n, k, "int4 as served", _t(fns, reps)))
         cands: dict[str, Callable[[Any], object]] = {
             "int5 as served": functools.partial(_int5_served, x=x),
-            "int5 before": functools.partial(_int5_before, x),
         }
+        if m <= decode_host.MMA_MAX_M:  # past 16 rows that GEMV never served int5
+            cands["int5 before"] = functools.partial(_int5_before, x)
         for kw in MMA5_GRID[decode_host.mma_tiles(m)]:
             cands[f"int5 mma {kw}"] = functools.partial(_mma_op, x,
                                                         _mma_cfg(m, n, k, p4, kw, 5),
@@ -660,6 +661,19 @@ def h2_mma5(shapes: list[str], ms: list[int], reps: int, t0: float,
                for p in p5]  # fmt: skip
         out.append(_row(name, m, n, k, "int5 mma alone", _t(fns, reps)))
     return out, not_run
+
+
+def _path_before(m: int) -> str:
+    """The int4 path that served M rows before the twelfth pass: the FMA GEMV, the tile kernels
+    (M <= 8), the matrix-unit GEMV (to 16); past the mma GEMV's rows the tile kernels that
+    serve them now (the twenty-fourth pass's four tiles against them)."""
+    from .triton import decode_host, fast_host
+
+    if m <= fast_host.GEMV2_MAX_M:
+        return "gemv"
+    if m <= 8 or m > decode_host.MMA_MAX_M:
+        return "mma"
+    return "gemv3"
 
 
 def _before(x: torch.Tensor, path: str, p: Any) -> object:

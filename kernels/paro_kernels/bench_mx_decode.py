@@ -317,10 +317,12 @@ def mma_cells(shapes: list[str], ms: list[int], reps: int, t0: float, budget: fl
     for name, n, k, m, x, rot, label, preps, nbm in _mx_cells(shapes, ms, reps, t0, budget,
                                                                not_run, out):  # fmt: skip
         before = "gemv" if m <= mx_decode_host.GEMV_MAX_M else "gemm"
-        wide = m > mx_decode_host.MMA_MAX_M  # four tiles: against the chunks and the 8-bit route
-        paths = (None, "mma", "chunks", "w8") if wide else (None, before)
+        tiles = m <= mx_decode_host.MMA_TILE_MAX_M
+        paths: tuple[str | None, ...] = (None, before)
+        if m > 16:  # the four tiles, the chunks, the 8-bit route and the GEMM (served before)
+            paths = (None, *(("mma",) if tiles else ()), "chunks", "w8", "gemm")
         out += _path_rows(name, m, x, label, preps, nbm, paths, reps)
-        if not rot and grid:  # the plain bf16 rows as served; paired at the default
+        if not rot and grid and tiles:  # the plain bf16 rows as served; paired at the default
             a16 = x.unsqueeze(0)
             pa = mx_decode_host.pair_fp16(x)
             cfgs = (MMA_GRID4 if mx_decode_host.mma_tiles(m) == 4 else MMA_GRID)[:grid]

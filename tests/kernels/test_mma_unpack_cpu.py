@@ -80,7 +80,7 @@ def run_lane(asm: str, regs: dict[str, int]) -> list[list[int]]:
 
 
 @pytest.mark.parametrize("hi", [False, True], ids=["int4", "int5"])
-@pytest.mark.parametrize("tiles", [1, 2])
+@pytest.mark.parametrize("tiles", [1, 2, 4])
 def test_mma_unpack_every_code_and_zero(hi: bool, tiles: int) -> None:
     # Per column quad: 4 words (8 codes each), the zero pairs as the kernel builds them
     # ((1024 + z) x 2 and (64 + z) x 2 in fp16 bits), with int5 each column's fifth-bit word

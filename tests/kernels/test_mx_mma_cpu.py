@@ -114,7 +114,7 @@ def _plain_words(x: np.ndarray, dtype: type) -> np.ndarray:
 
 
 @pytest.mark.parametrize("mode", [ACT_PAIRED, ACT_BF16, ACT_F16], ids=["paired", "bf16", "f16"])
-@pytest.mark.parametrize("tiles", [1, 2])
+@pytest.mark.parametrize("tiles", [1, 2, 4])
 def test_mx_mma_warp_matches_fp64(tiles: int, mode: int) -> None:
     # One warp, one block pair: 8 column quads (32 columns), 8 tiles-worth of activation rows.
     # Codes cover every value and sign on every column; scales span e8m0 codes 100..140 (and 0,

@@ -33,7 +33,8 @@ for k, sizes, g, m, path in [(256, [96], 128, 1, "gemv"),
                              (384, [80, 48], 128, 2, "gemv-h2"),
                              (384, [64, 32, 32], 128, 5, "gemv-mma"),
                              (256, [96], 64, 8, "gemv-mma"),
-                             (256, [64, 64], 128, 11, "gemv-mma")]:
+                             (256, [64, 64], 128, 11, "gemv-mma"),
+                             (256, [64, 32], 64, 27, "gemv-mma")]:
     parts = merged_layer(k, sizes, g, seed=k + m, bias=m % 2 == 1)
     prep = host.prepare(*packed(parts), runs(parts), g, dtype=torch.float16, device="cpu")
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.float16)
@@ -233,7 +234,7 @@ def test_aot_gemv2_rot_sm90() -> None:
 
 
 @pytest.mark.parametrize("hi", [False, True], ids=["int4", "int5"])
-@pytest.mark.parametrize("m", [1, 2, 8, 16])
+@pytest.mark.parametrize("m", [1, 2, 8, 16, 24])
 def test_aot_gemv_mma_sm90(m: int, hi: bool) -> None:
     # The twelfth-pass mma.sync GEMV at its launcher's config (NVIDIA only): per group 4 word rows
     # a thread, each 4 words (one 16-byte load) and its activation pairs (one 16-byte load), all
@@ -245,19 +246,23 @@ def test_aot_gemv_mma_sm90(m: int, hi: bool) -> None:
     # took 158), 104 with two tiles. int5 (thirteenth pass): a 16-byte load of the 4 columns'
     # fifth-bit words a word row, in the same round trip; one PRMT (the thread's byte), one
     # multiply and 4 shift + LOP3 pairs a word (8 lop3 in all); <= 80 / 104 registers.
+    # Twenty-fourth pass: four tiles (M = 17..32), 8 more activation loads and 32 more mmas on
+    # the same unpack (the LOP3 count does not grow), <= 176 registers (3 programs an SM).
 
     from paro_kernels.triton import decode_host, fast_host
 
-    assert fast_host.mma_gemv_ok(False, m, 128) == (m >= fast_host.MMA_GEMV_MIN_M)
+    top = fast_host.MMA_GEMV_MAX_M
+    assert fast_host.mma_gemv_ok(False, m, 128) == (fast_host.MMA_GEMV_MIN_M <= m <= top)
     assert not fast_host.mma_gemv_ok(True, m, 128)
     assert not fast_host.mma_gemv_ok(False, m, 128, (6144, 6160))
-    assert fast_host.mma_gemv_ok(False, m, 128, (), 5) == (m >= fast_host.MMA_GEMV5_MIN_M)
+    top5 = fast_host.MMA_GEMV5_MAX_M  # int5's four tiles: built, not timed
+    assert fast_host.mma_gemv_ok(False, m, 128, (), 5) == (fast_host.MMA_GEMV5_MIN_M <= m <= top5)
     rep, c = aot.compile_gemv_mma("sm90", m, 7168, 5120, 128, (6144, 6656), hi=hi)
     ptx = c.asm["ptx"]  # type: ignore[attr-defined]
     assert rep.mma and rep.spills == 0, rep
     cap = decode_host.mma_maxnreg(m, 5 if hi else 4)
     assert f"block_n={decode_host.MMA_CONFIG['block_n']}" in rep.config
-    tiles = 1 if m <= 8 else 2
+    tiles = decode_host.mma_tiles(m)
     loads = ptx[: ptx.rindex("ld.global.v4")]
     assert ptx.count("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") == 16 * tiles
     assert ptx.count("ld.global.v4.b32") == 4 + 4 * tiles + 4 * hi and "mma.sync" not in loads
@@ -267,7 +272,7 @@ def test_aot_gemv_mma_sm90(m: int, hi: bool) -> None:
     assert all("xi1" in ln for ln in ttgir.splitlines() if "convert_layout" in ln)
     usage = aot.cubin_usage(c)
     regs = usage["REG"]
-    assert 0 < regs <= (cap or ((80 if hi else 64) if tiles == 1 else 104)), usage
+    assert 0 < regs <= (cap or {1: 80 if hi else 64, 2: 104, 4: 176}[tiles]), usage
     # stack only where the launcher caps the registers (fifteenth pass: int5 two tiles at 80)
     assert usage.get("STACK", 0) == 0 or cap, usage
     assert cap == (80 if hi and tiles == 2 else 0)

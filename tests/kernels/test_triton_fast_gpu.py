@@ -137,7 +137,7 @@ def test_mma_gemv_refuses_bounds_off_its_grid() -> None:
 
 
 @pytest.mark.parametrize(("k", "sizes", "g"), [c for c in CASES if _on_the_mma_grid(c[1])])
-@pytest.mark.parametrize("m", [1, 2, 3, 5, 8, 9, 16])
+@pytest.mark.parametrize("m", [1, 2, 3, 5, 8, 9, 16, 17, 24, 32])
 @pytest.mark.parametrize(
     "cfg", [{}, {"block_n": 64, "programs_per_sm": 2}, {"block_n": 256, "programs_per_sm": 4}]
 )
@@ -146,9 +146,10 @@ def test_mma_gemv_matches_fp64(k: int, sizes: list[int], g: int, m: int,
     # The twelfth pass's mma.sync GEMV (decode_kernels): its lane mapping, split-K finish and
     # both paired prologues (records, blocks) at pair shift 0, across the tile-boundary cases
     # the GEMV takes (odd N, 1-3 partitions, G = 64 and 128), every output row a thread can own
-    # (M <= 8: one 8-row activation tile; M = 9, 16: two), and 2- and 8-warp tiles; activations
-    # in the thousands at even M (fp32 accumulation: no fp16 range). (The case off its grid:
-    # the refusal test above, once rather than at each M and config.)
+    # (M <= 8: one 8-row activation tile; M = 9, 16: two; M = 17..32: four, the twenty-fourth
+    # pass's, forced: the dispatch serves them only where measured), and 2- and 8-warp tiles;
+    # activations in the thousands at even M (fp32 accumulation: no fp16 range). (The case off
+    # its grid: the refusal test above, once rather than at each M and config.)
     from paro_kernels.triton import decode_host
 
     scale = 1e3 if m % 2 == 0 else 1.0

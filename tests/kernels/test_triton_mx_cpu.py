@@ -388,21 +388,22 @@ chunks = {}
 for name, rotated in (("plain", False), ("paro", True)):
     n, weight, scale, runs, prep = case_layer(256, [64, 32, 32], 9, 9, rotated, 128)
     w = mx.mxfp4_dequantize(weight, scale)
-    x = torch.randn(19, 256, generator=torch.Generator().manual_seed(19)).to(torch.float16)
+    step = mx_decode_host.MMA_MAX_M
+    x = torch.randn(step + 3, 256, generator=torch.Generator().manual_seed(19)).to(torch.float16)
     bias = torch.randn(n).to(torch.float16)
     y = mx_host.mx_linear(prep, x, bias, "fp8", "chunks")
-    parts = [mx_host.mx_linear(prep, x[i : i + 16], bias, "fp8") for i in (0, 16)]
+    parts = [mx_host.mx_linear(prep, x[i : i + step], bias, "fp8") for i in (0, step)]
     acts = [mx_decode_host.served_act(xi.shape[0], "fp8", False, n, prep.bounds, rotated, prep.weight,
-                                      x.dtype) for xi in (x[:16], x[16:])]
+                                      x.dtype) for xi in (x[:step], x[step:])]
     refs = []
-    for xi, act in zip((x[:16], x[16:]), acts):
+    for xi, act in zip((x[:step], x[step:]), acts):
         if act == "fp8":  # the GEMM's own e4m3 operands (the interpreter's convert is not a GPU's)
             refs.append(plane_ref(*mx_host.activations(prep, xi, "fp8"), w, prep.bounds))
         else:
             refs.append(paro_ref(xi, w, runs, 128, act) if rotated else xi.double() @ w.t())
     r = torch.cat(refs) + bias.double()
     chunks[name] = {"shape": list(y.shape), "acts": acts, "same": bool(torch.equal(y, torch.cat(parts))),
-                    "rel": rel(y, r), "rel_tail": rel(y[16:], r[16:])}
+                    "rel": rel(y, r), "rel_tail": rel(y[step:], r[step:]), "step": step}
 out["chunks"] = chunks
 xs = torch.tensor([[7e4, -7e4, 1.0, -2.0, 3.0, 4.0, 5.0, 6.0]], dtype=torch.bfloat16)
 out["pair_sat"] = mx_decode_host.pair_fp16(xs)[0, 0].tolist()
@@ -519,7 +520,8 @@ def test_w8_route_dispatch_follows_the_measurement() -> None:
     from paro_kernels.triton import mx_decode_host
 
     ok = mx_host.w8_ok
-    assert mx_host.W8 and mx_host.W8_MIN_M == mx_decode_host.MMA_MAX_M + 1 == 17
+    # (from 17: the layers the mma GEMV and its chunks decline, and every layer past 64 rows)
+    assert mx_host.W8 and mx_host.W8_MIN_M == 17 and mx_decode_host.MMA_CHUNK_MAX_M == 64
     assert ok(17, "fp8", False) and not ok(16, "fp8", False)
     assert not ok(4096, "fp8", True) and not ok(4096, "a16", False)  # gfx1201; 16-bit layers
     assert not ok(4096, "fp8", False, torch.float16)  # cuBLASLt's rowwise epilogue writes bf16
@@ -535,29 +537,34 @@ def test_w8_route_dispatch_follows_the_measurement() -> None:
     assert served(2048, "fp8", False, 7168, (6144, 6656)) == "fp8"
     assert served(2048, "fp8", False, 7168, (6144, 6656), rot=True) == "a16"
     assert served(2048, "fp8", False, 17408, (8704,), rot=True) == "fp8"  # gate_up
-    assert served(40, "fp8", False, 17408, (8704,), rot=True) == "fp8"  # wide planes from 17
-    # in_proj (6144 + 2048) at M = 80: the dequant path (16-bit x); at M = 40 the GEMM (fp8)
+    assert served(80, "fp8", False, 17408, (8704,), rot=True) == "fp8"  # wide planes from 17
+    # in_proj (6144 + 2048) at M = 80: the dequant path (16-bit x); at M = 40 on a plane bound
+    # the mma GEMV declines (off the 32-column grid) the GEMM (fp8)
     assert served(80, "fp8", False, 8192, (6144,), rot=True) == "a16"
-    assert served(40, "fp8", False, 8192, (6144,), rot=True) == "fp8"
+    assert served(40, "fp8", False, 8192, (6140,), rot=True) == "fp8"
     assert served(2048, "fp8", False, 5120, dtype=torch.float16) == "a16"  # the dequant path
 
 
 def test_decode_chunks_dispatch() -> None:
-    # The twenty-third pass: M = 17..MMA_CHUNK_MAX_M in 16-row chunks on the mma GEMV (NVIDIA,
-    # where it takes the layer: N % 4, plane bounds % 32), 16-bit activations as it takes them;
-    # past 32 rows, or where the mma GEMV declines the layer, the prefill routes.
+    # The twenty-third pass: past the mma GEMV's rows, to MMA_CHUNK_MAX_M, MMA_MAX_M-row chunks on
+    # it (NVIDIA, where it takes the layer: N % 4, plane bounds % 32), 16-bit activations as it
+    # takes them; past 64 rows, or where the mma GEMV declines the layer, the prefill routes. The
+    # twenty-fourth pass: the mma GEMV itself to 32 rows (four tiles, measured), the chunks 32.
     from paro_kernels.triton import mx_decode_host
 
-    ok, served = mx_decode_host.chunks_ok, mx_decode_host.served_act
-    assert mx_decode_host.MMA_MAX_M == 16 and mx_decode_host.MMA_CHUNK_MAX_M == 32
-    assert not ok(16, 17408, (8704,), False) and ok(17, 17408, (8704,), False)
-    assert ok(32, 7168, (6144, 6656), False) and not ok(33, 7168, (6144, 6656), False)
-    assert not ok(24, 17408, (8704,), True)  # gfx1201: the GEMM
-    assert not ok(24, 17408, (8720,), False) and not ok(24, 17406, (), False)
+    ok, served, mma = mx_decode_host.chunks_ok, mx_decode_host.served_act, mx_decode_host.mma_ok
+    assert mx_decode_host.MMA_MAX_M == 32 and mx_decode_host.MMA_CHUNK_MAX_M == 64
+    assert mma(17, 17408, (8704,), False) and mma(32, 7168, (6144, 6656), False)
+    assert not mma(33, 7168, (6144, 6656), False) and not mma(24, 17408, (8704,), True)
+    assert not ok(32, 17408, (8704,), False) and ok(33, 17408, (8704,), False)
+    assert ok(64, 7168, (6144, 6656), False) and not ok(65, 7168, (6144, 6656), False)
+    assert not ok(40, 17408, (8704,), True)  # gfx1201: the GEMM
+    assert not ok(40, 17408, (8720,), False) and not ok(40, 17406, (), False)
     assert served(24, "fp8", False, 17408, (8704,), rot=True) == "a16"
-    assert served(32, "fp8", False, 7168, (6144, 6656)) == "a16"
-    assert served(33, "fp8", False, 7168, (6144, 6656)) == "fp8"  # the 8-bit route
-    assert served(24, "fp8", False, 17408, (8720,)) == "fp8"  # chunks declined: the 8-bit route
+    assert served(48, "fp8", False, 17408, (8704,), rot=True) == "a16"
+    assert served(64, "fp8", False, 7168, (6144, 6656)) == "a16"
+    assert served(65, "fp8", False, 7168, (6144, 6656)) == "fp8"  # the 8-bit route
+    assert served(24, "fp8", False, 17408, (8720,)) == "fp8"  # mma declined: the 8-bit route
     with pytest.raises(ValueError, match="path"):
         mx_host.mx_linear(
             mx_host.prepare(*mx_layer(16, 64, seed=1)), torch.zeros(1, 64), path="chunk"
@@ -565,14 +572,14 @@ def test_decode_chunks_dispatch() -> None:
 
 
 def test_interpreter_decode_chunks_match_fp64(interp_results: dict) -> None:
-    # path="chunks" at 19 rows (16 + 3), MXFP4 and MXFP4-PARO: each chunk served as its own
-    # call (the interpreter's paths: the fp8 GEMM at 16 rows, the FMA GEMV at 3), the rows in
+    # path="chunks" at MMA_MAX_M + 3 rows, MXFP4 and MXFP4-PARO: each chunk served as its own
+    # call (the interpreter's paths: the fp8 GEMM at 32 rows, the FMA GEMV at 3), the rows in
     # order and the bias once a row, against the fp64 product of each chunk's own operands (the
     # fp8 chunk: the GEMM's e4m3 activations) at the fp16 output's floor.
     res = interp_results["chunks"]
     for name in ("plain", "paro"):
         r = res[name]
-        assert r["shape"] == [19, 128] and r["acts"] == ["fp8", "a16"], r
+        assert r["shape"] == [r["step"] + 3, 128] and r["acts"] == ["fp8", "a16"], r
         assert r["same"] and r["rel"] <= 1e-3 and r["rel_tail"] <= 1e-3, r
 
 

@@ -328,18 +328,18 @@ def test_mma_gemv_planes_and_every_code(m: int) -> None:
 
 
 def test_mma_gemv_served_route() -> None:
-    # mx_linear serves M in [MMA_MIN_M, 16] on the mma GEMV (NVFP4 -> MXFP4 and MXFP4-PARO),
-    # equal to the forced path; M = 17 elsewhere.
+    # mx_linear serves M in [MMA_MIN_M, MMA_MAX_M] on the mma GEMV (NVFP4 -> MXFP4 and
+    # MXFP4-PARO), equal to the forced path; M = 33 elsewhere (the chunks).
     from paro_kernels.triton import mx_decode_host, mx_host
 
     weight, scale = mx_layer(192, 256, seed=9)
     runs = mx_host.random_runs(256, (128, 64))
     for prep in (mx_host.prepare(weight, scale, None, 0, "cuda"),
                  mx_host.prepare(weight, scale, runs, 128, "cuda")):  # fmt: skip
-        for m in (1, 2, 16, 17):
+        for m in (1, 2, 16, 17, 32, 33):
             x = torch.randn(m, 256, device="cuda", dtype=torch.bfloat16)
             on = mx_decode_host.mma_ok(m, 192, prep.bounds, False)
-            assert on == (mx_decode_host.MMA_MIN_M <= m <= 16), m
+            assert on == (mx_decode_host.MMA_MIN_M <= m <= mx_decode_host.MMA_MAX_M), m
             y = mx_host.mx_linear(prep, x, None, "fp8")
             if on:
                 torch.testing.assert_close(y, mx_host.mx_linear(prep, x, None, "fp8", "mma"))
@@ -497,7 +497,10 @@ def test_plugin_backend_prepare_apply() -> None:
     x = _x(5, 1024)
     want = fp8_linear_ref(x, w) if _served("fp8", 5, 320) == "fp8" else x.double() @ w.t()
     assert rel(be.apply(prep, x.cuda(), None, "fp8"), want) <= BF16_FLOOR
-    x = _x(17, 1024)  # past the decode band: the W4A8 GEMM on e4m3 activations
-    assert _served("fp8", 17, 320) == "fp8"
+    from paro_kernels.triton import mx_decode_host
+
+    m = mx_decode_host.MMA_CHUNK_MAX_M + 1  # past the decode band and its chunks: e4m3 rows
+    x = _x(m, 1024)
+    assert _served("fp8", m, 320) == "fp8"
     assert rel(be.apply(prep, x.cuda(), None, "fp8"), fp8_linear_ref(x, w)) <= BF16_FLOOR
     assert rel(be.apply(prep, x.cuda(), None, "bf16"), x.double() @ w.t()) <= BF16_FLOOR

@@ -265,14 +265,14 @@ def test_int5_h2_matches_fp64(scale: float, m: int, how: str) -> None:
 
 
 @pytest.mark.parametrize(("k", "sizes", "g"), CASES)
-@pytest.mark.parametrize("m", [1, 2, 3, 5, 8, 9, 16])
+@pytest.mark.parametrize("m", [1, 2, 3, 5, 8, 9, 16, 17, 32])
 @pytest.mark.parametrize("cfg", [{}, {"block_n": 64, "programs_per_sm": 2}])
 def test_int5_mma_gemv_matches_fp64(k: int, sizes: list[int], g: int, m: int,
                                     cfg: dict[str, int]) -> None:  # fmt: skip
     # int5 (I8 PG ZPE) on the mma.sync GEMV (thirteenth pass: the fifth bits, byte tig of the
     # 4 columns' fifth-bit words, OR-ed into each pair before the zero's subtraction) across
-    # the tile-boundary cases (odd N, 1-3 partitions, G = 64 and 128), one and two activation
-    # tiles, 2- and 4-warp tiles, both paired prologues (records, blocks) at pair shift 0,
+    # the tile-boundary cases (odd N, 1-3 partitions, G = 64 and 128), one, two and four
+    # (twenty-fourth pass, forced) activation tiles, 2- and 4-warp tiles, both paired prologues (records, blocks) at pair shift 0,
     # activations in the thousands at even M; twice (split-K workspace and tickets left zeroed).
     from paro_kernels.triton import decode_host
 

@@ -309,7 +309,7 @@ def compile_gemv_mma(target: str, m: int, n: int, k: int, g: int, bounds: tuple[
     sig = dict(_PAIRED_GEMV_SIG)
     const: dict[str, object] = {
         "HAS_BIAS": False, "G": g, "T": cfg.block_n, "SPLIT_K": cfg.split_k, "ASM": True,
-        "NT": 1 if m <= 8 else 2, "HI": hi,
+        "NT": decode_host.mma_tiles(m), "HI": hi,
     }  # fmt: skip
     if hi:
         sig["qh_ptr"] = "*i32"

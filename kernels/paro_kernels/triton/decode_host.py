@@ -313,7 +313,7 @@ def gemv_h2_linear(
 # an SM (56 registers: 9 fit) best or within 4% on 15 of 20 cells; 64 columns / 2 warps / 16 an
 # SM within 1 us everywhere (o_proj M = 1 9.59 us against 10.16, in_proj M = 2 16.03 / 15.09);
 # 12 an SM 1.0-4.3 us slower on gate_up / down. The split: below (thirteenth pass).
-MMA_MAX_M = 16  # 8 a tile of activation rows: 2 tiles past M = 8
+MMA_MAX_M = 16  # the twelfth pass's rows, 8 a tile: 2 tiles past M = 8 (4 past 16: MMA_TILE_MAX_M)
 MMA_CONFIG = dict(block_n=128)
 # Thirteenth pass: the split from the grid's one wave, not a programs-per-SM target: the
 # largest split-K whose programs all fit the SMs' resident slots at once (SMs x MMA_FIT:
@@ -326,7 +326,9 @@ MMA_CONFIG = dict(block_n=128)
 # waves), in_proj 21.0 / 22.5 against 24.9 / 27.2, o_proj 14.6 / 16.1 against 16.8 / 19.3,
 # but gate_up 45.0 / 47.0 (680 programs: 20 in a second wave, 8 groups each) against 35.9 /
 # 37.4 (1088).
-MMA_FIT = {(1, 4): 9, (1, 5): 7, (2, 4): 5, (2, 5): 4}
+MMA_FIT = {(1, 4): 9, (1, 5): 7, (2, 4): 5, (2, 5): 4, (4, 4): 3, (4, 5): 3}
+# (four tiles, twenty-fourth pass: 168 / 166 registers uncapped, sm_90 Triton 3.9; 128 costs 16 /
+# 120 bytes of stack for a fourth program an SM: the bench's MMA_GRID[4] times both.)
 # Fifteenth pass: a register cap (ptxas maxnreg) by (activation tiles, bits), with the programs
 # an SM it buys for the split (absent: uncapped, MMA_FIT), as the MXFP4 mma GEMV's cap
 # (`mx_decode_host.MMA_BANDS`). H200 2026-12-04 (BENCH.md fifteenth pass, run 1, same run, us,
@@ -343,11 +345,28 @@ MMA_CAP: dict[tuple[int, int], tuple[int, int]] = {(2, 5): (80, 6)}
 # either way (qkv M = 9 21.63 / 20.20, gate_up M = 16 35.76 / 37.77), so they keep the records.
 MMA_BLOCKS_MIN_M = 9
 MMA_BLOCKS_MAX_WEIGHTS = GEMV3_SMALL_WEIGHTS
+# Twenty-fourth pass: from 17 rows (four tiles) the blocks on every layer. H100 (BENCH.md
+# twenty-fourth pass, same run, us, the four tiles on the records / on the blocks, M = 24):
+# qkv 32.4 / 31.2, gate_up 57.5 / 53.6, down 33.6 / 31.5, o_proj 23.2 / 17.2, in_proj 33.3 /
+# 32.5 (M = 32 alike; the records kernel alone 12-15 us at 24 rows).
+MMA_BLOCKS_ALL_MIN_M = 17
+
+
+def mma_blocks(m: int, weights: int) -> bool:
+    """Whether the mma GEMV's paired prologue at M rows of a layer of `weights` weights is the
+    sliced blocks (else the Givens records, where the layer has them)."""
+    small = weights <= MMA_BLOCKS_MAX_WEIGHTS
+    return m >= MMA_BLOCKS_ALL_MIN_M or (m >= MMA_BLOCKS_MIN_M and small)
+
+
+# Twenty-fourth pass: four tiles (M = 17..MMA_TILE_MAX_M: a program's words unpacked once for
+# 32 rows) built; the dispatch serves them only where measured (fast_host.MMA_GEMV_MAX_M).
+MMA_TILE_MAX_M = 32
 
 
 def mma_tiles(m: int) -> int:
-    """The mma GEMV's 8-row activation tiles at M rows."""
-    return 1 if m <= 8 else 2
+    """The mma GEMV's 8-row activation tiles at M rows: 1, 2 or 4."""
+    return 1 if m <= 8 else 2 if m <= 16 else 4
 
 
 def one_wave_split(tiles: int, ngroups: int, slots: int) -> int:
@@ -412,7 +431,7 @@ def gemv_mma(
     qweight_hi: torch.Tensor | None = None,
     maxnreg: int | None = None,
 ) -> torch.Tensor:
-    """The mma GEMV on the paired prologue output xr [P, M <= 16, K] fp16 (pair shift 0)
+    """The mma GEMV on the paired prologue output xr [P, M <= 32, K] fp16 (pair shift 0)
     -> y [M, N] out_dtype; `qweight_hi` [K/32, N]: int5 (I8 PG ZPE) weights' fifth bits;
     `maxnreg`: a register cap (0: none; default `mma_maxnreg`)."""
     from .decode_kernels import gemv_mma_kernel
@@ -420,7 +439,7 @@ def gemv_mma(
     _, m, k = xr.shape
     n = qweight.shape[1]
     g = group_size
-    require(m <= MMA_MAX_M, "x rows", f"<= {MMA_MAX_M} for the mma GEMV", m)
+    require(m <= MMA_TILE_MAX_M, "x rows", f"<= {MMA_TILE_MAX_M} for the mma GEMV", m)
     require(g % 32 == 0 and k % g == 0, "group_size", "a multiple of 32 dividing K", (g, k))
     require(xr.dtype == torch.float16, "xr", "fp16 pairs", xr.dtype)
     bits = 4 if qweight_hi is None else 5
@@ -466,13 +485,12 @@ def gemv_mma_linear(
     """The decode linear on the mma GEMV: the paired prologue at pair shift 0 + `gemv_mma`,
     y [M, N] in x.dtype; `qweight_hi`: int5. `prologue`: "givens", the records kernel on `gv`
     (the blocks where `gv` has no records), or "slice", the sliced blocks; default the records,
-    but the blocks from MMA_BLOCKS_MIN_M rows on layers of at most MMA_BLOCKS_MAX_WEIGHTS.
+    but the blocks where `mma_blocks` says.
     `maxnreg`: `gemv_mma`'s."""
     require(prologue in ("", "givens", "slice"), "prologue", ("givens", "slice"), prologue)
     gv_idx, gv_coef = gv
     m, k = x.shape
-    small = qweight.shape[1] * k <= MMA_BLOCKS_MAX_WEIGHTS
-    kind = prologue or ("slice" if m >= MMA_BLOCKS_MIN_M and small else "givens")
+    kind = prologue or ("slice" if mma_blocks(m, qweight.shape[1] * k) else "givens")
     if gv_idx is not None and gv_coef is not None and kind == "givens":
         xr = fast_host.rotate_givens_paired(x, gv_idx, gv_coef, group_size, 0)
     else:

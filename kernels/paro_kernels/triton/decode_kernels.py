@@ -600,6 +600,10 @@ _MMA_ASM5 = tl.constexpr(mma_word_asm(1, hi=True))
 _MMA_CONSTRAINTS5 = tl.constexpr(_mma_constraints(1, True))
 _MMA_ASM25 = tl.constexpr(mma_word_asm(2, hi=True))
 _MMA_CONSTRAINTS25 = tl.constexpr(_mma_constraints(2, True))
+_MMA_ASM4 = tl.constexpr(mma_word_asm(4))
+_MMA_CONSTRAINTS4 = tl.constexpr(_mma_constraints(4, False))
+_MMA_ASM45 = tl.constexpr(mma_word_asm(4, hi=True))
+_MMA_CONSTRAINTS45 = tl.constexpr(_mma_constraints(4, True))
 
 
 @triton.jit
@@ -627,7 +631,7 @@ def _mma_word(qw_ptr, a_rows, a_ok, col, n_mask, g, N, G: tl.constexpr, tig, i: 
     ap = a_rows + w * 4 + tl.arange(0, 4)[None, None, :]
     a = tl.load(ap, mask=a_ok, other=0)
     ah = a
-    if NT == 2:
+    if NT >= 2:
         ah = tl.load(ap + a_hi, mask=ah_ok, other=0)
     return q, a, ah
 
@@ -708,6 +712,79 @@ def _mma_step2(q, a, ah, za0, za1, za2, za3, zb0, zb1, zb2, zb3, e0, e1, e2, e3,
          b0, b1, b2, b3, e0, e1, e2, e3, o0, o1, o2, o3, f0, f1, f2, f3, p0, p1, p2, p3],
         dtype=(tl.float32,) * 16, is_pure=True, pack=1,
     )  # fmt: skip
+
+
+@triton.jit
+def _mma_act(a_rows, ok, g, G: tl.constexpr, tig, i: tl.constexpr):
+    """The thread's 4 activation pair words of word row i of group g (`_mma_word`'s)."""
+    w = (g * (G // 8) + 4 * i + tig)[None, :, None]
+    return tl.load(a_rows + w * 4 + tl.arange(0, 4)[None, None, :], mask=ok, other=0)
+
+
+@triton.jit
+def _mma_step4(q, a, ah, a2, a3, za0, za1, za2, za3, zb0, zb1, zb2, zb3, acc, T: tl.constexpr,
+               hq, sel, HI: tl.constexpr):  # fmt: skip
+    """`_mma_step` against four activation tiles (`mma_word_asm(4)`, twenty-fourth pass): acc
+    the 32 running sums in the asm's output order (tile t: rows 8 t + 2 tig, 8 t + 2 tig + 1),
+    one unpack for all four."""
+    q0, q1, q2, q3 = _split4(q, T)
+    b0, b1, b2, b3 = _split4(tl.broadcast_to(a, (1, T, 4)), T)
+    b4, b5, b6, b7 = _split4(tl.broadcast_to(ah, (1, T, 4)), T)
+    b8, b9, b10, b11 = _split4(tl.broadcast_to(a2, (1, T, 4)), T)
+    b12, b13, b14, b15 = _split4(tl.broadcast_to(a3, (1, T, 4)), T)
+    (c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15,
+     c16, c17, c18, c19, c20, c21, c22, c23,
+     c24, c25, c26, c27, c28, c29, c30, c31) = acc  # fmt: skip
+    if HI:
+        h0, h1, h2, h3 = _split4(hq, T)
+        return tl.inline_asm_elementwise(
+            _MMA_ASM45, _MMA_CONSTRAINTS45,
+            [q0, q1, q2, q3, za0, za1, za2, za3, zb0, zb1, zb2, zb3, h0, h1, h2, h3, sel,
+             b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15,
+             c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15,
+             c16, c17, c18, c19, c20, c21, c22, c23, c24, c25, c26, c27, c28, c29, c30, c31],
+            dtype=(tl.float32,) * 32, is_pure=True, pack=1,
+        )  # fmt: skip
+    return tl.inline_asm_elementwise(
+        _MMA_ASM4, _MMA_CONSTRAINTS4,
+        [q0, q1, q2, q3, za0, za1, za2, za3, zb0, zb1, zb2, zb3,
+         b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15,
+         c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15,
+         c16, c17, c18, c19, c20, c21, c22, c23, c24, c25, c26, c27, c28, c29, c30, c31],
+        dtype=(tl.float32,) * 32, is_pure=True, pack=1,
+    )  # fmt: skip
+
+
+@triton.jit
+def _mma_group4(q0, q1, q2, q3, a0, a1, a2, a3, h0, h1, h2, h3, c0, c1, c2, c3, d0, d1, d2, d3,
+                b0, b1, b2, b3, zi, sel, T: tl.constexpr, G: tl.constexpr,
+                HI: tl.constexpr):  # fmt: skip
+    """`_mma_group` against four activation tiles: per word row i the pair words a (rows gid),
+    h (gid + 8), c (gid + 16), d (gid + 24); the group's 8 fp32 sums [1, T, 4] (tile t: rows
+    8 t + 2 tig, 8 t + 2 tig + 1)."""
+    z1 = (zi | 0x6400) * 65537
+    z64 = ((zi << 4) | 0x5400) * 65537
+    za0, za1, za2, za3 = _split4(z1, T)
+    zb0, zb1, zb2, zb3 = _split4(z64, T)
+    e = tl.zeros((1, T), tl.float32)
+    acc = (e, e, e, e, e, e, e, e, e, e, e, e, e, e, e, e,
+           e, e, e, e, e, e, e, e, e, e, e, e, e, e, e, e)  # fmt: skip
+    for i in tl.static_range(G // 32):
+        q = q0 if i == 0 else q1 if i == 1 else q2 if i == 2 else q3
+        a = a0 if i == 0 else a1 if i == 1 else a2 if i == 2 else a3
+        ah = h0 if i == 0 else h1 if i == 1 else h2 if i == 2 else h3
+        ac = c0 if i == 0 else c1 if i == 1 else c2 if i == 2 else c3
+        ad = d0 if i == 0 else d1 if i == 1 else d2 if i == 2 else d3
+        hq = b0 if i == 0 else b1 if i == 1 else b2 if i == 2 else b3
+        acc = _mma_step4(q, a, ah, ac, ad, za0, za1, za2, za3, zb0, zb1, zb2, zb3, acc, T, hq,
+                         sel, HI)  # fmt: skip
+    (s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15,
+     s16, s17, s18, s19, s20, s21, s22, s23,
+     s24, s25, s26, s27, s28, s29, s30, s31) = acc  # fmt: skip
+    return (_join4(s0, s1, s2, s3, T), _join4(s4, s5, s6, s7, T), _join4(s8, s9, s10, s11, T),
+            _join4(s12, s13, s14, s15, T), _join4(s16, s17, s18, s19, T),
+            _join4(s20, s21, s22, s23, T), _join4(s24, s25, s26, s27, T),
+            _join4(s28, s29, s30, s31, T))  # fmt: skip
 
 
 @triton.jit
@@ -832,6 +909,25 @@ def _mma_store(tot_e, tot_o, tot_f, tot_p, m_e, col, n_mask, bias_ptr, out_ptr, 
 
 
 @triton.jit
+def _mma_store8(s0, s1, s2, s3, s4, s5, s6, s7, m_e, col, n_mask, bias_ptr, out_ptr, ws_ptr,
+                cnt_ptr, pid_n, M, N, HAS_BIAS: tl.constexpr,
+                SPLIT_K: tl.constexpr):  # fmt: skip
+    """`_mma_store` for four activation tiles (twenty-fourth pass): the thread's rows
+    8 t + 2 tig (s_2t) and 8 t + 2 tig + 1 (s_2t+1) of tiles t = 0..3."""
+    _mma_out(s0, m_e, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS, SPLIT_K)
+    _mma_out(s1, m_e + 1, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS, SPLIT_K)
+    _mma_out(s2, m_e + 8, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS, SPLIT_K)
+    _mma_out(s3, m_e + 9, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS, SPLIT_K)
+    _mma_out(s4, m_e + 16, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS, SPLIT_K)
+    _mma_out(s5, m_e + 17, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS, SPLIT_K)
+    _mma_out(s6, m_e + 24, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS, SPLIT_K)
+    _mma_out(s7, m_e + 25, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS, SPLIT_K)
+    if SPLIT_K > 1:
+        _mma_finish(ws_ptr, out_ptr, cnt_ptr, bias_ptr, pid_n, m_e, col, n_mask, M, N, HAS_BIAS,
+                    SPLIT_K, 4)  # fmt: skip
+
+
+@triton.jit
 def gemv_mma_kernel(
     a_ptr,  # [P, M, K/2] int32: the paired fp16 prologue output, pair shift 0
     qw_ptr,  # [K/8, N] int32 codes packed along K (nibble s of word r = row 8r + s)
@@ -851,7 +947,7 @@ def gemv_mma_kernel(
     T: tl.constexpr,  # threads a program (32 num_warps) = its columns (T / 4 quads of 4)
     SPLIT_K: tl.constexpr,
     ASM: tl.constexpr,  # the mma PTX (NVIDIA); else plain ops (the interpreter)
-    NT: tl.constexpr = 1,  # 8-row activation tiles: 1 (M <= 8) or 2 (M <= 16)
+    NT: tl.constexpr = 1,  # 8-row activation tiles: 1 (M <= 8), 2 (M <= 16) or 4 (M <= 32)
     HI: tl.constexpr = False,  # int5: fifth bits in qh_ptr, zp_ptr holds the 5-bit zeros
     qh_ptr=None,  # HI: [K/32, N] int32 fifth-bit planes (bit b of word w = row 32 w + b)
 ):
@@ -864,43 +960,85 @@ def gemv_mma_kernel(
     g0 = pid_k * per
     g1 = tl.minimum(g0 + per, ngroups)
     row0, m_e, a_rows, a_ok, ah_ok = _mma_rows(a_ptr, part, gid, tig, M, K)
-    tot_e = tl.zeros((1, T, 4), tl.float32)
-    tot_o = tl.zeros((1, T, 4), tl.float32)
-    tot_f = tl.zeros((1, T, 4), tl.float32)
-    tot_p = tl.zeros((1, T, 4), tl.float32)
+    a_hi = 8 * (K // 2)  # words between activation rows gid and gid + 8
+    # the thread's outputs: rows 8 t + 2 tig (s_2t) and 8 t + 2 tig + 1 (s_2t+1) of tile t
+    s0 = tl.zeros((1, T, 4), tl.float32)
+    s1 = s0
+    s2 = s0
+    s3 = s0
+    s4 = s0
+    s5 = s0
+    s6 = s0
+    s7 = s0
     if ASM:
         # prmt: byte tig of a fifth-bit word, zeros above (built in the words' layout and
         # split as they are: no layout conversion)
         sel = _split4((0x4440 + tig)[None, :, None] + tl.zeros((1, T, 4), tl.int32), T)[0]
+        a2_ok = (gid + 16 < M)[None, :, None]
+        a3_ok = (gid + 24 < M)[None, :, None]
         for g in range(g0, g1):
-            q0, q1, q2, q3, a0, a1, a2, a3, h0, h1, h2, h3, v0, v1, v2, v3, zi, s = _mma_loads(
-                qw_ptr, sc_ptr, zp_ptr, a_rows, a_ok, col, n_mask, g, N, G, tig, 8 * (K // 2),
-                ah_ok, NT, qh_ptr, HI,
+            q0, q1, q2, q3, a0, a1, a2, a3, h0, h1, h2, h3, v0, v1, v2, v3, zi, sg = _mma_loads(
+                qw_ptr, sc_ptr, zp_ptr, a_rows, a_ok, col, n_mask, g, N, G, tig, a_hi, ah_ok, NT,
+                qh_ptr, HI,
             )  # fmt: skip
-            de, do, df, dp = _mma_group(q0, q1, q2, q3, a0, a1, a2, a3, h0, h1, h2, h3, v0, v1,
-                                        v2, v3, zi, sel, T, G, NT, HI)  # fmt: skip
-            tot_e += de * s
-            tot_o += do * s
-            if NT == 2:
-                tot_f += df * s
-                tot_p += dp * s
+            if NT == 4:  # the third and fourth tiles' pair words, then one unpack for all four
+                c0 = _mma_act(a_rows + 2 * a_hi, a2_ok, g, G, tig, 0)
+                d0 = _mma_act(a_rows + 3 * a_hi, a3_ok, g, G, tig, 0)
+                c1 = _mma_act(a_rows + 2 * a_hi, a2_ok, g, G, tig, 1)
+                d1 = _mma_act(a_rows + 3 * a_hi, a3_ok, g, G, tig, 1)
+                c2, d2, c3, d3 = c0, d0, c1, d1
+                if G // 32 == 4:
+                    c2 = _mma_act(a_rows + 2 * a_hi, a2_ok, g, G, tig, 2)
+                    d2 = _mma_act(a_rows + 3 * a_hi, a3_ok, g, G, tig, 2)
+                    c3 = _mma_act(a_rows + 2 * a_hi, a2_ok, g, G, tig, 3)
+                    d3 = _mma_act(a_rows + 3 * a_hi, a3_ok, g, G, tig, 3)
+                t0, t1, t2, t3, t4, t5, t6, t7 = _mma_group4(
+                    q0, q1, q2, q3, a0, a1, a2, a3, h0, h1, h2, h3, c0, c1, c2, c3, d0, d1, d2,
+                    d3, v0, v1, v2, v3, zi, sel, T, G, HI,
+                )  # fmt: skip
+                s0 += t0 * sg
+                s1 += t1 * sg
+                s2 += t2 * sg
+                s3 += t3 * sg
+                s4 += t4 * sg
+                s5 += t5 * sg
+                s6 += t6 * sg
+                s7 += t7 * sg
+            else:
+                de, do, df, dp = _mma_group(q0, q1, q2, q3, a0, a1, a2, a3, h0, h1, h2, h3, v0,
+                                            v1, v2, v3, zi, sel, T, G, NT, HI)  # fmt: skip
+                s0 += de * sg
+                s1 += do * sg
+                if NT == 2:
+                    s2 += df * sg
+                    s3 += dp * sg
     else:
         for g in range(g0, g1):
             zi = tl.load(zp_ptr + g * N + col, mask=n_mask, other=0).to(tl.int32)
-            s = tl.load(sc_ptr + g * N + col, mask=n_mask, other=0.0).to(tl.float32)
+            sg = tl.load(sc_ptr + g * N + col, mask=n_mask, other=0.0).to(tl.float32)
             for r in tl.static_range(NT):
                 me = m_e + 8 * r
                 de, do = _mma_group_ops(qw_ptr, a_ptr + (row0 + me) * (K // 2),
                                         a_ptr + (row0 + me + 1) * (K // 2), me < M, me + 1 < M,
                                         zi, col, n_mask, g, N, G, qh_ptr, HI)  # fmt: skip
                 if r == 0:
-                    tot_e += de * s
-                    tot_o += do * s
+                    s0 += de * sg
+                    s1 += do * sg
+                elif r == 1:
+                    s2 += de * sg
+                    s3 += do * sg
+                elif r == 2:
+                    s4 += de * sg
+                    s5 += do * sg
                 else:
-                    tot_f += de * s
-                    tot_p += do * s
-    _mma_store(tot_e, tot_o, tot_f, tot_p, m_e, col, n_mask, bias_ptr, out_ptr, ws_ptr, cnt_ptr,
-               pid_n, M, N, HAS_BIAS, SPLIT_K, NT)  # fmt: skip
+                    s6 += de * sg
+                    s7 += do * sg
+    if NT == 4:
+        _mma_store8(s0, s1, s2, s3, s4, s5, s6, s7, m_e, col, n_mask, bias_ptr, out_ptr, ws_ptr,
+                    cnt_ptr, pid_n, M, N, HAS_BIAS, SPLIT_K)  # fmt: skip
+    else:
+        _mma_store(s0, s1, s2, s3, m_e, col, n_mask, bias_ptr, out_ptr, ws_ptr, cnt_ptr, pid_n,
+                   M, N, HAS_BIAS, SPLIT_K, NT)  # fmt: skip
 
 
 @triton.jit

@@ -395,25 +395,34 @@ def h2_ok(hip: bool, m: int, g: int) -> bool:
 #   took them: `decode_host.MMA_BLOCKS_MIN_M`);
 # - M = 1: it lost on 4 of 5 shapes (gate_up 22.97 against the HFMA2 op's 21.99, o_proj 10.16 /
 #   8.80; run 2): M = 1 keeps the HFMA2 op.
+# Twenty-fourth pass: to M = 32 on four activation tiles (`decode_host.mma_tiles`), the sliced
+# blocks prologue on every layer there (`decode_host.MMA_BLOCKS_ALL_MIN_M`). H100 (BENCH.md
+# twenty-fourth pass, kernels/bench-2026-12-05-h100-issue14-pass24-int4-mma4.json, same run, us,
+# the tile kernels as served before / four tiles on the blocks prologue, M = 24): qkv 44.6 /
+# 31.2, gate_up 104.8 / 53.6, down 54.4 / 31.5, o_proj 27.7 / 17.2, in_proj 44.8 / 32.5; M = 32
+# 44.7 / 34.1, 105.2 / 57.5, 53.7 / 35.2, 25.6 / 19.7, 43.0 / 33.9. int5 keeps 16
+# (MMA_GEMV5_MAX_M: its four tiles pass their GPU test but are not timed yet).
 MMA_GEMV = True
 MMA_GEMV_MIN_M = 2
-MMA_GEMV_MAX_M = 16
+MMA_GEMV_MAX_M = 32
 # Thirteenth pass: int5 (I8 PG ZPE) on the same GEMV (`gemv_mma(qweight_hi=)`: the fifth bits
 # OR-ed into each pair before the zero's subtraction) from MMA_GEMV5_MIN_M rows.
 MMA_GEMV5 = True
 MMA_GEMV5_MIN_M = 1
+MMA_GEMV5_MAX_M = 16
 
 
 def mma_gemv_ok(hip: bool, m: int, g: int, bounds: tuple[int, ...] = (), bits: int = 4) -> bool:
     """The mma GEMV serves an M-row decode call of a `bits` (4 or 5) layer: NVIDIA, compiled
-    code, MMA_GEMV_MIN_M (int5: MMA_GEMV5_MIN_M) <= M <= MMA_GEMV_MAX_M, G a multiple of 32,
+    code, MMA_GEMV_MIN_M <= M <= MMA_GEMV_MAX_M (int5: MMA_GEMV5_*), G a multiple of 32,
     partition bounds on the 32-column grid (`decode_host.mma_ok`)."""
     from . import decode_host
 
     interp = host._interpreted()
     lo = MMA_GEMV5_MIN_M if bits == 5 else MMA_GEMV_MIN_M
+    hi = MMA_GEMV5_MAX_M if bits == 5 else MMA_GEMV_MAX_M
     on = MMA_GEMV5 if bits == 5 else MMA_GEMV
-    return (on and not hip and not interp and lo <= m <= MMA_GEMV_MAX_M and g % 32 == 0
+    return (on and not hip and not interp and lo <= m <= hi and g % 32 == 0
             and decode_host.mma_ok(bounds))  # fmt: skip
 
 

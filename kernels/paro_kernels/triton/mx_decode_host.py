@@ -8,8 +8,9 @@ Shape contract of `mx_gemv` (asserted by `mx_host.check_gemm`, the GEMM's):
     bias     [N] or None
     -> y     [M, N]          out dtype
 
-`mx_gemv_mma` (the mma.sync GEMV, fourteenth pass; NVIDIA, served from M = 1 to 16): the same,
-with a [P, M <= 16, K] contiguous: paired fp16 (the MXFP4-PARO prologue's), or plain bf16 / fp16
+`mx_gemv_mma` (the mma.sync GEMV, fourteenth pass; NVIDIA, served from M = 1 to 16, to 32
+since the twenty-fourth pass): the same, with a [P, M <= 32, K] contiguous: paired fp16 (the
+MXFP4-PARO prologue's), or plain bf16 / fp16
 rows (NVFP4 -> MXFP4: x itself); N a multiple of 4, plane bounds multiples of 32.
 
 W4A8 MXFP4 layers take these paths too at decode: the same weight bytes with the activations
@@ -89,13 +90,12 @@ def served_act(m: int, act: ActMode, hip: bool, n: int = 0, bounds: tuple[int, .
                rot: bool = False, w: MxWeight | None = None,
                dtype: torch.dtype = torch.bfloat16) -> ActMode:  # fmt: skip
     """The activations an M-row call of an `act` layer (N columns, plane `bounds`) is served
-    on: decode rows take 16-bit ones on NVIDIA, where it was measured (the mma GEMV's to M = 16
-    where it takes the layer, and its chunks to MMA_CHUNK_MAX_M, the FMA GEMV's, or the GEMM's
-    A16 up to A16_MAX_M), and so do prefill rows on the dequant path (`mx_host.dequant_ok`: the
-    vendor GEMM on x itself) unless
-    the 8-bit vendor GEMM takes them (`mx_host.w8_ok`, for a bf16 layer in the e4m3 fold; rot:
-    the layer is rotated, MXFP4-PARO; w: its weight, None to take the fold as given; dtype:
-    x's)."""
+    on: decode rows take 16-bit ones on NVIDIA, where it was measured (the mma GEMV's to
+    MMA_MAX_M where it takes the layer, and its chunks to MMA_CHUNK_MAX_M, the FMA GEMV's, or
+    the GEMM's A16 up to A16_MAX_M), and so do prefill rows on the dequant path
+    (`mx_host.dequant_ok`: the vendor GEMM on x itself) unless the 8-bit vendor GEMM takes them
+    (`mx_host.w8_ok`, for a bf16 layer in the e4m3 fold; rot: the layer is rotated,
+    MXFP4-PARO; w: its weight, None to take the fold as given; dtype: x's)."""
     mma = mma_ok(m, n, bounds, hip) or chunks_ok(m, n, bounds, hip)
     plane = narrowest_plane(n, bounds) if rot and n else 0
     dq = dequant_ok(m, hip) and not w8_ok(m, act, hip, dtype, w, plane)
@@ -193,14 +193,21 @@ def compile_mx_gemv(target: str, m: int, n: int, k: int, bounds: tuple[int, ...]
     return aot.Report(**{**rep.__dict__, "mma": not rep.mma})  # type: ignore[attr-defined]
 
 
-# Fourteenth pass: the mma.sync GEMV (`mx_decode_kernels.mx_gemv_mma_kernel`, NVIDIA, M <= 16)
+# Fourteenth pass: the mma.sync GEMV (`mx_decode_kernels.mx_gemv_mma_kernel`, NVIDIA, M <= 16;
+# M <= 32 since the twenty-fourth pass)
 # on paired fp16 activations (the MXFP4-PARO prologue's `rotate_slices(paired=True)` output),
 # or on x itself (NVFP4 -> MXFP4), paired in the kernel. Config as the int4 mma GEMV's: 128
 # columns (4 warps, a column quad a thread), the split from one wave of the programs an SM
 # (MMA_BANDS, below; sm_90 registers held by `test_aot_mx_gemv_mma_sm90`).
 MMA = True
 MMA_MIN_M = 1
-MMA_MAX_M = 16
+# Twenty-fourth pass: to M = 32 on four activation tiles (MMA_BANDS). H100 (BENCH.md twenty-fourth
+# pass, `bash .whl/d54.sh` = kernels/device54.sh, kernels/bench-2026-12-05-h100-issue14-pass24-
+# mma4.json, same run, us, the 16-row chunks as served / four tiles forced at M = 24): MXFP4 qkv
+# 32.7 / 22.3, gate_up 67.1 / 52.5, down 38.2 / 26.1, o_proj 20.0 / 14.0, in_proj 37.0 / 25.3;
+# MXFP4-PARO 42.3 / 35.4, 73.8 / 57.9, 46.6 / 34.3, 26.6 / 18.4, 45.9 / 35.6 (M = 32 alike:
+# 1.19-1.46x; the 8-bit route 34-153 there).
+MMA_MAX_M = 32
 MMA_BLOCK_N = 128
 # The bands' (unroll, programs an SM for the split, register cap) by their last M. H200 (BENCH.md
 # fourteenth pass, run 3: gate_up, qkv, down at M = 1 / 4 / 16, same run, us): M = 1 one block
@@ -213,6 +220,9 @@ MMA_BLOCK_N = 128
 # Twenty-fourth pass: four tiles (M = 17..MMA_TILE_MAX_M: a program's words unpacked once for 32
 # rows, 32 mmas a block pair) at 4 programs an SM under a 128-register cap (sm_90, Triton 3.9:
 # 127 uncapped on paired fp16, 130 on bf16 rows, which would fit 3; capped 8 bytes of stack).
+# Same run, the kernel alone at M = 24 / 32 on bf16 rows: this band best or within 3% on every
+# shape but gate_up (8 an SM at the same cap 52.4 / 55.0 against 54.2 / 56.3); uncapped at 3 or 4
+# an SM, or capped at 112 / 96 for 5 / 6, 1.02-1.36x slower.
 MMA_BANDS = {1: (1, 10, 0), 8: (2, 6, 0), 16: (1, 7, 72), 32: (1, 4, 128)}
 MMA_TILE_MAX_M = 32  # the kernel's rows: four 8-row activation tiles
 
@@ -236,20 +246,18 @@ def mma_ok(m: int, n: int, bounds: tuple[int, ...], hip: bool) -> bool:
             and n % 4 == 0 and all(b % 32 == 0 for b in bounds))  # fmt: skip
 
 
-# Twenty-third pass: M = MMA_MAX_M + 1 .. MMA_CHUNK_MAX_M on the mma GEMV in MMA_MAX_M-row
+# Twenty-third pass: past MMA_MAX_M rows, to MMA_CHUNK_MAX_M, the mma GEMV in MMA_MAX_M-row
 # chunks, each chunk its own call (`mx_host.mx_linear`, path "chunks"; the last chunk takes the
-# path of its own rows). Past M = 16 the MXFP4 GEMM's 64-row tiles and the 8-bit route served,
-# about 4x slower a call than the mma GEMV at 16 rows: H100, `bash kernels/device50.sh 200 100`
-# (kernels/bench-2026-12-05-h100-issue14-pass23-mx-small-m.json, same run, us, as served at
-# M = 16 / the best path at M = 24), MXFP4: qkv 17.9 / 69.3, o_proj 11.2 / 34.3, gate_up 35.4 /
-# 142, down 21.6 / 86.4, in_proj 20.2 / 73.5; MXFP4-PARO: 25.2 / 79.8, 15.0 / 37.3, 40.8 / 154,
-# 25.7 / 90.6, 25.4 / 77.4. Two chunks cost two such calls (graph-replayed calls add) and a copy
-# of the output rows: about 0.49-0.66x (MXFP4) and 0.53-0.80x (PARO) the best path's time at
-# M = 24 and 32 from the parts' times (the copy left out); at 48 rows (three chunks) PARO
-# o_proj would lose (45 / 37.4), so the chunks stop at 32.
-# The composed op itself is not timed yet (no device time was left this pass): `device52.sh`.
+# path of its own rows). Built at 16-row chunks from the parts' times (the MXFP4 GEMM's 64-row
+# tiles and the 8-bit route served M = 17..32 about 4x slower a call than the mma GEMV at 16);
+# timed in the twenty-fourth pass (the run above, us, at M = 24: the chunks as served / the
+# 8-bit route forced): MXFP4 qkv 32.7 / 67.7, gate_up 67.1 / 141.7, down 38.2 / 87.2, o_proj
+# 20.0 / 34.9, in_proj 37.0 / 72.8; MXFP4-PARO 42.3 / 103.5, 73.8 / 152.8, 46.6 / 90.8, 26.6 /
+# 37.2, 45.9 / 91.3. With the four tiles the chunks are 32 rows: to M = 64 two calls cost, from
+# the four tiles' times, 0.40-0.86x the 8-bit route's (MXFP4-PARO o_proj at 64: 39.1 / 38.4,
+# a tie); the composed call at 33..64 is timed by kernels/device54.sh's second step.
 # Decode numerics: the chunks take 16-bit activations, as the mma GEMV does.
-MMA_CHUNK_MAX_M = 32
+MMA_CHUNK_MAX_M = 64
 
 
 def chunks_ok(m: int, n: int, bounds: tuple[int, ...], hip: bool) -> bool:

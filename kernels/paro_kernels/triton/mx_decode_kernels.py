@@ -35,10 +35,9 @@ import triton.language as tl
 
 from .decode_kernels import (
     _join4,
-    _mma_finish,
-    _mma_out,
     _mma_rows,
     _mma_store,
+    _mma_store8,
     _pair_f32,
     _quad_lanes,
     _split4,
@@ -721,25 +720,9 @@ def mx_gemv_mma_kernel(
                     s7 += do
     # the unpack's 2^-14
     if NT == 4:
-        _mma_out(s0 * 16384.0, m_e + 0, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N,
-                 HAS_BIAS, SPLIT_K)  # fmt: skip
-        _mma_out(s1 * 16384.0, m_e + 1, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N,
-                 HAS_BIAS, SPLIT_K)  # fmt: skip
-        _mma_out(s2 * 16384.0, m_e + 8, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N,
-                 HAS_BIAS, SPLIT_K)  # fmt: skip
-        _mma_out(s3 * 16384.0, m_e + 9, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N,
-                 HAS_BIAS, SPLIT_K)  # fmt: skip
-        _mma_out(s4 * 16384.0, m_e + 16, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N,
-                 HAS_BIAS, SPLIT_K)  # fmt: skip
-        _mma_out(s5 * 16384.0, m_e + 17, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N,
-                 HAS_BIAS, SPLIT_K)  # fmt: skip
-        _mma_out(s6 * 16384.0, m_e + 24, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N,
-                 HAS_BIAS, SPLIT_K)  # fmt: skip
-        _mma_out(s7 * 16384.0, m_e + 25, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N,
-                 HAS_BIAS, SPLIT_K)  # fmt: skip
-        if SPLIT_K > 1:
-            _mma_finish(ws_ptr, out_ptr, cnt_ptr, bias_ptr, pid_n, m_e, col, n_mask, M, N,
-                        HAS_BIAS, SPLIT_K, NT)  # fmt: skip
+        _mma_store8(s0 * 16384.0, s1 * 16384.0, s2 * 16384.0, s3 * 16384.0, s4 * 16384.0,
+                    s5 * 16384.0, s6 * 16384.0, s7 * 16384.0, m_e, col, n_mask, bias_ptr,
+                    out_ptr, ws_ptr, cnt_ptr, pid_n, M, N, HAS_BIAS, SPLIT_K)  # fmt: skip
     else:
         _mma_store(s0 * 16384.0, s1 * 16384.0, s2 * 16384.0, s3 * 16384.0, m_e, col, n_mask,
                    bias_ptr, out_ptr, ws_ptr, cnt_ptr, pid_n, M, N, HAS_BIAS, SPLIT_K,

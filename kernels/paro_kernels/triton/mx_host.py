@@ -556,13 +556,12 @@ def activations(
 def _mma_prologue(prep: Prepared, x: torch.Tensor, rh: torch.Tensor,
                   rl: torch.Tensor) -> torch.Tensor:  # fmt: skip
     """MXFP4-PARO's paired fp16 activations (pair shift 0) for the mma GEMV, by the int4 mma
-    GEMV's rule (`decode_host.gemv_mma_linear`): the Givens records, but the sliced blocks from
-    MMA_BLOCKS_MIN_M rows on layers of at most MMA_BLOCKS_MAX_WEIGHTS (or without records)."""
+    GEMV's rule (`decode_host.mma_blocks`): the Givens records, or the sliced blocks (also
+    without records)."""
     from . import decode_host, fast_host
 
     m, k = x.shape
-    small = prep.weight.n * k <= decode_host.MMA_BLOCKS_MAX_WEIGHTS
-    blocks = m >= decode_host.MMA_BLOCKS_MIN_M and small
+    blocks = decode_host.mma_blocks(m, prep.weight.n * k)
     if prep.gv_idx is not None and prep.gv_coef is not None and not blocks:
         return fast_host.rotate_givens_paired(x, prep.gv_idx, prep.gv_coef, prep.group_size, 0)
     return fast_host.rotate_slices(x.to(rh.dtype), rh, rl, prep.group_size, paired=True,
