@@ -202,11 +202,11 @@ def compile_mx_gemv(target: str, m: int, n: int, k: int, bounds: tuple[int, ...]
 MMA = True
 MMA_MIN_M = 1
 # Twenty-fourth pass: to M = 32 on four activation tiles (MMA_BANDS). H100 (BENCH.md twenty-fourth
-# pass, `bash .whl/d54.sh` = kernels/device54.sh, kernels/bench-2026-12-05-h100-issue14-pass24-
+# pass, `bash kernels/device54.sh 270 130 110`, kernels/bench-2026-12-05-h100-issue14-pass24-
 # mma4.json, same run, us, the 16-row chunks as served / four tiles forced at M = 24): MXFP4 qkv
 # 32.7 / 22.3, gate_up 67.1 / 52.5, down 38.2 / 26.1, o_proj 20.0 / 14.0, in_proj 37.0 / 25.3;
 # MXFP4-PARO 42.3 / 35.4, 73.8 / 57.9, 46.6 / 34.3, 26.6 / 18.4, 45.9 / 35.6 (M = 32 alike:
-# 1.19-1.46x; the 8-bit route 34-153 there).
+# the four tiles 1.19-1.50x the chunks on every cell; the 8-bit route 34-153 there).
 MMA_MAX_M = 32
 MMA_BLOCK_N = 128
 # The bands' (unroll, programs an SM for the split, register cap) by their last M. H200 (BENCH.md
