@@ -890,41 +890,51 @@ def _mma_rows(a_ptr, part, gid, tig, M, K):
 
 
 @triton.jit
-def _mma_store(tot_e, tot_o, tot_f, tot_p, m_e, col, n_mask, bias_ptr, out_ptr, ws_ptr, cnt_ptr,
-               pid_n, M, N, HAS_BIAS: tl.constexpr, SPLIT_K: tl.constexpr,
-               NT: tl.constexpr):  # fmt: skip
-    """The mma GEMVs' outputs: the thread's rows 2 tig, 2 tig + 1 (and with NT = 2 8 + 2 tig,
-    9 + 2 tig) of its 4 columns stored, or added into the split-K workspace and the last split's
-    ticket finishing the tile."""
-    _mma_out(tot_e, m_e, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS, SPLIT_K)
-    _mma_out(tot_o, m_e + 1, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS, SPLIT_K)
-    if NT == 2:
-        _mma_out(tot_f, m_e + 8, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS,
-                 SPLIT_K)  # fmt: skip
-        _mma_out(tot_p, m_e + 9, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS,
-                 SPLIT_K)  # fmt: skip
-    if SPLIT_K > 1:
-        _mma_finish(ws_ptr, out_ptr, cnt_ptr, bias_ptr, pid_n, m_e, col, n_mask, M, N, HAS_BIAS,
-                    SPLIT_K, NT)  # fmt: skip
+def _zeros8(T: tl.constexpr):
+    """The mma GEMVs' eight zero row sums [1, T, 4] (`_mma_store`'s order)."""
+    z = tl.zeros((1, T, 4), tl.float32)
+    return z, z, z, z, z, z, z, z
 
 
 @triton.jit
-def _mma_store8(s0, s1, s2, s3, s4, s5, s6, s7, m_e, col, n_mask, bias_ptr, out_ptr, ws_ptr,
-                cnt_ptr, pid_n, M, N, HAS_BIAS: tl.constexpr,
-                SPLIT_K: tl.constexpr):  # fmt: skip
-    """`_mma_store` for four activation tiles (twenty-fourth pass): the thread's rows
-    8 t + 2 tig (s_2t) and 8 t + 2 tig + 1 (s_2t+1) of tiles t = 0..3."""
+def _tile_add(r: tl.constexpr, s0, s1, s2, s3, s4, s5, s6, s7, de, do):
+    """The plain-op paths (the interpreter): tile r's two row sums (rows 8 r + 2 tig and
+    8 r + 2 tig + 1) added into the thread's eight."""
+    if r == 0:
+        s0 += de
+        s1 += do
+    elif r == 1:
+        s2 += de
+        s3 += do
+    elif r == 2:
+        s4 += de
+        s5 += do
+    else:
+        s6 += de
+        s7 += do
+    return s0, s1, s2, s3, s4, s5, s6, s7
+
+
+@triton.jit
+def _mma_store(s0, s1, s2, s3, s4, s5, s6, s7, m_e, col, n_mask, bias_ptr, out_ptr, ws_ptr,
+               cnt_ptr, pid_n, M, N, HAS_BIAS: tl.constexpr, SPLIT_K: tl.constexpr,
+               NT: tl.constexpr):  # fmt: skip
+    """The mma GEMVs' outputs: the thread's rows 8 t + 2 tig (s_2t) and 8 t + 2 tig + 1
+    (s_2t+1) of its 4 columns for tiles t < NT (1, 2 or 4), stored, or added into the split-K
+    workspace and the last split's ticket finishing the tile."""
     _mma_out(s0, m_e, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS, SPLIT_K)
     _mma_out(s1, m_e + 1, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS, SPLIT_K)
-    _mma_out(s2, m_e + 8, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS, SPLIT_K)
-    _mma_out(s3, m_e + 9, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS, SPLIT_K)
-    _mma_out(s4, m_e + 16, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS, SPLIT_K)
-    _mma_out(s5, m_e + 17, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS, SPLIT_K)
-    _mma_out(s6, m_e + 24, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS, SPLIT_K)
-    _mma_out(s7, m_e + 25, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS, SPLIT_K)
+    if NT >= 2:
+        _mma_out(s2, m_e + 8, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS, SPLIT_K)
+        _mma_out(s3, m_e + 9, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS, SPLIT_K)
+    if NT == 4:
+        _mma_out(s4, m_e + 16, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS, SPLIT_K)
+        _mma_out(s5, m_e + 17, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS, SPLIT_K)
+        _mma_out(s6, m_e + 24, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS, SPLIT_K)
+        _mma_out(s7, m_e + 25, col, n_mask, bias_ptr, out_ptr, ws_ptr, M, N, HAS_BIAS, SPLIT_K)
     if SPLIT_K > 1:
         _mma_finish(ws_ptr, out_ptr, cnt_ptr, bias_ptr, pid_n, m_e, col, n_mask, M, N, HAS_BIAS,
-                    SPLIT_K, 4)  # fmt: skip
+                    SPLIT_K, NT)  # fmt: skip
 
 
 @triton.jit
@@ -962,14 +972,7 @@ def gemv_mma_kernel(
     row0, m_e, a_rows, a_ok, ah_ok = _mma_rows(a_ptr, part, gid, tig, M, K)
     a_hi = 8 * (K // 2)  # words between activation rows gid and gid + 8
     # the thread's outputs: rows 8 t + 2 tig (s_2t) and 8 t + 2 tig + 1 (s_2t+1) of tile t
-    s0 = tl.zeros((1, T, 4), tl.float32)
-    s1 = s0
-    s2 = s0
-    s3 = s0
-    s4 = s0
-    s5 = s0
-    s6 = s0
-    s7 = s0
+    s0, s1, s2, s3, s4, s5, s6, s7 = _zeros8(T)
     if ASM:
         # prmt: byte tig of a fifth-bit word, zeros above (built in the words' layout and
         # split as they are: no layout conversion)
@@ -1021,24 +1024,10 @@ def gemv_mma_kernel(
                 de, do = _mma_group_ops(qw_ptr, a_ptr + (row0 + me) * (K // 2),
                                         a_ptr + (row0 + me + 1) * (K // 2), me < M, me + 1 < M,
                                         zi, col, n_mask, g, N, G, qh_ptr, HI)  # fmt: skip
-                if r == 0:
-                    s0 += de * sg
-                    s1 += do * sg
-                elif r == 1:
-                    s2 += de * sg
-                    s3 += do * sg
-                elif r == 2:
-                    s4 += de * sg
-                    s5 += do * sg
-                else:
-                    s6 += de * sg
-                    s7 += do * sg
-    if NT == 4:
-        _mma_store8(s0, s1, s2, s3, s4, s5, s6, s7, m_e, col, n_mask, bias_ptr, out_ptr, ws_ptr,
-                    cnt_ptr, pid_n, M, N, HAS_BIAS, SPLIT_K)  # fmt: skip
-    else:
-        _mma_store(s0, s1, s2, s3, m_e, col, n_mask, bias_ptr, out_ptr, ws_ptr, cnt_ptr, pid_n,
-                   M, N, HAS_BIAS, SPLIT_K, NT)  # fmt: skip
+                s0, s1, s2, s3, s4, s5, s6, s7 = _tile_add(
+                    r, s0, s1, s2, s3, s4, s5, s6, s7, de * sg, do * sg)  # fmt: skip
+    _mma_store(s0, s1, s2, s3, s4, s5, s6, s7, m_e, col, n_mask, bias_ptr, out_ptr, ws_ptr,
+               cnt_ptr, pid_n, M, N, HAS_BIAS, SPLIT_K, NT)  # fmt: skip
 
 
 @triton.jit

@@ -37,10 +37,11 @@ from .decode_kernels import (
     _join4,
     _mma_rows,
     _mma_store,
-    _mma_store8,
     _pair_f32,
     _quad_lanes,
     _split4,
+    _tile_add,
+    _zeros8,
 )
 from .kernels import _gemv_epilogue
 
@@ -665,14 +666,7 @@ def mx_gemv_mma_kernel(
     row0, m_e, a_rows, _, _ = _mma_rows(a_ptr, part, gid, tig, M, K)
     left = (M - gid)[None, :, None]  # the thread's B rows gid + 8 t exist while left > 8 t
     # the thread's outputs: rows 8 t + 2 tig (even) and 8 t + 2 tig + 1 (odd) of tile t
-    s0 = tl.zeros((1, T, 4), tl.float32)
-    s1 = s0
-    s2 = s0
-    s3 = s0
-    s4 = s0
-    s5 = s0
-    s6 = s0
-    s7 = s0
+    s0, s1, s2, s3, s4, s5, s6, s7 = _zeros8(T)
     if ASM:
         quad_w = (n0 // 4 + quad)[None, :, None]
         colq = n0 + quad[None, :, None] * 4
@@ -706,27 +700,12 @@ def mx_gemv_mma_kernel(
                 de, do = _mx_pair_ops(qw_ptr, sc_ptr, a_ptr + (row0 + me) * (K // 2),
                                       a_ptr + (row0 + me + 1) * (K // 2), me < M, me + 1 < M,
                                       col, n_mask, j, N, K, ACT)  # fmt: skip
-                if r == 0:
-                    s0 += de
-                    s1 += do
-                elif r == 1:
-                    s2 += de
-                    s3 += do
-                elif r == 2:
-                    s4 += de
-                    s5 += do
-                else:
-                    s6 += de
-                    s7 += do
+                s0, s1, s2, s3, s4, s5, s6, s7 = _tile_add(
+                    r, s0, s1, s2, s3, s4, s5, s6, s7, de, do)  # fmt: skip
     # the unpack's 2^-14
-    if NT == 4:
-        _mma_store8(s0 * 16384.0, s1 * 16384.0, s2 * 16384.0, s3 * 16384.0, s4 * 16384.0,
-                    s5 * 16384.0, s6 * 16384.0, s7 * 16384.0, m_e, col, n_mask, bias_ptr,
-                    out_ptr, ws_ptr, cnt_ptr, pid_n, M, N, HAS_BIAS, SPLIT_K)  # fmt: skip
-    else:
-        _mma_store(s0 * 16384.0, s1 * 16384.0, s2 * 16384.0, s3 * 16384.0, m_e, col, n_mask,
-                   bias_ptr, out_ptr, ws_ptr, cnt_ptr, pid_n, M, N, HAS_BIAS, SPLIT_K,
-                   NT)  # fmt: skip
+    _mma_store(s0 * 16384.0, s1 * 16384.0, s2 * 16384.0, s3 * 16384.0, s4 * 16384.0,
+               s5 * 16384.0, s6 * 16384.0, s7 * 16384.0, m_e, col, n_mask, bias_ptr, out_ptr,
+               ws_ptr, cnt_ptr, pid_n, M, N, HAS_BIAS, SPLIT_K, NT)  # fmt: skip
 
 
 @triton.jit
