@@ -12,7 +12,8 @@ stage-1 config, the top configs with the shipped prologue, and the prologues alo
 `bench._time` (CUDA-graph replays over weight copies past 4x L2); % HBM against 4.3 TB/s.
 
     python -m paro_kernels.bench_decode --ab ...           fifth pass: the forced paths per cell
-    python -m paro_kernels.bench_decode --h2 run1|run2|run3|int5|waves|confirm|gv|gvpdl|mma ...
+    python -m paro_kernels.bench_decode --h2 run1|run2|run3|int5|waves|confirm|gv|gvpdl|mma \
+        |gvrows ...
 
 Ninth pass (`--h2`): per cell the peers, the op as served, the FMA op forced (the "before"),
 the HFMA2 op at each variant of the named grid (`H2_GRID`, `H2_RUN2`, `H2_RUN3`), the two GEMVs
@@ -663,6 +664,58 @@ def h2_mma5(shapes: list[str], ms: list[int], reps: int, t0: float,
     return out, not_run
 
 
+# `--h2 gvrows` (twenty-fifth pass): the records prologue in row blocks
+# (`fast_host.GIVENS_ROWS`: rows a program; 0 = all M in one, as before) under the int4 mma op
+# and alone, against the sliced blocks prologue, per cell.
+GV_ROWS = (0, 4, 8, 16)
+
+
+def _with_rows(rows: int, fn: Callable[[Any], object], p: Any) -> object:
+    """fn(p) with the records prologue at `rows` rows a program (restored after: a graph
+    capture runs this Python once, with the setting in force)."""
+    from .triton import fast_host
+
+    keep, fast_host.GIVENS_ROWS = fast_host.GIVENS_ROWS, rows
+    try:
+        return fn(p)
+    finally:
+        fast_host.GIVENS_ROWS = keep
+
+
+def h2_gvrows(shapes: list[str], ms: list[int], reps: int, t0: float,
+              budget: float) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
+    """Per cell, same run: cuBLAS, int4pack, int4 as served, the int4 mma op (shipped config)
+    on the records prologue at each GV_ROWS and on the blocks prologue (`rel` against as
+    served), then each prologue alone and the mma GEMV alone."""
+    from .triton import decode_host, decode_kernels, fast_host
+
+    out: list[dict[str, Any]] = []
+    not_run: list[str] = []
+    for name, n, k, m, x, p4, _ in _cells(shapes, ms, t0, budget, not_run):
+        out += _peer_rows(name, m, n, k, x, reps)
+        cands: dict[str, Callable[[Any], object]] = {
+            "int4 as served": functools.partial(_h2_call, "served", x, None),
+        }
+        for r in GV_ROWS:
+            cands[f"int4 mma records rows {r}"] = functools.partial(
+                _with_rows, r, functools.partial(_mma_op, x, None)
+            )
+        cands["int4 mma blocks prologue"] = functools.partial(_mma_op, x, None, blocks=True)
+        out += _cand_rows(name, m, n, k, cands, p4, reps, decode_kernels.gemv_mma_kernel)
+        for r in GV_ROWS:
+            fns = [functools.partial(fast_host.rotate_givens_paired, x, p.gv_idx, p.gv_coef, G,
+                                     0, rows=r) for p in p4]  # fmt: skip
+            out.append(_row(name, m, n, k, f"records prologue alone rows {r}", _t(fns, reps)))
+        fns = [functools.partial(fast_host.rotate_slices, x, p.rot_hi, p.rot_lo, G,
+                                 paired=True, pair_shift=0) for p in p4]  # fmt: skip
+        out.append(_row(name, m, n, k, "blocks prologue alone", _t(fns, reps)))
+        xr = fast_host.rotate_givens_paired(x, p4[0].gv_idx, p4[0].gv_coef, G, 0)
+        fns = [functools.partial(decode_host.gemv_mma, xr, p.qweight, p.scales, p.zeros,
+                                 p.bounds, G, torch.bfloat16) for p in p4]  # fmt: skip
+        out.append(_row(name, m, n, k, "int4 mma alone", _t(fns, reps)))
+    return out, not_run
+
+
 def _path_before(m: int) -> str:
     """The int4 path that served M rows before the twelfth pass: the FMA GEMV, the tile kernels
     (M <= 8), the matrix-unit GEMV (to 16); past the mma GEMV's rows the tile kernels that
@@ -721,8 +774,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--h2", default="", help="ninth pass: the HFMA2 GEMV per cell at the "
                     "configs of run1 (H2_GRID), run2 (H2_RUN2), run3 (H2_RUN3); int5: its "
                     "int5 variant against int5 and int4 as served; tenth pass: waves, "
-                    "confirm; eleventh: gv, gvpdl; twelfth / thirteenth: mma, mma5 "
-                    "(module doc)")  # fmt: skip
+                    "confirm; eleventh: gv, gvpdl; twelfth / thirteenth: mma, mma5; "
+                    "twenty-fifth: gvrows (module doc)")  # fmt: skip
     argv = sys.argv[1:] if argv is None else argv  # recorded in the JSON
     args = ap.parse_args(argv)
     torch.manual_seed(0)
@@ -731,6 +784,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.h2:
         if args.h2 == "mma":
             rows, nr = h2_mma(args.shapes.split(","), ms, args.reps, t0, args.budget_s)
+        elif args.h2 == "gvrows":
+            rows, nr = h2_gvrows(args.shapes.split(","), ms, args.reps, t0, args.budget_s)
         elif args.h2 == "mma5":
             rows, nr = h2_mma5(args.shapes.split(","), ms, args.reps, t0, args.budget_s)
         elif args.h2 == "int5":

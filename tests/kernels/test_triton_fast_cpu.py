@@ -68,6 +68,13 @@ for k, sizes, g, m, path in [(256, [96], 128, 1, "gemv"),
                                          prep.zeros, prep.bounds, g, bb, prep.gv_idx,
                                          prep.gv_coef, prologue="givens")
             out.append(rel(y, reference(x, parts, g)))
+        if path == "gemv-mma" and m > 8:  # the records prologue in row blocks (twenty-fifth
+            # pass, a ragged last block at 4 rows): the same xr as one program for all rows
+            assert prep.gv_idx is not None and prep.gv_coef is not None
+            xa = fast_host.rotate_givens_paired(x, prep.gv_idx, prep.gv_coef, g, 0, rows=0)
+            for r in (4, 8):
+                xb = fast_host.rotate_givens_paired(x, prep.gv_idx, prep.gv_coef, g, 0, rows=r)
+                assert torch.equal(xa, xb), (m, r)
         if path == "gemv-h2":  # the records prologue (eleventh pass), forced: the same xr as
             # the blocks' up to fp16 rounding, and the op against fp64
             from paro_kernels.triton import decode_host

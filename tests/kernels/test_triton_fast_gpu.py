@@ -173,6 +173,31 @@ def test_mma_gemv_matches_fp64(k: int, sizes: list[int], g: int, m: int,
     assert_scratch_zeroed()
 
 
+@pytest.mark.parametrize(("k", "sizes", "g"), CASES)
+@pytest.mark.parametrize("m", [3, 9, 16, 17, 24, 32])
+@pytest.mark.parametrize("rows", [4, 8, 16])
+def test_givens_prologue_row_blocks(k: int, sizes: list[int], g: int, m: int, rows: int) -> None:
+    # The records prologue in blocks of `rows` rows (twenty-fifth pass; ragged last blocks at
+    # M = 9, 17, 24 / 16): bit for bit the one-program-for-all-rows output, paired (both
+    # shifts) and plain, and the paired one against the blocks prologue to fp16 rounding.
+    from paro_kernels.triton import fast_host
+
+    _, prep = _prep(k, sizes, g, b=False)
+    assert prep.gv_idx is not None and prep.gv_coef is not None
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m + k)).to(torch.bfloat16)
+    x = x.cuda()
+    for shift, paired in ((0, True), (6, True), (0, False)):
+        one = fast_host.rotate_givens_paired(x, prep.gv_idx, prep.gv_coef, g, shift,
+                                             paired=paired, rows=0)  # fmt: skip
+        blk = fast_host.rotate_givens_paired(x, prep.gv_idx, prep.gv_coef, g, shift,
+                                             paired=paired, rows=rows)  # fmt: skip
+        assert torch.equal(one, blk), (shift, paired)
+        if shift == 0 and paired:
+            xs = fast_host.rotate_slices(x, prep.rot_hi, prep.rot_lo, g, paired=True,
+                                         pair_shift=0)[0]  # fmt: skip
+            assert rel(blk.double().cpu(), xs.double().cpu()) <= 2e-3
+
+
 @pytest.mark.parametrize(("k", "sizes", "g"), CASES[3:])
 @pytest.mark.parametrize("m", [1, 2])
 def test_gemv_with_givens_inside(k: int, sizes: list[int], g: int, m: int) -> None:

@@ -205,6 +205,9 @@ PROLOGUE_SLICE_WARPS = 4
 # Eleventh pass: the HFMA2 GEMV's prologue from the Givens records (`rotate_givens_paired`),
 # warps a program.
 GIVENS_PAIRED_WARPS = 4
+# Twenty-fifth pass: rows a program of it (0: all M rows in one program, as before; the kernel
+# runs a program's rows one after another). `bench_decode --h2 gvrows` times 4 / 8 / 16.
+GIVENS_ROWS = 0
 
 
 # Fifth pass: the GEMV launched programmatically dependent on its prologue (PDL, sm_90): the
@@ -282,11 +285,13 @@ def rotate_givens_paired(
     num_warps: int = 0,
     pdl: bool = False,
     paired: bool = True,
+    rows: int = -1,
 ) -> torch.Tensor:
     """The HFMA2 GEMV's prologue from the Givens records: x [M <= 32, K] -> xr [P, M, K] fp16,
     as `rotate_slices(paired=True)` writes it (`fast_kernels.givens_paired_kernel`; `pdl`: it
     lets a dependent launch start at once); `paired=False`: as `rotate_slices(f16=True)`, the
-    fifth-pass GEMV's input (`decode_host.prologue16`)."""
+    fifth-pass GEMV's input (`decode_host.prologue16`). `rows`: rows a program (a power of
+    two; 0: all M; default GIVENS_ROWS)."""
     from .fast_kernels import givens_paired_kernel
 
     m, k = x.shape
@@ -294,10 +299,13 @@ def rotate_givens_paired(
     g = group_size
     require(m <= 32, "x rows", "<= 32 for the Givens prologue", m)
     require(x.stride(1) == 1, "x", "unit stride along K", x.stride())
+    rows = GIVENS_ROWS if rows < 0 else rows
+    require(rows & (rows - 1) == 0, "rows", "0 or a power of two", rows)
+    block_m = min(rows or 32, 1 << max(0, (m - 1).bit_length()))
     xr = torch.empty(p, m, k, dtype=torch.float16, device=x.device)
-    givens_paired_kernel[(k // g, p)](
+    givens_paired_kernel[(k // g, p, -(-m // block_m))](
         x, gv_idx, gv_coef, xr, m, k, x.stride(0), KROT=krot, G=g,
-        BLOCK_M=1 << max(0, (m - 1).bit_length()), PSCALE=2.0**-pair_shift, PDL=pdl,
+        BLOCK_M=block_m, PSCALE=2.0**-pair_shift, PDL=pdl,
         PAIRED=paired,
         num_warps=num_warps or GIVENS_PAIRED_WARPS,
     )  # fmt: skip

@@ -541,20 +541,25 @@ def givens_paired_kernel(
     stride_xm,
     KROT: tl.constexpr,
     G: tl.constexpr,
-    BLOCK_M: tl.constexpr,
+    BLOCK_M: tl.constexpr,  # rows a program (grid axis 2: cdiv(M, BLOCK_M))
     PSCALE: tl.constexpr,
     PDL: tl.constexpr = False,  # let the dependent GEMV launch now (it waits before reading xr)
     PAIRED: tl.constexpr = True,  # else plain fp16 in channel order (the fifth-pass GEMV's xr)
 ):
     """The HFMA2 GEMV's prologue from the Givens records (eleventh pass), one program per
-    (group, partition): every layer's records loaded before the first gather
+    (group, partition, BLOCK_M rows): every layer's records loaded before the first gather
     (`_rotated_group_pre`), so the program waits on one memory round trip, not KROT of them,
-    and reads ~12.5 KB a group (records) instead of the blocks' 64 KB."""
+    and reads ~12.5 KB a group (records) instead of the blocks' 64 KB.
+
+    The rows axis (twenty-fifth pass): one program for all rows ran them one after another in
+    its 4 warps (the gathers' shared-memory round trips scale with the rows), 12-17 us at
+    24-32 rows against 3-6 us at 1-8; row blocks run them on more SMs, each program reading
+    the group's records again (from L2)."""
     g = tl.program_id(0)
     p = tl.program_id(1)
     if PDL:
         gdc_launch_dependents()
-    offs_m = tl.arange(0, BLOCK_M)
+    offs_m = tl.program_id(2) * BLOCK_M + tl.arange(0, BLOCK_M)
     m_mask = offs_m < M
     x = _rotated_group_pre(x_ptr, gi_ptr, gc_ptr, offs_m, m_mask, g, p, K, stride_xm, KROT, G)
     if PAIRED:
