@@ -595,10 +595,7 @@ def h2_mma(shapes: list[str], ms: list[int], reps: int, t0: float,
         cands["int4 mma blocks prologue"] = functools.partial(_mma_op, x, None, blocks=True)
         out += _cand_rows(name, m, n, k, cands, p4, reps, decode_kernels.gemv_mma_kernel)
         p0 = p4[0]
-        xr = fast_host.rotate_givens_paired(x, p0.gv_idx, p0.gv_coef, G, 0)
-        fns = [functools.partial(decode_host.gemv_mma, xr, p.qweight, p.scales, p.zeros,
-                                 p.bounds, G, torch.bfloat16) for p in p4]  # fmt: skip
-        out.append(_row(name, m, n, k, "int4 mma alone", _t(fns, reps)))
+        out.append(_mma_alone(name, m, n, k, x, p4, reps))
         if m <= 2:
             xh = fast_host.rotate_givens_paired(x, p0.gv_idx, p0.gv_coef, G)
             fns = [functools.partial(_h2_call, "h2 alone", x, (None, xh), p) for p in p4]
@@ -687,7 +684,7 @@ def h2_gvrows(shapes: list[str], ms: list[int], reps: int, t0: float,
     """Per cell, same run: cuBLAS, int4pack, int4 as served, the int4 mma op (shipped config)
     on the records prologue at each GV_ROWS and on the blocks prologue (`rel` against as
     served), then each prologue alone and the mma GEMV alone."""
-    from .triton import decode_host, decode_kernels, fast_host
+    from .triton import decode_kernels, fast_host
 
     out: list[dict[str, Any]] = []
     not_run: list[str] = []
@@ -709,11 +706,19 @@ def h2_gvrows(shapes: list[str], ms: list[int], reps: int, t0: float,
         fns = [functools.partial(fast_host.rotate_slices, x, p.rot_hi, p.rot_lo, G,
                                  paired=True, pair_shift=0) for p in p4]  # fmt: skip
         out.append(_row(name, m, n, k, "blocks prologue alone", _t(fns, reps)))
-        xr = fast_host.rotate_givens_paired(x, p4[0].gv_idx, p4[0].gv_coef, G, 0)
-        fns = [functools.partial(decode_host.gemv_mma, xr, p.qweight, p.scales, p.zeros,
-                                 p.bounds, G, torch.bfloat16) for p in p4]  # fmt: skip
-        out.append(_row(name, m, n, k, "int4 mma alone", _t(fns, reps)))
+        out.append(_mma_alone(name, m, n, k, x, p4, reps))
     return out, not_run
+
+
+def _mma_alone(name: str, m: int, n: int, k: int, x: torch.Tensor, p4: list[Any],
+               reps: int) -> dict[str, Any]:  # fmt: skip
+    """The int4 mma GEMV alone (shipped config) on the records prologue's output, made once."""
+    from .triton import decode_host, fast_host
+
+    xr = fast_host.rotate_givens_paired(x, p4[0].gv_idx, p4[0].gv_coef, G, 0)
+    fns = [functools.partial(decode_host.gemv_mma, xr, p.qweight, p.scales, p.zeros,
+                             p.bounds, G, torch.bfloat16) for p in p4]  # fmt: skip
+    return _row(name, m, n, k, "int4 mma alone", _t(fns, reps))
 
 
 def _path_before(m: int) -> str:
