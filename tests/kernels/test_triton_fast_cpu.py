@@ -240,6 +240,33 @@ def test_aot_gemv2_rot_sm90() -> None:
     assert 0 < usage["REG"] <= 128 and usage.get("STACK", 0) == 0 and usage["LOCAL"] == 0, usage
 
 
+def test_aot_givens_row_blocks_sm90() -> None:
+    # The records prologue in row blocks (twenty-fifth pass), sm_90, M = 32: a program's
+    # cross-lane work (the gathers' shuffles) and its stores scale with its rows, so 8-row
+    # programs do a quarter of a 32-row one's, on fewer registers (more programs an SM at
+    # once); no spills at any rows; the rows rule (`givens_block_m`) clamps to M's power of two.
+    import re
+
+    from paro_kernels.triton import fast_host
+
+    assert fast_host.givens_block_m(5, 8) == 8 and fast_host.givens_block_m(3, 16) == 4
+    assert fast_host.givens_block_m(32, 0) == 32 and fast_host.givens_block_m(1, 0) == 1
+    assert fast_host.givens_block_m(24, fast_host.GIVENS_ROWS) <= 32
+    with pytest.raises(ValueError, match="rows"):
+        fast_host.givens_block_m(24, 6)
+    got = {}
+    for rows in (0, 8):
+        rep, c = aot.compile_givens_paired("sm90", 32, rows=rows)
+        usage = aot.cubin_usage(c)
+        ptx = c.asm["ptx"]  # type: ignore[attr-defined]
+        assert rep.spills == 0 and usage.get("STACK", 0) == 0 and not rep.mma, (rep, usage)
+        assert f"BLOCK_M={rows or 32}" in rep.config
+        got[rows] = (len(re.findall(r"shfl\.sync", ptx)), ptx.count("st.global"), usage["REG"])
+    (sh32, st32, reg32), (sh8, st8, reg8) = got[0], got[8]
+    assert sh8 > 0 and sh8 * 4 == sh32 and st8 * 4 == st32, got
+    assert reg8 <= 64 < reg32, got  # 8 programs of 4 warps an SM at 8 rows, 4 at 32
+
+
 @pytest.mark.parametrize("hi", [False, True], ids=["int4", "int5"])
 @pytest.mark.parametrize("m", [1, 2, 8, 16, 24])
 def test_aot_gemv_mma_sm90(m: int, hi: bool) -> None:

@@ -140,6 +140,26 @@ def compile_givens(target: str, m: int, g: int, krot: int = 8) -> Report:
     return _report("givens_rotate", target, f"BLOCK_M={block_m}", c)
 
 
+def compile_givens_paired(target: str, m: int, g: int = 128, krot: int = 8,
+                          rows: int = -1) -> tuple[Report, object]:  # fmt: skip
+    """Build the paired records prologue (`fast_kernels.givens_paired_kernel`, NVIDIA's mma
+    and HFMA2 GEMVs' input) at the rows a program `fast_host.givens_block_m` picks for M
+    (`rows` as its); no matrix instruction. Also returns the compiled kernel."""
+    from . import fast_host, fast_kernels
+
+    block_m = fast_host.givens_block_m(m, rows)
+    sig = {
+        "x_ptr": "*bf16", "gi_ptr": "*i32", "gc_ptr": "*fp32", "xr_ptr": "*fp16",
+        "M": "i32", "K": "i32", "stride_xm": "i32",
+    }  # fmt: skip
+    const = {"KROT": krot, "G": g, "BLOCK_M": block_m, "PSCALE": 1.0, "PDL": False,
+             "PAIRED": True}  # fmt: skip
+    aligned = (*(a for a in sig if a.endswith("_ptr")), "K", "stride_xm")
+    c = _compile(fast_kernels.givens_paired_kernel, sig, const, target,
+                 fast_host.GIVENS_PAIRED_WARPS, 1, aligned)  # fmt: skip
+    return _report("givens_paired", target, f"BLOCK_M={block_m}", c, r"$^"), c
+
+
 def compile_w4a8_gemm(
     target: str, m: int, n: int, k: int, g: int, fmt: str, bits: int = 4,
     token: bool = False, zpe: bool = False, bounds: tuple[int, ...] = (),

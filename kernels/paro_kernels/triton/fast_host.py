@@ -299,9 +299,7 @@ def rotate_givens_paired(
     g = group_size
     require(m <= 32, "x rows", "<= 32 for the Givens prologue", m)
     require(x.stride(1) == 1, "x", "unit stride along K", x.stride())
-    rows = GIVENS_ROWS if rows < 0 else rows
-    require(rows & (rows - 1) == 0, "rows", "0 or a power of two", rows)
-    block_m = min(rows or 32, 1 << max(0, (m - 1).bit_length()))
+    block_m = givens_block_m(m, rows)
     xr = torch.empty(p, m, k, dtype=torch.float16, device=x.device)
     givens_paired_kernel[(k // g, p, -(-m // block_m))](
         x, gv_idx, gv_coef, xr, m, k, x.stride(0), KROT=krot, G=g,
@@ -310,6 +308,14 @@ def rotate_givens_paired(
         num_warps=num_warps or GIVENS_PAIRED_WARPS,
     )  # fmt: skip
     return xr
+
+
+def givens_block_m(m: int, rows: int = -1) -> int:
+    """Rows a program of the records prologue at M rows: `rows` (a power of two; 0: all M;
+    default GIVENS_ROWS), at most M's power of two."""
+    rows = GIVENS_ROWS if rows < 0 else rows
+    require(rows & (rows - 1) == 0, "rows", "0 or a power of two", rows)
+    return min(rows or 32, 1 << max(0, (m - 1).bit_length()))
 
 
 def gemv2_config(m: int, n: int, k: int, g: int, bounds: tuple[int, ...], sms: int,
