@@ -97,9 +97,11 @@ def test_http_server_port_closes_on_stop(runtime: LocalRuntime, tmp_path: Path) 
     pid = runtime.main_pid("http")
     assert pid is not None
     start = time.monotonic()
-    runtime.stop("http", grace_s=5.0)
-    assert net.wait_port_closed("127.0.0.1", port, timeout=2.0) < 0.5
-    assert time.monotonic() - start < 2.0  # SIGTERM was enough; no wait for the grace period
+    runtime.stop("http", grace_s=60.0)
+    # Closed by the time stop returned, and SIGTERM was enough: no wait for the 60 s grace. The
+    # bounds leave room for a loaded 2-core CI machine (a 3.04 s stop failed a 3 s bound there).
+    assert net.wait_port_closed("127.0.0.1", port, timeout=5.0) < 2.0
+    assert time.monotonic() - start < 20.0
     assert group_members(pid) == []
 
 
@@ -113,7 +115,9 @@ def test_sigterm_ignoring_child_is_killed_after_grace(runtime: LocalRuntime) -> 
     start = time.monotonic()
     runtime.stop("stubborn", grace_s=1.0)
     elapsed = time.monotonic() - start
-    assert 1.0 <= elapsed < 3.0
+    # The grace was waited out, then SIGKILL ended the group long before the child's own 600 s
+    # (the upper bound leaves room for a loaded 2-core CI machine).
+    assert 1.0 <= elapsed < 20.0
     assert group_members(leader) == []
     info = read_proc(child_pid)
     assert info is None or info.state in ("Z", "X")

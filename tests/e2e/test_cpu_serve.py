@@ -30,7 +30,7 @@ def test_demo_parts_are_cached_and_idempotent(demo_parts: DemoParts) -> None:
     start = time.monotonic()
     assert demo.ensure_vllm_venv(demo.default_venv_dir()) == demo_parts.python
     assert demo.ensure_smollm2(demo.default_models_dir(), demo_parts.python) == demo_parts.model
-    assert time.monotonic() - start < 1.0
+    assert time.monotonic() - start < 10.0  # a real install or convert takes minutes
     print(f"\nvenv setup {demo_parts.venv_s:.1f} s, model convert {demo_parts.model_s:.1f} s")
 
 

@@ -101,8 +101,8 @@ def test_unit_for_rejects_names_that_are_not_units(bad: str) -> None:
 def test_stop_unknown_unit_is_a_noop(sd_env: SystemdBox) -> None:
     runtime = sd_env.runtime
     start = time.monotonic()
-    runtime.stop("never-installed", grace_s=5)
-    assert time.monotonic() - start < 5
+    runtime.stop("never-installed", grace_s=60)
+    assert time.monotonic() - start < 20  # no wait for the 60 s grace
     assert not runtime.is_active("never-installed")
     assert runtime.main_pid("never-installed") is None
     assert list(runtime.logs("never-installed")) == []
