@@ -39,6 +39,7 @@ import torch
 
 from . import bench as b
 from .bench14 import G, _bytes_w4, _int4pack, _with_givens
+from .decide_gvrows import BLOCKS, RECORDS
 
 GRID: list[dict[str, int]] = [
     dict(block_n=bn, num_warps=w, programs_per_sm=pps, gpi=gpi, num_stages=st)
@@ -592,7 +593,7 @@ def h2_mma(shapes: list[str], ms: list[int], reps: int, t0: float,
             cands[f"int4 mma {kw}"] = functools.partial(_mma_op, x, _mma_cfg(m, n, k, p4, kw),
                                                         maxnreg=kw.get("maxnreg", 0))  # fmt: skip
         # the blocks prologue (sliced, paired, shift 0) instead of the records
-        cands["int4 mma blocks prologue"] = functools.partial(_mma_op, x, None, blocks=True)
+        cands[BLOCKS] = functools.partial(_mma_op, x, None, blocks=True)
         out += _cand_rows(name, m, n, k, cands, p4, reps, decode_kernels.gemv_mma_kernel)
         p0 = p4[0]
         out.append(_mma_alone(name, m, n, k, x, p4, reps))
@@ -694,10 +695,10 @@ def h2_gvrows(shapes: list[str], ms: list[int], reps: int, t0: float,
             "int4 as served": functools.partial(_h2_call, "served", x, None),
         }
         for r in GV_ROWS:
-            cands[f"int4 mma records rows {r}"] = functools.partial(
+            cands[RECORDS.format(r)] = functools.partial(
                 _with_rows, r, functools.partial(_mma_op, x, None)
             )
-        cands["int4 mma blocks prologue"] = functools.partial(_mma_op, x, None, blocks=True)
+        cands[BLOCKS] = functools.partial(_mma_op, x, None, blocks=True)
         out += _cand_rows(name, m, n, k, cands, p4, reps, decode_kernels.gemv_mma_kernel)
         for r in GV_ROWS:
             fns = [functools.partial(fast_host.rotate_givens_paired, x, p.gv_idx, p.gv_coef, G,
