@@ -109,6 +109,8 @@ def _first_blocks_m(t: Mapping[tuple[str, int, str], float], rows: int, shapes: 
     first = never
     for m in reversed(ms):
         cells = [s for s in sorted(shapes) if (s, m, BLOCKS) in t and (s, m, recs) in t]
+        if not cells:
+            raise DecideError(f"no {recs!r} row beside {BLOCKS!r} at M={m} on {sorted(shapes)}")
         r_us = sum(t[(s, m, recs)] for s in cells)
         b_us = sum(t[(s, m, BLOCKS)] for s in cells)
         blocks = b_us < r_us * (1 - NOISE)

@@ -118,6 +118,10 @@ def test_cli_prints_settings_and_refuses_a_run_that_is_not_gvrows(
         ({"h2": [{"shape": "qkv", "m": 8, "variant": "x", "us": 1}]}, "not a `--h2 gvrows` run"),
         ({"stage1": []}, "no 'h2' list"),
         ([1, 2], "no 'h2' list"),
+        (
+            _run({0: {("qkv", 8): 1.0}}, {("qkv", 16): 1.0}),
+            "no 'int4 mma records rows 0' row beside 'int4 mma blocks prologue' at M=16",
+        ),
     ):
         bad.write_text(json.dumps(body))
         assert d.main([str(bad)]) == 2
