@@ -11,13 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from paroctl import cpu, proc, state
+from paroctl import proc, state
 from paroctl.errors import RuntimeFailure
-from paroctl.runtime.base import ServeSpec
+from paroctl.serve import cpu
+from paroctl.serve.runtime.base import ServeSpec
 from paroctl.versions import VLLM_CPU_VERSION
 
 if TYPE_CHECKING:
-    from paroctl.profiles import Profile
+    from paroctl.profile.profiles import Profile
 
 
 @dataclass(frozen=True)

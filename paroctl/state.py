@@ -270,7 +270,8 @@ def repair(dry_run: bool = False) -> list[str]:
 
 
 def _state_problems(dry_run: bool) -> list[str]:
-    from paroctl import journal, results
+    from paroctl.store import results
+    from paroctl.switch import journal
 
     lines: list[str] = []
     why = live_damage()

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 try:
-    from paroctl import knobs
+    from paroctl.profile import knobs
 except ImportError:  # a GPU box carrying only torch + Triton: the kernel tests need no paroctl
     knobs = None  # type: ignore[assignment]
 

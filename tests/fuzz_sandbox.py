@@ -104,8 +104,9 @@ def _limit_memory() -> None:
 def _case(directory: Path, text: str) -> str:
     import contextlib
 
-    from paroctl import profiles, render
     from paroctl.errors import ParoctlError, ProfileError
+    from paroctl.profile import profiles
+    from paroctl.serve import render
 
     # The KLD reference of the paro-int5 seed: without it every such case stops at that key.
     (directory / "bf16-ref.yaml").write_text((REPO / "profiles" / "bf16-ref.yaml").read_text())
@@ -136,7 +137,7 @@ def _answer(request: dict[str, Any]) -> str:
 def _serve() -> None:
     import traceback
 
-    from paroctl import profiles, render  # noqa: F401  (imported before the limit applies)
+    from paroctl.serve import render  # noqa: F401  imported before the limit applies
 
     _limit_memory()
     sys.stdout.write("ready\n")

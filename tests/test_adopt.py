@@ -13,12 +13,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from paroctl import adopt, journal, net, profiles, state
-from paroctl import switch as switch_mod
+from paroctl import net, state
 from paroctl.cli.main import cli
 from paroctl.errors import StateError
-from paroctl.runtime import ServeSpec
-from paroctl.runtime.local import LocalRuntime
+from paroctl.profile import profiles
+from paroctl.serve.runtime import ServeSpec
+from paroctl.serve.runtime.local import LocalRuntime
+from paroctl.switch import adopt, journal
+from paroctl.switch import switch as switch_mod
 
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from paroctl import profiles
 from paroctl.cli.main import cli
+from paroctl.profile import profiles
 
 
 def run(*args: str) -> tuple[int, str]:
@@ -80,7 +80,7 @@ def test_list() -> None:
 
 
 def test_render_int5_shows_every_knob_and_a_derived_cache_dir() -> None:
-    from paroctl import knobs
+    from paroctl.profile import knobs
 
     code, out = run("unit", "render", "paro-int5", "--format", "env")
     assert code == 0

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from paroctl import cpu, engine, profiles
+from paroctl.profile import profiles
+from paroctl.serve import cpu, engine
 
 GIB = 1 << 30
 # The flags lines of the two CPU kinds CI has run on (lscpu, 2026-12-01), trimmed to the x86
@@ -133,7 +134,7 @@ def test_unit_render_and_install_show_this_machines_decision(
     from click.testing import CliRunner
 
     from paroctl.cli.main import cli
-    from paroctl.runtime import systemd
+    from paroctl.serve.runtime import systemd
 
     monkeypatch.setenv(cpu.FLAGS_ENV, EPYC_AVX512_BF16)
     out = CliRunner().invoke(cli, ["unit", "render", "cpu-demo", "--format", "all"]).output

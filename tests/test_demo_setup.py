@@ -13,10 +13,11 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
-from paroctl import demo, proc, profiles
+from paroctl import demo, proc
 from paroctl.cli.demo import Display
 from paroctl.cli.main import cli
 from paroctl.errors import RuntimeFailure
+from paroctl.profile import profiles
 
 PY = sys.executable
 

@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 import paroctl
-from paroctl import profiles
 from paroctl.cli.main import cli
 from paroctl.errors import GateFailed
+from paroctl.profile import profiles
 
 
 def _raise(exc: BaseException) -> None:

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from paroctl import profiles, render
+from paroctl.profile import profiles
+from paroctl.serve import render
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 import yaml
 
-from paroctl import checks, profiles, render
 from paroctl.errors import ProfileError, RenderError
+from paroctl.profile import checks, profiles
+from paroctl.serve import render
 
 SHIPPED = Path(__file__).resolve().parents[1] / "profiles"
 

@@ -18,13 +18,14 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from paroctl import journal, net, recovery, state
+from paroctl import net, state
 from paroctl.cli import serve as serve_cli
 from paroctl.cli.main import cli
 from paroctl.errors import StateError
 from paroctl.events import Event
-from paroctl.runtime import ServeSpec
-from paroctl.runtime.local import LocalRuntime, read_proc
+from paroctl.serve.runtime import ServeSpec
+from paroctl.serve.runtime.local import LocalRuntime, read_proc
+from paroctl.switch import journal, recovery
 
 PY = sys.executable
 # Answers /health and /v1/models like a vLLM serve would; nothing else.

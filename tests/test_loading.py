@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from paroctl import profiles
 from paroctl.cli.main import cli
 from paroctl.errors import ProfileError
+from paroctl.profile import profiles
 
 Deadline = Callable[[float], AbstractContextManager[None]]
 

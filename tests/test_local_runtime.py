@@ -13,8 +13,8 @@ import pytest
 
 from paroctl import net
 from paroctl.errors import RuntimeFailure
-from paroctl.runtime import Runtime, ServeSpec
-from paroctl.runtime.local import PID_FILE, LocalRuntime, group_members, read_proc
+from paroctl.serve.runtime import Runtime, ServeSpec
+from paroctl.serve.runtime.local import PID_FILE, LocalRuntime, group_members, read_proc
 
 PY = sys.executable
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from paroctl import engine, modelinfo, profiles
+from paroctl.profile import profiles
+from paroctl.serve import engine, modelinfo
 
 
 @pytest.fixture

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from paroctl import engine, knobs, profiles
 from paroctl.errors import ProfileError
+from paroctl.profile import knobs, profiles
+from paroctl.serve import engine
 
 GOOD_BODY = """\
 description: test profile

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from paroctl import engine, profiles, render
+from paroctl.profile import profiles
+from paroctl.serve import engine, render
 
 FETCH = Path(__file__).resolve().parent / "fetch-quadlet.sh"
 UPSTREAM = "5.4.2"  # tests/fetch-quadlet.sh pins the Debian build of this release

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from paroctl import profiles, render, secrets
 from paroctl.cli.main import cli
 from paroctl.errors import ProfileError, StateError
+from paroctl.profile import profiles, secrets
+from paroctl.serve import render
 
 TOKEN = "hf_SuperSecretValue123"
 BODY = """\

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from paroctl import results, state
+from paroctl import state
 from paroctl.cli.main import cli
 from paroctl.errors import StateError
+from paroctl.store import results
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -124,7 +125,7 @@ def test_home_that_is_a_file_is_a_clean_error(
 _OPEN = """
 import sys, traceback
 from pathlib import Path
-from paroctl.results import open_store
+from paroctl.store.results import open_store
 print("ready", flush=True)
 for line in sys.stdin:  # one store path a round, sent to every process at once
     try:
@@ -206,7 +207,7 @@ def test_a_lock_path_that_is_a_directory_is_named(isolated_home: Path) -> None:
 
 
 def test_damaged_journal_is_moved_aside_with_a_warning(isolated_home: Path) -> None:
-    from paroctl import journal
+    from paroctl.switch import journal
 
     journal.path().parent.mkdir(parents=True, exist_ok=True)
     journal.path().write_text("{not json")

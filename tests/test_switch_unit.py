@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from paroctl import gpu, journal, profiles, state, switch
+from paroctl import gpu, state
 from paroctl.errors import RuntimeFailure
-from paroctl.switch import SwitchFailed
+from paroctl.profile import profiles
+from paroctl.switch import journal, switch
+from paroctl.switch.switch import SwitchFailed
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -216,7 +218,7 @@ def test_systemd_runtime_without_systemd_says_so_without_a_process(
     (systemd elsewhere: a container, ssh) the local check does not apply."""
     from paroctl import proc
     from paroctl.errors import RuntimeFailure
-    from paroctl.runtime import systemd
+    from paroctl.serve.runtime import systemd
 
     monkeypatch.setattr(systemd, "SYSTEMD_BOOTED", tmp_path / "run-systemd-system")
     ran: list[list[str]] = []

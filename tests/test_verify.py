@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from paroctl import engine, profiles, render
+from paroctl.profile import profiles
+from paroctl.serve import engine, render
 
 
 def test_systemd_analyze_is_installed() -> None:

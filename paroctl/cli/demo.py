@@ -60,7 +60,7 @@ def demo_setup(
     from rich.console import Console
 
     from paroctl import demo as domain
-    from paroctl import profiles
+    from paroctl.profile import profiles
 
     venv_dir = venv_dir or domain.default_venv_dir()
     models_dir = models_dir or domain.default_models_dir()

@@ -206,8 +206,9 @@ def _endpoint(
 
 def _live_key(endpoint: Endpoint | None, key_file: Path | None) -> str | None:
     """The API key for the live serve (an endpoint carries its own)."""
-    from paroctl import secrets, state
+    from paroctl import state
     from paroctl.gates import api_key
+    from paroctl.profile import secrets
 
     if endpoint:
         return None
@@ -252,8 +253,8 @@ def _run_one(
         TimeRemainingColumn,
     )
 
-    from paroctl import promote
     from paroctl.gates import run_gate
+    from paroctl.switch import promote
 
     # On this box a KLD reference the store lacks is collected by switching; never on an endpoint.
     run = promote.run_kld if name == "kld" and endpoint is None else _bind(run_gate, name)
@@ -364,8 +365,9 @@ gate.add_command(_suite_command())
 
 def _suite_members(endpoint: Endpoint | None) -> tuple[str, ...]:
     """The judging profile's suite list (gates.suite), else the default order."""
-    from paroctl import profiles, state
+    from paroctl import state
     from paroctl.gates import SUITE
+    from paroctl.profile import profiles
 
     name = endpoint.bands if endpoint else (state.read_live() or {}).get("profile")
     if not name:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, cast
 import click
 
 if TYPE_CHECKING:
-    from paroctl.images import BuildRequest, ImageInfo
+    from paroctl.image.images import BuildRequest, ImageInfo
 
 _KINDS = ("rocm", "cuda", "cpu")
 
@@ -49,7 +49,7 @@ def image_build(
     dry_run: bool,
 ) -> None:
     """Build an image of KIND (rocm, cuda, cpu) through the engine API, with provenance labels."""
-    from paroctl import images
+    from paroctl.image import images
 
     req = images.request(
         cast("images.Kind", kind),
@@ -70,7 +70,7 @@ def image_build(
 def _build_with_display(req: BuildRequest) -> ImageInfo:
     from rich.console import Console
 
-    from paroctl import images
+    from paroctl.image import images
 
     console = Console(stderr=True, log_path=False, highlight=False)
     with console.status(f"building {req.tag}") as status:
@@ -87,7 +87,7 @@ def _build_with_display(req: BuildRequest) -> ImageInfo:
 @image.command(name="list")
 def image_list() -> None:
     """List paroctl-built images: reference, kind, arch, source sha, knob registry, size."""
-    from paroctl import images
+    from paroctl.image import images
 
     for info in images.list_images():
         labels = info.labels
@@ -105,7 +105,7 @@ def image_list() -> None:
 @click.argument("ref")
 def image_inspect(ref: str) -> None:
     """Print one image's id, size and paroctl labels as JSON."""
-    from paroctl import images
+    from paroctl.image import images
 
     click.echo(json.dumps(images.inspect_image(ref).as_dict(), indent=2, sort_keys=True))
 
@@ -118,7 +118,7 @@ def image_doctor(ref: str, fresh: bool) -> None:
 
     Exit 0 when it does, 1 naming the first mismatch, 2 when the doctor could not run.
     """
-    from paroctl import doctor
+    from paroctl.image import doctor
 
     result = doctor.run_doctor(ref) if fresh else doctor.doctor_once(ref)
     report = result.report

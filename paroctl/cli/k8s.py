@@ -32,10 +32,11 @@ def k8s_render(
     name: str, topology: str, nodes: int | None, k8s_version: str, out: Path | None, no_pin: bool
 ) -> None:
     """Print a profile's manifests (pipe them to `kubectl apply -f -`), or write them to --out."""
-    from paroctl import k8s as k8s_mod
-    from paroctl import profiles, state
+    from paroctl import state
     from paroctl.errors import RenderError
-    from paroctl.k8s import image, validate
+    from paroctl.profile import profiles
+    from paroctl.serve import k8s as k8s_mod
+    from paroctl.serve.k8s import image, validate
 
     if not VERSION_RE.match(k8s_version):
         raise RenderError(f"--k8s-version {k8s_version!r}: expected MAJOR.MINOR such as 1.33")

@@ -98,8 +98,8 @@ def _crashed(exc: Exception) -> int:
     import traceback
 
     from paroctl import state
-    from paroctl.checks import clip
     from paroctl.errors import EXIT_CANNOT_RUN
+    from paroctl.profile.checks import clip
 
     text = traceback.format_exc()
     if state.debug():

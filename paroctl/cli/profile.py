@@ -13,8 +13,8 @@ def profile() -> None:
 @profile.command(name="list")
 def profile_list() -> None:
     """List the profiles with their served names and runtime."""
-    from paroctl import profiles
     from paroctl.errors import ProfileError
+    from paroctl.profile import profiles
 
     names = profiles.list_names()
     width = max((len(n) for n in names), default=4)
@@ -41,7 +41,8 @@ def profile_show(name: str) -> None:
     """Print a profile fully resolved: inheritance applied, every knob, derived paths."""
     import yaml
 
-    from paroctl import engine, profiles, secrets
+    from paroctl.profile import profiles, secrets
+    from paroctl.serve import engine
 
     prof = profiles.load(name)
     where = engine.layout(prof)
@@ -67,8 +68,8 @@ def profile_show(name: str) -> None:
 @click.option("--all", "all_", is_flag=True, help="Validate every profile.")
 def profile_validate(names: tuple[str, ...], all_: bool) -> None:
     """Validate profiles completely; report every problem; exit 2 on any."""
-    from paroctl import profiles
     from paroctl.errors import ProfileError
+    from paroctl.profile import profiles
 
     if all_ == bool(names):
         raise click.UsageError("give profile names or --all (not both)")

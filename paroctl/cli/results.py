@@ -39,7 +39,7 @@ def results_list(profile: str | None, gate_name: str | None, limit: int) -> None
     from rich.console import Console
     from rich.table import Table
 
-    from paroctl.results import open_store
+    from paroctl.store.results import open_store
 
     with open_store() as store:
         runs = store.runs(profile=profile, gate=gate_name, limit=limit)
@@ -58,7 +58,7 @@ def results_list(profile: str | None, gate_name: str | None, limit: int) -> None
 @click.option("--items", "show_items", is_flag=True, help="Print every per-item record (JSON).")
 def results_show(run_id: str, show_items: bool) -> None:
     """One run: provenance, verdict, summary (and its items)."""
-    from paroctl.results import open_store
+    from paroctl.store.results import open_store
 
     with open_store() as store:
         run = _get(store, run_id)
@@ -85,7 +85,7 @@ def results_compare(run_a: str, run_b: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from paroctl.results import compare, open_store
+    from paroctl.store.results import compare, open_store
 
     with open_store() as store:
         a, b = _get(store, run_a), _get(store, run_b)

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:
-    from paroctl import journal as journal_mod
-    from paroctl.recovery import Stranded
-    from paroctl.switch import BootRecord
+    from paroctl.switch import journal as journal_mod
+    from paroctl.switch.recovery import Stranded
+    from paroctl.switch.switch import BootRecord
 
 # A closed SSH session (SIGHUP) or a service manager's stop (SIGTERM) is an operator's Ctrl-C.
 INTERRUPT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
@@ -73,8 +73,10 @@ def switch_cmd(
     dry_run: bool,
 ) -> None:
     """Make profile NAME the live serve; roll back to the previous one on failure."""
-    from paroctl import adopt, journal, profiles, state
-    from paroctl import switch as switch_mod
+    from paroctl import state
+    from paroctl.profile import profiles
+    from paroctl.switch import adopt, journal
+    from paroctl.switch import switch as switch_mod
 
     if resume == (name is not None):
         raise click.UsageError("give a profile NAME, or --resume (without NAME)")
@@ -119,8 +121,8 @@ def _promote(
     name: str, gates: str, timeout: float | None, no_rollback: bool, dry_run: bool
 ) -> None:
     """`switch NAME --gate GATES`: paroctl/promote.py switches, gates and keeps or rolls back."""
-    from paroctl import promote
     from paroctl.errors import GateFailed, RuntimeFailure
+    from paroctl.switch import promote
 
     if no_rollback:
         raise click.UsageError("--gate rolls back on a failed gate; it cannot take --no-rollback")
@@ -138,7 +140,7 @@ def _promote(
 
 
 def _describe(entry: journal_mod.Entry) -> str:
-    from paroctl import recovery
+    from paroctl.switch import recovery
 
     return recovery.describe(entry)
 
@@ -163,8 +165,9 @@ def _echo_live(record: BootRecord) -> None:
 )
 def adopt_cmd(name: str, timeout: float | None) -> None:
     """Verify NAME's serve, started outside paroctl (systemctl start, a boot), and make it live."""
-    from paroctl import adopt, profiles
-    from paroctl import switch as switch_mod
+    from paroctl.profile import profiles
+    from paroctl.switch import adopt
+    from paroctl.switch import switch as switch_mod
 
     target = profiles.load(name)
     with interrupt_on_signals(), _progress() as events:
@@ -175,10 +178,12 @@ def adopt_cmd(name: str, timeout: float | None) -> None:
 @click.command(name="status")
 def status_cmd() -> None:
     """Show the live profile, its health, served names, KV tokens and last gate results."""
-    from paroctl import adopt, recovery, secrets, state
-    from paroctl import switch as switch_mod
+    from paroctl import state
     from paroctl.client import Client
     from paroctl.errors import ParoctlError
+    from paroctl.profile import secrets
+    from paroctl.switch import adopt, recovery
+    from paroctl.switch import switch as switch_mod
 
     stranded = recovery.inspect(switch_mod.default_runtime)
     live = state.read_live()
@@ -241,7 +246,8 @@ def status_cmd() -> None:
 
 def _journal_lines(stranded: Stranded, live: Mapping[str, Any] | None) -> list[str]:
     """What an unfinished switch's journal says, and what its serve does now."""
-    from paroctl import journal, net
+    from paroctl import net
+    from paroctl.switch import journal
 
     entry = stranded.entry
     step = f"step {entry.step}" + (" (rolling back)" if entry.rolling_back else "")
@@ -288,8 +294,9 @@ def _journal_lines(stranded: Stranded, live: Mapping[str, Any] | None) -> list[s
 @click.option("--dry-run", is_flag=True, help="Print what would be stopped.")
 def stop_cmd(dry_run: bool) -> None:
     """Drain and stop the live serve (and a serve an interrupted switch left running)."""
-    from paroctl import adopt, journal, recovery, state
-    from paroctl import switch as switch_mod
+    from paroctl import state
+    from paroctl.switch import adopt, journal, recovery
+    from paroctl.switch import switch as switch_mod
 
     if dry_run:
         entry, recorded = journal.read(), state.read_live()
@@ -332,9 +339,10 @@ def stop_cmd(dry_run: bool) -> None:
 @click.option("--profile", "name", help="A profile other than the live one.")
 def logs_cmd(follow: bool, name: str | None) -> None:
     """Print the live serve's log."""
-    from paroctl import profiles, state
-    from paroctl import switch as switch_mod
+    from paroctl import state
     from paroctl.errors import StateError
+    from paroctl.profile import profiles
+    from paroctl.switch import switch as switch_mod
 
     live = state.read_live()
     if name is None and not live:
@@ -351,8 +359,8 @@ def logs_cmd(follow: bool, name: str | None) -> None:
 
 
 def _gate_lines(profile: str) -> list[str]:
-    from paroctl import results
     from paroctl.errors import ParoctlError
+    from paroctl.store import results
 
     try:
         rows = results.open_store().last_gate_results(profile, limit=5)
@@ -376,7 +384,7 @@ class _progress:
 
         from rich.console import Console
 
-        from paroctl.switch import Event
+        from paroctl.switch.switch import Event
 
         self._console = Console(stderr=True)
         self._status = self._console.status("starting")

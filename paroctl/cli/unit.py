@@ -25,8 +25,10 @@ def unit() -> None:
 def unit_render(name: str, out: Path | None, fmt: str) -> None:
     """Render a profile's artefacts to stdout or to --out (a CPU profile as this machine would
     serve it: `unit install` writes exactly these)."""
-    from paroctl import cpu, profiles, state
-    from paroctl import render as render_mod
+    from paroctl import state
+    from paroctl.profile import profiles
+    from paroctl.serve import cpu
+    from paroctl.serve import render as render_mod
 
     prof = cpu.resolved(profiles.load(name))
     artefacts = render_mod.render_all(prof) if fmt == "all" else [render_mod.render(prof, fmt)]  # type: ignore[arg-type]
@@ -50,8 +52,8 @@ def unit_render(name: str, out: Path | None, fmt: str) -> None:
 )
 def unit_diff(name: str, fmt: str) -> None:
     """Show how the installed files differ from what the profile renders now."""
-    from paroctl import profiles
-    from paroctl.runtime import systemd
+    from paroctl.profile import profiles
+    from paroctl.serve.runtime import systemd
 
     prof = profiles.load(name)
     text = systemd.install_diff(prof, fmt)  # type: ignore[arg-type]
@@ -71,10 +73,10 @@ def unit_diff(name: str, fmt: str) -> None:
 @click.option("--no-reload", is_flag=True, help="Write the files but skip systemctl daemon-reload.")
 def unit_install(name: str, fmt: str, dry_run: bool, no_reload: bool) -> None:
     """Write a profile's unit and env file, then daemon-reload (after checking its secrets file)."""
-    from paroctl import profiles, secrets
     from paroctl.errors import StateError
-    from paroctl.profiles import expand
-    from paroctl.runtime import systemd
+    from paroctl.profile import profiles, secrets
+    from paroctl.profile.profiles import expand
+    from paroctl.serve.runtime import systemd
 
     prof = profiles.load(name)
     plan = systemd.install_plan(prof, fmt, reload=not no_reload)  # type: ignore[arg-type]

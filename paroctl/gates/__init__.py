@@ -25,8 +25,8 @@ from paroctl.gates.base import (
 )
 
 if TYPE_CHECKING:
-    from paroctl.profiles import Profile
-    from paroctl.results import Store
+    from paroctl.profile.profiles import Profile
+    from paroctl.store.results import Store
 
 # name -> module; each module has run(ctx) -> Outcome. Imported only when its gate runs.
 GATES = {
@@ -102,7 +102,7 @@ def run_gate(
     key: the API key for the live serve (an endpoint carries its own); sent, never stored.
     """
     from paroctl.client import Client
-    from paroctl.results import open_store
+    from paroctl.store.results import open_store
 
     if name not in GATES:
         raise StateError(f"no gate {name!r} (known: {', '.join(GATES)}, suite)")
@@ -154,7 +154,7 @@ def run_gate(
 
 
 def _bands_profile(target: Target, endpoint: Endpoint | None) -> Profile | None:
-    from paroctl import profiles
+    from paroctl.profile import profiles
 
     if endpoint is not None:
         # An endpoint's bands come only from a profile named for them: it is not one of ours.
@@ -168,7 +168,7 @@ def _bands_profile(target: Target, endpoint: Endpoint | None) -> Profile | None:
 
 def new_run(store: Store, name: str, target: Target, opts: Mapping[str, Any]) -> str:
     """Start a run in the store with the target's provenance; return its id."""
-    from paroctl.results import Provenance, new_run_id
+    from paroctl.store.results import Provenance, new_run_id
 
     live = target.live
     run_id = new_run_id(name)

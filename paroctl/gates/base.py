@@ -16,8 +16,8 @@ from paroctl.client import Client, Metrics
 from paroctl.errors import ParoctlError, RuntimeFailure, StateError
 
 if TYPE_CHECKING:
-    from paroctl.profiles import Profile
-    from paroctl.results import Store
+    from paroctl.profile.profiles import Profile
+    from paroctl.store.results import Store
 
 NOTHING_LIVE = "nothing is live; run `paroctl switch NAME` first, or pass --url and --model"
 # A target that refuses twice is down: the run's own retries are for items, not for finding it.
@@ -164,7 +164,7 @@ class GateContext:
     options: dict[str, Any]
     profile: Profile | None
     progress: Progress = field(default_factory=NoProgress)
-    # The KLD gate's source for a reference the store lacks (paroctl.promote supplies one).
+    # The KLD gate's source for a reference the store lacks (paroctl.switch.promote supplies one).
     kld_reference: Callable[..., Any] | None = None
     done: dict[str, dict[str, Any]] = field(default_factory=dict)
     _seq: int = 0

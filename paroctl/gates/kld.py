@@ -3,7 +3,7 @@
 The corpus is tokenized once through the live serve's /tokenize and cut into identical token-id
 chunks, so both sides score exactly the same positions. The gate scores against the stored
 reference whose key matches every setting, or one its context's reference source hands it
-(`paroctl.promote` collects it by switching to the reference profile and back: the gate itself
+(`switch.promote` collects it by switching to the reference profile and back: the gate itself
 never switches, so gates never import the switch). Why same-stack: in the seed log every "served" KL
 carried ~0.018 nats of another image's numerics until the reference ran on the candidate's stack.
 """
@@ -18,13 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from paroctl import cpu, state
+from paroctl import state
 from paroctl.client import Client
 from paroctl.errors import StateError
 from paroctl.gates import data
 from paroctl.gates.base import GateContext, Outcome
 from paroctl.gates.kl import KlStats, TokenRow, kl_stats
-from paroctl.profiles import Profile
+from paroctl.profile.profiles import Profile
+from paroctl.serve import cpu
 
 CACHE_FORMAT = 1
 DEFAULT_CHUNKS = 96
@@ -202,7 +203,7 @@ def collect(
 
 
 def _plan(ctx: GateContext) -> Plan:
-    from paroctl import profiles
+    from paroctl.profile import profiles
 
     candidate = ctx.profile
     if candidate is None:
@@ -314,7 +315,7 @@ class Reference:
     candidate_boot_id: str | None = None
 
 
-# Collects a reference the store does not hold (paroctl.promote's switches to it and back).
+# Collects a reference the store does not hold (paroctl.switch.promote's switches to it and back).
 ReferenceSource = Callable[[GateContext, Request], Reference]
 
 

@@ -16,12 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from paroctl import demo, journal, net, state
-from paroctl import switch as switch_mod
+from paroctl import demo, net, state
 from paroctl.client import Client
 from paroctl.errors import RuntimeFailure
-from paroctl.runtime import ServeSpec
-from paroctl.runtime.local import LocalRuntime
+from paroctl.serve.runtime import ServeSpec
+from paroctl.serve.runtime.local import LocalRuntime
+from paroctl.switch import journal
+from paroctl.switch import switch as switch_mod
 
 BOOT_TIMEOUT_S = 300.0
 REPO = Path(__file__).resolve().parents[2]

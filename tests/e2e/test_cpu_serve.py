@@ -8,10 +8,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from paroctl import cpu, net
+from paroctl import net
 from paroctl.client import metric_value
 from paroctl.errors import RuntimeFailure
-from paroctl.runtime.local import group_members
+from paroctl.serve import cpu
+from paroctl.serve.runtime.local import group_members
 
 if TYPE_CHECKING:  # conftest is not importable as a module at run time
     from .conftest import CpuServe, DemoParts

@@ -29,12 +29,14 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from paroctl import demo, net, profiles, promote, state
-from paroctl import switch as switch_mod
+from paroctl import demo, net, state
 from paroctl.cli.main import cli
 from paroctl.client import Client
-from paroctl.results import open_store
-from paroctl.runtime.local import LocalRuntime
+from paroctl.profile import profiles
+from paroctl.serve.runtime.local import LocalRuntime
+from paroctl.store.results import open_store
+from paroctl.switch import promote
+from paroctl.switch import switch as switch_mod
 
 pytestmark = pytest.mark.e2e
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from paroctl import profiles
 from paroctl.errors import ProfileError
+from paroctl.profile import profiles
 
 pytestmark = pytest.mark.e2e
 

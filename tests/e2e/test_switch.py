@@ -16,11 +16,13 @@ from pathlib import Path
 import pytest
 import requests
 
-from paroctl import cpu, modelinfo, net, profiles, state
-from paroctl import switch as switch_mod
+from paroctl import net, state
 from paroctl.client import Client
 from paroctl.errors import StateError
-from paroctl.runtime.local import LocalRuntime
+from paroctl.profile import profiles
+from paroctl.serve import cpu, modelinfo
+from paroctl.serve.runtime.local import LocalRuntime
+from paroctl.switch import switch as switch_mod
 
 pytestmark = pytest.mark.e2e
 
@@ -151,7 +153,7 @@ def test_a_then_b_then_a(box: dict[str, str]) -> None:
     assert third is not None and third["profile"] == "cpu-demo"
     assert not third["first_boot"]  # the compile cache of cpu-demo is warm now
     assert len({first.boot_id, second.boot_id, third["boot_id"]}) == 3
-    from paroctl import results
+    from paroctl.store import results
 
     boots = results.open_store().boots(limit=10)
     assert [b["profile"] for b in boots][:3] == ["cpu-demo", "cpu-demo-alt", "cpu-demo"]

@@ -19,10 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from paroctl import journal, net, state
+from paroctl import net, state
 from paroctl.client import Client, metric_value
 from paroctl.errors import ParoctlError
-from paroctl.runtime.local import LocalRuntime, group_members, read_proc
+from paroctl.serve.runtime.local import LocalRuntime, group_members, read_proc
+from paroctl.switch import journal
 
 pytestmark = pytest.mark.e2e
 

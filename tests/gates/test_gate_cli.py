@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from paroctl import state
 from paroctl.cli.main import cli
-from paroctl.results import Provenance, open_store
+from paroctl.store.results import Provenance, open_store
 
 
 def _prov(profile: str) -> Provenance:

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from paroctl import profiles
 from paroctl.cli.main import cli
 from paroctl.errors import ProfileError
 from paroctl.gates import concurrency, decode, prefill
 from paroctl.gates.timing import judge
+from paroctl.profile import profiles
 
 DECODE_BAND = {25: 28.5, 8192: 30.2, 32768: 31.0}
 
@@ -124,7 +124,7 @@ def test_greedy_against_a_run_with_no_prompt_in_common_compares_nothing(tmp_path
     from types import SimpleNamespace
 
     from paroctl.gates import greedy
-    from paroctl.results import Provenance, open_store
+    from paroctl.store.results import Provenance, open_store
 
     with open_store(tmp_path / "r.db") as store:
         prov = Provenance("p", "h", {}, None, "b", False, "0.1.0", None)

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from paroctl import profiles, promote, state
+from paroctl import state
 from paroctl.errors import ProfileError, StateError
 from paroctl.gates.stats import mcnemar_exact, paired_noninferiority
+from paroctl.profile import profiles
+from paroctl.switch import promote
 
 
 @pytest.mark.parametrize(

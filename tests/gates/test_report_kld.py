@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from paroctl import report, results
+from paroctl.store import report, results
 
 
 def _kld_run(store: results.Store, run_id: str, profile: str, kl: float, err: float) -> None:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from paroctl import results
 from paroctl.errors import StateError
-from paroctl.results import Provenance, open_store
+from paroctl.store import results
+from paroctl.store.results import Provenance, open_store
 
 PROV = Provenance(
     profile="cpu-demo",

@@ -14,10 +14,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from paroctl import demo, dockerhost, doctor, engine, images, knobs, profiles, state, switch
+from paroctl import demo, dockerhost, state
 from paroctl.cli.main import cli
 from paroctl.client import Client
 from paroctl.errors import RuntimeFailure
+from paroctl.image import doctor, images
+from paroctl.profile import knobs, profiles
+from paroctl.serve import engine
+from paroctl.switch import switch
 
 pytestmark = pytest.mark.e2e
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from paroctl import doctor, images
+from paroctl.image import doctor, images
 
 try:
     from paro_vllm import provenance

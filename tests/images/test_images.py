@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from paroctl import images, knobs, profiles
 from paroctl.cli.main import cli
 from paroctl.errors import RenderError
+from paroctl.image import images
+from paroctl.profile import knobs, profiles
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 # Fixed inputs: the goldens must not move with the checkout's versions or the cache path.

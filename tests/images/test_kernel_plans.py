@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from paroctl import kernel_plans, profiles
 from paroctl.errors import RenderError
+from paroctl.image import kernel_plans
+from paroctl.profile import profiles
 
 
 def test_rocm_plan_covers_every_triton_profile_of_the_box() -> None:

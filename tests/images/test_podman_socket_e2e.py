@@ -17,7 +17,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from paroctl import dockerhost, doctor, engine, images
+from paroctl import dockerhost
+from paroctl.image import doctor, images
+from paroctl.serve import engine
 
 pytestmark = pytest.mark.e2e
 

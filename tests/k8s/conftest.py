@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from paroctl import k8s, profiles
-from paroctl.k8s import Manifest
+from paroctl.profile import profiles
+from paroctl.serve import k8s
+from paroctl.serve.k8s import Manifest
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "golden"

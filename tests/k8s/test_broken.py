@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from paroctl import k8s, profiles
-from paroctl.k8s import semantic, validate
+from paroctl.profile import profiles
+from paroctl.serve import k8s
+from paroctl.serve.k8s import semantic, validate
 
 Doc = dict[str, Any]
 

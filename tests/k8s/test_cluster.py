@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from paroctl import k8s, profiles
 from paroctl.errors import ProfileError, RenderError
-from paroctl.k8s import validate
+from paroctl.profile import profiles
+from paroctl.serve import k8s
+from paroctl.serve.k8s import validate
 
 INT4 = "description: t\nextends: _r9700\nmodel:\n  path: M\n  served_names: [m]\n"
 CLUSTER = """cluster:

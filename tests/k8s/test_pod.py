@@ -18,9 +18,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from paroctl import knobs, profiles
 from paroctl.cli.main import cli
-from paroctl.k8s import image, pod
+from paroctl.profile import knobs, profiles
+from paroctl.serve.k8s import image, pod
 
 
 class _Serve(BaseHTTPRequestHandler):

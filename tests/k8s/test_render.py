@@ -7,9 +7,10 @@ import shlex
 
 import pytest
 
-from paroctl import k8s, profiles, render
 from paroctl.errors import RenderError
-from paroctl.k8s import Manifest, validate
+from paroctl.profile import profiles
+from paroctl.serve import k8s, render
+from paroctl.serve.k8s import Manifest, validate
 
 from .conftest import CASES, GOLDEN, NODES, RENDERED, refusal
 

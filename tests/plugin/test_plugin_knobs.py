@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from paro_vllm import knobs
 
-from paroctl import knobs as host_knobs
+from paroctl.profile import knobs as host_knobs
 
 
 def test_registry_matches_what_paroctl_reads() -> None:

@@ -29,9 +29,10 @@ from pathlib import Path
 
 import pytest
 
-from paroctl import demo, dockerhost, proc, profiles, state
+from paroctl import demo, dockerhost, proc, state
 from paroctl.errors import RuntimeFailure
-from paroctl.runtime.systemd import SystemdRuntime, install_apply, install_plan
+from paroctl.profile import profiles
+from paroctl.serve.runtime.systemd import SystemdRuntime, install_apply, install_plan
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = "local/paroctl-systemd-test:1"
@@ -189,7 +190,7 @@ def sd_env(
     monkeypatch.setenv("PAROCTL_HOME", str(systemd_box.home))
     monkeypatch.setenv("PAROCTL_CACHE", str(systemd_box.cache))
     monkeypatch.setenv("PAROCTL_UNIT_DIR", str(systemd_box.unit_dir))
-    # What paroctl.switch.default_runtime reads to reach a systemd that is not the host's.
+    # What paroctl.switch.switch.default_runtime reads to reach a systemd that is not the host's.
     monkeypatch.setenv("PAROCTL_SYSTEMCTL_PREFIX", shlex.join(systemd_box.runtime.prefix))
     try:
         yield systemd_box

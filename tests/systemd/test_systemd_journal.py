@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from paroctl import journal, net, proc, state
+from paroctl import net, proc, state
 from paroctl.client import Client
-from paroctl.runtime.local import read_proc
-from paroctl.runtime.systemd import unit_for
+from paroctl.serve.runtime.local import read_proc
+from paroctl.serve.runtime.systemd import unit_for
+from paroctl.switch import journal
 
 if TYPE_CHECKING:
     from tests.systemd.conftest import ProfileDir, SystemdBox

@@ -10,8 +10,8 @@ import pytest
 from paroctl import net, proc
 from paroctl.client import Client
 from paroctl.errors import RuntimeFailure
-from paroctl.runtime import Runtime, ServeSpec
-from paroctl.runtime.systemd import SystemdRuntime, parse_show, split_cursor, unit_for
+from paroctl.serve.runtime import Runtime, ServeSpec
+from paroctl.serve.runtime.systemd import SystemdRuntime, parse_show, split_cursor, unit_for
 
 if TYPE_CHECKING:  # conftest is not importable as a module at run time
     from .conftest import ProfileDir, SystemdBox

@@ -6,9 +6,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from paroctl import net, profiles, state
-from paroctl import switch as switch_mod
+from paroctl import net, state
 from paroctl.client import Client
+from paroctl.profile import profiles
+from paroctl.switch import switch as switch_mod
 
 if TYPE_CHECKING:
     from tests.systemd.conftest import ProfileDir, SystemdBox

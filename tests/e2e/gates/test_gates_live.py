@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from paroctl.cli.main import cli
 from paroctl.gates import run_gate
-from paroctl.results import open_store
+from paroctl.store.results import open_store
 
 if TYPE_CHECKING:
     from ..conftest import CpuServe

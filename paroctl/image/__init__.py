@@ -1,0 +1,1 @@
+"""Images: build, labels, the doctor, the kernel plans compiled into them."""

@@ -1,0 +1,1 @@
+"""Profiles: schema, loading, validation, the knob registry, secrets, cluster."""

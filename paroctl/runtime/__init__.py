@@ -1,5 +1,0 @@
-"""Where a serve lives: the Runtime interface and its implementations (local process, systemd)."""
-
-from paroctl.runtime.base import Runtime, ServeSpec
-
-__all__ = ["Runtime", "ServeSpec"]

@@ -1,0 +1,1 @@
+"""Where and how a serve runs: layout, argv, engine, renders, runtimes, Kubernetes, CPU."""

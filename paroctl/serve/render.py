@@ -1,0 +1,259 @@
+"""jinja2 (StrictUndefined) over typed contexts -> systemd unit, Quadlet file, env list."""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from paroctl import state
+from paroctl.errors import RenderError
+from paroctl.profile import checks, knobs
+from paroctl.profile.profiles import Profile, expand, list_names
+from paroctl.serve import engine, privilege
+
+Format = Literal["service", "quadlet", "env"]
+FORMATS: tuple[Format, ...] = ("service", "quadlet", "env")
+
+# Characters systemd passes through an ExecStart word unquoted.
+_SAFE_WORD = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
+
+
+@dataclass(frozen=True)
+class Artefact:
+    """One rendered file: its name and content."""
+
+    filename: str
+    content: str
+
+
+@dataclass(frozen=True)
+class UnitContext:
+    """Everything the .service and .container templates may use."""
+
+    name: str
+    hash: str
+    description: str
+    source: str
+    unit: str
+    conflicts: tuple[str, ...]
+    engine: bool
+    image: str
+    env_file: str
+    secrets_file: str
+    cache_dir: str
+    exec_start: str
+    exec_stop: str
+    exec_cleanup: str
+    exec_args: str
+    mkdir: str
+    chown: str
+    timeout_start_s: int
+    timeout_stop_s: int
+    wanted_by: str
+    labels: tuple[str, ...]
+    devices: tuple[str, ...]
+    publish: str
+    volumes: tuple[str, ...]
+    podman_args: str
+    no_new_privileges: bool
+
+
+@dataclass(frozen=True)
+class EnvContext:
+    """Everything the env-forwarding template may use."""
+
+    name: str
+    hash: str
+    registry: str
+    derived: tuple[tuple[str, str], ...]
+    env: tuple[tuple[str, str], ...]
+    knobs_set: tuple[tuple[str, str], ...]
+    knobs_default: tuple[tuple[str, str], ...]
+
+
+def systemd_join(argv: list[str]) -> str:
+    """Join argv for an Exec line: systemd quoting, with % and $ escaped so nothing expands."""
+    words = []
+    for word in argv:
+        if not _SAFE_WORD.match(word):
+            word = '"' + _C_ESCAPE.sub(_c_escape, word) + '"'
+        words.append(word.replace("%", "%%").replace("$", "$$"))
+    return " ".join(words)
+
+
+# Inside a quoted Exec word systemd undoes C escapes: a control character written as \xNN stays
+# one argv character instead of ending the line (the profile boundary refuses them anyway).
+_C_ESCAPE = re.compile(r'[\\"\x00-\x1f\x7f]')
+
+
+def _c_escape(match: re.Match[str]) -> str:
+    char = match.group()
+    return "\\" + char if char in '\\"' else f"\\x{ord(char):02x}"
+
+
+def unit_value(value: object) -> str:
+    """A unit-file value: % escaped (no specifier expands); a control character is refused."""
+    text = str(value)
+    _refuse_line_breaks(text, "unit file")
+    return text.replace("%", "%%")
+
+
+def env_value(value: object) -> str:
+    """An env-file key or value; a control character is refused (it would split the line)."""
+    text = str(value)
+    _refuse_line_breaks(text, "env file")
+    return text
+
+
+def _refuse_line_breaks(text: str, where: str) -> None:
+    # Belt and braces: profiles.load refuses these first; a Profile built another way stops here.
+    found = checks.control_char(text, allow_tab=True)
+    if found or text.endswith("\\"):
+        what = found or "a trailing backslash"
+        raise RenderError(f"refusing to render {checks.short(text)} into a {where}: {what}")
+
+
+def unit_filename(profile: Profile, fmt: Format) -> str:
+    """The file a format renders to."""
+    suffix = {"service": ".service", "quadlet": ".container", "env": ".env"}[fmt]
+    return (profile.name if fmt == "env" else profile.unit_name) + suffix
+
+
+def formats_for(profile: Profile) -> tuple[Format, ...]:
+    """The artefacts a profile has: no Quadlet file without a container engine."""
+    return FORMATS if profile.uses_engine else ("service", "env")
+
+
+def render(profile: Profile, fmt: Format) -> Artefact:
+    """Render one artefact of a profile."""
+    if fmt == "quadlet" and not profile.uses_engine:
+        raise RenderError(
+            f"{profile.path}: runtime.engine: none; a Quadlet file needs podman "
+            f"(render --format service or env instead)"
+        )
+    if fmt == "env":
+        content = _template("env.j2", asdict(env_context(profile)))
+    else:
+        template = "service.j2" if fmt == "service" else "container.j2"
+        content = _template(template, asdict(unit_context(profile)))
+    return Artefact(unit_filename(profile, fmt), content)
+
+
+def render_all(profile: Profile) -> list[Artefact]:
+    """Every artefact of a profile."""
+    return [render(profile, fmt) for fmt in formats_for(profile)]
+
+
+def unit_context(profile: Profile) -> UnitContext:
+    """Build the typed context of the unit templates."""
+    body, container = profile.body, profile.body.container
+    where = engine.layout(profile)
+    others = tuple(
+        f"paroctl-{n}.service" for n in list_names(profile.path.parent) if n != profile.name
+    )
+    uses_engine = profile.uses_engine
+    podman_args: list[str] = []
+    for name in container.secret_names:
+        podman_args += ["--env", name]
+    for group in container.group_add:
+        podman_args += ["--group-add", group]
+    podman_args += ["--ipc", container.ipc, "--shm-size", container.shm_size]
+    if container.privileged:
+        podman_args.append("--privileged")
+    # Through PodmanArgs, not DropCapability=/User=: the same flags as the .service's argv, and
+    # Quadlet's defaults for those keys changed between podman releases.
+    podman_args += privilege.engine_args(container)
+    publish = engine.publish_spec(profile)
+    return UnitContext(
+        name=profile.name,
+        hash=profile.hash,
+        description=body.description,
+        source=profile.path.name,
+        unit=profile.unit_name,
+        conflicts=others,
+        engine=uses_engine,
+        image=body.image.ref if body.image else "",
+        env_file=where.env_file,
+        secrets_file=expand(container.secrets_env_file) if container.secrets_env_file else "",
+        cache_dir=where.cache_dir,
+        exec_start=systemd_join(_exec_argv(profile)),
+        exec_stop=systemd_join(engine.stop_argv(profile)) if uses_engine else "",
+        exec_cleanup=systemd_join(engine.rm_argv(profile)) if uses_engine else "",
+        exec_args=systemd_join(engine.serve_argv(profile)),
+        mkdir=systemd_join(["/usr/bin/mkdir", "-p", where.cache_dir]),
+        # A serve run as container.user writes its compile caches there; the mkdir above is root's.
+        chown=(
+            systemd_join(["/usr/bin/chown", container.user, where.cache_dir])
+            if container.user
+            else ""
+        ),
+        timeout_start_s=body.serve.boot_timeout_s,
+        timeout_stop_s=container.stop_grace_s + 15,
+        wanted_by="multi-user.target" if body.runtime.scope == "system" else "default.target",
+        labels=(f"paroctl.profile={profile.name}", f"paroctl.profile-hash={profile.hash}"),
+        devices=() if container.privileged else container.devices,
+        publish=publish,
+        volumes=(
+            f"{where.models_dir}:{engine.MODELS_MOUNT}:ro",
+            f"{where.cache_dir}:{engine.CACHE_MOUNT}",
+        ),
+        podman_args=systemd_join(podman_args),
+        no_new_privileges=not container.privileged,
+    )
+
+
+def _exec_argv(profile: Profile) -> list[str]:
+    """The .service's ExecStart argv: the engine's run argv (least privilege included)."""
+    return engine.run_argv(profile) if profile.uses_engine else engine.serve_argv(profile)
+
+
+def env_context(profile: Profile) -> EnvContext:
+    """Build the typed context of the env-forwarding template."""
+    registry = knobs.load_registry()
+    full = engine.forwarded_env(profile)
+    raw_knobs = profile.body.knobs
+    knob_names = set(registry.knobs)
+    derived = tuple((k, v) for k, v in full.items() if k in knobs.DERIVED_ENV)
+    return EnvContext(
+        name=profile.name,
+        hash=profile.hash,
+        registry=registry.digest[:12],
+        derived=derived,
+        env=tuple(profile.env.items()),
+        knobs_set=tuple((k, v) for k, v in profile.knobs.items() if k in raw_knobs),
+        knobs_default=tuple(
+            (k, v) for k, v in profile.knobs.items() if k in knob_names and k not in raw_knobs
+        ),
+    )
+
+
+@functools.cache
+def _environment(directory: str) -> Any:
+    """One Jinja environment per template directory: it compiles each template once per process
+    (and checks the file's mtime on every use, so an edited template is picked up)."""
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(directory),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    env.filters["unit_value"] = unit_value
+    env.filters["env_value"] = env_value
+    return env
+
+
+def _template(name: str, context: dict[str, object]) -> str:
+    import jinja2
+
+    env = _environment(str(state.resource_path("units")))
+    try:
+        return str(env.get_template(name).render(**context))
+    except jinja2.TemplateError as exc:
+        raise RenderError(f"{Path('units') / name}: {exc}") from exc

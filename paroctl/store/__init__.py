@@ -1,0 +1,1 @@
+"""The results store and the reports drawn from it."""

@@ -1,0 +1,1 @@
+"""The switch protocol, its journal, recovery, adoption and promotion."""

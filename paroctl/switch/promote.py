@@ -1,0 +1,341 @@
+"""What drives switches and gates together: the one module above both.
+
+Gates never import the switch and the switch never imports gates; whatever needs both lives here.
+The KLD gate's reference collection (switch to the reference profile through the switch protocol,
+collect its top-K prompt logprobs, switch the candidate back), handed to the gate as its reference
+source; and promotion (`paroctl switch NAME --gate GATES`): switch, run the gates cheapest first,
+stop at the first failure, roll back through the switch protocol, record one decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from paroctl.errors import StateError
+
+if TYPE_CHECKING:
+    from paroctl.events import EventSink
+    from paroctl.gates import GateResult
+    from paroctl.gates.base import GateContext, Progress
+    from paroctl.gates.kld import Reference, Request
+    from paroctl.profile.profiles import Profile
+
+
+def switch_to(
+    profile: Profile,
+    progress: Progress,
+    events: EventSink | None = None,
+    timeout_s: float | None = None,
+) -> Mapping[str, Any]:
+    """Make profile live through the switch protocol (its own rollback); return the live record."""
+    from paroctl import state
+    from paroctl.profile import profiles
+    from paroctl.switch.switch import default_deps, switch
+
+    progress.start(f"switch to {profile.name}", 1)
+    switch(profile, default_deps(events), load_profile=profiles.load, timeout_s=timeout_s)
+    progress.advance()
+    live = state.read_live()
+    if live is None:
+        raise StateError(f"the switch to {profile.name} left nothing live")
+    return live
+
+
+def kld_reference_by_switching(ctx: GateContext, request: Request) -> Reference:
+    """Collect the KLD reference on the reference profile's own serve, then switch back."""
+    from paroctl.gates import base, kld
+
+    plan = request.plan
+    same = plan.reference.name == plan.candidate.name
+    if not same and plan.candidate.hash != ctx.target.live.get("hash"):
+        raise StateError(
+            f"{plan.candidate.name} changed since it booted (hash "
+            f"{ctx.target.live.get('hash')} -> {plan.candidate.hash}); switch to it first so "
+            "the gate can switch back to the same build"
+        )
+    switches: list[str] = []
+    live: Mapping[str, Any] = ctx.target.live
+    try:
+        if not same:
+            live = switch_to(plan.reference, ctx.progress)
+            switches.append(plan.reference.name)
+        with ctx.client.at(base.base_url_of(live)) as client:
+            kld.check_tokenizer(client, plan.reference, request.text, request.probe_ids)
+            version = client.version()
+            rows = kld.collect_side(ctx, client, plan.reference, request)
+        # Stored under the stack it really ran on: a cross-stack collection never matches later.
+        kld.save_reference({**request.key, "server_version": version}, rows, kld.cache_dir())
+    finally:
+        if not same:
+            live = switch_to(plan.candidate, ctx.progress)  # back to what was live at the start
+            switches.append(plan.candidate.name)
+    return kld.Reference(
+        rows=rows,
+        note=request.why,
+        switches=tuple(switches),
+        candidate_url=base.base_url_of(live),
+        candidate_boot_id=live.get("boot_id"),
+    )
+
+
+def run_kld(options: Mapping[str, Any], **kwargs: Any) -> GateResult:
+    """The KLD gate on this box: a reference the store lacks is collected by switching."""
+    from paroctl.gates import run_gate
+
+    return run_gate("kld", options, kld_reference=kld_reference_by_switching, **kwargs)
+
+
+# --- promotion: switch, gate against the build it replaces, keep it or roll back -------------
+
+# Cheapest and most decisive first: a broken serve fails in seconds, not after GSM8K.
+ORDER = ("sanity", "greedy", "decode", "prefill", "concurrency", "kld", "gsm8k")
+# A promotion's gates are short versions unless the caller's options say otherwise.
+SHORT = {"gsm8k": {"limit": 200}, "kld": {"chunks": 32}}
+DECISIONS = {"promoted": "pass", "rolled back": "fail", "inconclusive": "unjudged"}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One gate of a promotion: pass / fail / inconclusive, its run and the evidence."""
+
+    gate: str
+    verdict: str
+    run_id: str | None
+    evidence: str
+    paired: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a promotion decided, every gate's verdict, and where the record is stored."""
+
+    target: str
+    previous: str | None
+    decision: str  # promoted | rolled back | inconclusive | planned
+    verdicts: tuple[Verdict, ...]
+    run_id: str | None
+    message: str
+
+    @property
+    def failed(self) -> bool:
+        """Whether a gate failed and the new build was rolled back (exit 1)."""
+        return self.decision == "rolled back"
+
+    @property
+    def exit_code(self) -> int:
+        """0 promoted (or planned), 1 a gate failed, 2 the gates could not decide."""
+        return {"rolled back": 1, "inconclusive": 2}.get(self.decision, 0)
+
+    def lines(self) -> list[str]:
+        """The decision and each gate's verdict with its evidence, for the CLI to print."""
+        gates = [f"{v.gate}: {v.verdict.upper()} — {v.evidence}" for v in self.verdicts]
+        record = [f"decision record: {self.run_id} (paroctl results show)"] if self.run_id else []
+        return [*gates, self.message, *record]
+
+
+def gate_list(spec: str, profile: Profile) -> tuple[str, ...]:
+    """The gates a `--gate` spec names ("suite" or a comma list), cheapest first."""
+    from paroctl.gates import GATES
+
+    names = profile.body.gates.suite if spec == "suite" else tuple(spec.split(","))
+    unknown = [name for name in names if name not in GATES]
+    if unknown or not names:
+        raise StateError(
+            f"--gate {spec}: unknown gate {', '.join(unknown) or '(none)'}; "
+            f"use suite or a comma list of {', '.join(GATES)}"
+        )
+    return tuple(sorted(dict.fromkeys(names), key=ORDER.index))
+
+
+def decide(verdicts: Sequence[Verdict], rule: str) -> str:
+    """promoted / rolled back / inconclusive from the verdicts and the profile's rule."""
+    if any(v.verdict == "fail" for v in verdicts):
+        return "rolled back"
+    if any(v.verdict == "inconclusive" for v in verdicts):
+        return "promoted" if rule == "promote" else "inconclusive"
+    return "promoted"
+
+
+def plan_lines(target: Profile, previous: str | None, gates: Sequence[str]) -> list[str]:
+    """What `switch NAME --gate ... --dry-run` would do, step by step."""
+    back = f"switch back to {previous} (verified)" if previous else "stop (nothing was live)"
+    rule = target.body.gates.inconclusive
+    return [
+        f"switch {previous or '(nothing)'} -> {target.name} (verified by the switch)",
+        *[f"gate {name}" for name in gates],
+        f"on the first failed gate: stop, {back}",
+        f"on an inconclusive gate: {'promote' if rule == 'promote' else back} "
+        f"(gates.inconclusive: {rule})",
+    ]
+
+
+def run(
+    profile_name: str,
+    gates: str,
+    *,
+    dry_run: bool = False,
+    options: Mapping[str, Any] | None = None,
+    store_path: Path | None = None,
+    events: EventSink | None = None,
+    timeout_s: float | None = None,
+) -> Decision:
+    """`paroctl switch NAME --gate GATES`: switch, gate, and keep the new build only if it holds."""
+    from paroctl import state
+    from paroctl.profile import profiles
+
+    target = profiles.load(profile_name)
+    names = gate_list(gates, target)
+    live = state.read_live()
+    previous = str(live["profile"]) if live else None
+    if dry_run:
+        lines = plan_lines(target, previous, names)
+        return Decision(target.name, previous, "planned", (), None, "\n".join(lines))
+    from paroctl.gates.base import NoProgress
+
+    progress = NoProgress()
+    candidate = switch_to(target, progress, events, timeout_s)
+    verdicts: list[Verdict] = []
+    for name in names:
+        verdict = _gate(name, dict((options or {}).get(name) or {}), target, live, store_path)
+        verdicts.append(verdict)
+        if verdict.verdict == "fail":
+            break
+    decision = decide(verdicts, target.body.gates.inconclusive)
+    if decision != "promoted":
+        _roll_back(previous, progress, events)
+    return _record(target, candidate, live, decision, verdicts, store_path)
+
+
+def _gate(
+    name: str,
+    options: dict[str, Any],
+    target: Profile,
+    previous: Mapping[str, Any] | None,
+    store_path: Path | None,
+) -> Verdict:
+    from paroctl.errors import ParoctlError
+    from paroctl.gates import run_gate
+
+    opts = {**SHORT.get(name, {}), **options}
+    try:
+        result = run_gate(
+            name, opts, kld_reference=kld_reference_by_switching, store_path=store_path
+        )
+    except ParoctlError as exc:
+        # The gate could not measure: neither a pass nor a fail; the profile's rule decides.
+        return Verdict(name, "inconclusive", None, f"could not run: {exc.message}")
+    verdict = {"pass": "pass", "fail": "fail"}.get(result.status, "inconclusive")
+    if name != "gsm8k" or previous is None or verdict == "fail":
+        return Verdict(name, verdict, result.run_id, result.message)
+    paired = paired_gsm8k(result.run_id, previous, target.body.gates.gsm8k_margin, store_path)
+    if paired is None:
+        return Verdict(name, verdict, result.run_id, result.message + "; no paired run to compare")
+    # The absolute band still applies; the paired test can only make the verdict stricter,
+    # or decide where no band does.
+    combined = (
+        paired["verdict"] if verdict == "inconclusive" or paired["verdict"] != "pass" else verdict
+    )
+    evidence = (
+        f"{result.message}; paired with {paired['against']}: {paired['old_only']} right only "
+        f"before, {paired['new_only']} right only now of {paired['n']}, McNemar p "
+        f"{paired['p_value']:.3g}, loss {paired['loss']:+.1%} (margin {paired['margin']:.1%})"
+    )
+    return Verdict(name, combined, result.run_id, evidence, paired)
+
+
+def paired_gsm8k(
+    run_id: str, previous: Mapping[str, Any], margin: float, store_path: Path | None
+) -> dict[str, Any] | None:
+    """McNemar against the previous build's newest GSM8K run on the same prompts, if it has one."""
+    from dataclasses import asdict
+
+    from paroctl.gates import gsm8k, stats
+    from paroctl.store.results import open_store
+
+    with open_store(store_path) as store:
+        new = store.run(run_id)
+        assert new is not None
+        mine = new["summary"]
+        same = ("fewshot", "mode", "metric")
+        old = next(
+            (
+                run
+                for run in store.runs(gate="gsm8k")
+                if run["profile"] == previous["profile"]
+                and run["profile_hash"] == previous.get("hash")
+                and run["status"] in ("pass", "fail", "unjudged")
+                and all(run["summary"].get(k) == mine.get(k) for k in same)
+            ),
+            None,
+        )
+        if old is None:
+            return None
+        metric = str(mine["metric"])
+        before = gsm8k.correct_by_item(store.items(old["run_id"]), metric)
+        now = gsm8k.correct_by_item(store.items(run_id), metric)
+    paired = stats.paired_noninferiority(before, now, margin)
+    return {**asdict(paired), "against": old["run_id"], "margin": margin}
+
+
+def _roll_back(previous: str | None, progress: Progress, events: EventSink | None) -> None:
+    from paroctl import state
+    from paroctl.profile import profiles
+    from paroctl.switch.switch import default_deps, stop_live
+
+    if previous is None:
+        live = state.read_live()
+        if live:
+            stop_live(live, default_deps(events))  # nothing was live before: leave nothing live
+        return
+    switch_to(profiles.load(previous), progress, events)
+
+
+def _record(
+    target: Profile,
+    candidate: Mapping[str, Any],
+    previous: Mapping[str, Any] | None,
+    decision: str,
+    verdicts: Sequence[Verdict],
+    store_path: Path | None,
+) -> Decision:
+    """One decision record in the results store: decision, every gate's evidence, the old runs."""
+    from dataclasses import asdict
+
+    from paroctl.gates.base import paroctl_version
+    from paroctl.store.results import Provenance, new_run_id, open_store
+
+    run_id = new_run_id("promote")
+    gates_text = "; ".join(f"{v.gate} {v.verdict}" for v in verdicts)
+    message = f"{decision}: {target.name} ({gates_text})"
+    with open_store(store_path) as store:
+        old_runs = (
+            [r["run_id"] for r in store.last_gate_results(previous["profile"])] if previous else []
+        )
+        provenance = Provenance(
+            profile=target.name,
+            profile_hash=candidate.get("hash"),
+            knobs=candidate.get("knobs") or {},
+            image=candidate.get("image"),
+            boot_id=candidate.get("boot_id"),
+            first_boot=candidate.get("first_boot"),
+            paroctl_version=paroctl_version(),
+            server_version=None,
+        )
+        store.start_run(run_id, "promote", provenance, {"gates": [v.gate for v in verdicts]})
+        summary = {
+            "decision": decision,
+            "rule": target.body.gates.inconclusive,
+            "gates": [asdict(v) for v in verdicts],
+            "previous": {
+                "profile": previous["profile"] if previous else None,
+                "hash": previous.get("hash") if previous else None,
+                "boot_id": previous.get("boot_id") if previous else None,
+                "run_ids": old_runs,
+            },
+        }
+        store.finish_run(run_id, DECISIONS[decision], summary, message=message)
+    prev_name = str(previous["profile"]) if previous else None
+    return Decision(target.name, prev_name, decision, tuple(verdicts), run_id, message)
