@@ -1,7 +1,7 @@
-"""pytest plugin for the GPU suite on a machine of several GPUs (`kernels/gpushard.sh` loads it
+"""pytest plugin for the GPU suite on a machine of several GPUs (`benchmarks/gpu/shard.sh` loads it
 with `-p _gpu_spread`): xdist worker gwI sees GPU I mod PARO_TEST_GPUS alone.
 
-Why: the GPU suite took about 30 s of a busy worker a test (seventeenth pass: 19,839 s of worker
+Why: the GPU suite took about 30 s of a busy worker a test (H200, 2026-12-05: 19,839 s of worker
 time for 671 tests on the one-GPU machine's 16 cores, every worker busy), so a machine with more
 GPUs has more cores (nvidia-h200-x2: 32) and GPUs to spread the workers over. Each worker gets one
 GPU through CUDA_VISIBLE_DEVICES, set at configure time, before anything initialises CUDA, so the

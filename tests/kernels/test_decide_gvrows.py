@@ -1,4 +1,4 @@
-"""The rules that turn a `bench_decode --h2 gvrows` run into dispatch settings (CPU only).
+"""The rules that turn a gvrows run (`benchmarks.kernels.decode --h2 gvrows`) into dispatch settings (CPU only).
 
 The runs here are built from per-cell times chosen to sit on each side of every rule's edge;
 `decide_gvrows` must read them exactly as it would read the GPU run's JSON.
@@ -6,16 +6,21 @@ The runs here are built from per-cell times chosen to sit on each side of every 
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from paro_kernels import decide_gvrows as d
 from paro_kernels.triton import decode_host
 
-KERNELS = Path(__file__).resolve().parents[2] / "kernels"
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "results"
+if str(ROOT) not in sys.path:  # benchmarks/ is a folder of the checkout, no installed package
+    sys.path.insert(0, str(ROOT))
+d = importlib.import_module("benchmarks.kernels.decide_gvrows")
 MS = (8, 16, 24, 32)
 LARGE = ("qkv", "gate_up")
 SMALL = "o_proj"
@@ -86,9 +91,9 @@ def test_non_monotone_blocks_wins_count_only_from_the_top() -> None:
 
 
 def test_the_rule_rederives_the_blocks_threshold_from_the_run_that_set_it() -> None:
-    # The twenty-fourth pass's H100 run (committed) set MMA_BLOCKS_ALL_MIN_M = 17 from the int4
+    # The H100 run of 2026-12-05 (committed, benchmarks/results/) set MMA_BLOCKS_ALL_MIN_M = 17 from the int4
     # mma op on the records (one program for all rows: "int4 mma {}") and on the blocks.
-    run = json.loads((KERNELS / "bench-2026-12-05-h100-issue14-pass24-int4-mma4.json").read_text())
+    run = json.loads((RESULTS / "bench-2026-12-05-h100-issue14-pass24-int4-mma4.json").read_text())
     for row in run["h2"]:
         if row["variant"] == "int4 mma {}":
             row["variant"] = d.RECORDS.format(0)
@@ -131,6 +136,7 @@ def test_cli_prints_settings_and_refuses_a_run_that_is_not_gvrows(
     assert d.main([str(bad)]) == 2
     assert capsys.readouterr().err.startswith(f"decide_gvrows: {bad}: Expecting")
     # and the module runs as the usage line says
-    res = subprocess.run([sys.executable, "-m", "paro_kernels.decide_gvrows", str(good)],
-                         capture_output=True, text=True)  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "kernels"), str(ROOT)])}
+    res = subprocess.run([sys.executable, "-m", "benchmarks.kernels.decide_gvrows", str(good)],
+                         capture_output=True, text=True, cwd=ROOT, env=env)  # fmt: skip
     assert res.returncode == 0 and "GIVENS_ROWS = 0" in res.stdout, res.stderr

@@ -1,11 +1,11 @@
-"""The GPU suite's shard planner (kernels/gpushard_plan.py), on recorded JUnit times."""
+"""The GPU suite's shard planner (benchmarks/gpu/shard_plan.py), on recorded JUnit times."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-PLANNER = "kernels/gpushard_plan.py"
+PLANNER = "benchmarks/gpu/shard_plan.py"
 
 
 def _xml(path: Path, cases: dict[str, float], failed: tuple[str, ...] = ()) -> None:
@@ -21,9 +21,10 @@ def _xml(path: Path, cases: dict[str, float], failed: tuple[str, ...] = ()) -> N
 def test_shards_balance_the_recorded_times_longest_first(tmp_path: Path, script: Any) -> None:
     g = script(PLANNER)
     times = {f"test_a[{i}]": float(t) for i, t in enumerate([10, 20, 30, 40, 50, 60, 90, 5, 200])}
-    _xml(tmp_path / "gpu-2026-12-05-h200-issue14-pass17-shard1.xml", times, ("test_a[3]",))
-    # an older run with other times is ignored: the newest by date and pass number counts
-    _xml(tmp_path / "gpu-2026-12-05-h200-issue14-pass9-shard1.xml", dict.fromkeys(times, 1.0))
+    _xml(tmp_path / "gpu-2026-12-05-h200-run17-shard1.xml", times, ("test_a[3]",))
+    # an older run with other times is ignored: the newest by date and run number counts
+    # (the committed runs say pass<N>, later ones run<N>: both count)
+    _xml(tmp_path / "gpu-2026-12-05-h200-pass9-shard1.xml", dict.fromkeys(times, 1.0))
     rec, failed = g.recorded([str(tmp_path / "gpu-*-shard*.xml")])
     node = "tests/kernels/test_x_gpu.py::"
     assert rec[node + "test_a[8]"] == 200.0 and failed == {node + "test_a[3]"}
@@ -52,17 +53,17 @@ def test_a_rerun_shard_clears_the_failures_it_passed(tmp_path: Path, script: Any
     g = script(PLANNER)
     first = {"test_a[0]": 5.0, "test_a[1]": 6.0, "test_a[2]": 7.0}
     _xml(
-        tmp_path / "gpu-2026-12-05-h100-issue14-pass21-shard1.xml",
+        tmp_path / "gpu-2026-12-05-h100-run21-shard1.xml",
         first,
         ("test_a[0]", "test_a[1]"),
     )
     # shard 2 re-ran test_a[1] (passed, faster) and a test shard 1 did not reach
     _xml(
-        tmp_path / "gpu-2026-12-05-h100-issue14-pass21-shard2.xml",
+        tmp_path / "gpu-2026-12-05-h100-run21-shard2.xml",
         {"test_a[1]": 2.0, "test_b": 3.0},
     )
     # the case a run cut by its limit was stopped in has no class name: not an id
-    cut = tmp_path / "gpu-2026-12-05-h100-issue14-pass21-shard3.xml"
+    cut = tmp_path / "gpu-2026-12-05-h100-run21-shard3.xml"
     cut.write_text(
         '<testsuites><testsuite name="pytest"><testcase time="0.001"/></testsuite></testsuites>'
     )
@@ -79,3 +80,11 @@ def test_shard_out_of_range_is_refused(tmp_path: Path, script: Any) -> None:
     ids.write_text("tests/kernels/test_x_gpu.py::test_a[0]\n")
     assert g.main([str(ids), "3", "2", "--xml", str(tmp_path / "none*.xml")]) == 2
     assert g.main([str(ids), "1", "1", "--xml", str(tmp_path / "none*.xml")]) == 0
+
+
+def test_the_default_reads_the_committed_run(script: Any) -> None:
+    """The planner's default finds the GPU suite's recorded run beside the tests' other data."""
+    g = script(PLANNER)
+    root = Path(__file__).resolve().parents[2]
+    rec, _ = g.recorded([str(root / g.DEFAULT_XML)])
+    assert len(rec) > 500  # the H100 run of 2026-12-05: 609 tests in two shards

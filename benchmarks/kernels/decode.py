@@ -1,0 +1,828 @@
+"""Fifth-pass decode sweep (issue 14): the matrix-unit GEMV (`decode_host`) against the shipped
+decode paths and the peers, in one run.
+
+    python -m benchmarks.kernels.decode --out DIR/decode.json [--shapes qkv,gate_up]
+        [--ms 1,16] [--stage1 qkv,gate_up] [--top 3] [--budget-s 300] [--jobs 12]
+
+Stage 1: the GEMV alone (its fp16 prologue output made once) over the config grid on the
+--stage1 shapes at each M; the --top configs by summed time go on. Stage 2, per (shape, M):
+cuBLAS bf16, `torch._weight_int4pack_mm` (g128), ours as served (`host.w4a16_linear`'s
+dispatch), the new GEMV as served with each prologue (`decode_host.PROLOGUES`) at the best
+stage-1 config, the top configs with the shipped prologue, and the prologues alone. Timing as
+`time_us` (CUDA-graph replays over weight copies past 4x L2); % HBM against 4.3 TB/s.
+
+    python -m benchmarks.kernels.decode --ab ...           fifth pass: the forced paths per cell
+    python -m benchmarks.kernels.decode --h2 run1|run2|run3|int5|waves|confirm|gv|gvpdl|mma \
+        |gvrows ...
+
+Ninth pass (`--h2`): per cell the peers, the op as served, the FMA op forced (the "before"),
+the HFMA2 op at each variant of the named grid (`H2_GRID`, `H2_RUN2`, `H2_RUN3`), the two GEMVs
+and prologues alone; `int5`: int5 as served against its HFMA2 variant and int4 as served;
+`waves` / `confirm` (tenth pass): grids of whole waves (`H2_WAVES`), the shipped per-(bits, M)
+configs (`H2_CONFIRM`), each against the prologue op (the tenth pass's `rot` / `coop`, the
+rotation inside the HFMA2 GEMV, went with it in the nineteenth pass).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import itertools
+import json
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from benchmarks.kernels.common import (
+    SHAPES,
+    G,
+    bounds,
+    bytes_w4,
+    copies,
+    decode_cells,
+    decode_preps,
+    int4pack,
+    precompile_pool,
+    random_prep,
+    time_or_nan,
+    time_us,
+)
+from benchmarks.kernels.decide_gvrows import BLOCKS, RECORDS
+
+GRID: list[dict[str, int]] = [
+    dict(block_n=bn, num_warps=w, programs_per_sm=pps, gpi=gpi, num_stages=st)
+    for (bn, w), (st, gpi), pps in itertools.product(
+        ((64, 4), (128, 8), (128, 4), (256, 8)),
+        ((1, 1), (2, 1), (3, 1), (4, 1), (1, 2), (2, 2)),
+        (4, 8),
+    )
+]  # fmt: skip
+
+
+def _compile_one(job: tuple[str, int, dict[str, int]]) -> str:
+    """`precompile_pool` worker: one launch of the GEMV at a (shape, M, config), which
+    fills Triton's disk cache."""
+    from paro_kernels.triton import decode_host
+
+    name, m, kw = job
+    _, n, k, sizes = next(s for s in SHAPES if s[0] == name)
+    p = random_prep(n, k, sizes, 4, torch.device("cuda"))
+    xr = torch.zeros(len(sizes), m, k, device="cuda", dtype=torch.float16)
+    cfg = decode_host.gemv3_config(m, n, k, G, bounds(sizes), 132, **kw)
+    try:
+        decode_host.gemv3_w4a16(xr, p.qweight, p.scales, p.zeros, p.bounds, G, torch.bfloat16,
+                                None, cfg)  # fmt: skip
+        torch.cuda.synchronize()
+        return ""
+    except Exception as e:
+        return f"{name} {m} {kw}: {type(e).__name__} {str(e)[:200]}"
+
+
+def _row(name: str, m: int, n: int, k: int, variant: str, us: float, **kw: Any) -> dict[str, Any]:
+    nb = bytes_w4(n, k, m)
+    r = {"shape": name, "m": m, "variant": variant, "us": us,
+         "hbm_pct_4p3": nb / 4.3e12 / (us * 1e-6) * 100, **kw}  # fmt: skip
+    extra = f" rel {kw['rel']:.1e}" if "rel" in kw else ""
+    extra += f" [{kw['regs']}]" if kw.get("regs") else ""
+    print(f"{name} M={m} {variant}: {us:.2f} us {r['hbm_pct_4p3']:.0f}% HBM{extra}", flush=True)
+    return r
+
+
+def _peer_rows(name: str, m: int, n: int, k: int, x: torch.Tensor,
+               reps: int) -> list[dict[str, Any]]:  # fmt: skip
+    """cuBLAS bf16 (over weight copies past 4x L2) and int4pack on one cell."""
+    wd = [torch.randn(k, n, device=x.device, dtype=torch.bfloat16)
+          for _ in range(copies(2 * k * n))]  # fmt: skip
+    fns = [functools.partial(torch.matmul, x, w) for w in wd]
+    rows = [_row(name, m, n, k, "cublas-bf16", time_or_nan(fns, reps))]
+    del wd
+    rows.append(_row(name, m, n, k, "int4pack", time_us(int4pack(n, k, m, x.device), reps)))
+    return rows
+
+
+def stage1(shapes: list[str], ms: list[int], reps: int) -> list[dict[str, Any]]:
+    """The GEMV alone over GRID."""
+    from paro_kernels.triton import decode_host
+
+    dev = torch.device("cuda")
+    out = []
+    for name in shapes:
+        _, n, k, sizes = next(s for s in SHAPES if s[0] == name)
+        preps = decode_preps(n, k, sizes, dev)
+        for m in ms:
+            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+            p0 = preps[0]
+            xr = decode_host.prologue16(x, p0.rot_hi, p0.rot_lo, G, None, None, "slice")
+            for kw in GRID:
+                cfg = decode_host.gemv3_config(m, n, k, G, bounds(sizes), 132, **kw)
+                fns = [functools.partial(decode_host.gemv3_w4a16, xr, p.qweight, p.scales,
+                       p.zeros, p.bounds, G, torch.bfloat16, None, cfg)
+                       for p in preps]  # fmt: skip
+                out.append(_row(name, m, n, k, "gemv3-alone " + str(kw), time_or_nan(fns, reps),
+                                cfg=dataclasses.asdict(cfg), kw=kw))  # fmt: skip
+    return out
+
+
+def top_configs(rows: list[dict[str, Any]], top: int) -> list[dict[str, int]]:
+    """The `top` GRID entries by time summed over stage 1's cells (each cell normalized by its
+    best, so a long shape does not decide alone)."""
+    best: dict[tuple[str, int], float] = {}
+    for r in rows:
+        key = (r["shape"], r["m"])
+        if r["us"] == r["us"]:
+            best[key] = min(best.get(key, float("inf")), r["us"])
+    score: dict[str, float] = {}
+    for r in rows:
+        v = r["us"] / best[(r["shape"], r["m"])] if r["us"] == r["us"] else 10.0
+        score[json.dumps(r["kw"])] = score.get(json.dumps(r["kw"]), 0.0) + v
+    return [json.loads(s) for s in sorted(score, key=score.__getitem__)[:top]]
+
+
+def stage2(shapes: list[str], ms: list[int], reps: int, cfgs: list[dict[str, int]],
+           t0: float, budget: float) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
+    """Per cell: the peers, ours as served, the new GEMV per prologue and per top config."""
+    from paro_kernels.triton import decode_host, fast_host, host
+
+    dev = torch.device("cuda")
+    out, not_run = [], []
+    for name in shapes:
+        _, n, k, sizes = next(s for s in SHAPES if s[0] == name)
+        preps = decode_preps(n, k, sizes, dev)
+        for m in ms:
+            if budget and time.monotonic() - t0 > budget:
+                not_run.append(f"{name}@{m}")
+                continue
+            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+            out += _peer_rows(name, m, n, k, x, reps)
+            served = "ours-as-served (" + fast_host.band(m) + ")"
+            out.append(_row(name, m, n, k, served, time_or_nan(
+                [functools.partial(host.w4a16_linear, x, p.rot_hi, p.rot_lo, p.qweight,
+                 p.scales, p.zeros, p.bounds, G, None, p.gv_idx, p.gv_coef)
+                 for p in preps], reps)))  # fmt: skip
+            for i, kw in enumerate(cfgs):
+                cfg = decode_host.gemv3_config(m, n, k, G, bounds(sizes), 132, **kw)
+                for pro in decode_host.PROLOGUES if i == 0 else (decode_host.GEMV3_PROLOGUE,):
+                    fns = [functools.partial(decode_host.gemv3_linear, x, p.rot_hi, p.rot_lo,
+                           p.qweight, p.scales, p.zeros, p.bounds, G, None, p.gv_idx, p.gv_coef,
+                           pro, cfg) for p in preps]  # fmt: skip
+                    out.append(_row(name, m, n, k, f"gemv3 {pro} {kw}", time_or_nan(fns, reps),
+                                    cfg=dataclasses.asdict(cfg)))  # fmt: skip
+            for pro in decode_host.PROLOGUES:
+                fns = [functools.partial(decode_host.prologue16, x, p.rot_hi, p.rot_lo, G,
+                       p.gv_idx, p.gv_coef, pro) for p in preps]  # fmt: skip
+                out.append(_row(name, m, n, k, f"prologue {pro}", time_or_nan(fns, reps)))
+            torch.cuda.empty_cache()
+    return out, not_run
+
+
+# Run 3's candidates (run 2's stage-1 bests: qkv M = 1 / 16 and gate_up M = 1)
+AB_CFGS = {"a": dict(block_n=128, num_warps=4, programs_per_sm=8, gpi=1, num_stages=3),
+           "b": dict(block_n=64, num_warps=4, programs_per_sm=4, gpi=2, num_stages=2)}  # fmt: skip
+
+
+def _gemv2(p: Any, x: torch.Tensor, fused: bool, pdl: bool) -> object:
+    """The FMA GEMV (sliced prologue), or with `fused` the Givens-inside one; never the HFMA2."""
+    from paro_kernels.triton import fast_host
+
+    args = (p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros, p.gv_idx, p.gv_coef)
+    return fast_host.gemv_w4a16(args, x, p.bounds, G, None, fused=fused, pdl=pdl, h2=False)
+
+
+def _mma(p: Any, x: torch.Tensor) -> object:
+    from paro_kernels.triton import host
+
+    return host.w4a16_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros, p.bounds, G,
+                             None, p.gv_idx, p.gv_coef, path="mma")  # fmt: skip
+
+
+def _gemv3(p: Any, x: torch.Tensor, cfg: Any, pdl: bool) -> object:
+    from paro_kernels.triton import decode_host
+
+    return decode_host.gemv3_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
+                                    p.bounds, G, None, p.gv_idx, p.gv_coef, "slice", cfg,
+                                    pdl)  # fmt: skip
+
+
+def ab(shapes: list[str], ms: list[int], reps: int, t0: float,
+       budget: float) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
+    """Per cell, same run: cuBLAS, int4pack, the shipped paths forced (FMA GEMV with the sliced
+    prologue, with and without PDL, the Givens-inside GEMV; the tile kernels) and the new GEMV
+    (with and without PDL, two configs)."""
+    from paro_kernels.triton import decode_host
+
+    dev = torch.device("cuda")
+    out, not_run = [], []
+    for name in shapes:
+        _, n, k, sizes = next(s for s in SHAPES if s[0] == name)
+        preps = decode_preps(n, k, sizes, dev)
+        for m in ms:
+            if budget and time.monotonic() - t0 > budget:
+                not_run.append(f"{name}@{m}")
+                continue
+            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+            out += _peer_rows(name, m, n, k, x, reps)
+            cands: dict[str, Callable[[Any], object]] = {}
+            if m <= 2:
+                for fused, pdl in ((False, False), (False, True), (True, False)):
+                    cands[f"gemv2 fused={fused} pdl={pdl}"] = functools.partial(
+                        _gemv2, x=x, fused=fused, pdl=pdl
+                    )
+            else:
+                cands["mma"] = functools.partial(_mma, x=x)
+            for label, kw in AB_CFGS.items():
+                cfg = decode_host.gemv3_config(m, n, k, G, bounds(sizes), 132, **kw)
+                for pdl in (True, False) if label == "a" else (True,):
+                    cands[f"gemv3 {label} pdl={pdl}"] = functools.partial(
+                        _gemv3, x=x, cfg=cfg, pdl=pdl
+                    )
+            ref = None
+            for label, fn in cands.items():
+                y = fn(preps[0]).float()  # type: ignore[attr-defined]
+                ref = y if ref is None else ref
+                err = float((y - ref).norm() / ref.norm())  # against the first (shipped) path
+                out.append(
+                    _row(
+                        name,
+                        m,
+                        n,
+                        k,
+                        label,
+                        time_or_nan([functools.partial(fn, p) for p in preps], reps),
+                        rel=err,
+                    )
+                )
+            torch.cuda.empty_cache()
+    return out, not_run
+
+
+# Ninth pass: the HFMA2 GEMV's configs (`fast_host.gemv2_config` keywords; kw 0: its M default)
+H2_GRID: list[dict[str, int]] = [
+    dict(block_n=bn, num_warps=w, kw=kw, programs_per_sm=pps)
+    for (bn, w), kw, pps in itertools.product(((512, 4), (256, 2)), (0, 16), (8, 16))
+] + [dict(block_n=1024, num_warps=8, kw=0, programs_per_sm=8)]  # fmt: skip
+
+
+# Run 2: around the shipped config (`decode_host.H2_CONFIG`): fewer, fatter programs (2 / 4 per
+# SM) with deeper pipelining, a register cap (occupancy: 127 registers hold 4 programs of 4
+# warps per SM, and 560-680 programs ran 1.06-1.29 waves), the prologue in 16 / 32 channels a
+# program (run 1's ncu: 7.6% achieved occupancy, one 32 KB load per program).
+H2_RUN2: list[dict[str, int]] = [
+    {},
+    dict(programs_per_sm=4), dict(programs_per_sm=4, num_stages=4),
+    dict(programs_per_sm=2, num_stages=4), dict(num_stages=4),
+    dict(maxnreg=96), dict(maxnreg=80),
+    dict(slice=32), dict(slice=32, pwarps=2), dict(slice=16, pwarps=2), dict(slice=16, pwarps=1),
+]  # fmt: skip
+# Run 3: the prologue -> GEMV pair launched programmatically dependent (the GEMV's L2 prefetch
+# of its words overlapping the prologue), and the prologue on one fp16 block per group (hi + lo
+# rounded once: half its bytes; a Prepared field it would need, hence measured first).
+H2_RUN3: list[dict[str, int]] = [
+    {}, dict(pdl=1), dict(one=1), dict(one=1, pdl=1), dict(programs_per_sm=4),
+]  # fmt: skip
+_LAUNCH = ("maxnreg", "slice", "pwarps", "pdl", "one")
+_ROT16: dict[int, torch.Tensor] = {}  # id(prep) -> its fp16 blocks (run 3's `one`)
+
+
+def _h2_cfg(name: str, m: int, kw: dict[str, int]) -> Any:
+    from paro_kernels.triton import decode_host, fast_host
+
+    _, n, k, sizes = next(s for s in SHAPES if s[0] == name)
+    kw = {**decode_host.H2_CONFIG, **kw} if "block_n" not in kw else kw
+    args: dict[str, Any] = {a: v for a, v in kw.items() if v and a not in _LAUNCH}
+    return fast_host.gemv2_config(m, n, k, G, bounds(sizes), 132, **args)
+
+
+def _compile_h2(job: tuple[str, int, dict[str, int]]) -> str:
+    """`precompile_pool` worker: one launch of the HFMA2 GEMV at a (shape, M, config)."""
+    from paro_kernels.triton import decode_host
+
+    name, m, kw = job
+    _, n, k, sizes = next(s for s in SHAPES if s[0] == name)
+    p = random_prep(n, k, sizes, 4, torch.device("cuda"))
+    xr = torch.zeros(len(sizes), m, k, device="cuda", dtype=torch.float16)
+    try:
+        decode_host.gemv_h2(xr, p.qweight, p.scales, p.zeros, p.bounds, G, torch.bfloat16,
+                            None, _h2_cfg(name, m, kw), kw.get("maxnreg", 0))  # fmt: skip
+        torch.cuda.synchronize()
+        return ""
+    except Exception as e:
+        return f"{name} {m} {kw}: {type(e).__name__} {str(e)[:200]}"
+
+
+def _h2_call(what: str, x: torch.Tensor, arg: Any, p: Any) -> object:
+    """One of the h2 bench's calls on layer p (`arg`: a config, the prologue outputs, or
+    None)."""
+    from paro_kernels.triton import decode_host, fast_host, host
+
+    if what == "served":
+        return host.w4a16_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros, p.bounds,
+                                 G, None, p.gv_idx, p.gv_coef)  # fmt: skip
+    if what == "h2":
+        cfg, kw = arg
+        hi = _ROT16[id(p)] if kw.get("one") else p.rot_hi
+        return decode_host.gemv_h2_linear(x, hi, p.rot_lo, p.qweight, p.scales, p.zeros,
+                                          p.bounds, G, None, cfg, kw.get("slice", 0),
+                                          kw.get("pwarps", 0), kw.get("maxnreg", 0),
+                                          bool(kw.get("pdl")), bool(kw.get("one")))  # fmt: skip
+    if what == "gemv2 alone":
+        (xr32, rs), _ = arg
+        return fast_host.gemv2_w4a16(xr32, rs, p.qweight, p.scales, p.zeros, p.bounds, G,
+                                     torch.bfloat16)  # fmt: skip
+    if what == "h2 alone":
+        return decode_host.gemv_h2(arg[1], p.qweight, p.scales, p.zeros, p.bounds, G,
+                                   torch.bfloat16)  # fmt: skip
+    return fast_host.rotate_slices(x, p.rot_hi, p.rot_lo, G, paired=what == "prologue paired")
+
+
+def h2(shapes: list[str], ms: list[int], reps: int, t0: float, budget: float,
+       grid: list[dict[str, int]]) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
+    """Per cell, same run: cuBLAS, int4pack, the op as served, the FMA GEMV path forced (sliced
+    prologue + GEMV, no Givens-inside), the HFMA2 op (paired prologue + GEMV) at every `grid`
+    config, and the two GEMVs alone on their prologue outputs (made once)."""
+    from paro_kernels.triton import fast_host
+
+    dev = torch.device("cuda")
+    out, not_run = [], []
+    for name in shapes:
+        _, n, k, sizes = next(s for s in SHAPES if s[0] == name)
+        preps = decode_preps(n, k, sizes, dev)
+        _ROT16.clear()
+        _ROT16.update({id(p): (p.rot_hi.float() + p.rot_lo.float()).half() for p in preps})
+        for m in ms:
+            if budget and time.monotonic() - t0 > budget:
+                not_run.append(f"{name}@{m}")
+                continue
+            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+            out += _peer_rows(name, m, n, k, x, reps)
+            # rel: against the first (the FMA GEMV on the same blocks; the Givens-inside op as
+            # served, o_proj, uses the tables' own random rotations)
+            cands: dict[str, Callable[[Any], object]] = {
+                "gemv2 (FMA, sliced prologue)": functools.partial(_gemv2, x=x, fused=False,
+                                                                  pdl=False),
+                "as-served": functools.partial(_h2_call, "served", x, None),
+            }  # fmt: skip
+            for kw in grid:
+                cfg = _h2_cfg(name, m, kw)
+                cands[f"h2 {kw}"] = functools.partial(_h2_call, "h2", x, (cfg, kw))
+            ref = None
+            for label, fn in cands.items():
+                y = fn(preps[0]).float()  # type: ignore[attr-defined]
+                ref = y if ref is None else ref
+                us = time_or_nan([functools.partial(fn, p) for p in preps], reps)
+                out.append(_row(name, m, n, k, label, us, rel=float((y - ref).norm() / ref.norm())))
+            p0 = preps[0]
+            xrs = (fast_host.rotate_slices(x, p0.rot_hi, p0.rot_lo, G),
+                   fast_host.rotate_slices(x, p0.rot_hi, p0.rot_lo, G, paired=True)[0])  # fmt: skip
+            for label in ("gemv2 alone", "h2 alone", "prologue fp32", "prologue paired"):
+                fns = [functools.partial(_h2_call, label, x, xrs, p) for p in preps]
+                out.append(_row(name, m, n, k, label, time_or_nan(fns, reps)))
+            torch.cuda.empty_cache()
+    return out, not_run
+
+
+def h2_int5(shapes: list[str], ms: list[int], reps: int, t0: float,
+            budget: float) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
+    """Per cell, same run: int5 (I8 PG ZPE weights) as served (the matrix-unit GEMV, 16-bit
+    activations), int5 on the HFMA2 GEMV (forced; `fast_host.INT5_H2`), int4 as served."""
+    from paro_kernels.triton import decode_host, host
+
+    out: list[dict[str, Any]] = []
+    not_run: list[str] = []
+    for name, n, k, m, x, p4, p5 in decode_cells(shapes, ms, t0, budget, not_run, int5=True):
+        y0 = host.linear_a8(p5[0], x, None, "int8", "group", True).float()
+        y1 = decode_host.gemv_h2_linear(x, p5[0].rot_hi, p5[0].rot_lo, p5[0].qweight,
+                                        p5[0].scales, p5[0].zeros, p5[0].bounds, G,
+                                        qweight_hi=p5[0].qweight_hi).float()  # fmt: skip
+        rel = float((y1 - y0).norm() / y0.norm())
+        served = [functools.partial(host.linear_a8, p, x, None, "int8", "group", True)
+                  for p in p5]  # fmt: skip
+        forced = [functools.partial(decode_host.gemv_h2_linear, x, p.rot_hi, p.rot_lo,
+                  p.qweight, p.scales, p.zeros, p.bounds, G, qweight_hi=p.qweight_hi)
+                  for p in p5]  # fmt: skip
+        out.append(_row(name, m, n, k, "int5 as served", time_or_nan(served, reps)))
+        out.append(_row(name, m, n, k, "int5 h2", time_or_nan(forced, reps), rel=rel))
+        int4 = [functools.partial(_h2_call, "served", x, None, p) for p in p4]
+        out.append(_row(name, m, n, k, "int4 as served", time_or_nan(int4, reps)))
+    return out, not_run
+
+
+# (Tenth / eleventh pass, `--h2 rot` / `coop`: the rotation inside the HFMA2 GEMV and its
+# co-resident variant, removed in the nineteenth pass: `decode_kernels`' tenth-pass note.)
+# `--h2 gv` (eleventh pass, run 2): the paired prologue from the Givens records
+# (`fast_host.rotate_givens_paired`) at 1, 2, 4 warps, against the sliced blocks prologue;
+# `--h2 gvpdl` (run 3): the records prologue as served against 2 warps and with the
+# GEMV launched dependent on it (PDL: the GEMV's L2 prefetch overlaps the prologue), and the
+# blocks prologue with PDL.
+H2_GV: list[dict[str, int]] = [dict(gv=1), dict(gv=2), dict(gv=4)]
+H2_GVPDL: list[dict[str, int]] = [
+    dict(gv=2), dict(gv=4, pdl=1), dict(gv=1, pdl=1), dict(pdl=1),
+]  # fmt: skip
+# `--h2 confirm` (run 7): the configs run 6 picked (`decode_host.H2_BY_BITS_M`, as served)
+# against the ninth pass's (H2_CONFIG: 8 programs an SM) and around them.
+H2_CONFIRM: list[dict[str, int]] = [
+    dict(programs_per_sm=8), dict(programs_per_sm=2), dict(programs_per_sm=4),
+]  # fmt: skip
+H2_CONFIRM5: list[dict[str, int]] = [
+    dict(programs_per_sm=8), dict(block_n=256, num_warps=4, kw=16, programs_per_sm=4),
+    dict(block_n=256, num_warps=4, kw=16, programs_per_sm=6),
+    dict(block_n=256, num_warps=4, kw=16, programs_per_sm=8),
+]  # fmt: skip
+# `--h2 waves`: the ninth pass's GEMV at 158 registers (int4, Triton 3.6; 255 int5) holds 3
+# programs an SM (2 for int5), and its ~8-per-SM grid ran 1.7 waves (ncu, tenth pass run 5):
+# grids of one wave (3 per SM), two (6), and narrower int5 tiles (fewer registers a thread).
+H2_WAVES: list[dict[str, int]] = [
+    dict(programs_per_sm=3), dict(programs_per_sm=6), dict(programs_per_sm=3, kw=8),
+    dict(programs_per_sm=4, kw=8),
+]  # fmt: skip
+H2_WAVES5: list[dict[str, int]] = [
+    dict(programs_per_sm=2), dict(programs_per_sm=4),
+    dict(block_n=256, num_warps=4, kw=16, programs_per_sm=8),
+    dict(block_n=256, num_warps=2, kw=16, programs_per_sm=8), dict(kw=8, programs_per_sm=4),
+]  # fmt: skip
+
+
+def _regs(fn: Any) -> list[str]:
+    """Registers and spills of each compiled variant of a Triton kernel (its launch cache)."""
+    out = []
+    for cache in getattr(fn, "device_caches", {}).values():
+        for key, kern in cache[0].items():
+            out.append(f"{fn.__name__} ...{str(key)[-300:-200]}: {kern.n_regs} regs, "
+                       f"{kern.n_spills} spills")  # fmt: skip
+    return out
+
+
+def _cand_rows(name: str, m: int, n: int, k: int, cands: dict[str, Callable[[Any], object]],
+               preps: list[Any], reps: int, kernel: Any) -> list[dict[str, Any]]:  # fmt: skip
+    """One row per candidate on the cell: its time over the layer copies, `rel` against the
+    first candidate's output, and the registers / spills of the `kernel` variants it compiled."""
+    rows, ref = [], None
+    for label, fn in cands.items():
+        seen = set(_regs(kernel))
+        y = fn(preps[0]).float()  # type: ignore[attr-defined]
+        regs = [r.split(": ")[-1] for r in _regs(kernel) if r not in seen]
+        ref = y if ref is None else ref
+        us = time_or_nan([functools.partial(fn, p) for p in preps], reps)
+        rows.append(_row(name, m, n, k, label, us, regs=";".join(regs),
+                         rel=float((y - ref).norm() / ref.norm())))  # fmt: skip
+    return rows
+
+
+def _h2_op(name: str, m: int, x: torch.Tensor, p: Any,
+           kw: dict[str, int] | None = None) -> object:  # fmt: skip
+    """The HFMA2 op on layer p: the paired prologue (kw["gv"]: the records kernel at that many
+    warps; kw["pdl"]: launched dependent) + GEMV at kw's config keys."""
+    from paro_kernels.triton import decode_host
+
+    kw = kw or {}
+    launch = {a: v for a, v in kw.items() if a not in ("gv", "pdl")}
+    cfg = _h2_cfg(name, m, launch) if launch else None  # None: the shipped config
+    return decode_host.gemv_h2_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
+                                      p.bounds, G, None, cfg, qweight_hi=p.qweight_hi,
+                                      gv=(p.gv_idx, p.gv_coef),
+                                      prologue="givens" if "gv" in kw else "slice",
+                                      prologue_warps=kw.get("gv", 0),
+                                      pdl=bool(kw.get("pdl")))  # fmt: skip
+
+
+def _int5_served(p: Any, x: torch.Tensor) -> object:
+    """int5 (W5A8, I8 PG ZPE) as served: `host.linear_a8`'s route."""
+    from paro_kernels.triton import host
+
+    return host.linear_a8(p, x, None, "int8", "group", True)
+
+
+def h2_variants(shapes: list[str], ms: list[int], reps: int, t0: float, budget: float,
+                grid4: list[dict[str, int]],
+                grid5: list[dict[str, int]]) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
+    """Per cell, same run: cuBLAS, int4pack, int4 as served, the HFMA2 op with its prologue
+    (forced, the shipped config), then each `grid4` variant on int4 and `grid5` on int5 (the
+    prologue op at that config), and the int4 HFMA2 GEMV alone (`rel`: against the prologue op
+    of the same bits; each candidate's registers / spills as compiled)."""
+    from paro_kernels.triton import decode_kernels, fast_host
+
+    out: list[dict[str, Any]] = []
+    not_run: list[str] = []
+    for name, n, k, m, x, p4, p5 in decode_cells(shapes, ms, t0, budget, not_run, int5=True):
+        out += _peer_rows(name, m, n, k, x, reps)
+
+        op = functools.partial(_h2_op, name, m, x)
+        for bits, preps, grid in ((4, p4, grid4), (5, p5, grid5)):
+            cands: dict[str, Callable[[Any], object]] = {f"int{bits} h2 prologue": op}
+            if bits == 4:
+                cands["int4 as served"] = functools.partial(_h2_call, "served", x, None)
+            if bits == 5:
+                cands["int5 as served"] = functools.partial(_int5_served, x=x)
+            for kw in grid:
+                how = "givens" if "gv" in kw else "prologue"
+                cands[f"int{bits} h2 {how} {kw}"] = functools.partial(op, kw=kw)
+            out += _cand_rows(name, m, n, k, cands, preps, reps,
+                              decode_kernels.gemv_h2_kernel)  # fmt: skip
+        xr = fast_host.rotate_slices(x, p4[0].rot_hi, p4[0].rot_lo, G, paired=True)[0]
+        fns = [functools.partial(_h2_call, "h2 alone", x, (None, xr), p) for p in p4]
+        out.append(_row(name, m, n, k, "int4 h2 alone", time_or_nan(fns, reps)))
+        if grid4 in (H2_GV, H2_GVPDL):  # the two prologues alone
+            sl: list[Callable[[], object]] = [
+                functools.partial(fast_host.rotate_slices, x, p.rot_hi, p.rot_lo, G,
+                                  paired=True) for p in p4]  # fmt: skip
+            out.append(_row(name, m, n, k, "slice prologue alone", time_or_nan(sl, reps)))
+            for w in (1, 2, 4):
+                fns = [functools.partial(fast_host.rotate_givens_paired, x, p.gv_idx,
+                                         p.gv_coef, G, num_warps=w) for p in p4]  # fmt: skip
+                out.append(
+                    _row(name, m, n, k, f"givens prologue alone w{w}", time_or_nan(fns, reps))
+                )
+    return out, not_run
+
+
+# `--h2 mma` (twelfth pass): the mma.sync GEMV (`decode_host.gemv_mma_linear`: the records
+# prologue at pair shift 0 + `gemv_mma`) at each config, against int4 as served, per cell
+# (runs 1-2 swept 6-7 configs, run 3 four; BENCH.md twelfth pass).
+# Thirteenth pass: the one-wave split (`decode_host.one_wave_split`, shipped: no
+# programs_per_sm) at 4 and 2 warps against the twelfth pass's 8 programs an SM.
+# Fifteenth pass: register caps (`decode_host.MMA_CAP`: maxnreg, with the programs an SM the
+# split counts on, fit), by activation tiles ({} = as shipped).
+MMA_GRID: dict[int, list[dict[str, int]]] = {
+    1: [{}, dict(maxnreg=48, fit=10)],
+    2: [{}, dict(maxnreg=80, fit=6), dict(maxnreg=72, fit=7), dict(maxnreg=64, fit=8)],
+    4: [{}, dict(maxnreg=128, fit=4), dict(maxnreg=0, fit=2)],  # twenty-fourth pass
+}
+
+
+def h2_mma(shapes: list[str], ms: list[int], reps: int, t0: float,
+           budget: float) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
+    """Per cell, same run: cuBLAS, int4pack, int4 as served, the path served before (forced),
+    the mma op at each MMA_GRID config (`rel` against as served: both on the layer's records at
+    M <= 2 and from the twelfth pass's dispatch; registers as compiled), then the
+    mma GEMV alone (MMA_CONFIG), the HFMA2 GEMV alone (M <= 2) and the records prologue alone."""
+    from paro_kernels.triton import decode_host, decode_kernels, fast_host
+
+    out: list[dict[str, Any]] = []
+    not_run: list[str] = []
+    for name, n, k, m, x, p4, _ in decode_cells(shapes, ms, t0, budget, not_run):
+        out += _peer_rows(name, m, n, k, x, reps)
+        cands: dict[str, Callable[[Any], object]] = {
+            "int4 as served": functools.partial(_h2_call, "served", x, None),
+            # the path that served before the twelfth pass, forced (M = 3..4: the FMA GEMV's
+            # 4-row form then, gone since the nineteenth pass; the tile kernels here)
+            "int4 before": functools.partial(_before, x, _path_before(m)),
+        }
+        for kw in MMA_GRID[decode_host.mma_tiles(m)]:
+            cands[f"int4 mma {kw}"] = functools.partial(_mma_op, x, _mma_cfg(m, n, k, p4, kw),
+                                                        maxnreg=kw.get("maxnreg", 0))  # fmt: skip
+        # the blocks prologue (sliced, paired, shift 0) instead of the records
+        cands[BLOCKS] = functools.partial(_mma_op, x, None, blocks=True)
+        out += _cand_rows(name, m, n, k, cands, p4, reps, decode_kernels.gemv_mma_kernel)
+        p0 = p4[0]
+        out.append(_mma_alone(name, m, n, k, x, p4, reps))
+        if m <= 2:
+            xh = fast_host.rotate_givens_paired(x, p0.gv_idx, p0.gv_coef, G)
+            fns = [functools.partial(_h2_call, "h2 alone", x, (None, xh), p) for p in p4]
+            out.append(_row(name, m, n, k, "int4 h2 alone", time_or_nan(fns, reps)))
+        fns = [functools.partial(fast_host.rotate_givens_paired, x, p.gv_idx, p.gv_coef, G,
+                                 0) for p in p4]  # fmt: skip
+        out.append(_row(name, m, n, k, "givens prologue alone", time_or_nan(fns, reps)))
+    return out, not_run
+
+
+# `--h2 mma5` (thirteenth pass): int5 (I8 PG ZPE) on the mma GEMV (`gemv_mma(qweight_hi=)`) at
+# each config, against int5 as served and the path that served int5 before (the HFMA2 op at
+# M <= 2, the matrix-unit GEMV to 16), and int4 as served (the int5 / int4 goal: 1.24x).
+MMA5_GRID: dict[int, list[dict[str, int]]] = {
+    1: [{}, dict(maxnreg=64, fit=8), dict(maxnreg=56, fit=9)],
+    2: [{}, dict(maxnreg=80, fit=6), dict(maxnreg=72, fit=7)],
+    4: [{}, dict(maxnreg=128, fit=4)],
+}
+
+
+def _int5_before(x: torch.Tensor, p: Any) -> object:
+    """The path that served int5 before the thirteenth pass, forced: the HFMA2 op at M <= 2,
+    else the matrix-unit GEMV (both on the layer's records)."""
+    from paro_kernels.triton import decode_host
+
+    if x.shape[0] <= 2:
+        return decode_host.gemv_h2_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
+                                          p.bounds, G, qweight_hi=p.qweight_hi,
+                                          gv=(p.gv_idx, p.gv_coef))  # fmt: skip
+    return decode_host.gemv3_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
+                                    p.bounds, G, None, p.gv_idx, p.gv_coef,
+                                    qweight_hi=p.qweight_hi)  # fmt: skip
+
+
+def h2_mma5(shapes: list[str], ms: list[int], reps: int, t0: float,
+            budget: float) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
+    """Per cell, same run: int4 as served, int5 as served, int5 before (forced), the int5 mma
+    op at each MMA5_GRID config (`rel` against int5 as served; registers as compiled), then the
+    int5 mma GEMV alone (the shipped config)."""
+    from paro_kernels.triton import decode_host, decode_kernels, fast_host
+
+    out: list[dict[str, Any]] = []
+    not_run: list[str] = []
+    for name, n, k, m, x, p4, p5 in decode_cells(shapes, ms, t0, budget, not_run, int5=True):
+        fns = [functools.partial(_h2_call, "served", x, None, p) for p in p4]
+        out.append(_row(name, m, n, k, "int4 as served", time_or_nan(fns, reps)))
+        cands: dict[str, Callable[[Any], object]] = {
+            "int5 as served": functools.partial(_int5_served, x=x),
+        }
+        if m <= decode_host.MMA_MAX_M:  # past 16 rows that GEMV never served int5
+            cands["int5 before"] = functools.partial(_int5_before, x)
+        for kw in MMA5_GRID[decode_host.mma_tiles(m)]:
+            cands[f"int5 mma {kw}"] = functools.partial(_mma_op, x,
+                                                        _mma_cfg(m, n, k, p4, kw, 5),
+                                                        maxnreg=kw.get("maxnreg", 0))  # fmt: skip
+        out += _cand_rows(name, m, n, k, cands, p5, reps, decode_kernels.gemv_mma_kernel)
+        p0 = p5[0]
+        xr = fast_host.rotate_givens_paired(x, p0.gv_idx, p0.gv_coef, G, 0)
+        fns = [functools.partial(decode_host.gemv_mma, xr, p.qweight, p.scales, p.zeros,
+                                 p.bounds, G, torch.bfloat16, qweight_hi=p.qweight_hi)
+               for p in p5]  # fmt: skip
+        out.append(_row(name, m, n, k, "int5 mma alone", time_or_nan(fns, reps)))
+    return out, not_run
+
+
+# `--h2 gvrows` (twenty-fifth pass): the records prologue in row blocks
+# (`fast_host.GIVENS_ROWS`: rows a program; 0 = all M in one, as before) under the int4 mma op
+# and alone, against the sliced blocks prologue, per cell.
+GV_ROWS = (0, 4, 8, 16)
+
+
+def _with_rows(rows: int, fn: Callable[[Any], object], p: Any) -> object:
+    """fn(p) with the records prologue at `rows` rows a program (restored after: a graph
+    capture runs this Python once, with the setting in force)."""
+    from paro_kernels.triton import fast_host
+
+    keep, fast_host.GIVENS_ROWS = fast_host.GIVENS_ROWS, rows
+    try:
+        return fn(p)
+    finally:
+        fast_host.GIVENS_ROWS = keep
+
+
+def h2_gvrows(shapes: list[str], ms: list[int], reps: int, t0: float,
+              budget: float) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
+    """Per cell, same run: cuBLAS, int4pack, int4 as served, the int4 mma op (shipped config)
+    on the records prologue at each GV_ROWS and on the blocks prologue (`rel` against as
+    served), then each prologue alone and the mma GEMV alone."""
+    from paro_kernels.triton import decode_kernels, fast_host
+
+    out: list[dict[str, Any]] = []
+    not_run: list[str] = []
+    for name, n, k, m, x, p4, _ in decode_cells(shapes, ms, t0, budget, not_run):
+        out += _peer_rows(name, m, n, k, x, reps)
+        cands: dict[str, Callable[[Any], object]] = {
+            "int4 as served": functools.partial(_h2_call, "served", x, None),
+        }
+        for r in GV_ROWS:
+            cands[RECORDS.format(r)] = functools.partial(
+                _with_rows, r, functools.partial(_mma_op, x, None)
+            )
+        cands[BLOCKS] = functools.partial(_mma_op, x, None, blocks=True)
+        out += _cand_rows(name, m, n, k, cands, p4, reps, decode_kernels.gemv_mma_kernel)
+        for r in GV_ROWS:
+            fns = [functools.partial(fast_host.rotate_givens_paired, x, p.gv_idx, p.gv_coef, G,
+                                     0, rows=r) for p in p4]  # fmt: skip
+            out.append(
+                _row(name, m, n, k, f"records prologue alone rows {r}", time_or_nan(fns, reps))
+            )
+        fns = [functools.partial(fast_host.rotate_slices, x, p.rot_hi, p.rot_lo, G,
+                                 paired=True, pair_shift=0) for p in p4]  # fmt: skip
+        out.append(_row(name, m, n, k, "blocks prologue alone", time_or_nan(fns, reps)))
+        out.append(_mma_alone(name, m, n, k, x, p4, reps))
+    return out, not_run
+
+
+def _mma_alone(name: str, m: int, n: int, k: int, x: torch.Tensor, p4: list[Any],
+               reps: int) -> dict[str, Any]:  # fmt: skip
+    """The int4 mma GEMV alone (shipped config) on the records prologue's output, made once."""
+    from paro_kernels.triton import decode_host, fast_host
+
+    xr = fast_host.rotate_givens_paired(x, p4[0].gv_idx, p4[0].gv_coef, G, 0)
+    fns = [functools.partial(decode_host.gemv_mma, xr, p.qweight, p.scales, p.zeros,
+                             p.bounds, G, torch.bfloat16) for p in p4]  # fmt: skip
+    return _row(name, m, n, k, "int4 mma alone", time_or_nan(fns, reps))
+
+
+def _path_before(m: int) -> str:
+    """The int4 path that served M rows before the twelfth pass: the FMA GEMV, the tile kernels
+    (M <= 8), the matrix-unit GEMV (to 16); past the mma GEMV's rows the tile kernels that
+    serve them now (the twenty-fourth pass's four tiles against them)."""
+    from paro_kernels.triton import decode_host, fast_host
+
+    if m <= fast_host.GEMV2_MAX_M:
+        return "gemv"
+    if m <= 8 or m > decode_host.MMA_MAX_M:
+        return "mma"
+    return "gemv3"
+
+
+def _before(x: torch.Tensor, path: str, p: Any) -> object:
+    """`host.w4a16_linear` on layer p with `path` forced (with the layer's records)."""
+    from paro_kernels.triton import host
+
+    return host.w4a16_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros, p.bounds, G,
+                             None, p.gv_idx, p.gv_coef, path=path)  # fmt: skip
+
+
+def _mma_cfg(m: int, n: int, k: int, preps: list[Any], kw: dict[str, int], bits: int = 4) -> Any:
+    """The mma GEMV's config at a grid entry (its launch keys dropped; {}: as shipped)."""
+    from paro_kernels.triton import decode_host
+
+    if not kw:
+        return None
+    cfg = {a: v for a, v in kw.items() if a != "maxnreg"}
+    return decode_host.mma_config(m, n, k, G, preps[0].bounds, 132, bits, **cfg)
+
+
+def _mma_op(x: torch.Tensor, cfg: Any, p: Any, blocks: bool = False,
+            maxnreg: int | None = None) -> object:  # fmt: skip
+    """The mma op on layer p at config cfg (None: the shipped one) and register cap (None: the
+    shipped one): the records prologue, or with `blocks` the sliced blocks one."""
+    from paro_kernels.triton import decode_host
+
+    return decode_host.gemv_mma_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
+                                       p.bounds, G, None, cfg, (p.gv_idx, p.gv_coef),
+                                       p.qweight_hi, "slice" if blocks else "givens",
+                                       maxnreg)  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Stage 1, stage 2; JSON written after each."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="decode.json")
+    ap.add_argument("--shapes", default="qkv,o_proj,gate_up,down,in_proj")
+    ap.add_argument("--ms", default="1,16")
+    ap.add_argument("--stage1", default="qkv,gate_up")
+    ap.add_argument("--top", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--budget-s", type=float, default=0)
+    ap.add_argument("--jobs", type=int, default=12, help="compile processes before stage 1")
+    ap.add_argument("--ab", action="store_true", help="run 3: the forced paths per cell, stop")
+    ap.add_argument("--h2", default="", help="ninth pass: the HFMA2 GEMV per cell at the "
+                    "configs of run1 (H2_GRID), run2 (H2_RUN2), run3 (H2_RUN3); int5: its "
+                    "int5 variant against int5 and int4 as served; tenth pass: waves, "
+                    "confirm; eleventh: gv, gvpdl; twelfth / thirteenth: mma, mma5; "
+                    "twenty-fifth: gvrows (module doc)")  # fmt: skip
+    argv = sys.argv[1:] if argv is None else argv  # recorded in the JSON
+    args = ap.parse_args(argv)
+    torch.manual_seed(0)
+    t0 = time.monotonic()
+    ms = [int(v) for v in args.ms.split(",")]
+    if args.h2:
+        if args.h2 == "mma":
+            rows, nr = h2_mma(args.shapes.split(","), ms, args.reps, t0, args.budget_s)
+        elif args.h2 == "gvrows":
+            rows, nr = h2_gvrows(args.shapes.split(","), ms, args.reps, t0, args.budget_s)
+        elif args.h2 == "mma5":
+            rows, nr = h2_mma5(args.shapes.split(","), ms, args.reps, t0, args.budget_s)
+        elif args.h2 == "int5":
+            rows, nr = h2_int5(args.shapes.split(","), ms, args.reps, t0, args.budget_s)
+        elif args.h2 in ("waves", "confirm", "gv", "gvpdl"):
+            g4, g5 = {"gv": (H2_GV, H2_GV), "gvpdl": (H2_GVPDL, H2_GVPDL),
+                      "waves": (H2_WAVES, H2_WAVES5),
+                      "confirm": (H2_CONFIRM, H2_CONFIRM5)}[args.h2]  # fmt: skip
+            rows, nr = h2_variants(args.shapes.split(","), ms, args.reps, t0, args.budget_s,
+                                   g4, g5)  # fmt: skip
+        else:
+            grid = {"run1": H2_GRID, "run2": H2_RUN2, "run3": H2_RUN3}[args.h2]
+            if args.jobs > 1:
+                precompile_pool(_compile_h2, [(nm, m, kw) for nm in args.shapes.split(",")
+                                  for m in ms for kw in grid], args.jobs)  # fmt: skip
+            rows, nr = h2(args.shapes.split(","), ms, args.reps, t0, args.budget_s, grid)
+        with open(args.out, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+                       "triton": __import__("triton").__version__, "h2": rows, "not_run": nr,
+                       "command": " ".join(["python -m benchmarks.kernels.decode",
+                                            *(argv or [])])}, f, indent=1)  # fmt: skip
+        return
+    if args.ab:
+        if args.jobs > 1:
+            precompile_pool(_compile_one, [(nm, m, kw) for nm in args.shapes.split(",")
+                              for m in (1, 16) for kw in AB_CFGS.values()], args.jobs)  # fmt: skip
+        rows, nr = ab(args.shapes.split(","), ms, args.reps, t0, args.budget_s)
+        with open(args.out, "w") as f:
+            json.dump({"ab": rows, "not_run": nr, "command": " ".join(argv or [])}, f, indent=1)
+        return
+    meta: dict[str, Any] = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+                            "triton": __import__("triton").__version__,
+                            "command": " ".join(["python -m benchmarks.kernels.decode",
+                                                 *(argv or [])])}  # fmt: skip
+    s1 = list(filter(None, args.stage1.split(",")))
+    if args.jobs > 1:
+        precompile_pool(_compile_one, [(nm, m, kw) for nm in s1 for m in ms for kw in GRID],
+                          args.jobs)  # fmt: skip
+    meta["stage1"] = stage1(s1, ms, args.reps)
+    meta["top"] = top_configs(meta["stage1"], args.top) if meta["stage1"] else [{}]
+    print("top configs", meta["top"], flush=True)
+    with open(args.out, "w") as f:
+        json.dump(meta, f, indent=1)
+    meta["stage2"], meta["not_run"] = stage2(args.shapes.split(","), ms, args.reps, meta["top"],
+                                             t0, args.budget_s)  # fmt: skip
+    with open(args.out, "w") as f:
+        json.dump(meta, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""One op on one cell between cudaProfilerStart/Stop, for Nsight Compute (issue 14's before/after).
+
+    ncu --clock-control none --profile-from-start off --csv --metrics ... \
+        python -m benchmarks.kernels.ncu gate_up 1 gemv|gemv-prologue|gemv3|dequant [bf16|int8]
+        python -m benchmarks.kernels.ncu gate_up 1 mx | mx-old MODULE | int5 | int5-old MODULE
+
+`mx`: the MXFP4 op as served (`mx_host.mx_linear`, a W4A8 layer: the decode GEMV at M <= 2);
+`mx-old MODULE`: a previous tree's GEMV kernel in MODULE at the same config (bench_mx_decode's
+--old). `int5`: the int5 op as served (`host.linear_a8`, the decode GEMV at M <= 16);
+`int5-old MODULE`: the same on a previous tree's `gemv3_w4a16_kernel` (--int5-old).
+
+The op runs once outside the profiled range (compiles, fills caches of the launcher), then once
+inside it, on random weights of the bench's layout.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+import torch
+
+from benchmarks.kernels.common import SHAPES, G, mx_gemv_old, random_prep, with_givens
+
+
+def main(argv: list[str]) -> None:
+    """argv: shape M path [act] -> the profiled call."""
+    from paro_kernels.triton import host
+
+    name, m, path = argv[0], int(argv[1]), argv[2]
+    act = argv[3] if len(argv) > 3 else "bf16"
+    _, n, k, sizes = next(s for s in SHAPES if s[0] == name)
+    dev = torch.device("cuda")
+    if path.startswith("mx"):
+        _profile(_mx_call(n, k, m, path, act, dev))
+        return
+    if path.startswith("int5"):
+        _profile(_int5_call(n, k, m, sizes, path, act, dev))
+        return
+    import dataclasses
+
+    prep = random_prep(n, k, sizes, 4, dev)
+    # as the plugin prepares a layer (fourth pass): Givens tables and W4A8 channel maxima
+    prep = dataclasses.replace(with_givens(prep, k, len(sizes), dev),
+                               w8_amax=torch.rand(n, device=dev) + 0.5)  # fmt: skip
+    x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+    gv = (None, None) if path == "gemv-prologue" else (prep.gv_idx, prep.gv_coef)
+    route = "gemv" if path == "gemv-prologue" else path
+
+    def call() -> object:
+        if path == "gemv3":  # the fifth-pass decode GEMV (sliced fp16 prologue + GEMV)
+            from paro_kernels.triton import decode_host
+
+            return decode_host.gemv3_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight,
+                                            prep.scales, prep.zeros, prep.bounds, G, None,
+                                            prep.gv_idx, prep.gv_coef)  # fmt: skip
+        if act != "bf16":
+            return host.linear_a8(prep, x, None, act, "group", False)
+        return host.w4a16_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
+                                 prep.zeros, prep.bounds, G, None, gv[0], gv[1],
+                                 path=route)  # fmt: skip
+
+    _profile(call)
+
+
+def _int5_call(n: int, k: int, m: int, sizes: tuple[int, ...], path: str, module: str,
+               dev: torch.device) -> Callable[[], object]:  # fmt: skip
+    """int5 (W5A8 I8 PG ZPE) as served (`host.linear_a8`: the decode GEMV at M <= 16), or on
+    MODULE's `gemv3_w4a16_kernel` (`int5-old`, bench_mx_decode's --int5-old)."""
+    from paro_kernels.triton import host
+
+    prep = with_givens(random_prep(n, k, sizes, 5, dev), k, len(sizes), dev)
+    x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+    if path == "int5-old":  # this one-op process keeps MODULE's kernel to its end
+        import importlib
+
+        from paro_kernels.triton import decode_kernels
+
+        decode_kernels.gemv3_w4a16_kernel = importlib.import_module(module).gemv3_w4a16_kernel
+    return lambda: host.linear_a8(prep, x, None, "int8", "group", True)
+
+
+def _profile(call: Callable[[], object]) -> None:
+    call()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    call()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+
+
+def _mx_call(n: int, k: int, m: int, path: str, module: str,
+             dev: torch.device) -> Callable[[], object]:  # fmt: skip
+    import functools
+    import importlib
+
+    from paro_kernels.triton import host, mx_decode_host, mx_host
+
+    prep = mx_host.prepare(*mx_host.random_checkpoint(n, k), None, 0, dev)
+    x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+    if path == "mx":
+        return functools.partial(mx_host.mx_linear, prep, x, None, "fp8")
+    cfg = mx_decode_host.gemv_config(m, n, k, (), host.sm_count(dev))
+    kern = importlib.import_module(module).mx_gemv_kernel
+    return functools.partial(mx_gemv_old, kern, prep, x[None], cfg)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

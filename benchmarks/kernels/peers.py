@@ -1,0 +1,630 @@
+"""Issue-14 benchmark: our ops as served and by path, against every W4 peer, in one run.
+
+    python -m benchmarks.kernels.peers --out DIR/bench14.json [--shapes qkv,gate_up] [--ms 1,16]
+        [--budget-s 300] [--sweep|--sweep4|--ab-prologue] [--skip V,..] [--skip-prefill V,..]
+        [--gemlite-config FILE] [--only-check]
+
+Per (shape, M): cuBLAS bf16, `torch._weight_int4pack_mm` (g128), GemLite A16W4 / A8W4 g128 (when
+importable; autotune pinned by --gemlite-config, written back after the run), fp8
+`torch._scaled_mm` rowwise (activations pre-quantized: the GEMM alone), ours as served
+(`host.linear`: the M-band dispatch, prologue included) and each of our paths (gemv with the
+block prologue, gemv with the Givens layers inside, the tile kernels, dequant + cuBLAS), and the
+W4A8 ops as served. Timing and DRAM feeding: `time_us` (CUDA-graph replays over weight copies
+past 4x L2). Roofline: format-minimal bytes over the copy bandwidth this run measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from benchmarks.kernels.common import (
+    SHAPES,
+    G,
+    bounds,
+    bytes_w4,
+    copies,
+    cycling,
+    goal_first_cells,
+    int4pack,
+    measure_peaks,
+    mx_preps,
+    random_prep,
+    time_us,
+    with_givens,
+)
+
+W4_PEERS = ("int4pack", "gemlite-a16w4", "gemlite-a8w4")
+
+
+def _rot_bytes(k: int, parts: int, krot: int = 8) -> int:
+    """Givens records per layer: a partner byte + an fp32 angle per channel per layer, + scales."""
+    return parts * (k * krot * 5 + 4 * k)
+
+
+def _ours(n: int, k: int, sizes: tuple[int, ...], m: int, dev: torch.device, path: str | None,
+          fmt: str = "bf16") -> Callable[[], object]:  # fmt: skip
+    from paro_kernels.triton import fast_host, host
+
+    if fmt.startswith("mxfp4"):
+        return _mx(n, k, sizes, m, dev, fmt == "mxfp4-paro")
+    bits = 5 if fmt == "int5" else 4
+    preps = [random_prep(n, k, sizes, bits, dev) for _ in range(copies(bytes_w4(n, k, 0)))]
+    # as the plugin prepares a layer: the Givens tables and the W4A8 channel maxima beside it
+    # (random here; `path-gemv-blocks` drops the tables: the prologue path)
+    preps = [dataclasses.replace(with_givens(p, k, len(sizes), dev),
+                                 w8_amax=torch.rand(n, device=dev) + 0.5)
+             for p in preps]  # fmt: skip
+    x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+    if fmt.startswith("w8-"):  # the 8-bit vendor GEMM path of W4A8 prefill, forced
+
+        def w8(p: Any) -> object:
+            return fast_host.w8_linear(x, p.qweight, None, p.scales, p.zeros, p.rot_hi, p.rot_lo,
+                                       p.bounds, G, p.w8_amax, None, fmt[3:])  # fmt: skip
+
+        return cycling([functools.partial(w8, p) for p in preps])
+    if fmt.startswith("a8-"):  # the A8 kernels themselves (prologue + group GEMM), no route
+
+        def a8(p: Any) -> object:
+            q, asc, rs = host.rotate_quant(x, p.rot_hi, p.rot_lo, G, fmt[3:], "group")
+            return host.w4a8_gemm(q, asc, rs, p.qweight, None, p.scales, p.zeros, p.bounds, G,
+                                  x.dtype)  # fmt: skip
+
+        return cycling([functools.partial(a8, p) for p in preps])
+    if fmt != "bf16":  # W4A8 int8 / fp8, or int5 (W5A8 I8 PG ZPE: int8 activations)
+        act = "int8" if fmt == "int5" else fmt
+        return cycling([functools.partial(host.linear_a8, p, x, None, act, "group", bits == 5)
+                          for p in preps])  # fmt: skip
+
+    def call(p: Any) -> object:
+        if path == "gemv":  # the prologue GEMV (blocks / sliced)
+            args = (p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros, None, None)
+            return fast_host.gemv_w4a16(args, x, p.bounds, G, None)
+        if path == "gemv-rot2":
+            return fast_host.gemv2_w4a16_rot(x, p.gv_idx, p.gv_coef, p.qweight, p.scales,
+                                             p.zeros, p.bounds, G)  # fmt: skip
+        return host.w4a16_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros, p.bounds,
+                                 G, None, p.gv_idx, p.gv_coef, path=path)  # fmt: skip
+
+    return cycling([functools.partial(call, p) for p in preps])
+
+
+def _mx(n: int, k: int, sizes: tuple[int, ...], m: int, dev: torch.device,
+        rot: bool) -> Callable[[], object]:  # fmt: skip
+    """MXFP4 as served (`mx_host.mx_linear`, the W4A8 fp8 layer of the box's checkpoints: its
+    M-band route): NVFP4 -> MXFP4 (no rotation), or MXFP4-PARO (`rot`: the layer's Givens
+    records, one rotation per partition)."""
+    from paro_kernels.triton import mx_host
+
+    x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+    preps = mx_preps(n, k, sizes, rot, dev)
+    return cycling([functools.partial(mx_host.mx_linear, p, x, None, "fp8") for p in preps])
+
+
+def _bytes(kind: str, n: int, k: int, m: int, act: int, parts: int) -> int:
+    """A variant's format-minimal bytes by kind: int4 (`bytes_w4`), int5 (a fifth bit a
+    weight more), MXFP4 (e2m1 codes + e8m0 scales a 32-block, activations once a partition with
+    the rotation), 8-bit weights."""
+    if kind == "w8":
+        return k * n + m * k + 2 * m * n
+    if kind == "int5":
+        return bytes_w4(n, k, m, act) + k * n // 8
+    if kind == "mx":
+        return n * k // 2 + n * k // 32 + parts * act * m * k + 2 * m * n
+    return bytes_w4(n, k, m, act)
+
+
+def _gemlite(n: int, k: int, m: int, dev: torch.device, a8: bool) -> Callable[[], object]:
+    from gemlite import helper  # type: ignore[import-not-found]
+
+    x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+    fns = []
+    for _ in range(copies(bytes_w4(n, k, 0))):
+        wq = torch.randint(0, 16, (n, k), dtype=torch.uint8, device=dev)
+        sc = (torch.rand(n, k // G, device=dev) * 0.01).to(torch.bfloat16)
+        zp = torch.full((n, k // G), 8.0, device=dev).to(torch.bfloat16)
+        cls = helper.A8W4_HQQ_INT_dynamic if a8 else helper.A16W4_HQQ_INT
+        layer = cls(device=dev, dtype=torch.bfloat16).from_weights(wq, sc, zp)
+        fns.append(functools.partial(layer.forward, x))
+    return cycling(fns)
+
+
+def _scaled_mm(n: int, k: int, m: int, dev: torch.device) -> Callable[[], object]:
+    x = torch.randn(m, k, device=dev).to(torch.float8_e4m3fn)
+    sa = torch.rand(m, 1, device=dev)
+    fns = []
+    for _ in range(copies(k * n)):
+        w = torch.randn(n, k, device=dev).to(torch.float8_e4m3fn)
+        sb = torch.rand(1, n, device=dev)
+        fns.append(functools.partial(torch._scaled_mm, x, w.t(), sa, sb, out_dtype=torch.bfloat16))
+    return cycling(fns)
+
+
+def cell_variants(m: int) -> list[tuple[str, str, Callable[..., Callable[[], object]], int]]:
+    """(name, kind, builder(n, k, sizes, m, dev), activation bytes) of one cell."""
+    from paro_kernels.triton import fast_host
+
+    v: list[tuple[str, str, Callable[..., Callable[[], object]], int]] = [
+        ("ours-w4a16", "ours", lambda n, k, s, m, d: _ours(n, k, s, m, d, None), 2),
+        ("ours-w4a8-int8", "ours", lambda n, k, s, m, d: _ours(n, k, s, m, d, None, fmt="int8"), 2),
+        ("ours-w4a8-fp8", "ours", lambda n, k, s, m, d: _ours(n, k, s, m, d, None, fmt="fp8"), 2),
+        # fifteenth pass: every format as served
+        ("ours-int5", "int5", lambda n, k, s, m, d: _ours(n, k, s, m, d, None, fmt="int5"), 2),
+        ("ours-mxfp4", "mx", lambda n, k, s, m, d: _ours(n, k, s, m, d, None, fmt="mxfp4"), 2),
+        (
+            "ours-mxfp4-paro",
+            "mx",
+            lambda n, k, s, m, d: _ours(n, k, s, m, d, None, fmt="mxfp4-paro"),
+            2,
+        ),
+        ("int4pack", "peer", lambda n, k, s, m, d: int4pack(n, k, m, d), 2),
+        ("gemlite-a16w4", "peer", lambda n, k, s, m, d: _gemlite(n, k, m, d, False), 2),
+        ("gemlite-a8w4", "peer", lambda n, k, s, m, d: _gemlite(n, k, m, d, True), 1),
+        ("fp8-scaled-mm", "w8", lambda n, k, s, m, d: _scaled_mm(n, k, m, d), 1),
+    ]
+    if m <= 16:
+        v += [
+            ("path-w4a8-int8-a8", "path",
+             lambda n, k, s, m, d: _ours(n, k, s, m, d, None, fmt="a8-int8"), 2),
+            ("path-mma", "path", lambda n, k, s, m, d: _ours(n, k, s, m, d, "mma"), 2),
+        ]  # fmt: skip
+    if m <= fast_host.GEMV2_MAX_M:
+        v += [("path-gemv-blocks", "path", lambda n, k, s, m, d: _ours(n, k, s, m, d, "gemv"), 2)]
+    if m >= 64:
+        v += [
+            (
+                "path-w8-fp8",
+                "path",
+                lambda n, k, s, m, d: _ours(n, k, s, m, d, None, fmt="w8-fp8"),
+                2,
+            ),
+            (
+                "path-w8-int8",
+                "path",
+                lambda n, k, s, m, d: _ours(n, k, s, m, d, None, fmt="w8-int8"),
+                2,
+            ),
+            ("path-mma", "path", lambda n, k, s, m, d: _ours(n, k, s, m, d, "mma"), 2),
+            ("path-dequant", "path", lambda n, k, s, m, d: _ours(n, k, s, m, d, "dequant"), 2),
+        ]
+    return v
+
+
+def bench_cell(name: str, n: int, k: int, sizes: tuple[int, ...], m: int, reps: int,
+               bw: float, skip: set[str]) -> list[dict[str, Any]]:  # fmt: skip
+    """Every variant on one (shape, M); ratios filled in by `finish`."""
+    from paro_kernels.triton import fast_host
+
+    dev = torch.device("cuda")
+    x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+    wd = [torch.randn(k, n, device=dev, dtype=torch.bfloat16) for _ in range(copies(2 * k * n))]
+    rows = [{"shape": name, "m": m, "n": n, "k": k, "parts": len(sizes), "variant": "cublas-bf16",
+             "us": time_us(cycling([functools.partial(torch.matmul, x, w) for w in wd]), reps),
+             "bytes": 2 * k * n + 2 * m * k + 2 * m * n}]  # fmt: skip
+    del wd
+    for vname, kind, build, act in cell_variants(m):
+        if vname in skip:
+            continue
+        err, us = "", float("nan")
+        try:
+            us = time_us(build(n, k, sizes, m, dev), reps)
+        except Exception as e:  # one broken variant must not lose the cell
+            err = f"{type(e).__name__}: {str(e)[:300]}"
+        torch.cuda.empty_cache()
+        parts = len(sizes) if vname != "ours-mxfp4" else 1
+        rotated = kind in ("ours", "path", "int5") or vname == "ours-mxfp4-paro"
+        rows.append({"shape": name, "m": m, "n": n, "k": k, "parts": len(sizes),
+                     "variant": vname, "kind": kind, "us": us, "error": err,
+                     "bytes": _bytes(kind, n, k, m, act, parts),
+                     "rot_bytes": _rot_bytes(k, len(sizes)) if rotated else 0,
+                     "band": fast_host.band(m)})  # fmt: skip
+    return finish(rows, bw)
+
+
+def finish(rows: list[dict[str, Any]], bw: float) -> list[dict[str, Any]]:
+    """Add GB/s, % roofline (with and without rotation records), x cuBLAS, x best W4 peer."""
+    cub = next(r["us"] for r in rows if r["variant"] == "cublas-bf16")
+    peers = [r["us"] for r in rows if r["variant"] in W4_PEERS and r["us"] == r["us"]]
+    best = min(peers) if peers else float("nan")
+    for r in rows:
+        s = r["us"] * 1e-6
+        r["gbs"] = r["bytes"] / s / 1e9
+        r["roofline"] = r["bytes"] / bw / s
+        r["roofline_rot"] = (r["bytes"] + r.get("rot_bytes", 0)) / bw / s
+        r["x_cublas"] = cub / r["us"]
+        r["x_best_w4_peer"] = best / r["us"]
+    return rows
+
+
+GEMV2_SWEEP_FINAL: dict[str, list[dict[str, Any]]] = {
+    # second run: the two winners of run 1 combined, and more programs
+    "fma": [dict(kw=8, programs_per_sm=8), dict(kw=4, programs_per_sm=8),
+            dict(kw=8, programs_per_sm=16), dict(kw=4, programs_per_sm=16),
+            dict(kw=8, programs_per_sm=4), dict(kw=2, programs_per_sm=8)],
+}  # fmt: skip
+GEMV2_SWEEP: dict[str, list[dict[str, Any]]] = {
+    # warps / kw / programs per SM / stages
+    "fma": [dict(num_warps=4, kw=4), dict(num_warps=4, kw=8), dict(num_warps=4, kw=2),
+            dict(num_warps=4, kw=4, programs_per_sm=2), dict(num_warps=4, kw=4, programs_per_sm=8),
+            dict(num_warps=4, kw=4, num_stages=3), dict(num_warps=4, kw=4, num_stages=1),
+            dict(num_warps=2, kw=4, block_n=256), dict(num_warps=8, kw=4, block_n=1024)],
+}  # fmt: skip
+
+
+def sweep_gemv2(reps: int, shapes: tuple[str, ...] = ("qkv", "gate_up", "down"),
+                ms: tuple[int, ...] = (1, 2),
+                table: dict[str, list[dict[str, Any]]] | None = None,
+                ) -> list[dict[str, Any]]:  # fmt: skip
+    """The second-pass GEMV alone (prologue outputs made once) at candidate configs."""
+    from paro_kernels.triton import fast_host, host
+
+    dev = torch.device("cuda")
+    out = []
+    for name in shapes:
+        _, n, k, sizes = next(s for s in SHAPES if s[0] == name)
+        preps = [random_prep(n, k, sizes, 4, dev) for _ in range(copies(bytes_w4(n, k, 0)))]
+        for m in ms:
+            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+            p0 = preps[0]
+            xr, rs = host.rotate_scale(x, p0.rot_hi, p0.rot_lo, G, nibble_scaled=True)
+            for kind in ("fma",):
+                for kw in (table or GEMV2_SWEEP)[kind]:
+                    cfg = fast_host.gemv2_config(m, n, k, G, bounds(sizes), 132, **kw)
+                    fns = [functools.partial(
+                        fast_host.gemv2_w4a16, xr, rs, p.qweight, p.scales, p.zeros, p.bounds,
+                        G, torch.bfloat16, None, cfg) for p in preps]  # fmt: skip
+                    try:
+                        us = time_us(cycling(fns), reps)
+                    except Exception as e:
+                        us = float("nan")
+                        print("sweep error", type(e).__name__, str(e)[:300])
+                    nb = bytes_w4(n, k, m)
+                    out.append(
+                        {
+                            "shape": name,
+                            "m": m,
+                            "kind": kind,
+                            **dataclasses.asdict(cfg),
+                            "us": us,
+                            "hbm_pct_4p3": nb / 4.3e12 / (us * 1e-6) * 100,
+                        }
+                    )
+                    print(
+                        f"gemv2 {name} M={m} {cfg}: {us:.2f} us "
+                        f"{out[-1]['hbm_pct_4p3']:.0f}% of 4.3 TB/s",
+                        flush=True,
+                    )
+            fns = [functools.partial(host.rotate_scale, x, p.rot_hi, p.rot_lo, G,
+                                     nibble_scaled=True) for p in preps]  # fmt: skip
+            us = time_us(cycling(fns), reps)
+            out.append({"shape": name, "m": m, "kind": "prologue", "us": us})
+            print(f"prologue {name} M={m}: {us:.2f} us", flush=True)
+    return out
+
+
+ROT2_SWEEP: list[dict[str, Any]] = [
+    # the Givens-inside FMA GEMV (fourth pass): word rows per chunk, programs per SM, warps
+    dict(kw=8, programs_per_sm=8), dict(kw=4, programs_per_sm=8),
+    dict(kw=8, programs_per_sm=8, num_warps=8, block_n=1024),
+    dict(kw=4, programs_per_sm=8, num_warps=8, block_n=1024),
+    dict(kw=8, programs_per_sm=8, pre=False),
+]  # fmt: skip
+
+
+def sweep_rot2(reps: int, shapes: tuple[str, ...], ms: tuple[int, ...]) -> list[dict[str, Any]]:
+    """Fourth pass: the Givens-inside GEMV at candidate configs, the prologue GEMV as served
+    (sliced prologue + GEMV) beside it, per (shape, M)."""
+    from paro_kernels.triton import fast_host
+
+    dev = torch.device("cuda")
+    out = []
+    for name in shapes:
+        _, n, k, sizes = next(s for s in SHAPES if s[0] == name)
+        preps = [with_givens(random_prep(n, k, sizes, 4, dev), k, len(sizes), dev)
+                 for _ in range(copies(bytes_w4(n, k, 0)))]  # fmt: skip
+        for m in ms:
+            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+            old = [functools.partial(fast_host.gemv_w4a16, (p.rot_hi, p.rot_lo, p.qweight,
+                   p.scales, p.zeros, None, None), x, p.bounds, G, None)
+                   for p in preps]  # fmt: skip
+            cands: list[tuple[str, Any, list[Any]]] = [("prologue-gemv", None, old)]
+            for kw in ROT2_SWEEP:
+                kc = {a: v for a, v in kw.items() if a != "pre"}
+                cfg = fast_host.gemv2_config(m, n, k, G, bounds(sizes), 132, **kc)
+                fs = [functools.partial(fast_host.gemv2_w4a16_rot, x, p.gv_idx, p.gv_coef,
+                      p.qweight, p.scales, p.zeros, p.bounds, G, None, cfg, kw.get("pre"))
+                      for p in preps]  # fmt: skip
+                cands.append((str(kw), cfg, fs))
+            for label, cfg, fs in cands:
+                try:
+                    us = time_us(cycling(fs), reps)
+                except Exception as e:
+                    us = float("nan")
+                    print("sweep error", type(e).__name__, str(e)[:300])
+                nb = bytes_w4(n, k, m)
+                out.append({"shape": name, "m": m, "variant": label, "us": us,
+                            "cfg": None if cfg is None else dataclasses.asdict(cfg),
+                            "hbm_pct_4p3": nb / 4.3e12 / (us * 1e-6) * 100})  # fmt: skip
+                print(f"rot2 {name} M={m} {label}: {us:.2f} us {out[-1]['hbm_pct_4p3']:.0f}%",
+                      flush=True)  # fmt: skip
+    return out
+
+
+def sweep_dequant(reps: int) -> list[dict[str, Any]]:
+    """The prefill dequantize + rotate kernel alone at candidate (BLOCK_N, warps, splits)."""
+    from paro_kernels.triton import fast_host
+
+    dev = torch.device("cuda")
+    out = []
+    for name in ("qkv", "gate_up"):
+        _, n, k, sizes = next(s for s in SHAPES if s[0] == name)
+        preps = [random_prep(n, k, sizes, 4, dev) for _ in range(copies(bytes_w4(n, k, 0)))]
+        w = torch.empty(k, n, dtype=torch.float16, device=dev)
+        for bn, nw, ns in [(128, 8, 0), (128, 4, 0), (64, 4, 0), (256, 8, 0), (128, 8, 2),
+                           (128, 8, 8), (64, 4, 8), (128, 4, 4)]:  # fmt: skip
+            fns = [functools.partial(
+                fast_host.dequant_rotate, p.qweight, None, p.scales, p.zeros, p.rot_hi, p.rot_lo,
+                p.bounds, G, w, bn, nw, ns) for p in preps]  # fmt: skip
+            try:
+                us = time_us(cycling(fns), reps)
+            except Exception as e:
+                us = float("nan")
+                print("sweep error", type(e).__name__, str(e)[:200])
+            out.append({"shape": name, "block_n": bn, "warps": nw, "nsplit": ns, "us": us,
+                        "gbs": (k * n // 2 + 2 * k * n) / us / 1e3})  # fmt: skip
+            print(f"dequant sweep {name} bn={bn} w={nw} nsplit={ns}: {us:.1f} us", flush=True)
+    return out
+
+
+DEQUANT3_SWEEP: list[dict[str, Any]] = [
+    # (kernel, BLOCK_N, warps, stages, programs per SM); the first: the pass-2 default, bf16 out
+    dict(trans=False, block_n=64, num_warps=4, num_stages=3, programs_per_sm=2),
+    dict(trans=True, block_n=64, num_warps=4, num_stages=2, programs_per_sm=4),
+    dict(trans=True, block_n=64, num_warps=4, num_stages=1, programs_per_sm=4),
+    dict(trans=True, block_n=64, num_warps=4, num_stages=3, programs_per_sm=4),
+    dict(trans=True, block_n=64, num_warps=4, num_stages=2, programs_per_sm=8),
+    dict(trans=True, block_n=64, num_warps=4, num_stages=2, programs_per_sm=2),
+    dict(trans=True, block_n=128, num_warps=4, num_stages=2, programs_per_sm=4),
+    dict(trans=True, block_n=128, num_warps=8, num_stages=2, programs_per_sm=4),
+    dict(trans=True, block_n=32, num_warps=4, num_stages=2, programs_per_sm=8),
+    dict(trans=True, block_n=256, num_warps=8, num_stages=2, programs_per_sm=2),
+]
+PROLOGUE3_SWEEP: list[dict[str, int]] = [
+    dict(slice_=128, num_warps=4), dict(slice_=64, num_warps=4), dict(slice_=32, num_warps=4),
+    dict(slice_=16, num_warps=4), dict(slice_=32, num_warps=2), dict(slice_=16, num_warps=2),
+    dict(slice_=64, num_warps=2),
+]  # fmt: skip
+
+
+def sweep_dequant3(
+    reps: int, shapes: tuple[str, ...], table: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """Third pass: the prefill weight pass alone (bf16 W'), both kernels at candidate configs."""
+    from paro_kernels.triton import fast_host
+
+    dev = torch.device("cuda")
+    out = []
+    for name in shapes:
+        _, n, k, sizes = next(s for s in SHAPES if s[0] == name)
+        preps = [random_prep(n, k, sizes, 4, dev) for _ in range(copies(bytes_w4(n, k, 0)))]
+        w = torch.empty(k, n, dtype=torch.bfloat16, device=dev)
+        nb = k * n // 2 + (k // G) * n * 3 + 2 * k * n  # codes + scales + zeros in, W' out
+        for kw in table or DEQUANT3_SWEEP:
+            fns = [functools.partial(
+                fast_host.dequant_rotate, p.qweight, None, p.scales, p.zeros, p.rot_hi, p.rot_lo,
+                p.bounds, G, w, **kw) for p in preps]  # fmt: skip
+            try:
+                us = time_us(cycling(fns), reps)
+            except Exception as e:
+                us = float("nan")
+                print("sweep error", type(e).__name__, str(e)[:300])
+            out.append(
+                {"shape": name, **kw, "us": us, "hbm_pct_4p3": nb / 4.3e12 / (us * 1e-6) * 100}
+            )
+            print(f"dequant3 {name} {kw}: {us:.1f} us {out[-1]['hbm_pct_4p3']:.0f}%", flush=True)
+    return out
+
+
+def sweep_prologue3(
+    reps: int, shapes: tuple[str, ...], ms: tuple[int, ...]
+) -> list[dict[str, Any]]:
+    """Third pass: the decode prologue alone, the block kernel against the sliced one, and the
+    GEMV behind the sliced prologue's partial row sums."""
+    from paro_kernels.triton import fast_host, host
+
+    dev = torch.device("cuda")
+    out = []
+    for name in shapes:
+        _, n, k, sizes = next(s for s in SHAPES if s[0] == name)
+        preps = [random_prep(n, k, sizes, 4, dev) for _ in range(copies(bytes_w4(n, k, 0)))]
+        for m in ms:
+            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+            fns: list[Any] = [functools.partial(host.rotate_scale, x, p.rot_hi, p.rot_lo, G,
+                                                nibble_scaled=True) for p in preps]  # fmt: skip
+            cands: list[tuple[str, list[Any]]] = [("blocks", fns)]
+            for kw in PROLOGUE3_SWEEP:
+                sf = [functools.partial(fast_host.rotate_slices, x, p.rot_hi, p.rot_lo, G,
+                                        kw["slice_"], kw["num_warps"]) for p in preps]  # fmt: skip
+                cands.append((f"slice{kw['slice_']}w{kw['num_warps']}", sf))
+            for label, fs in cands:
+                try:
+                    us = time_us(cycling(fs), reps)
+                except Exception as e:
+                    us = float("nan")
+                    print("sweep error", type(e).__name__, str(e)[:300])
+                out.append({"shape": name, "m": m, "kind": "prologue", "variant": label, "us": us})
+                print(f"prologue3 {name} M={m} {label}: {us:.2f} us", flush=True)
+            p0 = preps[0]
+            for label, (xr, rs) in (
+                ("gemv-blocks", host.rotate_scale(x, p0.rot_hi, p0.rot_lo, G, nibble_scaled=True)),
+                ("gemv-sliced", fast_host.rotate_slices(x, p0.rot_hi, p0.rot_lo, G)),
+            ):
+                gf = [functools.partial(fast_host.gemv2_w4a16, xr, rs, p.qweight, p.scales, p.zeros,
+                                        p.bounds, G, torch.bfloat16) for p in preps]  # fmt: skip
+                us = time_us(cycling(gf), reps)
+                out.append({"shape": name, "m": m, "kind": "gemv", "variant": label, "us": us})
+                print(f"gemv3 {name} M={m} {label}: {us:.2f} us", flush=True)
+    return out
+
+
+def ab_prologue(reps: int, shapes: tuple[str, ...], ms: tuple[int, ...]) -> list[dict[str, Any]]:
+    """Third pass: the W4A16 op as served at decode M with the sliced prologue (the shipped
+    PROLOGUE_SLICE) against the block prologue (0), alternating, twice each."""
+    from paro_kernels.triton import fast_host, host
+
+    dev = torch.device("cuda")
+    out = []
+    shipped = fast_host.PROLOGUE_SLICE
+    for name in shapes:
+        _, n, k, sizes = next(s for s in SHAPES if s[0] == name)
+        preps = [random_prep(n, k, sizes, 4, dev) for _ in range(copies(bytes_w4(n, k, 0)))]
+        for m in ms:
+            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+            fn = cycling([functools.partial(host.linear, p, x) for p in preps])
+            for rep in range(2):
+                for sl in (shipped, 0):
+                    fast_host.PROLOGUE_SLICE = sl
+                    us = time_us(fn, reps)
+                    out.append({"shape": name, "m": m, "slice": sl, "rep": rep, "us": us})
+                    print(f"ab {name} M={m} slice={sl} rep={rep}: {us:.2f} us", flush=True)
+    fast_host.PROLOGUE_SLICE = shipped
+    return out
+
+
+def check(dev: str = "cuda") -> list[str]:
+    """Fast correctness smoke of every path against the fp64 reference (goal shapes are slow)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "kernels"))
+    from _triton_cases import bias, merged_layer, packed, reference, rel, runs  # type: ignore
+    from paro_kernels.triton import fast_host, host
+
+    out = []
+    for k, sizes, m in [(1024, [512, 128, 128], 1), (2304, [2048, 256], 3), (640, [1000], 2),
+                        (1024, [512, 128, 128], 9), (2304, [2048, 256], 16),
+                        (1024, [256, 128], 300), (1536, [208, 136], 257)]:  # fmt: skip
+        parts = merged_layer(k, sizes, G if k % 128 == 0 else 64, seed=k, bias=True)
+        g = G if k % 128 == 0 else 64
+        prep = host.prepare(*packed(parts), runs(parts), g, device=dev)  # type: ignore[call-arg,misc]
+        x = torch.randn(m, k).to(torch.bfloat16)
+        ref = reference(x, parts, g)
+        for path in ("gemv", "mma", "dequant"):
+            if path == "gemv" and m > fast_host.GEMV2_MAX_M:
+                continue
+            y = host.w4a16_linear(x.to(dev), prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
+                                  prep.zeros, prep.bounds, g, bias(parts).to(dev), prep.gv_idx,
+                                  prep.gv_coef, path=path)  # type: ignore[union-attr]  # fmt: skip
+            out.append(f"check k={k} sizes={sizes} m={m} {path}: rel {rel(y, ref):.2e}")
+            print(out[-1], flush=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the issue-14 bench; JSON written after every cell."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="bench14.json")
+    ap.add_argument("--ms", default="1,2,4,8,16,64,256,2048,8192")
+    ap.add_argument("--shapes", default="qkv,o_proj,gate_up,down,in_proj,8b-qkv,8b-o_proj,"
+                                        "8b-gate_up,8b-down")  # fmt: skip
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--budget-s", type=float, default=0)
+    ap.add_argument("--sweep", action="store_true", help="the dequant kernel's configs")
+    ap.add_argument("--sweep2", action="store_true", help="the second-pass GEMV's configs")
+    ap.add_argument("--sweep3", action="store_true", help="the GEMV's final-run configs")
+    ap.add_argument("--skip", default="", help="comma-separated variant names not to run")
+    ap.add_argument("--skip-prefill", default="", help="variants not run at M >= 1024")
+    ap.add_argument("--sweep4", action="store_true",
+                    help="the third pass: dequant kernels and sliced prologues alone")  # fmt: skip
+    ap.add_argument("--ab-prologue", action="store_true",
+                    help="as served at M = 1, 2: sliced vs block prologue; stop")  # fmt: skip
+    ap.add_argument("--sweep5", action="store_true",
+                    help="the fourth pass: the Givens-inside GEMV's configs, M = 1, 2")  # fmt: skip
+    ap.add_argument("--sweep-shapes", default="qkv,o_proj,gate_up,down,in_proj")
+    ap.add_argument("--gemlite-config", default="")
+    ap.add_argument("--only-check", action="store_true")
+    ap.add_argument("--no-check", action="store_true", help="skip the correctness smoke")
+    argv = sys.argv[1:] if argv is None else argv  # recorded in the JSON
+    args = ap.parse_args(argv)
+    torch.manual_seed(0)
+    t0 = time.monotonic()
+    meta: dict[str, Any] = {"check": [] if args.ab_prologue or args.no_check else check()}
+    if args.only_check:
+        return
+    if args.gemlite_config:
+        _gemlite_pin(args.gemlite_config, load=True)
+    bw, mm = measure_peaks()
+    meta.update(device=torch.cuda.get_device_name(0), copy_bw=bw, bf16_flops=mm,
+                torch=torch.__version__, triton=__import__("triton").__version__, rows=[],
+                not_run=[], command=" ".join(["python -m benchmarks.kernels.peers", *(argv or [])]),
+                )  # fmt: skip
+    if args.sweep:
+        meta["sweep_dequant"] = sweep_dequant(args.reps)
+    if args.sweep2:
+        meta["sweep_gemv2"] = sweep_gemv2(args.reps)
+    if args.sweep3:
+        meta["sweep_gemv2_final"] = sweep_gemv2(
+            args.reps, ("qkv", "gate_up", "down", "o_proj", "in_proj"), (1, 2), GEMV2_SWEEP_FINAL
+        )
+    if args.sweep4:
+        sh = tuple(args.sweep_shapes.split(","))
+        meta["sweep_dequant3"] = sweep_dequant3(args.reps, sh)
+        meta["sweep_prologue3"] = sweep_prologue3(args.reps, sh, (1, 2))
+    if args.sweep5:
+        meta["sweep_rot2"] = sweep_rot2(args.reps, tuple(args.sweep_shapes.split(",")), (1, 2))
+        with open(args.out, "w") as f:
+            json.dump(meta, f, indent=1)
+    if args.ab_prologue:
+        meta["ab_prologue"] = ab_prologue(args.reps, tuple(args.sweep_shapes.split(",")), (1, 2))
+        with open(args.out, "w") as f:
+            json.dump(meta, f, indent=1)
+        return
+    if args.sweep2 or args.sweep3 or args.sweep4:
+        with open(args.out, "w") as f:
+            json.dump(meta, f, indent=1)
+    skip = set(filter(None, args.skip.split(",")))
+    cells = goal_first_cells(args.shapes.split(","), [int(v) for v in args.ms.split(",")])
+    for name, n, k, sizes, m in cells:
+        if args.budget_s and time.monotonic() - t0 > args.budget_s:
+            meta["not_run"].append(f"{name}@{m}")
+            continue
+        pskip = set(filter(None, args.skip_prefill.split(","))) if m >= 1024 else set()
+        rows = bench_cell(name, n, k, sizes, m, args.reps, bw, skip | pskip)
+        meta["rows"] += rows
+        for r in rows:
+            print(f"{r['shape']} M={r['m']} {r['variant']}: {r['us']:.1f} us "
+                  f"{r['roofline']:.0%} x{r['x_cublas']:.2f} cuBLAS x{r['x_best_w4_peer']:.2f} "
+                  f"peer {r.get('error', '')[:80]}", flush=True)  # fmt: skip
+        with open(args.out, "w") as f:
+            json.dump(meta, f, indent=1)
+    if args.gemlite_config:
+        _gemlite_pin(args.gemlite_config, load=False)
+    with open(args.out, "w") as f:
+        json.dump(meta, f, indent=1)
+
+
+def _gemlite_pin(path: str, load: bool) -> None:
+    """Load (before) or save (after) GemLite's autotune cache, so two runs pick the same configs."""
+    try:
+        import gemlite  # type: ignore[import-not-found]
+    except ImportError:
+        return
+    if load:
+        from pathlib import Path
+
+        shipped = Path(gemlite.__file__).parent / "configs" / "h100.json"  # the H200's sibling
+        gemlite.load_config(path if Path(path).exists() else str(shipped), print_error=False)
+    else:
+        gemlite.cache_config(path)
+
+
+if __name__ == "__main__":
+    main()
