@@ -35,7 +35,18 @@ class RenderError(ParoctlError):
 
 
 class StateError(ParoctlError):
-    """PAROCTL_HOME, the lock or an installed file is not usable."""
+    """PAROCTL_HOME, the lock, the live pointer, the journal, the results store or an installed
+    file is not usable."""
+
+
+class UsageError(ParoctlError):
+    """The command asks for something that does not exist or cannot apply here (an unknown gate,
+    run or profile name; no live serve to act on; options that contradict each other)."""
+
+
+class DataError(ParoctlError):
+    """Input data (a gate's dataset, a corpus, a tokenizer's answer, a stored run) is missing or
+    malformed."""
 
 
 class RuntimeFailure(ParoctlError):
