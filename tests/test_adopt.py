@@ -19,7 +19,7 @@ from paroctl.errors import StateError
 from paroctl.profile import profiles
 from paroctl.serve.runtime import ServeSpec
 from paroctl.serve.runtime.local import LocalRuntime
-from paroctl.switch import adopt, journal
+from paroctl.switch import adopt, journal, verify
 from paroctl.switch import switch as switch_mod
 
 REPO = Path(__file__).resolve().parents[1]
@@ -79,7 +79,7 @@ def start_stub(profile: profiles.Profile, started_hash: str) -> int:
     ],
 )
 def test_sanity_check(expect: str, text: str, passes: bool) -> None:
-    assert switch_mod.sanity_passes(expect, text) is passes
+    assert verify.sanity_passes(expect, text) is passes
 
 
 # --- the runtimes' record of what a serve was started from --------------------------------------
@@ -110,7 +110,7 @@ def test_discover_finds_a_running_serve_and_whether_it_is_the_profile_as_it_is(
         ("smollm2-alt",),
     )
     assert found.current
-    assert found.as_live()["port"] == box.body.serve.port
+    assert found.as_live().serve.port == box.body.serve.port
     LocalRuntime().stop(box.name, grace_s=1)
     start_stub(box, "0ld0ld0ld0ld")
     (older,) = adopt.discover(runtime_for)
@@ -178,7 +178,7 @@ def test_resume_leaves_a_running_switch_alone(box: profiles.Profile) -> None:
     jr = journal.Journal.begin(None, "cpu-demo-alt")  # owned by this (live) process
     try:
         with pytest.raises(StateError, match="the switch is still running"):
-            adopt.resume(switch_mod.default_deps(), load_profile=profiles.load)
+            switch_mod.resume(switch_mod.default_deps(), load_profile=profiles.load)
     finally:
         jr.clear()
 

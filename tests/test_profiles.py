@@ -8,7 +8,7 @@ import pytest
 
 from paroctl.errors import ProfileError
 from paroctl.profile import knobs, profiles
-from paroctl.serve import engine
+from paroctl.serve.plan import ServePlan
 
 GOOD_BODY = """\
 description: test profile
@@ -59,7 +59,7 @@ def test_all_shipped_profiles_validate() -> None:
 def test_every_registered_knob_is_forwarded_with_profile_value_or_default() -> None:
     registry = knobs.load_registry()
     for prof in profiles.load_all():
-        env = engine.forwarded_env(prof)
+        env = ServePlan.of(prof).env
         for name, knob in registry.knobs.items():
             expected = prof.body.knobs.get(name)
             value = env[name]
@@ -77,7 +77,7 @@ def test_hip_devices_index_into_the_rocr_list(
 ) -> None:
     extra = f"box:\n  gpus: {gpus}\nserve:\n  tensor_parallel_size: 1\n"
     _write(profile_dir, "t", GOOD_BODY + extra)
-    env = engine.forwarded_env(profiles.load("t", profile_dir))
+    env = ServePlan.of(profiles.load("t", profile_dir)).env
     assert (env["ROCR_VISIBLE_DEVICES"], env["HIP_VISIBLE_DEVICES"]) == (rocr, hip)
 
 
@@ -86,7 +86,7 @@ def test_cache_dir_is_per_variant_and_keyed_on_graph_knobs(profile_dir: Path) ->
     _write(profile_dir, "b", GOOD_BODY)
     _write(profile_dir, "c", GOOD_BODY + "knobs:\n  PARO_ACT_FORMAT: int8\n")
     _write(profile_dir, "d", GOOD_BODY + "knobs:\n  PARO_NVFP4_EXP: ocp\n")
-    dirs = {n: engine.layout(profiles.load(n, profile_dir)) for n in "abcd"}
+    dirs = {n: ServePlan.of(profiles.load(n, profile_dir)).layout for n in "abcd"}
     assert dirs["a"].cache_dir.endswith(f"/compile/a-{dirs['a'].cache_key}")
     assert dirs["a"].cache_key == dirs["b"].cache_key  # same content, still not the same dir
     assert dirs["a"].cache_dir != dirs["b"].cache_dir
@@ -95,7 +95,7 @@ def test_cache_dir_is_per_variant_and_keyed_on_graph_knobs(profile_dir: Path) ->
 
 
 def test_shipped_variants_never_share_a_cache_dir() -> None:
-    dirs = [engine.layout(p).cache_dir for p in profiles.load_all()]
+    dirs = [ServePlan.of(p).layout.cache_dir for p in profiles.load_all()]
     assert len(set(dirs)) == len(dirs)
 
 

@@ -22,6 +22,7 @@ import pytest
 
 from paroctl.profile import profiles
 from paroctl.serve import engine, render
+from paroctl.serve.plan import ServePlan
 
 FETCH = Path(__file__).resolve().parent / "fetch-quadlet.sh"
 UPSTREAM = "5.4.2"  # tests/fetch-quadlet.sh pins the Debian build of this release
@@ -196,7 +197,8 @@ def test_generated_service_runs_the_plain_services_container(
     for group in GROUPS:
         assert Counter(got.options.get(group, [])) == Counter(plain.options.get(group, [])), group
     # Groups that are never empty, pinned to their source, so two empty lists cannot agree.
-    where = engine.layout(prof)
+    plan = ServePlan.of(prof)
+    where = plan.layout
     assert got.options["--env-file"] == [where.env_file]
     assert got.options["--publish"] == [engine.publish_spec(prof)]
     assert Counter(got.options.get("--device", [])) == Counter(prof.body.container.devices)
@@ -205,7 +207,7 @@ def test_generated_service_runs_the_plain_services_container(
     labels = [f"paroctl.profile={prof.name}", f"paroctl.profile-hash={prof.hash}"]
     assert Counter(got.options["--label"]) == Counter(plain.options["--label"]) == Counter(labels)
     assert got.image == plain.image == prof.body.image.ref  # type: ignore[union-attr]
-    assert got.argv == plain.argv == engine.serve_argv(prof)
+    assert got.argv == plain.argv == list(plan.argv)
 
 
 @pytest.mark.parametrize("name", ENGINE_PROFILES)

@@ -15,6 +15,7 @@ from paroctl.cli.main import cli
 from paroctl.errors import ProfileError, StateError
 from paroctl.profile import profiles, secrets
 from paroctl.serve import render
+from paroctl.switch.record import api_key_for
 
 TOKEN = "hf_SuperSecretValue123"
 BODY = """\
@@ -122,17 +123,14 @@ def test_unit_install_checks_the_secrets_file(
 def test_api_key_for_reads_the_key_the_serve_uses(profile_dir: Path, tmp_path: Path) -> None:
     path = _secrets_file(tmp_path, f'# keys\nHF_TOKEN=x\nVLLM_API_KEY="{TOKEN}"\n')
     _systemd_profile(profile_dir, path)
-    assert secrets.api_key_for(profiles.load("t", profile_dir)) == TOKEN
+    assert api_key_for(profiles.load("t", profile_dir)) == TOKEN
     path.write_text("HF_TOKEN=x\n")
     with pytest.raises(StateError, match="does not set VLLM_API_KEY"):
-        secrets.api_key_for(profiles.load("t", profile_dir))
+        api_key_for(profiles.load("t", profile_dir))
     path.unlink()
     with pytest.raises(StateError, match="cannot read the API key of t"):
-        secrets.api_key_for(profiles.load("t", profile_dir))
-    assert (
-        secrets.api_key_for(profiles.load("cpu-demo", Path(__file__).parents[1] / "profiles"))
-        is None
-    )
+        api_key_for(profiles.load("t", profile_dir))
+    assert api_key_for(profiles.load("cpu-demo", Path(__file__).parents[1] / "profiles")) is None
 
 
 # --- where the serve listens ---------------------------------------------------------------------

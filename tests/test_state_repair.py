@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import subprocess
@@ -14,7 +15,9 @@ from click.testing import CliRunner
 from paroctl import state
 from paroctl.cli.main import cli
 from paroctl.errors import StateError
+from paroctl.records import LiveRecord
 from paroctl.store import results
+from paroctl.switch.record import record_from_live
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -64,8 +67,92 @@ def test_a_sound_live_pointer_written_by_the_switch_reads_back(isolated_home: Pa
     record = {"profile": "cpu-demo", "hash": "ab", "host": "127.0.0.1", "port": 8123,
               "runtime": "local", "scope": "system", "served_names": ["smollm2-demo"],
               "grace_s": 30, "kv_tokens": None}  # fmt: skip
-    state.write_live(record)
-    assert state.read_live() == record
+    state.write_live(LiveRecord.from_dict(record))
+    live = state.read_live()
+    assert live is not None
+    assert {key: live.as_dict()[key] for key in record} == record
+
+
+# live.json as the switch wrote it before the records were typed (BootRecord.as_dict() at
+# 9a556e4, json.dumps(indent=2, sort_keys=True)): every key, and the exact bytes.
+TODAY_LIVE = """{
+  "boot_id": "0f3c9a1b2d4e",
+  "boot_s": 41.207,
+  "cache_dir": "/home/op/.local/share/paroctl/cache/cpu-demo-1a2b",
+  "cause": "",
+  "cpu": {
+    "cores": 2,
+    "dtype": "bfloat16",
+    "dtype_why": "avx512_bf16",
+    "kv_gib": 1.0,
+    "reserved": 1
+  },
+  "drain": "load",
+  "first_boot": false,
+  "grace_s": 30,
+  "hash": "5e0d2c7a9b11",
+  "health_s": 38.911,
+  "host": "0.0.0.0",
+  "image": "/home/op/.cache/paroctl/venvs/vllm-cpu/bin/vllm",
+  "knobs": {
+    "PARO_BACKEND": "torch"
+  },
+  "kv_tokens": 93184,
+  "log": "/home/op/.local/share/paroctl/runs/cpu-demo.log",
+  "ok": true,
+  "origin": "switch",
+  "phases": {
+    "kv cache sized": 35.2,
+    "loading weights": 3.1,
+    "ready": 38.9,
+    "starting": 0.0
+  },
+  "port": 8123,
+  "profile": "cpu-demo",
+  "runtime": "local",
+  "scope": "system",
+  "served_names": [
+    "smollm2-demo"
+  ],
+  "since": "2026-12-06T10:00:41+00:00",
+  "started_at": "2026-12-06T10:00:00+00:00"
+}
+"""
+
+
+def test_todays_live_json_loads_typed_and_writes_back_byte_identical(isolated_home: Path) -> None:
+    state.atomic_write(state.live_path(), TODAY_LIVE)
+    live = state.read_live()
+    assert live is not None
+    serve = live.serve
+    assert (serve.profile, serve.hash, serve.runtime, serve.scope) == (
+        "cpu-demo", "5e0d2c7a9b11", "local", "system",
+    )  # fmt: skip
+    assert (serve.host, serve.port, serve.served_names, serve.grace_s) == (
+        "0.0.0.0", 8123, ("smollm2-demo",), 30,
+    )  # fmt: skip
+    assert serve.url == "http://127.0.0.1:8123"  # a wildcard bind is reached on loopback
+    assert (live.boot_id, live.kv_tokens, live.first_boot, live.drain, live.origin) == (
+        "0f3c9a1b2d4e", 93184, False, "load", "switch",
+    )  # fmt: skip
+    assert live.cpu is not None and live.cpu["dtype"] == "bfloat16"
+    assert live.since == "2026-12-06T10:00:41+00:00" and live.phases["ready"] == 38.9
+    state.write_live(live)
+    assert state.live_path().read_text() == TODAY_LIVE  # old and new paroctl read each other's
+    assert record_from_live(live).as_dict() == json.loads(TODAY_LIVE)
+
+
+def test_an_older_live_json_without_the_later_fields_still_loads(isolated_home: Path) -> None:
+    older = json.loads(TODAY_LIVE)
+    for key in ("drain", "origin", "cpu", "since"):
+        del older[key]
+    state.atomic_write(state.live_path(), json.dumps(older, indent=2, sort_keys=True) + "\n")
+    live = state.read_live()
+    assert live is not None and live.serve.profile == "cpu-demo"
+    assert (live.drain, live.origin, live.cpu, live.since) == ("metrics", "switch", None, None)
+    assert record_from_live(live).drain == "metrics"
+    code, out = run("stop", "--dry-run")
+    assert code == 0 and out == "stop cpu-demo (grace 30 s) and wait until 0.0.0.0:8123 is closed\n"
 
 
 def _store_with_runs(path: Path, count: int) -> None:

@@ -16,9 +16,11 @@ import pytest
 
 from paroctl import gpu, state
 from paroctl.errors import RuntimeFailure
+from paroctl.events import Event
 from paroctl.profile import profiles
-from paroctl.switch import journal, switch
-from paroctl.switch.switch import SwitchFailed
+from paroctl.records import LiveRecord
+from paroctl.switch import journal, switch, verify
+from paroctl.switch.record import SwitchFailed
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -32,8 +34,8 @@ VLLM_CPU_LOG = [
 
 
 def test_log_watcher_phases_and_kv() -> None:
-    events: list[switch.Event] = []
-    watcher = switch.LogWatcher(iter(()), 0.0, events.append)
+    events: list[Event] = []
+    watcher = verify.LogWatcher(iter(()), 0.0, events.append)
     for line in VLLM_CPU_LOG:
         watcher.feed(line)
     assert list(watcher.phases) == ["starting", "loading weights", "kv cache sized", "ready"]
@@ -43,7 +45,7 @@ def test_log_watcher_phases_and_kv() -> None:
 
 
 def test_log_watcher_compiled_boot_phases() -> None:
-    watcher = switch.LogWatcher(iter(()), 0.0, lambda e: None)
+    watcher = verify.LogWatcher(iter(()), 0.0, lambda e: None)
     watcher.feed("Dynamo bytecode transform time: 12.1 s")
     watcher.feed("Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): 100%")
     watcher.feed("GPU KV cache size: 862,604 tokens, Maximum concurrency for 262,144 ...")
@@ -60,7 +62,7 @@ def test_a_log_that_cannot_be_followed_fails_the_markers_not_the_thread() -> Non
         yield VLLM_CPU_LOG[0]
         raise RuntimeFailure("`systemctl show` failed with exit code 126")
 
-    watcher = switch.LogWatcher(lines(), 0.0, lambda e: None)
+    watcher = verify.LogWatcher(lines(), 0.0, lambda e: None)
     deadline = time.monotonic() + 5
     while watcher.failure is None and time.monotonic() < deadline:
         watcher.wait_line(0.1)
@@ -68,19 +70,19 @@ def test_a_log_that_cannot_be_followed_fails_the_markers_not_the_thread() -> Non
     assert watcher.snapshot() == [VLLM_CPU_LOG[0]]
     profile = profiles.load("cpu-demo")
     with pytest.raises(RuntimeFailure, match=r"^boot markers: the log could not be followed \("):
-        switch._check_markers(profile, watcher)
+        verify._check_markers(profile, watcher)
 
 
 def test_marker_problems() -> None:
     lines = ["paro-vllm: method=nvfp4_mxfp4 backend=triton layers=112/112", "ok"]
-    assert switch.marker_problems(
+    assert verify.marker_problems(
         ("layers=304/304", "re:method=nvfp4_\\w+"), ("layers=112/112",), lines
     ) == [
         "expected boot line not seen: 'layers=304/304'",
         "forbidden boot line seen: 'layers=112/112' in "
         "'paro-vllm: method=nvfp4_mxfp4 backend=triton layers=112/112'",
     ]
-    assert switch.marker_problems(("ok",), ("Traceback",), lines) == []
+    assert verify.marker_problems(("ok",), ("Traceback",), lines) == []
 
 
 def test_gpu_tool_parsers() -> None:
@@ -101,7 +103,7 @@ def test_plan_names_every_step() -> None:
         "port": 8123,
         "grace_s": 30,
     }
-    lines = switch.plan(target, live)
+    lines = switch.plan(target, LiveRecord.from_dict(live))
     assert lines[1] == "live: cpu-demo (local, http://127.0.0.1:8123)"
     assert lines[3].startswith("stop cpu-demo (grace 30 s); wait until 127.0.0.1:8123 is closed")
     assert any(
@@ -147,7 +149,7 @@ def test_drain_reports_each_change_once(
     server = HTTPServer(("127.0.0.1", 0), Serve)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     monkeypatch.setattr(switch, "DRAIN_POLL_S", 0.001)
-    events: list[switch.Event] = []
+    events: list[Event] = []
     deps = switch.Deps(runtime_for=lambda kind, scope: None, events=events.append)  # type: ignore[arg-type,return-value]
     try:
         switch._drain("127.0.0.1", server.server_address[1], deps, via=via)
@@ -165,10 +167,10 @@ def test_progress_in_a_log_is_one_line_per_change(capsys: pytest.CaptureFixture[
     from paroctl.cli import serve as serve_cli
 
     with serve_cli._progress() as sink:  # stderr is captured: not a terminal
-        sink(switch.Event("phase", "loading weights", 1.25))
-        sink(switch.Event("progress", "draining: 7 requests running"))
-        sink(switch.Event("step", "stopping cpu-demo"))
-        sink(switch.Event("warn", "still busy"))
+        sink(Event("phase", "loading weights", 1.25))
+        sink(Event("progress", "draining: 7 requests running"))
+        sink(Event("step", "stopping cpu-demo"))
+        sink(Event("warn", "still busy"))
     assert capsys.readouterr().err.splitlines() == [
         "- loading weights (1.2 s)",
         "- draining: 7 requests running",

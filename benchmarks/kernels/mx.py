@@ -28,21 +28,12 @@ from paro_kernels.triton.mx_repack import (
     Config,
     Prepared,
     prepare,
+    random_checkpoint,
+    random_runs,
 )
 from paro_kernels.triton.mx_route import mx_linear
 
 # --------------------------------------------------------------------------- bench registry
-
-
-def random_checkpoint(
-    n: int, k: int, seed: int = 0, device: torch.device | str = "cpu"
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random MXFP4 (weight [N, K/2] u8, weight_scale [N, K/32] u8) spanning a checkpoint's
-    exponent range (2^-14 .. 2^-3 per block), for benchmarks and tests."""
-    g = torch.Generator().manual_seed(seed)
-    weight = torch.randint(0, 256, (n, k // 2), generator=g, dtype=torch.uint8)
-    scale = torch.randint(127 - 14, 127 - 3, (n, k // MX_BLOCK), generator=g, dtype=torch.uint8)
-    return weight.to(device), scale.to(device)
 
 
 def _variant_bytes(act_bytes: int, rot: bool) -> Callable[[int, int, tuple[int, ...], int], int]:
@@ -69,22 +60,6 @@ def _build(act: ActMode, rot: bool) -> Callable[..., Callable[[], object]]:
         return lambda: mx_linear(preps[next(step) % copies], x, None, act)
 
     return build
-
-
-def random_runs(
-    k: int, parts: tuple[int, ...], g: int = 128, krot: int = 8, seed: int = 0
-) -> list[tuple[int, int, torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """Random z-lab rotations (pairs [krot, K] i16, theta, channel scales) per partition."""
-    gen = torch.Generator().manual_seed(seed)
-    out, n0 = [], 0
-    for size in parts:
-        perms = [torch.randperm(g, generator=gen) for _ in range(krot * (k // g))]
-        pairs = torch.stack(perms).view(krot, k).to(torch.int16)
-        theta = ((torch.rand(krot, k // 2, generator=gen) * 2 - 1) * 3.14159).to(torch.float16)
-        cs = (torch.rand(1, k, generator=gen) * 1.5 + 0.5).to(torch.float16)
-        out.append((n0, n0 + size, pairs, theta, cs))
-        n0 += size
-    return out
 
 
 def bench_variants() -> list[object]:

@@ -193,6 +193,7 @@ def _beside_repo_data() -> Path | None:
 def _print_plan(parts: Sequence[str], venv_dir: Path, models_dir: Path) -> None:
     from paroctl import demo as domain
     from paroctl import proc
+    from paroctl.versions import source_root
 
     python = domain.venv_python(venv_dir)
     if domain.venv_ready(venv_dir):
@@ -211,7 +212,7 @@ def _print_plan(parts: Sequence[str], venv_dir: Path, models_dir: Path) -> None:
         if domain.plugin_up_to_date(python):
             click.echo("# paro-kernels + paro-vllm up to date")
         else:
-            click.echo(proc.describe(domain.plugin_install_command(python, domain.source_root())))
+            click.echo(proc.describe(domain.plugin_install_command(python, source_root())))
     for part in (p for p in parts if p in domain.COPY_PARTS):
         if domain.copy_ready(models_dir, part):
             click.echo(f"# model ready: {domain.copy_dir(models_dir, part)}")

@@ -208,13 +208,13 @@ def _live_key(endpoint: Endpoint | None, key_file: Path | None) -> str | None:
     """The API key for the live serve (an endpoint carries its own)."""
     from paroctl import state
     from paroctl.gates import api_key
-    from paroctl.profile import secrets
+    from paroctl.switch.record import api_key_named
 
     if endpoint:
         return None
-    live = state.read_live() or {}
+    live = state.read_live()
     # Else the key the live serve's profile gives vLLM (its secrets file), as the switch sends.
-    return api_key(key_file) or secrets.api_key_named(live.get("profile"))
+    return api_key(key_file) or api_key_named(live.serve.profile if live else None)
 
 
 class _Bar:
@@ -369,7 +369,8 @@ def _suite_members(endpoint: Endpoint | None) -> tuple[str, ...]:
     from paroctl.gates import SUITE
     from paroctl.profile import profiles
 
-    name = endpoint.bands if endpoint else (state.read_live() or {}).get("profile")
+    live = None if endpoint else state.read_live()
+    name = endpoint.bands if endpoint else (live.serve.profile if live else None)
     if not name:
         return SUITE
     try:

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, cast
 import click
 
 if TYPE_CHECKING:
-    from paroctl.image.images import BuildRequest, ImageInfo
+    from paroctl.image.images import BuildRequest
+    from paroctl.image.labels import ImageInfo
 
 _KINDS = ("rocm", "cuda", "cpu")
 
@@ -88,6 +89,7 @@ def _build_with_display(req: BuildRequest) -> ImageInfo:
 def image_list() -> None:
     """List paroctl-built images: reference, kind, arch, source sha, knob registry, size."""
     from paroctl.image import images
+    from paroctl.image.labels import LABEL_REGISTRY
 
     for info in images.list_images():
         labels = info.labels
@@ -96,7 +98,7 @@ def image_list() -> None:
         click.echo(
             f"{(info.refs or ('<none>',))[0]:<36} {labels.get('paroctl.kind', '?'):<5} "
             f"{labels.get('paroctl.arch', '?'):<10} {sha}{dirty:<6} "
-            f"registry {labels.get(images.LABEL_REGISTRY, '?')[:12]}  "
+            f"registry {labels.get(LABEL_REGISTRY, '?')[:12]}  "
             f"{info.size_bytes / 1e9:.2f} GB"
         )
 

@@ -42,10 +42,10 @@ def profile_show(name: str) -> None:
     import yaml
 
     from paroctl.profile import profiles, secrets
-    from paroctl.serve import engine
+    from paroctl.serve.plan import ServePlan
 
     prof = profiles.load(name)
-    where = engine.layout(prof)
+    where = ServePlan.of(prof).layout
     doc = {
         "name": prof.name,
         "file": str(prof.path),

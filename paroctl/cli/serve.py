@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import contextlib
 import signal
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
 if TYPE_CHECKING:
+    from paroctl.records import BootRecord, LiveRecord
     from paroctl.switch import journal as journal_mod
     from paroctl.switch.recovery import Stranded
-    from paroctl.switch.switch import BootRecord
+    from paroctl.switch.status import GateRows, LiveView
 
 # A closed SSH session (SIGHUP) or a service manager's stop (SIGTERM) is an operator's Ctrl-C.
 INTERRUPT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
-REQUEST_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 
 
 class Interrupted(KeyboardInterrupt):
@@ -75,7 +75,7 @@ def switch_cmd(
     """Make profile NAME the live serve; roll back to the previous one on failure."""
     from paroctl import state
     from paroctl.profile import profiles
-    from paroctl.switch import adopt, journal
+    from paroctl.switch import journal
     from paroctl.switch import switch as switch_mod
 
     if resume == (name is not None):
@@ -89,7 +89,7 @@ def switch_cmd(
                 click.echo(f"resume the interrupted {_describe(entry)}")
             return
         with interrupt_on_signals(), _progress() as events:
-            record = adopt.resume(
+            record = switch_mod.resume(
                 switch_mod.default_deps(events),
                 load_profile=profiles.load,
                 rollback=not no_rollback,
@@ -149,9 +149,10 @@ def _echo_live(record: BootRecord) -> None:
     kv = f"{record.kv_tokens:,}" if record.kv_tokens is not None else "unknown"
     first = " (first boot on a fresh cache: KV not trusted)" if record.first_boot else ""
     how = {"adopt": " (adopted as it runs)", "resume": " (resumed)"}.get(record.origin, "")
+    serve = record.serve
     click.echo(
-        f"{record.profile} is live at http://{record.host}:{record.port} as "
-        f"{', '.join(record.served_names)}{how}; boot {record.boot_s:.1f} s; KV {kv} tokens"
+        f"{serve.profile} is live at http://{serve.host}:{serve.port} as "
+        f"{', '.join(serve.served_names)}{how}; boot {record.boot_s:.1f} s; KV {kv} tokens"
         f"{first}; boot id {record.boot_id}"
     )
 
@@ -178,21 +179,16 @@ def adopt_cmd(name: str, timeout: float | None) -> None:
 @click.command(name="status")
 def status_cmd() -> None:
     """Show the live profile, its health, served names, KV tokens and last gate results."""
-    from paroctl import state
-    from paroctl.client import Client
-    from paroctl.errors import ParoctlError
-    from paroctl.profile import secrets
-    from paroctl.switch import adopt, recovery
+    from paroctl.switch import status as status_mod
     from paroctl.switch import switch as switch_mod
 
-    stranded = recovery.inspect(switch_mod.default_runtime)
-    live = state.read_live()
-    if stranded is not None:
-        for line in _journal_lines(stranded, live):
+    shown = status_mod.status(switch_mod.default_runtime)
+    if shown.stranded is not None:
+        live_record = shown.live.record if shown.live else None
+        for line in _journal_lines(shown.stranded, live_record):
             click.echo(line)
-    if not live:
-        found = [] if stranded is not None else adopt.discover(switch_mod.default_runtime)
-        for serve in found:
+    if shown.live is None:
+        for serve in shown.untracked:
             click.echo(f"serving: {serve.describe()}; not recorded as live")
             hint = (
                 f"`paroctl adopt {serve.profile.name}` verifies and records it"
@@ -200,51 +196,40 @@ def status_cmd() -> None:
                 else f"`paroctl switch {serve.profile.name}` restarts it as the profile says"
             )
             click.echo(f"         {hint}; `paroctl stop` stops it")
-        if not found:
+        if not shown.untracked:
             click.echo("live: nothing (run `paroctl switch NAME`)")
         return
-    host = "127.0.0.1" if live["host"] in ("0.0.0.0", "::") else live["host"]
-    try:
-        key = secrets.api_key_named(live["profile"])
-    except ParoctlError as exc:  # status still reports health and /metrics without the key
-        key = None
-        click.echo(f"note:    {exc.message}", err=True)
-    with Client(f"http://{host}:{live['port']}", retries=0, timeout_s=5, api_key=key) as client:
-        try:
-            healthy = client.health()
-            names = client.models() if healthy else []
-            metrics = client.gauges(*REQUEST_GAUGES) if healthy else None
-        except ParoctlError:
-            healthy, names, metrics = False, [], None
-    kv = live.get("kv_tokens")
-    how = {"adopt": ", adopted as it ran", "resume": ", by a resumed switch"}.get(
-        live.get("origin", "switch"), ""
-    )
-    click.echo(f"live:    {live['profile']} (hash {live['hash']}) since {live.get('since')}{how}")
-    click.echo(f"address: http://{host}:{live['port']} ({live['runtime']})")
-    click.echo(f"health:  {'ok' if healthy else 'NOT ANSWERING'}")
-    match = (
-        ""
-        if sorted(names) == sorted(live["served_names"])
-        else (f"  MISMATCH: expected {live['served_names']}")
-    )
-    click.echo(f"serves:  {', '.join(names) or '-'}{match}")
-    if metrics is not None:
-        running, waiting = (metrics[name] for name in REQUEST_GAUGES)
-        click.echo(f"requests: {running:g} running, {waiting:g} waiting")
-    flag = " (first boot: not trusted)" if live.get("first_boot") else ""
-    click.echo(f"kv:      {kv:,} tokens{flag}" if kv else "kv:      unknown")
-    if plan := live.get("cpu"):
-        engine_cores = plan["cores"] - plan["reserved"]
-        click.echo(
-            f"cpu:     {plan['dtype']} ({plan['dtype_why']}), engine on {engine_cores} of "
-            f"{plan['cores']} cores, KV {plan['kv_gib']} GiB"
-        )
-    for line in _gate_lines(live["profile"]):
+    if shown.live.key_problem is not None:
+        click.echo(f"note:    {shown.live.key_problem}", err=True)
+    for line in _live_lines(shown.live, shown.gates):
         click.echo(line)
 
 
-def _journal_lines(stranded: Stranded, live: Mapping[str, Any] | None) -> list[str]:
+def _live_lines(view: LiveView, gates: GateRows | None) -> list[str]:
+    """The live serve as status shows it."""
+    live, serve = view.record, view.record.serve
+    how = {"adopt": ", adopted as it ran", "resume": ", by a resumed switch"}.get(live.origin, "")
+    match = "" if view.names_match else f"  MISMATCH: expected {list(serve.served_names)}"
+    lines = [
+        f"live:    {serve.profile} (hash {serve.hash}) since {live.since}{how}",
+        f"address: {serve.url} ({serve.runtime})",
+        f"health:  {'ok' if view.healthy else 'NOT ANSWERING'}",
+        f"serves:  {', '.join(view.names) or '-'}{match}",
+    ]
+    if view.requests is not None:
+        running, waiting = view.requests
+        lines.append(f"requests: {running:g} running, {waiting:g} waiting")
+    kv, flag = live.kv_tokens, " (first boot: not trusted)" if live.first_boot else ""
+    lines.append(f"kv:      {kv:,} tokens{flag}" if kv else "kv:      unknown")
+    if (cpu := view.cpu) is not None:
+        lines.append(
+            f"cpu:     {cpu.dtype} ({cpu.dtype_why}), engine on {cpu.engine_cores} of "
+            f"{cpu.cores} cores, KV {cpu.kv_gib} GiB"
+        )
+    return lines + _gate_lines(gates)
+
+
+def _journal_lines(stranded: Stranded, live: LiveRecord | None) -> list[str]:
     """What an unfinished switch's journal says, and what its serve does now."""
     from paroctl import net
     from paroctl.switch import journal
@@ -278,7 +263,7 @@ def _journal_lines(stranded: Stranded, live: Mapping[str, Any] | None) -> list[s
     names = ", ".join(stranded.served_names) or "-"
     recorded = (
         "still recorded as live (the switch was stopping it)"
-        if live is not None and live.get("profile") == serve.profile
+        if live is not None and live.serve.profile == serve.profile
         else "not recorded as live"
     )
     return [
@@ -304,9 +289,10 @@ def stop_cmd(dry_run: bool) -> None:
             click.echo(recovery.plan_line(entry, recorded))
         live = recovery.live_after(entry, recorded) if entry is not None else recorded
         if live:
+            old = live.serve
             click.echo(
-                f"stop {live['profile']} (grace {live.get('grace_s', 30)} s) and wait until "
-                f"{live['host']}:{live['port']} is closed"
+                f"stop {old.profile} (grace {old.grace_s} s) and wait until "
+                f"{old.host}:{old.port} is closed"
             )
         elif entry is None:
             click.echo("nothing is live")
@@ -327,7 +313,7 @@ def stop_cmd(dry_run: bool) -> None:
     for name in untracked:
         click.echo(f"{name} stopped (it ran without being recorded as live)")
     if live:
-        click.echo(f"{live['profile']} stopped")
+        click.echo(f"{live.serve.profile} stopped")
     elif entry is not None and entry.serve is None:
         click.echo("nothing is live (an interrupted switch had left nothing running)")
     elif entry is None and not untracked:
@@ -347,29 +333,28 @@ def logs_cmd(follow: bool, name: str | None) -> None:
     live = state.read_live()
     if name is None and not live:
         raise StateError("nothing is live; name one with --profile")
+    kind: str
+    scope: str
     if name is not None:
         runtime_cfg = profiles.load(name).body.runtime
         kind, scope = runtime_cfg.kind, runtime_cfg.scope
     else:
         assert live is not None
-        name, kind, scope = live["profile"], live["runtime"], live["scope"]
+        name, kind, scope = live.serve.profile, live.serve.runtime, live.serve.scope
     runtime = switch_mod.default_runtime(kind, scope)
     for line in runtime.logs(name, follow=follow):
         click.echo(line)
 
 
-def _gate_lines(profile: str) -> list[str]:
-    from paroctl.errors import ParoctlError
-    from paroctl.store import results
-
-    try:
-        rows = results.open_store().last_gate_results(profile, limit=5)
-    except ParoctlError as exc:  # status still shows the serve when the store is unreadable
-        return [f"gates:   (results store unreadable: {exc.message})"]
-    if not rows:
+def _gate_lines(gates: GateRows | None) -> list[str]:
+    if gates is None:
+        return []
+    if gates.problem is not None:
+        return [f"gates:   (results store unreadable: {gates.problem})"]
+    if not gates.rows:
         return ["gates:   none recorded"]
     lines = ["gates:"]
-    for row in rows:
+    for row in gates.rows:
         headline = "" if row["headline"] is None else f"{row['headline_name']}={row['headline']:g}"
         lines.append(f"  {row['gate']:<12} {row['status']:<9} {headline:<28} {row['when']}")
     return lines
@@ -384,7 +369,7 @@ class _progress:
 
         from rich.console import Console
 
-        from paroctl.switch.switch import Event
+        from paroctl.events import Event
 
         self._console = Console(stderr=True)
         self._status = self._console.status("starting")

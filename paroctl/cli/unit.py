@@ -27,11 +27,13 @@ def unit_render(name: str, out: Path | None, fmt: str) -> None:
     serve it: `unit install` writes exactly these)."""
     from paroctl import state
     from paroctl.profile import profiles
-    from paroctl.serve import cpu
     from paroctl.serve import render as render_mod
+    from paroctl.serve.plan import plan_for
 
-    prof = cpu.resolved(profiles.load(name))
-    artefacts = render_mod.render_all(prof) if fmt == "all" else [render_mod.render(prof, fmt)]  # type: ignore[arg-type]
+    plan = plan_for(profiles.load(name))
+    artefacts = (
+        render_mod.artefacts(plan) if fmt == "all" else [render_mod.artefact(plan, fmt)]  # type: ignore[arg-type]
+    )
     for artefact in artefacts:
         if out is None:
             click.echo(f"# --- {artefact.filename}")
@@ -53,10 +55,10 @@ def unit_render(name: str, out: Path | None, fmt: str) -> None:
 def unit_diff(name: str, fmt: str) -> None:
     """Show how the installed files differ from what the profile renders now."""
     from paroctl.profile import profiles
+    from paroctl.serve.plan import plan_for
     from paroctl.serve.runtime import systemd
 
-    prof = profiles.load(name)
-    text = systemd.install_diff(prof, fmt)  # type: ignore[arg-type]
+    text = systemd.install_diff(plan_for(profiles.load(name)), fmt)  # type: ignore[arg-type]
     click.echo(text or f"{name}: installed files match the profile", nl=not text.endswith("\n"))
 
 
@@ -76,10 +78,11 @@ def unit_install(name: str, fmt: str, dry_run: bool, no_reload: bool) -> None:
     from paroctl.errors import StateError
     from paroctl.profile import profiles, secrets
     from paroctl.profile.profiles import expand
+    from paroctl.serve.plan import plan_for
     from paroctl.serve.runtime import systemd
 
     prof = profiles.load(name)
-    plan = systemd.install_plan(prof, fmt, reload=not no_reload)  # type: ignore[arg-type]
+    plan = systemd.plan_install(plan_for(prof), fmt, reload=not no_reload)  # type: ignore[arg-type]
     container = prof.body.container
     if container.secrets_env_file:
         problems = secrets.file_problems(expand(container.secrets_env_file), container.secret_names)

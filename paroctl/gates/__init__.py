@@ -26,6 +26,7 @@ from paroctl.gates.base import (
 
 if TYPE_CHECKING:
     from paroctl.profile.profiles import Profile
+    from paroctl.records import LiveRecord
     from paroctl.store.results import Store
 
 # name -> module; each module has run(ctx) -> Outcome. Imported only when its gate runs.
@@ -110,12 +111,17 @@ def run_gate(
     if endpoint is not None:
         # Stored with the run (never the key): a resume must reach the same endpoint and model.
         opts.update(url=endpoint.url.rstrip("/"), model=endpoint.model)
-    live = read_target_record() if endpoint is None else None
+    live: LiveRecord | None = None
+    if endpoint is None:
+        live = read_target_record()
+        url = base_url_of(live)
+    else:
+        url = endpoint.url
     with open_store(store_path) as store:
         if resume:
             run_id, opts = _resumable(store, resume, name, live, opts)
         client = Client(
-            endpoint.url if endpoint else base_url_of(live or {}),
+            url,
             retries=int(opts.get("retries", 3)),
             backoff_s=float(opts.get("backoff_s", 0.5)),
             timeout_s=float(opts.get("timeout_s", 600.0)),
@@ -174,11 +180,11 @@ def new_run(store: Store, name: str, target: Target, opts: Mapping[str, Any]) ->
     run_id = new_run_id(name)
     provenance = Provenance(
         profile=target.profile,
-        profile_hash=None if target.external else live.get("hash"),
-        knobs=live.get("knobs") or {},
-        image=live.get("image"),
-        boot_id=live.get("boot_id"),
-        first_boot=live.get("first_boot"),
+        profile_hash=target.profile_hash,
+        knobs=dict(live.knobs) if live else {},
+        image=live.image if live else None,
+        boot_id=live.boot_id if live else None,
+        first_boot=live.first_boot if live else None,
         paroctl_version=paroctl_version(),
         server_version=target.server_version,
     )
@@ -211,7 +217,7 @@ def _resumable(
     store: Any,
     run_id: str,
     name: str,
-    live: Mapping[str, Any] | None,
+    live: LiveRecord | None,
     opts: dict[str, Any],
 ) -> tuple[str, dict[str, Any]]:
     run = store.run(run_id)
@@ -228,10 +234,11 @@ def _resumable(
                 f"run {run['run_id']} was started on {stored[0]} {stored[1] or ''} "
                 f"{stored[2] or ''}; resume it with the same --url and --model"
             )
-    elif run["profile"] != live["profile"] or run["profile_hash"] != live.get("hash"):
+    elif (run["profile"], run["profile_hash"]) != (live.serve.profile, live.serve.hash or None):
         raise StateError(
             f"run {run['run_id']} was started on {run['profile']} ({run['profile_hash']}); "
-            f"the live serve is {live['profile']} ({live.get('hash')}): switch back to resume it"
+            f"the live serve is {live.serve.profile} ({live.serve.hash or None}): switch back "
+            "to resume it"
         )
     # The stored options win: a resumed run must ask the same questions the same way.
     merged = {**opts, **run["options"]}

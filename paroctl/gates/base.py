@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from paroctl import __version__, state
 from paroctl.client import Client, Metrics
 from paroctl.errors import ParoctlError, RuntimeFailure, StateError
+from paroctl.records import LiveRecord
 
 if TYPE_CHECKING:
     from paroctl.profile.profiles import Profile
@@ -31,58 +32,67 @@ EXTERNAL = "external"
 
 @dataclass(frozen=True)
 class Target:
-    """The live serve as verified: address, served name, max length, server version, record."""
+    """The live serve as verified: address, served name, max length, server version, record
+    (None for an endpoint given by URL)."""
 
     base_url: str
     model: str
     served_names: tuple[str, ...]
     max_model_len: int | None
     server_version: str | None
-    live: Mapping[str, Any]
+    live: LiveRecord | None
 
     @property
     def profile(self) -> str:
         """The live profile's name, or "external" for an endpoint given by URL."""
-        return str(self.live["profile"])
+        return EXTERNAL if self.live is None else self.live.serve.profile
 
     @property
     def external(self) -> bool:
         """Whether this is an endpoint given by URL rather than this box's live serve."""
         return self.profile == EXTERNAL
 
+    @property
+    def profile_hash(self) -> str | None:
+        """The hash of the profile the live serve booted from (provenance); None when unknown."""
+        return None if self.external or self.live is None else (self.live.serve.hash or None)
 
-def read_target_record() -> dict[str, Any]:
+
+def read_target_record() -> LiveRecord:
     """The live record, or StateError when nothing is live."""
     live = state.read_live()
     if live is None:
         raise StateError(NOTHING_LIVE)
-    missing = [key for key in ("profile", "host", "port", "served_names") if not live.get(key)]
+    serve = live.serve
+    needed = {"profile": serve.profile, "host": serve.host, "port": serve.port}
+    missing = [
+        key for key, value in {**needed, "served_names": serve.served_names}.items() if not value
+    ]
     if missing:
         raise StateError(f"{state.live_path()}: live record lacks {', '.join(missing)}")
     return live
 
 
-def base_url_of(live: Mapping[str, Any]) -> str:
+def base_url_of(live: LiveRecord) -> str:
     """The HTTP address of a live record (a wildcard bind is reached on loopback)."""
-    host = str(live["host"])
-    host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
-    return f"http://{host}:{int(live['port'])}"
+    return live.serve.url
 
 
-def connect(live: Mapping[str, Any], client: Client) -> Target:
+def connect(live: LiveRecord, client: Client) -> Target:
     """Verify /v1/models lists the live record's served names; never trust a stale pointer."""
-    want = tuple(str(name) for name in live["served_names"])
+    want = live.serve.served_names
     try:
         entries = client.model_entries(retries=CONNECT_RETRIES)
     except RuntimeFailure as exc:
         raise RuntimeFailure(
-            f"{client.url('/v1/models')}: the live serve ({live['profile']}) does not answer "
+            f"{client.url('/v1/models')}: the live serve ({live.serve.profile}) does not answer "
             f"({exc.message}); check it with `paroctl status`"
         ) from exc
     if not set(want) <= set(entries):
         raise StateError(
             f"{client.base_url} lists {sorted(entries)}, not the live record's {list(want)} "
-            f"(profile {live['profile']}): the live pointer is stale; run `paroctl switch NAME`"
+            f"(profile {live.serve.profile}): the live pointer is stale; run `paroctl switch "
+            "NAME`"
         )
     return _target(client, want, entries, live)
 
@@ -98,14 +108,14 @@ def connect_external(client: Client, model: str) -> Target:
         ) from exc
     if model not in entries:
         raise StateError(f"{client.base_url} serves {sorted(entries)}, not --model {model!r}")
-    return _target(client, (model,), entries, {"profile": EXTERNAL, "served_names": [model]})
+    return _target(client, (model,), entries, None)
 
 
 def _target(
     client: Client,
     want: tuple[str, ...],
     entries: Mapping[str, Mapping[str, Any]],
-    live: Mapping[str, Any],
+    live: LiveRecord | None,
 ) -> Target:
     max_len = entries[want[0]].get("max_model_len")
     return Target(
@@ -115,7 +125,7 @@ def _target(
         max_model_len=int(max_len) if max_len else None,
         # /version is provenance, not a precondition: an old server without it still gates.
         server_version=client.version(),
-        live=dict(live),
+        live=live,
     )
 
 

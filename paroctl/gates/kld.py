@@ -361,7 +361,8 @@ def run(ctx: GateContext) -> Outcome:
         )
     flat_ref = [r for c in reference.rows for r in c]
     stats = kl_stats(flat_ref, [r for c in cand_rows for r in c])
-    boot_id = reference.candidate_boot_id or ctx.target.live.get("boot_id")
+    live = ctx.target.live
+    boot_id = reference.candidate_boot_id or (live.boot_id if live else None)
     return _verdict(plan, stats, reference, boot_id, key)
 
 

@@ -16,7 +16,17 @@ from typing import Any
 
 from paroctl import state
 from paroctl.errors import EXIT_GATE_FAILED, RuntimeFailure
-from paroctl.image import images
+from paroctl.image.labels import (
+    LABEL_KERNELS,
+    LABEL_PLUGIN,
+    LABEL_SHA,
+    LABEL_TORCH,
+    LABEL_TRITON,
+    LABEL_TRITON_SERIES,
+    LABEL_VLLM,
+    image_info,
+    images_dir,
+)
 from paroctl.serve import engine
 
 SCRIPT = "doctor.py"
@@ -48,20 +58,20 @@ class DoctorResult:
 
 def script_text() -> str:
     """The doctor script shipped in images/."""
-    return (images.images_dir() / SCRIPT).read_text()
+    return (images_dir() / SCRIPT).read_text()
 
 
 def doctor_args(labels: Mapping[str, str]) -> list[str]:
     """The doctor's expectations from an image's paroctl labels (pure); absent labels: unchecked."""
-    vllm = labels.get(f"{images.LABEL}.vllm-version", "")
+    vllm = labels.get(LABEL_VLLM, "")
     wanted = {
         "--vllm": vllm.split("==")[-1],
-        "--plugin": labels.get(images.LABEL_PLUGIN, ""),
-        "--kernels": labels.get(f"{images.LABEL}.kernels-version", ""),
-        "--torch": labels.get(images.LABEL_TORCH, ""),
-        "--triton-min": labels.get(images.LABEL_TRITON, ""),
-        "--triton-series": labels.get(images.LABEL_TRITON_SERIES, ""),
-        "--source-sha": labels.get(images.LABEL_SHA, ""),
+        "--plugin": labels.get(LABEL_PLUGIN, ""),
+        "--kernels": labels.get(LABEL_KERNELS, ""),
+        "--torch": labels.get(LABEL_TORCH, ""),
+        "--triton-min": labels.get(LABEL_TRITON, ""),
+        "--triton-series": labels.get(LABEL_TRITON_SERIES, ""),
+        "--source-sha": labels.get(LABEL_SHA, ""),
     }
     return [part for flag, value in wanted.items() if value for part in (flag, value)]
 
@@ -88,7 +98,7 @@ def run_doctor(ref: str, api: engine.Api | None = None) -> DoctorResult:
     raw = api.inspect_image(ref)
     if raw is None:
         raise RuntimeFailure(f"no image {ref} in the engine at {api.base_url} (paroctl image list)")
-    info = images.image_info(raw)
+    info = image_info(raw)
     argv = ["-c", script_text(), *doctor_args(info.labels)]
     done = api.run(info.id, argv, entrypoint=["python3"], timeout_s=RUN_TIMEOUT_S)
     return parse(info.id, done.returncode, done.stdout, done.stderr)

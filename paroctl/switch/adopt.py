@@ -5,28 +5,34 @@
   started from (the unit's rendered header, the local pid record) and what its port answers.
 - `adopt` makes such a serve live after the same checks a switch's boot passes (identity,
   markers, CPU decision, provenance, sanity); it starts and stops nothing.
-- `resume` finishes an interrupted switch: a new serve still booting or verifying is verified
-  where it runs; any other step is settled (what runs is stopped) and the switch, or its
-  rollback, is run again.
+- finishing an interrupted switch (`switch --resume`) is the switch's own work:
+  paroctl/switch/switch.py `resume`.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
-from paroctl import net, state
+from paroctl import state
 from paroctl.errors import ParoctlError, RuntimeFailure, StateError
 from paroctl.events import Event
-from paroctl.profile import profiles, secrets
+from paroctl.profile import profiles
 from paroctl.profile.profiles import Profile
-from paroctl.serve import cpu, engine
+from paroctl.records import LiveRecord
+from paroctl.serve import engine
 from paroctl.switch import journal, recovery
-from paroctl.switch import switch as switch_mod
+from paroctl.switch.record import (
+    BootRecord,
+    Deps,
+    SwitchFailed,
+    api_key_for,
+    record_from_live,
+    serve_ref,
+)
+from paroctl.switch.verify import verify_where_it_runs
 
 
 @dataclass(frozen=True)
@@ -44,24 +50,14 @@ class Found:
         """Started from the profile as it is now (the hash in its unit or pid record)."""
         return self.running_hash == self.profile.hash
 
-    def as_live(self) -> dict[str, Any]:
-        """A live.json-shaped record, so the switch can drain and stop it like the old serve."""
-        body = self.profile.body
-        return {
-            "profile": self.profile.name,
-            "hash": self.running_hash or "",
-            "runtime": body.runtime.kind,
-            "scope": body.runtime.scope,
-            "host": body.serve.host,
-            "port": body.serve.port,
-            "served_names": list(body.model.served_names),
-            "grace_s": body.container.stop_grace_s,
-        }
+    def as_live(self) -> LiveRecord:
+        """A live record of it, so the switch can drain and stop it like the old serve."""
+        return LiveRecord(serve=serve_ref(self.profile, running_hash=self.running_hash or ""))
 
     def describe(self) -> str:
         """One line: what runs, where, and whether it answers as the profile says."""
         body = self.profile.body
-        where = f"http://{net.connect_host(body.serve.host)}:{body.serve.port}"
+        where = serve_ref(self.profile).url
         pid = f", pid {self.pid}" if self.pid is not None else ""
         health = "ok" if self.healthy else "NOT ANSWERING"
         names = ", ".join(self.served_names) or "-"
@@ -92,10 +88,10 @@ def discover(
         except (ParoctlError, OSError):
             continue  # no such runtime here (no systemd on this machine): nothing of it runs
         try:
-            key = secrets.api_key_for(profile)
+            key = api_key_for(profile)
         except ParoctlError:
             key = None  # its names then read as not answering; adopt/switch say why
-        healthy, names = recovery.probe(body.serve.host, body.serve.port, key)
+        healthy, names = recovery.probe(serve_ref(profile).url, key)
         found.append(Found(profile, pid, running, healthy, names))
     return found
 
@@ -110,9 +106,7 @@ def _loadable() -> list[Profile]:
     return loaded
 
 
-def adopt(
-    target: Profile, deps: switch_mod.Deps, *, timeout_s: float | None = None
-) -> switch_mod.BootRecord:
+def adopt(target: Profile, deps: Deps, *, timeout_s: float | None = None) -> BootRecord:
     """Verify the running serve of target (started outside paroctl) and make it live."""
     with state.locked():
         entry = journal.read()
@@ -123,19 +117,17 @@ def adopt(
             )
         live = state.read_live()
         if live:
-            if live.get("profile") == target.name and live.get("hash") == target.hash:
+            if live.serve.profile == target.name and live.serve.hash == target.hash:
                 deps.events(Event("step", f"{target.name} is already live"))
-                return switch_mod.record_from_live(live)
+                return record_from_live(live)
             raise StateError(
-                f"{live['profile']} is live; `paroctl adopt` takes a serve paroctl does not "
+                f"{live.serve.profile} is live; `paroctl adopt` takes a serve paroctl does not "
                 "track (`paroctl switch` changes the live serve)"
             )
         return take(target, deps, timeout_s=timeout_s, origin="adopt")
 
 
-def take(
-    target: Profile, deps: switch_mod.Deps, *, timeout_s: float | None, origin: str
-) -> switch_mod.BootRecord:
+def take(target: Profile, deps: Deps, *, timeout_s: float | None, origin: str) -> BootRecord:
     """The adoption itself (lock held): identity first, then the boot's own verification."""
     body = target.body
     runtime = deps.runtime_for(body.runtime.kind, body.runtime.scope)
@@ -159,7 +151,7 @@ def take(
     deps.events(Event("step", f"verifying the running {target.name} ({origin})"))
     cache = Path(engine.layout(target).cache_dir)
     try:
-        return _verify_where_it_runs(
+        return verify_where_it_runs(
             target,
             deps,
             jr=None,
@@ -169,114 +161,7 @@ def take(
             origin=origin,
         )
     except ParoctlError as exc:
-        raise switch_mod.SwitchFailed(
+        raise SwitchFailed(
             f"{target.name} runs but does not verify as its profile: {exc.message}\nit was "
             "not recorded as live; `paroctl stop` stops it, `paroctl switch NAME` replaces it"
         ) from exc
-
-
-def resume(
-    deps: switch_mod.Deps,
-    *,
-    load_profile: Callable[[str], Profile],
-    rollback: bool = True,
-    timeout_s: float | None = None,
-) -> switch_mod.BootRecord:
-    """Finish (or roll back, if that is what it was doing) the interrupted switch."""
-    with state.locked():
-        entry = journal.read()
-        if entry is None:
-            raise StateError("no interrupted switch to resume: the journal is empty")
-        if journal.owner_alive(entry.owner):
-            raise StateError(
-                f"the switch is still running (paroctl pid {entry.owner.pid}); let it finish"
-            )
-        live = state.read_live()
-        if recovery.had_finished(entry, live) and live is not None:
-            journal.clear()
-            deps.events(Event("step", f"the interrupted switch had finished: {live['profile']}"))
-            return switch_mod.record_from_live(live)
-        target = load_profile(entry.to_profile)
-        if _booting_target(entry, target, deps):
-            return _finish_boot(entry, target, deps, load_profile, rollback, timeout_s)
-    # Any other step: settle what runs (switch() recovers first) and take the step again.
-    goal = entry.from_profile if entry.rolling_back else entry.to_profile
-    if goal is None:
-        with state.locked():
-            recovery.recover(deps.runtime_for, deps.events)
-        raise switch_mod.SwitchFailed(
-            f"the interrupted {recovery.describe(entry)} had nothing to roll back to; the box "
-            "is stopped"
-        )
-    deps.events(Event("step", f"resuming: switching to {goal} again"))
-    return switch_mod.switch(
-        load_profile(goal), deps, load_profile=load_profile, rollback=rollback, timeout_s=timeout_s
-    )
-
-
-def _booting_target(entry: journal.Entry, target: Profile, deps: switch_mod.Deps) -> bool:
-    serve = entry.serve
-    if serve is None or entry.rolling_back or entry.step not in ("starting", "verifying"):
-        return False
-    if serve.profile != target.name or serve.hash != target.hash:
-        return False  # the profile changed since: boot it as it is now
-    return bool(deps.runtime_for(serve.runtime, serve.scope).is_active(target.name))
-
-
-def _finish_boot(
-    entry: journal.Entry,
-    target: Profile,
-    deps: switch_mod.Deps,
-    load_profile: Callable[[str], Profile],
-    rollback: bool,
-    timeout_s: float | None,
-) -> switch_mod.BootRecord:
-    """Verify the serve the interrupted switch started, where it runs; roll back if it fails."""
-    jr = journal.Journal.take_over(entry)
-    previous = switch_mod.previous_profile(switch_mod.before(entry), load_profile, deps)
-    deps.events(Event("step", f"resuming: verifying {target.name} where it runs"))
-    try:
-        record = _verify_where_it_runs(
-            target,
-            deps,
-            jr=jr,
-            timeout_s=timeout_s,
-            first_boot=True,  # unknown after the kill: its KV size is not trusted
-            started_at=entry.started_at,
-            origin="resume",
-        )
-    except ParoctlError as exc:
-        cause = exc.message
-    except (Exception, KeyboardInterrupt) as exc:
-        cause = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    else:
-        jr.clear()
-        return record
-    switch_mod.fail(target, previous, cause, deps, jr, rollback=rollback)
-
-
-def _verify_where_it_runs(
-    target: Profile,
-    deps: switch_mod.Deps,
-    *,
-    jr: journal.Journal | None,
-    timeout_s: float | None,
-    first_boot: bool,
-    started_at: str,
-    origin: str,
-) -> switch_mod.BootRecord:
-    """The boot's verification of target's running serve, with the CPU decision it booted with."""
-    plan = cpu.plan_for(target)
-    runtime = deps.runtime_for(target.body.runtime.kind, target.body.runtime.scope)
-    return switch_mod.verify_running(
-        cpu.apply(target, plan),
-        deps,
-        runtime,
-        jr=jr,
-        start=time.monotonic(),
-        timeout_s=timeout_s,
-        cpu_plan=plan,
-        first_boot=first_boot,
-        started_at=started_at,
-        origin=origin,
-    )

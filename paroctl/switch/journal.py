@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -20,6 +21,7 @@ from typing import Any
 
 from paroctl import state
 from paroctl.errors import StateError
+from paroctl.records import LiveRecord, ServeRef
 from paroctl.serve.runtime.local import kernel_boot_id, read_proc
 
 VERSION = 1
@@ -40,23 +42,10 @@ class Owner:
 
 
 @dataclass(frozen=True)
-class Serve:
-    """A serve the journal says may run: found by runtime and name, proven by port and names."""
-
-    profile: str
-    hash: str
-    runtime: str
-    scope: str
-    host: str
-    port: int
-    served_names: tuple[str, ...]
-    grace_s: float
-    pid: int | None = None
-
-
-@dataclass(frozen=True)
 class Entry:
-    """One switch in progress: intent (from -> to, owner, boot id), the step reached, what runs."""
+    """One switch in progress: intent (from -> to, owner, boot id), the step reached, what runs
+    (the serve that may run: found by runtime and name, proven by port and names; its main pid
+    once started)."""
 
     boot_id: str
     from_profile: str | None
@@ -64,15 +53,19 @@ class Entry:
     to_profile: str
     owner: Owner
     step: str
-    serve: Serve | None
+    serve: ServeRef | None
     rolling_back: bool = False
     started_at: str = ""
     updated_at: str = ""
     version: int = field(default=VERSION)
+    pid: int | None = None  # on disk inside "serve", as it always was
 
     def as_dict(self) -> dict[str, Any]:
-        """Plain dict (JSON-able)."""
-        return asdict(self)
+        """Plain dict (JSON-able), the keys the journal file has always had."""
+        data = asdict(self)
+        pid = data.pop("pid")
+        data["serve"] = None if self.serve is None else {**self.serve.as_dict(), "pid": pid}
+        return data
 
 
 def path() -> Path:
@@ -167,12 +160,13 @@ def from_dict(data: Mapping[str, Any]) -> Entry:
         rolling_back=bool(data["rolling_back"]),
         started_at=str(data["started_at"]),
         updated_at=str(data["updated_at"]),
+        pid=None if serve is None or serve.get("pid") is None else int(serve["pid"]),
     )
 
 
-def _serve(data: Mapping[str, Any]) -> Serve:
-    pid = data.get("pid")
-    return Serve(
+def _serve(data: Mapping[str, Any]) -> ServeRef:
+    # Every key is required here: the journal always writes them all.
+    return ServeRef(
         profile=str(data["profile"]),
         hash=str(data["hash"]),
         runtime=str(data["runtime"]),
@@ -181,21 +175,6 @@ def _serve(data: Mapping[str, Any]) -> Serve:
         port=int(data["port"]),
         served_names=tuple(str(name) for name in data["served_names"]),
         grace_s=float(data["grace_s"]),
-        pid=None if pid is None else int(pid),
-    )
-
-
-def serve_from_live(live: Mapping[str, Any]) -> Serve:
-    """The journal's view of a live.json record (the old serve while it is being stopped)."""
-    return Serve(
-        profile=str(live["profile"]),
-        hash=str(live.get("hash", "")),
-        runtime=str(live.get("runtime", "local")),
-        scope=str(live.get("scope", "system")),
-        host=str(live["host"]),
-        port=int(live["port"]),
-        served_names=tuple(live.get("served_names", ())),
-        grace_s=float(live.get("grace_s", 30)),
     )
 
 
@@ -218,17 +197,17 @@ class Journal:
         self.entry = entry
 
     @classmethod
-    def begin(cls, live: Mapping[str, Any] | None, to_profile: str) -> Journal:
+    def begin(cls, live: LiveRecord | None, to_profile: str) -> Journal:
         """Record the intent: from what is live to to_profile, owned by this process."""
         now = _now()
         entry = Entry(
             boot_id=new_boot_id(),
-            from_profile=None if live is None else str(live["profile"]),
-            from_hash=None if live is None else str(live.get("hash", "")),
+            from_profile=None if live is None else live.serve.profile,
+            from_hash=None if live is None else live.serve.hash,
             to_profile=to_profile,
             owner=me(),
             step="stopping-old" if live else "old-gone",
-            serve=serve_from_live(live) if live else None,
+            serve=None if live is None else live.serve,
             started_at=now,
             updated_at=now,
         )
@@ -250,18 +229,22 @@ class Journal:
     def step(
         self,
         step: str,
-        serve: Serve | None = _KEEP,
+        serve: ServeRef | None = _KEEP,
         *,
+        pid: int | None = None,
         boot_id: str | None = None,
         rolling_back: bool | None = None,
     ) -> None:
-        """Record that step is about to be taken (and what may run while it is)."""
+        """Record that step is about to be taken (and what may run while it is: a new serve
+        drops the old one's pid; pid names the main process of the serve once started)."""
         if step not in STEPS:
             raise ValueError(f"unknown journal step {step!r}")
+        keep = serve is _KEEP
         self.entry = replace(
             self.entry,
             step=step,
-            serve=self.entry.serve if serve is _KEEP else serve,
+            serve=self.entry.serve if keep else serve,
+            pid=pid if pid is not None else (self.entry.pid if keep else None),
             boot_id=boot_id or self.entry.boot_id,
             rolling_back=self.entry.rolling_back if rolling_back is None else rolling_back,
             updated_at=_now(),
@@ -271,3 +254,11 @@ class Journal:
     def clear(self) -> None:
         """The switch ended in a state live.json describes: drop the journal."""
         clear()
+
+
+def hold(step: str) -> None:
+    """Fault injection for the kill-at-every-step tests: with PAROCTL_TEST_HOLD_AT=<step>, stop
+    this process (SIGSTOP) right after the journal recorded step, so a test can SIGKILL it there
+    deterministically. Unset (always, outside those tests) it does nothing."""
+    if state.env("PAROCTL_TEST_HOLD_AT") == step:
+        os.kill(os.getpid(), signal.SIGSTOP)

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from paroctl.gates.base import GateContext, Progress
     from paroctl.gates.kld import Reference, Request
     from paroctl.profile.profiles import Profile
+    from paroctl.records import LiveRecord
 
 
 def switch_to(
@@ -29,7 +30,7 @@ def switch_to(
     progress: Progress,
     events: EventSink | None = None,
     timeout_s: float | None = None,
-) -> Mapping[str, Any]:
+) -> LiveRecord:
     """Make profile live through the switch protocol (its own rollback); return the live record."""
     from paroctl import state
     from paroctl.profile import profiles
@@ -46,23 +47,24 @@ def switch_to(
 
 def kld_reference_by_switching(ctx: GateContext, request: Request) -> Reference:
     """Collect the KLD reference on the reference profile's own serve, then switch back."""
-    from paroctl.gates import base, kld
+    from paroctl.gates import kld
 
     plan = request.plan
     same = plan.reference.name == plan.candidate.name
-    if not same and plan.candidate.hash != ctx.target.live.get("hash"):
+    booted = ctx.target.profile_hash
+    if not same and plan.candidate.hash != booted:
         raise StateError(
             f"{plan.candidate.name} changed since it booted (hash "
-            f"{ctx.target.live.get('hash')} -> {plan.candidate.hash}); switch to it first so "
+            f"{booted} -> {plan.candidate.hash}); switch to it first so "
             "the gate can switch back to the same build"
         )
     switches: list[str] = []
-    live: Mapping[str, Any] = ctx.target.live
+    live = ctx.target.live
     try:
         if not same:
             live = switch_to(plan.reference, ctx.progress)
             switches.append(plan.reference.name)
-        with ctx.client.at(base.base_url_of(live)) as client:
+        with ctx.client.at(ctx.target.base_url if live is None else live.serve.url) as client:
             kld.check_tokenizer(client, plan.reference, request.text, request.probe_ids)
             version = client.version()
             rows = kld.collect_side(ctx, client, plan.reference, request)
@@ -76,8 +78,8 @@ def kld_reference_by_switching(ctx: GateContext, request: Request) -> Reference:
         rows=rows,
         note=request.why,
         switches=tuple(switches),
-        candidate_url=base.base_url_of(live),
-        candidate_boot_id=live.get("boot_id"),
+        candidate_url=ctx.target.base_url if live is None else live.serve.url,
+        candidate_boot_id=None if live is None else live.boot_id,
     )
 
 
@@ -189,7 +191,7 @@ def run(
     target = profiles.load(profile_name)
     names = gate_list(gates, target)
     live = state.read_live()
-    previous = str(live["profile"]) if live else None
+    previous = live.serve.profile if live else None
     if dry_run:
         lines = plan_lines(target, previous, names)
         return Decision(target.name, previous, "planned", (), None, "\n".join(lines))
@@ -213,7 +215,7 @@ def _gate(
     name: str,
     options: dict[str, Any],
     target: Profile,
-    previous: Mapping[str, Any] | None,
+    previous: LiveRecord | None,
     store_path: Path | None,
 ) -> Verdict:
     from paroctl.errors import ParoctlError
@@ -247,7 +249,7 @@ def _gate(
 
 
 def paired_gsm8k(
-    run_id: str, previous: Mapping[str, Any], margin: float, store_path: Path | None
+    run_id: str, previous: LiveRecord, margin: float, store_path: Path | None
 ) -> dict[str, Any] | None:
     """McNemar against the previous build's newest GSM8K run on the same prompts, if it has one."""
     from dataclasses import asdict
@@ -264,8 +266,8 @@ def paired_gsm8k(
             (
                 run
                 for run in store.runs(gate="gsm8k")
-                if run["profile"] == previous["profile"]
-                and run["profile_hash"] == previous.get("hash")
+                if run["profile"] == previous.serve.profile
+                and run["profile_hash"] == (previous.serve.hash or None)
                 and run["status"] in ("pass", "fail", "unjudged")
                 and all(run["summary"].get(k) == mine.get(k) for k in same)
             ),
@@ -295,8 +297,8 @@ def _roll_back(previous: str | None, progress: Progress, events: EventSink | Non
 
 def _record(
     target: Profile,
-    candidate: Mapping[str, Any],
-    previous: Mapping[str, Any] | None,
+    candidate: LiveRecord,
+    previous: LiveRecord | None,
     decision: str,
     verdicts: Sequence[Verdict],
     store_path: Path | None,
@@ -312,15 +314,17 @@ def _record(
     message = f"{decision}: {target.name} ({gates_text})"
     with open_store(store_path) as store:
         old_runs = (
-            [r["run_id"] for r in store.last_gate_results(previous["profile"])] if previous else []
+            [r["run_id"] for r in store.last_gate_results(previous.serve.profile)]
+            if previous
+            else []
         )
         provenance = Provenance(
             profile=target.name,
-            profile_hash=candidate.get("hash"),
-            knobs=candidate.get("knobs") or {},
-            image=candidate.get("image"),
-            boot_id=candidate.get("boot_id"),
-            first_boot=candidate.get("first_boot"),
+            profile_hash=candidate.serve.hash or None,
+            knobs=dict(candidate.knobs),
+            image=candidate.image,
+            boot_id=candidate.boot_id,
+            first_boot=candidate.first_boot,
             paroctl_version=paroctl_version(),
             server_version=None,
         )
@@ -330,12 +334,12 @@ def _record(
             "rule": target.body.gates.inconclusive,
             "gates": [asdict(v) for v in verdicts],
             "previous": {
-                "profile": previous["profile"] if previous else None,
-                "hash": previous.get("hash") if previous else None,
-                "boot_id": previous.get("boot_id") if previous else None,
+                "profile": previous.serve.profile if previous else None,
+                "hash": (previous.serve.hash or None) if previous else None,
+                "boot_id": previous.boot_id if previous else None,
                 "run_ids": old_runs,
             },
         }
         store.finish_run(run_id, DECISIONS[decision], summary, message=message)
-    prev_name = str(previous["profile"]) if previous else None
+    prev_name = previous.serve.profile if previous else None
     return Decision(target.name, prev_name, decision, tuple(verdicts), run_id, message)

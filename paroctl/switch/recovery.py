@@ -4,24 +4,24 @@ The rule on status/stop/switch: the stranded serve is stopped through its runtim
 journal (and a live.json naming that serve) is cleared; `status` reports without acting. One
 exception: a switch killed after it recorded the new serve as live (live.json carries the
 journal's boot id) had finished, and only its journal is dropped. `switch --resume`
-(paroctl/adopt.py) instead finishes the interrupted switch: a new serve still booting or
-verifying is verified where it runs.
+(`resume` in paroctl/switch/switch.py) instead finishes the interrupted switch: a new serve
+still booting or verifying is verified where it runs.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from paroctl import net, state
 from paroctl.client import Client
 from paroctl.errors import ParoctlError, RuntimeFailure, StateError
 from paroctl.events import Event, EventSink
-from paroctl.profile import secrets
+from paroctl.records import LiveRecord, ServeRef
 from paroctl.serve.runtime.base import Runtime
 from paroctl.switch import journal
+from paroctl.switch.record import api_key_named
 
 RuntimeFor = Callable[[str, str], Runtime]
 PORT_CLOSE_MARGIN_S = 30.0
@@ -40,10 +40,10 @@ class Stranded:
     finished: bool  # killed after recording: live.json already names the verified serve
 
 
-def had_finished(entry: journal.Entry, live: Mapping[str, Any] | None) -> bool:
+def had_finished(entry: journal.Entry, live: LiveRecord | None) -> bool:
     """live.json carries the journal's boot id: only a serve this switch verified is written
     there (each switch has its own id), so it had finished whatever step the journal names."""
-    return live is not None and live.get("boot_id") == entry.boot_id
+    return live is not None and live.boot_id == entry.boot_id
 
 
 def inspect(runtime_for: RuntimeFor) -> Stranded | None:
@@ -62,13 +62,12 @@ def inspect(runtime_for: RuntimeFor) -> Stranded | None:
     return Stranded(entry, alive, pid is not None, pid, healthy, names, done)
 
 
-def _probe(serve: journal.Serve) -> tuple[bool, tuple[str, ...]]:
-    return probe(serve.host, serve.port, secrets.api_key_named(serve.profile))
+def _probe(serve: ServeRef) -> tuple[bool, tuple[str, ...]]:
+    return probe(serve.url, api_key_named(serve.profile))
 
 
-def probe(host: str, port: int, key: str | None) -> tuple[bool, tuple[str, ...]]:
+def probe(url: str, key: str | None) -> tuple[bool, tuple[str, ...]]:
     """Whether a serve answers /health, and the names its /v1/models lists (one attempt each)."""
-    url = f"http://{net.connect_host(host)}:{port}"
     with Client(url, retries=0, timeout_s=5, api_key=key) as client:
         try:
             healthy = client.health()
@@ -86,7 +85,7 @@ def describe(entry: journal.Entry) -> str:
     )
 
 
-def plan_line(entry: journal.Entry, live: Mapping[str, Any] | None) -> str:
+def plan_line(entry: journal.Entry, live: LiveRecord | None) -> str:
     """What recover() would do about entry, for --dry-run."""
     if had_finished(entry, live):
         return f"interrupted {describe(entry)}: it had finished; clear {journal.path()}"
@@ -134,18 +133,18 @@ def recover(runtime_for: RuntimeFor, events: EventSink) -> journal.Entry | None:
     return entry
 
 
-def live_after(entry: journal.Entry, live: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+def live_after(entry: journal.Entry, live: LiveRecord | None) -> LiveRecord | None:
     """What live.json names once recover() settled entry: nothing if it named the stopped serve."""
     if live is None or had_finished(entry, live):
         return live
     serve = entry.serve
-    return None if serve is not None and live.get("profile") == serve.profile else live
+    return None if serve is not None and live.serve.profile == serve.profile else live
 
 
-def stop_serve(serve: journal.Serve, runtime_for: RuntimeFor) -> None:
+def stop_serve(serve: ServeRef, runtime_for: RuntimeFor) -> None:
     """Stop a journal's serve through its runtime; return once its port is closed and it is gone."""
     runtime = runtime_for(serve.runtime, serve.scope)
-    runtime.stop(serve.profile, serve.grace_s)
+    runtime.stop(serve.profile, float(serve.grace_s))
     host = net.connect_host(serve.host)
     try:
         net.wait_port_closed(host, serve.port, timeout=serve.grace_s + PORT_CLOSE_MARGIN_S)

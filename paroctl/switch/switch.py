@@ -1,110 +1,45 @@
 """The switch protocol over a runtime and an HTTP client: the old serve never passes for the new.
 
 lock -> resolve the live serve -> drain and stop it -> wait until its port is closed and its
-processes are gone (and GPU memory is back) -> start the new one -> follow its log through the boot
-phases -> /v1/models lists exactly the profile's served names -> boot markers -> KV tokens ->
-one sanity completion -> record the boot. Any failure after the old serve stopped: keep the log,
-stop the new serve, bring the previous profile back and verify it the same way.
+processes are gone (and GPU memory is back) -> start the new one -> verify it (paroctl/switch/
+verify.py: boot phases, /v1/models lists exactly the profile's served names, boot markers, KV
+tokens, one sanity completion) -> record the boot. Any failure after the old serve stopped: keep
+the log, stop the new serve, bring the previous profile back and verify it the same way.
+`resume` finishes a switch that was interrupted (its journal's owner is gone).
 """
 
 from __future__ import annotations
 
-import os
-import re
-import signal
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
 from paroctl import gpu, net, state
 from paroctl.client import Client
-from paroctl.errors import ParoctlError, RuntimeFailure
-from paroctl.events import Event as Event
-from paroctl.events import EventSink as EventSink
+from paroctl.errors import ParoctlError, RuntimeFailure, StateError
+from paroctl.events import Event, EventSink
 from paroctl.image import images
-from paroctl.profile import secrets
 from paroctl.profile.profiles import Profile
+from paroctl.records import BootRecord, LiveRecord
 from paroctl.serve import cpu, engine, modelinfo, render
 from paroctl.serve.runtime.base import Runtime, ServeSpec
-from paroctl.switch import journal, recovery
-
-PHASES = ("starting", "loading weights", "compiling", "capturing graphs", "kv cache sized", "ready")
-KV_RE = re.compile(r"KV cache size: ([\d,]+) tokens")
-# vLLM's own log lines that mark each boot phase (vllm 0.32: gpu/cpu_model_runner.py,
-# compilation/backends.py, v1/core/kv_cache_utils.py, entrypoints/launchers/launcher.py).
-PHASE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("loading weights", re.compile(r"Starting to load model|Loading weights|Loading safetensors")),
-    # Not a bare "torch.compile": an eager boot logs "Enforce eager set, disabling torch.compile".
-    ("compiling", re.compile(r"Dynamo bytecode transform|Compiling a graph for|compile took")),
-    ("capturing graphs", re.compile(r"Capturing (CUDA )?graphs")),
-    ("kv cache sized", KV_RE),
-    ("ready", re.compile(r"Application startup complete|Available routes are")),
+from paroctl.switch import adopt, journal, recovery
+from paroctl.switch.record import (
+    Deps,
+    SwitchFailed,
+    api_key_named,
+    record_from_live,
+    serve_ref,
 )
-POLL_S = 0.05
+from paroctl.switch.verify import RUNNING, verify_running, verify_where_it_runs
+
 DRAIN_TIMEOUT_S = 30.0
-RUNNING = "vllm:num_requests_running"
-# How a serve started with engine.LOAD_TRACKING_FLAG says so in its boot log (vLLM's
-# "non-default args: {...}" line): its drain may then read /load.
-LOAD_TRACKED = "'enable_server_load_tracking': True"
-ALIVE_CHECK_S = 0.25  # how often a boot's process is asked whether it still runs
 DRAIN_POLL_S = 0.05  # a request just finished (or cut off, like the sanity check) leaves fast
 PORT_CLOSE_MARGIN_S = 30.0
 GPU_IDLE_MIB = 1024
 GPU_WAIT_S = 60.0
-
-
-class SwitchFailed(ParoctlError):
-    """A switch did not end on the requested profile; the message says where the box is now."""
-
-
-@dataclass
-class BootRecord:
-    """What a boot proved, recorded in the results store and as the live pointer."""
-
-    boot_id: str
-    profile: str
-    hash: str
-    runtime: str
-    scope: str
-    host: str
-    port: int
-    served_names: list[str]
-    knobs: dict[str, str]
-    image: str
-    cache_dir: str
-    first_boot: bool
-    kv_tokens: int | None
-    phases: dict[str, float]
-    started_at: str
-    boot_s: float
-    health_s: float
-    grace_s: int
-    log: str
-    ok: bool = True
-    cause: str = ""
-    since: str = field(default="")
-    cpu: dict[str, Any] | None = None  # a CPU box: the dtype/cores/KV decision it booted with
-    origin: str = "switch"  # "switch", "adopt" (started outside paroctl) or "resume"
-    # What the stop's drain reads: "load" (/load, when the boot log shows load tracking on) or
-    # "metrics" (/metrics' running gauge; also what a record without this field gets).
-    drain: str = "metrics"
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain dict (JSON-able)."""
-        return asdict(self)
-
-
-@dataclass
-class Deps:
-    """The switch's collaborators; tests and the systemd-in-a-container harness swap them."""
-
-    runtime_for: Callable[[str, str], Runtime]
-    events: EventSink = lambda event: None
-    record_boot: Callable[[Mapping[str, Any]], None] | None = None
 
 
 def default_runtime(kind: str, scope: str) -> Runtime:
@@ -151,13 +86,13 @@ def switch(
             live, taken = _untracked(target, deps, timeout_s)
             if taken is not None:
                 return taken
-        same = live and live.get("profile") == target.name and live.get("hash") == target.hash
+        same = live and live.serve.profile == target.name and live.serve.hash == target.hash
         if same and live and _still_serving(live, deps):
             deps.events(Event("step", f"{target.name} is already live and answering"))
             return record_from_live(live)
         # After an interrupted switch nothing is live; what was live before it is the fallback.
-        before_switch = live or before(interrupted)
-        previous = previous_profile(before_switch, load_profile, deps)
+        was = (live.serve.profile, live.serve.hash) if live else before(interrupted)
+        previous = previous_profile(was, load_profile, deps)
         if previous is not None and previous.name == target.name:
             previous = None  # rolling back to the profile that just failed cannot help
         _preflight(target, deps)  # before the old serve is touched
@@ -178,12 +113,10 @@ def switch(
 
 def _untracked(
     target: Profile, deps: Deps, timeout_s: float | None
-) -> tuple[dict[str, Any] | None, BootRecord | None]:
+) -> tuple[LiveRecord | None, BootRecord | None]:
     """Serves running with nothing recorded (a unit started by systemd alone): the target itself,
     started from the profile as it is, is verified and taken as it runs; anything else is what
     the switch replaces (stopped like the old serve; the first one is the rollback target)."""
-    from paroctl.switch import adopt
-
     found = adopt.discover(deps.runtime_for)
     for serve in found:
         deps.events(Event("warn", f"running but not recorded as live: {serve.describe()}"))
@@ -217,15 +150,15 @@ def _preflight(target: Profile, deps: Deps) -> None:
     deps.events(Event("step", f"image {ref}: doctor ok" + (" (cached)" if result.cached else "")))
 
 
-def before(interrupted: journal.Entry | None) -> Mapping[str, Any] | None:
-    """What was live before an interrupted switch (its rollback target), as a live-like record."""
+def before(interrupted: journal.Entry | None) -> tuple[str, str | None] | None:
+    """What was live before an interrupted switch (its rollback target): profile and hash."""
     if interrupted is None or interrupted.from_profile is None:
         return None
-    return {"profile": interrupted.from_profile, "hash": interrupted.from_hash}
+    return interrupted.from_profile, interrupted.from_hash
 
 
-def _stop_old(live: Mapping[str, Any], deps: Deps, jr: journal.Journal) -> None:
-    _hold("stopping-old")
+def _stop_old(live: LiveRecord, deps: Deps, jr: journal.Journal) -> None:
+    journal.hold("stopping-old")
     try:
         stop_live(live, deps)
     except BaseException:
@@ -233,7 +166,7 @@ def _stop_old(live: Mapping[str, Any], deps: Deps, jr: journal.Journal) -> None:
             jr.clear()  # stop_live did not get as far as clearing live.json: it still tracks it
         raise
     jr.step("old-gone", serve=None)
-    _hold("old-gone")
+    journal.hold("old-gone")
 
 
 def fail(
@@ -285,14 +218,15 @@ def fail(
     )
 
 
-def stop_live(live: Mapping[str, Any], deps: Deps) -> None:
+def stop_live(live: LiveRecord, deps: Deps) -> None:
     """Drain and stop the live serve; return once its port is closed and its processes are gone."""
-    name, host, port = live["profile"], net.connect_host(live["host"]), int(live["port"])
-    runtime = deps.runtime_for(live.get("runtime", "local"), live.get("scope", "system"))
+    serve = live.serve
+    name, host, port = serve.profile, net.connect_host(serve.host), serve.port
+    runtime = deps.runtime_for(serve.runtime, serve.scope)
     start = time.monotonic()
-    _drain(host, port, deps, via=str(live.get("drain", "metrics")))
+    _drain(host, port, deps, via=live.drain)
     deps.events(Event("step", f"stopping {name}"))
-    grace = float(live.get("grace_s", 30))
+    grace = float(serve.grace_s)
     runtime.stop(name, grace)
     try:
         net.wait_port_closed(host, port, timeout=grace + PORT_CLOSE_MARGIN_S)
@@ -336,11 +270,10 @@ def boot(
         Event("step", f"starting {profile.name}" + (" (fresh cache)" if first_boot else ""))
     )
     start = time.monotonic()
-    serve = _journal_serve(profile)
-    jr.step("starting", serve=serve)
+    jr.step("starting", serve=serve_ref(profile))
     runtime.start(_spec(profile))
-    jr.step("starting", serve=replace(serve, pid=runtime.main_pid(profile.name)))
-    _hold("starting")
+    jr.step("starting", pid=runtime.main_pid(profile.name))
+    journal.hold("starting")
     return verify_running(
         profile,
         deps,
@@ -354,168 +287,90 @@ def boot(
     )
 
 
-def verify_running(
-    profile: Profile,
+def resume(
     deps: Deps,
-    runtime: Runtime,
     *,
-    jr: journal.Journal | None,
-    start: float,
-    timeout_s: float | None,
-    cpu_plan: cpu.CpuPlan | None,
-    first_boot: bool,
-    started_at: str,
-    origin: str = "switch",
+    load_profile: Callable[[str], Profile],
+    rollback: bool = True,
+    timeout_s: float | None = None,
 ) -> BootRecord:
-    """Prove a started serve is profile's (health, names, markers, CPU decision, provenance,
-    sanity) and make it the live pointer; `profile` is the one its unit or process was started
-    from (with the CPU decision applied). Also how `adopt` and `switch --resume` take a serve."""
-    body = profile.body
-    host, port = net.connect_host(body.serve.host), body.serve.port
-    watcher = LogWatcher(runtime.logs(profile.name, follow=True), start, deps.events)
-    client = Client(
-        f"http://{host}:{port}", retries=0, timeout_s=60, api_key=secrets.api_key_for(profile)
-    )
-    try:
-        health_s = _wait_healthy(profile, runtime, client, watcher, start, timeout_s)
-        # The sanity completion is the one check that waits on the model: it runs while the
-        # others (and the journal's step, which recovery reads like "starting") read what the
-        # boot produced; all must pass before anything is recorded.
-        sanity = _in_background(lambda: _sanity(profile, client), "paroctl-sanity")
-        if jr is not None:
-            jr.step("verifying")
-            _hold("verifying")
-        drain = "load" if any(LOAD_TRACKED in line for line in watcher.snapshot()) else "metrics"
-        metrics = (
-            _in_background(lambda: _read_metrics(client, deps), "paroctl-metrics")
-            if drain == "metrics"
-            else lambda: None
-        )
-        _check_identity(profile, client)
-        watcher.wait_for("ready", timeout_s=5.0)
-        _check_markers(profile, watcher)
-        lines = watcher.snapshot()
-        if cpu_plan is not None and (wrong := cpu.log_problems(cpu_plan, lines)):
-            raise RuntimeFailure("the serve did not take the CPU decision: " + "; ".join(wrong))
-        images.check_boot_provenance(profile, lines)
-        images.check_boot_source(profile, lines)
-        # Built while the completion runs: after it, only what needs its answer. (vLLM's worker
-        # busy-polls its queue for 1 s after each message: on 2 cores that halves paroctl's.)
-        modelinfo.keep(profile)
-        record = _boot_record(
-            profile, runtime, jr, watcher, cpu_plan,
-            first_boot=first_boot, started_at=started_at, health_s=health_s, drain=drain,
-            origin=origin,
-        )  # fmt: skip
-        sanity()
-        metrics()
-    finally:
-        client.close()
-    if record.kv_tokens is None:
-        deps.events(Event("warn", "no KV cache size line in the log"))
-    elif first_boot:
-        deps.events(
-            Event(
-                "warn",
-                f"KV cache {record.kv_tokens:,} tokens on a FRESH compile cache: not trusted",
+    """Finish (or roll back, if that is what it was doing) the interrupted switch: a new serve
+    still booting or verifying is verified where it runs; any other step is settled (what runs
+    is stopped) and the switch, or its rollback, is run again."""
+    with state.locked():
+        entry = journal.read()
+        if entry is None:
+            raise StateError("no interrupted switch to resume: the journal is empty")
+        if journal.owner_alive(entry.owner):
+            raise StateError(
+                f"the switch is still running (paroctl pid {entry.owner.pid}); let it finish"
             )
+        live = state.read_live()
+        if recovery.had_finished(entry, live) and live is not None:
+            journal.clear()
+            deps.events(Event("step", f"the interrupted switch had finished: {live.serve.profile}"))
+            return record_from_live(live)
+        target = load_profile(entry.to_profile)
+        if _booting_target(entry, target, deps):
+            return _finish_boot(entry, target, deps, load_profile, rollback, timeout_s)
+    # Any other step: settle what runs (switch() recovers first) and take the step again.
+    goal = entry.from_profile if entry.rolling_back else entry.to_profile
+    if goal is None:
+        with state.locked():
+            recovery.recover(deps.runtime_for, deps.events)
+        raise SwitchFailed(
+            f"the interrupted {recovery.describe(entry)} had nothing to roll back to; the box "
+            "is stopped"
         )
-    record = replace(
-        record,
-        boot_s=round(time.monotonic() - start, 3),
-        since=datetime.now(UTC).isoformat(timespec="seconds"),
+    deps.events(Event("step", f"resuming: switching to {goal} again"))
+    return switch(
+        load_profile(goal), deps, load_profile=load_profile, rollback=rollback, timeout_s=timeout_s
     )
-    # No journal step of its own: live.json with the journal's boot id says this switch finished
-    # (recovery.had_finished), one durable write less between the sanity and the answer. The
-    # results store's row (its own file and fsync) is written beside live.json and the journal's
-    # removal, not after them.
-    as_dict = record.as_dict()
-    stored = _in_background(lambda: _record(deps, as_dict), "paroctl-record")
-    state.write_live(as_dict)
-    if jr is not None:
-        jr.clear()  # live.json describes the box now; every caller would clear it next
-    stored()
-    deps.events(Event("step", f"{profile.name} is live", record.boot_s))
-    return record
 
 
-def _boot_record(
-    profile: Profile,
-    runtime: Runtime,
-    jr: journal.Journal | None,
-    watcher: LogWatcher,
-    cpu_plan: cpu.CpuPlan | None,
-    *,
-    first_boot: bool,
-    started_at: str,
-    health_s: float,
-    drain: str,
-    origin: str,
+def _booting_target(entry: journal.Entry, target: Profile, deps: Deps) -> bool:
+    serve = entry.serve
+    if serve is None or entry.rolling_back or entry.step not in ("starting", "verifying"):
+        return False
+    if serve.profile != target.name or serve.hash != target.hash:
+        return False  # the profile changed since: boot it as it is now
+    return bool(deps.runtime_for(serve.runtime, serve.scope).is_active(target.name))
+
+
+def _finish_boot(
+    entry: journal.Entry,
+    target: Profile,
+    deps: Deps,
+    load_profile: Callable[[str], Profile],
+    rollback: bool,
+    timeout_s: float | None,
 ) -> BootRecord:
-    """The record of a verified boot (boot_s and since are set once the sanity answered)."""
-    body = profile.body
-    return BootRecord(
-        boot_id=jr.boot_id if jr is not None else journal.new_boot_id(),
-        profile=profile.name,
-        hash=profile.hash,
-        runtime=body.runtime.kind,
-        scope=body.runtime.scope,
-        host=body.serve.host,
-        port=body.serve.port,
-        served_names=list(body.model.served_names),
-        knobs=dict(profile.knobs),
-        image=body.image.ref if body.image else engine.serve_argv(profile)[0],
-        cache_dir=engine.layout(profile).cache_dir,
-        first_boot=first_boot,
-        kv_tokens=watcher.kv_tokens,
-        phases=dict(watcher.phases),
-        started_at=started_at,
-        boot_s=0.0,
-        health_s=round(health_s, 3),
-        grace_s=body.container.stop_grace_s,
-        log=str(runtime.log_path(profile.name)),
-        since="",
-        cpu=cpu_plan.as_dict() if cpu_plan else None,
-        origin=origin,
-        drain=drain,
-    )
-
-
-def _in_background(work: Callable[[], None], name: str) -> Callable[[], None]:
-    """Start work in a daemon thread; the returned call waits for it and re-raises its error. A
-    check that fails first raises without waiting (the thread ends with its request, or with
-    the process: nothing waits on it at exit)."""
-    done = threading.Event()
-    failed: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            work()
-        except BaseException as exc:  # handed to the waiting thread, raised there
-            failed.append(exc)
-        finally:
-            done.set()
-
-    threading.Thread(target=run, name=name, daemon=True).start()
-
-    def wait() -> None:
-        done.wait()
-        if failed:
-            raise failed[0]
-
-    return wait
-
-
-def _hold(step: str) -> None:
-    """Fault injection for the kill-at-every-step tests: with PAROCTL_TEST_HOLD_AT=<step>, stop
-    this process (SIGSTOP) right after the journal recorded step, so a test can SIGKILL it there
-    deterministically. Unset (always, outside those tests) it does nothing."""
-    if state.env("PAROCTL_TEST_HOLD_AT") == step:
-        os.kill(os.getpid(), signal.SIGSTOP)
+    """Verify the serve the interrupted switch started, where it runs; roll back if it fails."""
+    jr = journal.Journal.take_over(entry)
+    previous = previous_profile(before(entry), load_profile, deps)
+    deps.events(Event("step", f"resuming: verifying {target.name} where it runs"))
+    try:
+        record = verify_where_it_runs(
+            target,
+            deps,
+            jr=jr,
+            timeout_s=timeout_s,
+            first_boot=True,  # unknown after the kill: its KV size is not trusted
+            started_at=entry.started_at,
+            origin="resume",
+        )
+    except ParoctlError as exc:
+        cause = exc.message
+    except (Exception, KeyboardInterrupt) as exc:
+        cause = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    else:
+        jr.clear()
+        return record
+    fail(target, previous, cause, deps, jr, rollback=rollback)
 
 
 def plan(
-    target: Profile, live: Mapping[str, Any] | None, interrupted: journal.Entry | None = None
+    target: Profile, live: LiveRecord | None, interrupted: journal.Entry | None = None
 ) -> list[str]:
     """The exact actions a switch would take, for --dry-run."""
     cpu_plan = cpu.plan_for(target)
@@ -528,8 +383,6 @@ def plan(
         lines.append(recovery.plan_line(interrupted, live))
         live = recovery.live_after(interrupted, live)
     elif live is None:
-        from paroctl.switch import adopt
-
         found = adopt.discover(default_runtime)
         lines += [f"running but not recorded as live: {serve.describe()}" for serve in found]
         if len(found) == 1 and found[0].profile.name == target.name and found[0].current:
@@ -540,11 +393,12 @@ def plan(
         lines += [f"stop {serve.profile.name} (not the rollback target)" for serve in found[1:]]
         live = found[0].as_live() if found else None
     if live:
+        old = live.serve
         lines += [
-            f"live: {live['profile']} ({live.get('runtime')}, http://{live['host']}:{live['port']})",
-            f"drain {live['profile']}: wait up to {DRAIN_TIMEOUT_S:g} s for running requests",
-            f"stop {live['profile']} (grace {live.get('grace_s', 30)} s); wait until "
-            f"{net.connect_host(live['host'])}:{live['port']} is closed and its processes are gone",
+            f"live: {old.profile} ({old.runtime}, http://{old.host}:{old.port})",
+            f"drain {old.profile}: wait up to {DRAIN_TIMEOUT_S:g} s for running requests",
+            f"stop {old.profile} (grace {old.grace_s} s); wait until "
+            f"{net.connect_host(old.host)}:{old.port} is closed and its processes are gone",
         ]
     else:
         lines.append("live: nothing")
@@ -565,92 +419,11 @@ def plan(
         f"record the boot; point live at {target.name}",
     ]
     if live:
-        lines.append(f"on failure: keep the log, stop {target.name}, restart {live['profile']}")
+        lines.append(f"on failure: keep the log, stop {target.name}, restart {live.serve.profile}")
     return lines
 
 
 # --- pieces --------------------------------------------------------------------------------------
-
-
-class LogWatcher:
-    """Follows a serve's log in a thread: phases with timings, the KV size, every line."""
-
-    def __init__(self, lines: Iterator[str], start: float, events: EventSink) -> None:
-        self.lines: list[str] = []
-        self.phases: dict[str, float] = {"starting": 0.0}
-        self.kv_tokens: int | None = None
-        self.failure: str | None = None  # why following the log stopped early, if it did
-        self._start = start
-        self._events = events
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)  # notified on every line
-        events(Event("phase", "starting", 0.0))
-        threading.Thread(target=self._pump, args=(lines,), daemon=True).start()
-
-    def _pump(self, lines: Iterator[str]) -> None:
-        try:
-            for line in lines:
-                self.feed(line)
-        except (ParoctlError, OSError) as exc:  # the runtime could not be asked any more
-            with self._lock:
-                self.failure = exc.message if isinstance(exc, ParoctlError) else str(exc)
-                self._changed.notify_all()
-
-    def feed(self, line: str) -> None:
-        """Take one log line (public so the phase logic is testable without a serve)."""
-        with self._lock:
-            self.lines.append(line)
-            for phase, pattern in PHASE_PATTERNS:
-                match = pattern.search(line)
-                if not match:
-                    continue
-                if phase == "kv cache sized" and self.kv_tokens is None:
-                    self.kv_tokens = int(match.group(1).replace(",", ""))
-                if phase not in self.phases:
-                    elapsed = round(time.monotonic() - self._start, 3)
-                    self.phases[phase] = elapsed
-                    self._events(Event("phase", phase, elapsed))
-            self._changed.notify_all()
-
-    def current(self) -> str:
-        """The latest phase reached."""
-        with self._lock:
-            return max(self.phases, key=PHASES.index)
-
-    def wait_for(self, phase: str, timeout_s: float) -> bool:
-        """Wait until a phase's line arrived (the log can trail the HTTP server by a moment)."""
-        with self._changed:
-            return self._changed.wait_for(lambda: phase in self.phases, timeout=timeout_s)
-
-    def wait_line(self, timeout_s: float) -> None:
-        """Return when the next log line arrives, or after timeout_s."""
-        with self._changed:
-            self._changed.wait(timeout=timeout_s)
-
-    def snapshot(self) -> list[str]:
-        """A copy of every line so far."""
-        with self._lock:
-            return list(self.lines)
-
-
-def marker_problems(
-    expect: tuple[str, ...], forbid: tuple[str, ...], lines: list[str]
-) -> list[str]:
-    """Boot-marker violations: expected lines never seen, forbidden lines seen (pure)."""
-    problems = [f"expected boot line not seen: {m!r}" for m in expect if not _seen(m, lines)]
-    for marker in forbid:
-        hit = next((line for line in lines if _matches(marker, line)), None)
-        if hit is not None:
-            problems.append(f"forbidden boot line seen: {marker!r} in {hit.strip()[:160]!r}")
-    return problems
-
-
-def _seen(marker: str, lines: list[str]) -> bool:
-    return any(_matches(marker, line) for line in lines)
-
-
-def _matches(marker: str, line: str) -> bool:
-    return bool(re.search(marker[3:], line)) if marker.startswith("re:") else marker in line
 
 
 def _spec(profile: Profile) -> ServeSpec:
@@ -671,100 +444,6 @@ def _prepare(profile: Profile, runtime: Runtime) -> None:
         reload = getattr(runtime, "daemon_reload", None)
         if reload is not None:
             reload()
-
-
-def _wait_healthy(
-    profile: Profile,
-    runtime: Runtime,
-    client: Client,
-    watcher: LogWatcher,
-    start: float,
-    timeout_s: float | None,
-) -> float:
-    """Poll /health until it answers; return the seconds since start when it first did."""
-    limit = timeout_s or profile.body.serve.boot_timeout_s
-    deadline = start + limit
-    host, port = net.connect_host(profile.body.serve.host), profile.body.serve.port
-    next_alive_check = 0.0
-    while True:
-        # A bare connect first: a refused one costs ~0.1 ms, an HTTP client's ~1-2 ms of the
-        # core the booting server needs (the loop runs 20+ times a second for a minute or more).
-        if net.port_open(host, port, timeout=1.0) and client.health():
-            return time.monotonic() - start
-        now = time.monotonic()
-        if now >= next_alive_check:
-            if not runtime.is_active(profile.name):
-                raise RuntimeFailure(
-                    f"{profile.name} exited during boot (phase: {watcher.current()}); last log "
-                    f"lines:\n{_tail(watcher.snapshot())}"
-                )
-            next_alive_check = now + ALIVE_CHECK_S
-        if now > deadline:
-            raise RuntimeFailure(
-                f"{profile.name} not healthy after {limit:g} s (phase: {watcher.current()})"
-            )
-        # Asked again on the next log line (the server logs as it comes up) or after POLL_S.
-        watcher.wait_line(POLL_S)
-
-
-def _check_identity(profile: Profile, client: Client) -> None:
-    names = client.models()
-    expected = list(profile.body.model.served_names)
-    if sorted(names) != sorted(expected):
-        raise RuntimeFailure(
-            f"identity check: /v1/models lists {names}, expected {expected}: this is not the "
-            f"{profile.name} serve"
-        )
-
-
-def _check_markers(profile: Profile, watcher: LogWatcher) -> None:
-    if watcher.failure is not None:  # a forbidden line could be in what was never read
-        raise RuntimeFailure(
-            f"boot markers: the log could not be followed ({watcher.failure}); nothing proves "
-            "the markers"
-        )
-    problems = marker_problems(
-        profile.body.boot.expect, profile.body.boot.forbid, watcher.snapshot()
-    )
-    if problems:
-        raise RuntimeFailure("boot markers: " + "; ".join(problems))
-
-
-def _sanity(profile: Profile, client: Client) -> None:
-    """One greedy completion of the profile's sanity prompt, within boot.sanity_max_tokens, must
-    contain its expected answer."""
-    boot_cfg = profile.body.boot
-    reply = client.completion(
-        profile.body.model.served_names[0],
-        boot_cfg.sanity_prompt,
-        max_tokens=boot_cfg.sanity_max_tokens,
-        temperature=0.0,
-    )
-    text = reply["choices"][0]["text"]
-    if not sanity_passes(boot_cfg.sanity_expect, text):
-        raise RuntimeFailure(
-            f"sanity completion: {boot_cfg.sanity_prompt!r} -> {text!r}, expected "
-            f"{boot_cfg.sanity_expect!r} in it"
-        )
-
-
-def _read_metrics(client: Client, deps: Deps) -> None:
-    """Read /metrics once while the sanity completion runs, for a serve whose drain reads it (no
-    load tracking): a vLLM serve's first /metrics answer is slow (~0.3 s of its API server, once;
-    later ones ~15 ms). Asked here it overlaps the model's forward pass, where the next switch's
-    drain would pay all of it. It must be answered, not just asked: a request dropped unanswered
-    (measured: sent, then closed) leaves the first answer slow."""
-    try:
-        client.gauges(RUNNING)
-    except RuntimeFailure as exc:
-        deps.events(Event("warn", f"/metrics does not answer ({exc}); a stop cannot drain"))
-
-
-def sanity_passes(expect: str, text: str) -> bool:
-    """The sanity check (pure): a case-insensitive substring, or a regex after `re:`."""
-    if expect.startswith("re:"):
-        return re.search(expect[3:], text) is not None
-    return expect.lower() in text.lower()
 
 
 def _drain(host: str, port: int, deps: Deps, via: str = "metrics") -> None:
@@ -804,17 +483,14 @@ def _wait_gpu_memory(deps: Deps) -> None:
         time.sleep(0.5)
 
 
-def _still_serving(live: Mapping[str, Any], deps: Deps) -> bool:
-    runtime = deps.runtime_for(live.get("runtime", "local"), live.get("scope", "system"))
-    if not runtime.is_active(live["profile"]):
+def _still_serving(live: LiveRecord, deps: Deps) -> bool:
+    serve = live.serve
+    runtime = deps.runtime_for(serve.runtime, serve.scope)
+    if not runtime.is_active(serve.profile):
         return False
-    client = Client(
-        f"http://{net.connect_host(live['host'])}:{live['port']}",
-        retries=0,
-        api_key=secrets.api_key_named(live.get("profile")),
-    )
+    client = Client(serve.url, retries=0, api_key=api_key_named(serve.profile))
     try:
-        return client.health() and sorted(client.models()) == sorted(live["served_names"])
+        return client.health() and sorted(client.models()) == sorted(serve.served_names)
     except RuntimeFailure:
         return False
     finally:
@@ -822,22 +498,24 @@ def _still_serving(live: Mapping[str, Any], deps: Deps) -> bool:
 
 
 def previous_profile(
-    live: Mapping[str, Any] | None, load_profile: Callable[[str], Profile], deps: Deps
+    was: tuple[str, str | None] | None, load_profile: Callable[[str], Profile], deps: Deps
 ) -> Profile | None:
-    if not live:
+    """The profile to roll back to (was: what was live, profile and hash), as it loads now."""
+    if not was:
         return None
+    name, booted_hash = was
     try:
-        previous = load_profile(live["profile"])
+        previous = load_profile(name)
     except ParoctlError as exc:
         deps.events(
             Event(
                 "warn",
-                f"the live profile {live['profile']} no longer loads "
+                f"the live profile {name} no longer loads "
                 f"({exc.message.splitlines()[0]}); no rollback possible",
             )
         )
         return None
-    if previous.hash != live.get("hash"):
+    if previous.hash != booted_hash:
         deps.events(
             Event(
                 "warn",
@@ -846,11 +524,6 @@ def previous_profile(
             )
         )
     return previous
-
-
-def record_from_live(live: Mapping[str, Any]) -> BootRecord:
-    known = {k: live[k] for k in BootRecord.__dataclass_fields__ if k in live}
-    return BootRecord(**known)
 
 
 def _keep_failed_log(profile: Profile, deps: Deps, cause: str) -> Path:
@@ -862,8 +535,7 @@ def _keep_failed_log(profile: Profile, deps: Deps, cause: str) -> Path:
     except ParoctlError:
         lines = []
     state.atomic_write(path, f"# switch to {profile.name} failed: {cause}\n" + "\n".join(lines))
-    _record(
-        deps,
+    deps.keep(
         {
             "boot_id": journal.new_boot_id(),
             "profile": profile.name,
@@ -875,16 +547,6 @@ def _keep_failed_log(profile: Profile, deps: Deps, cause: str) -> Path:
         },
     )
     return path
-
-
-def _record(deps: Deps, boot_record: Mapping[str, Any]) -> None:
-    """Store a boot; a store failure is reported, never a reason to roll a good serve back."""
-    if deps.record_boot is None:
-        return
-    try:
-        deps.record_boot(boot_record)
-    except ParoctlError as exc:
-        deps.events(Event("warn", f"boot not recorded in the results store: {exc.message}"))
 
 
 def _journaled_start(jr: journal.Journal, profile: Profile) -> bool:
@@ -907,21 +569,3 @@ def _stop_quietly(profile: Profile, deps: Deps) -> bool:
         deps.events(Event("warn", f"stopping {profile.name}: {exc.message}"))
         return False
     return True
-
-
-def _journal_serve(profile: Profile) -> journal.Serve:
-    body = profile.body
-    return journal.Serve(
-        profile=profile.name,
-        hash=profile.hash,
-        runtime=body.runtime.kind,
-        scope=body.runtime.scope,
-        host=body.serve.host,
-        port=body.serve.port,
-        served_names=tuple(body.model.served_names),
-        grace_s=float(body.container.stop_grace_s),
-    )
-
-
-def _tail(lines: list[str], count: int = 15) -> str:
-    return "\n".join(lines[-count:])

@@ -74,10 +74,10 @@ def ms(max_capture: int, chunk: int, captures: Iterable[int] | None = None) -> l
 def _prep(layer: Layer, device: str = "cpu", wide: bool = False) -> object:
     """The layer prepared by the plugin's own backend `prepare`, from synthetic checkpoint data
     (zero codes, unit scales, seeded rotations and MXFP4 blocks: the same layout on every run)."""
-    from paro_kernels.triton import mx_host
+    from paro_kernels.triton import mx_repack
 
     n, k, g = sum(layer.sizes), layer.k, layer.group_size
-    runs = mx_host.random_runs(k, layer.sizes, g) if layer.method != "nvfp4_mxfp4" else None
+    runs = mx_repack.random_runs(k, layer.sizes, g) if layer.method != "nvfp4_mxfp4" else None
     if layer.method == "paroquant":
         from . import triton_backend
 
@@ -95,7 +95,7 @@ def _prep(layer: Layer, device: str = "cpu", wide: bool = False) -> object:
         )  # fmt: skip
     from . import mx_triton_backend
 
-    w, s = mx_host.random_checkpoint(n, k, device=device)
+    w, s = mx_repack.random_checkpoint(n, k, device=device)
     if wide:  # one column spanning 199 binades: no operand kind folds it exactly
         s[0, :2] = torch.tensor([1, 200], dtype=torch.uint8)
     return mx_triton_backend.prepare(w, s, runs, g if runs else 0, torch.bfloat16)
@@ -103,7 +103,7 @@ def _prep(layer: Layer, device: str = "cpu", wide: bool = False) -> object:
 
 def preps(layer: Layer, device: str = "cpu") -> list[object]:
     """Every prepared form whose data picks other kernels: for MXFP4 the folded GEMM and the
-    per-block one (chosen per weight by its exponent span, `mx_host.MxWeight.fold_ok`)."""
+    per-block one (chosen per weight by its exponent span, `mx_repack.MxWeight.fold_ok`)."""
     if layer.method == "paroquant":
         return [_prep(layer, device)]
     return [_prep(layer, device), _prep(layer, device, wide=True)]

@@ -46,12 +46,12 @@ def prepare(
 
     dtype: the model's activation dtype (params_dtype), which the rotation prologue takes.
     """
-    from paro_kernels.triton import mx_host
+    from paro_kernels.triton import mx_gemm, mx_repack
 
-    act = dtype if dtype in mx_host.A16_DTYPES else torch.bfloat16
-    prep = mx_host.prepare(weight, weight_scale, rotations, group_size, weight.device, act)
+    act = dtype if dtype in mx_repack.A16_DTYPES else torch.bfloat16
+    prep = mx_repack.prepare(weight, weight_scale, rotations, group_size, weight.device, act)
     if weight.is_cuda:  # the prefill routes' scratch at its size now, not inside a graph capture
-        mx_host.reserve_scratch(prep, act)
+        mx_gemm.reserve_scratch(prep, act)
     return prep
 
 

@@ -46,10 +46,10 @@ def prepare(
     qzeros_hi: torch.Tensor | None = None,
 ) -> object:
     """Repack once for the kernels; rotations = (n0, n1, pairs, theta, cs) per run."""
-    from paro_kernels.triton import host
+    from paro_kernels.triton import launch, repack
 
-    act = dtype if dtype in host.ACT_DTYPES else torch.bfloat16
-    return host.prepare(
+    act = dtype if dtype in launch.ACT_DTYPES else torch.bfloat16
+    return repack.prepare(
         qweight, qzeros, scales, rotations, group_size, act, qweight.device, bits, qweight_hi,
         qzeros_hi,
     )  # fmt: skip

@@ -188,7 +188,7 @@ def _serve_and_score(name: str) -> dict[str, Any]:
     assert result.exit_code == 0, result.output
     assert (run["profile"], run["status"]) == (name, "pass"), result.output
     assert s["n"] == POSITIONS and math.isfinite(run["headline"])
-    assert state.read_live()["profile"] == name  # type: ignore[index]
+    assert state.read_live().serve.profile == name  # type: ignore[union-attr]
     return {**run, "output": result.output}
 
 
@@ -235,7 +235,7 @@ def test_second_run_reuses_the_reference_and_agrees() -> None:
     assert second["summary"]["switches"] == []
     MEASURED["rerun_delta"] = abs(second["headline"] - first["headline"])
     assert abs(second["headline"] - first["headline"]) <= STABLE_NATS
-    assert state.read_live()["profile"] == INT4  # type: ignore[index]
+    assert state.read_live().serve.profile == INT4  # type: ignore[union-attr]
 
 
 def _answers(name: str) -> list[str]:
@@ -254,14 +254,14 @@ def test_promote_keeps_int4_when_its_kld_gate_passes() -> None:
     # `paroctl switch cpu-demo-paro --gate kld` with int4 live: the switch verifies it in place
     # (no boot), the real band passes on the stored reference, and the build is kept.
     before = state.read_live()
-    assert before is not None and before["profile"] == INT4
+    assert before is not None and before.serve.profile == INT4
     decision = promote.run(INT4, "kld", options={"kld": KLD})
     assert decision.decision == "promoted", decision.message
     (kld,) = decision.verdicts
     assert kld.verdict == "pass" and "reused the stored reference" in kld.evidence, kld.evidence
     assert "band: KL <= 0.4" in kld.evidence, kld.evidence
     live = state.read_live()
-    assert live is not None and (live["profile"], live["boot_id"]) == (INT4, before["boot_id"])
+    assert live is not None and (live.serve.profile, live.boot_id) == (INT4, before.boot_id)
     run = _promotion(decision.run_id)
     assert (run["profile"], run["status"]) == (INT4, "pass")
     assert run["summary"]["decision"] == "promoted"
@@ -283,7 +283,7 @@ def test_corrupted_checkpoint_is_rejected_fails_the_band_and_is_rolled_back(
     # Forced through `paroctl switch --gate kld` (its sanity accepts any text): the real band
     # fails it and the box ends on int4 again, booted by the rollback and verified.
     before = state.read_live()
-    assert before is not None and before["profile"] == INT4
+    assert before is not None and before.serve.profile == INT4
     decision = promote.run(CORRUPT, "kld", options={"kld": KLD})
     assert decision.decision == "rolled back", decision.message
     (kld,) = decision.verdicts
@@ -297,14 +297,14 @@ def test_corrupted_checkpoint_is_rejected_fails_the_band_and_is_rolled_back(
     assert bad["headline"] > 3 * good, (bad["headline"], good)
     assert bad["summary"]["same_top"] < 0.2
     live = state.read_live()
-    assert live is not None and live["profile"] == INT4
-    assert live["boot_id"] != before["boot_id"]  # booted again by the rollback, and verified
+    assert live is not None and live.serve.profile == INT4
+    assert before is not None and live.boot_id != before.boot_id  # booted again by the rollback
     assert _answers(INT4) == ["smollm2-paro"]
     run = _promotion(decision.run_id)
     assert (run["status"], run["profile"]) == ("fail", CORRUPT)
     summary = run["summary"]
     assert summary["decision"] == "rolled back" and summary["previous"]["profile"] == INT4
-    assert summary["previous"]["boot_id"] == before["boot_id"]
+    assert summary["previous"]["boot_id"] == before.boot_id
     assert summary["previous"]["run_ids"]  # the previous build's own runs, named
     shown = CliRunner().invoke(cli, ["results", "show", str(decision.run_id)])
     assert shown.exit_code == 0 and '"decision": "rolled back"' in shown.output

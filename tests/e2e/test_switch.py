@@ -19,7 +19,9 @@ import requests
 from paroctl import net, state
 from paroctl.client import Client
 from paroctl.errors import StateError
+from paroctl.events import Event
 from paroctl.profile import profiles
+from paroctl.records import BootRecord
 from paroctl.serve import cpu, modelinfo
 from paroctl.serve.runtime.local import LocalRuntime
 from paroctl.switch import switch as switch_mod
@@ -69,7 +71,7 @@ def on_box(box: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PAROCTL_PROFILES_DIR", box["PAROCTL_PROFILES_DIR"])
 
 
-def do_switch(name: str, events: list[switch_mod.Event] | None = None) -> switch_mod.BootRecord:
+def do_switch(name: str, events: list[Event] | None = None) -> BootRecord:
     sink = events.append if events is not None else (lambda e: None)
     return switch_mod.switch(
         profiles.load(name), switch_mod.default_deps(sink), load_profile=profiles.load
@@ -82,7 +84,7 @@ def answering(port: str) -> list[str]:
 
 
 def test_a_then_b_then_a(box: dict[str, str]) -> None:
-    events: list[switch_mod.Event] = []
+    events: list[Event] = []
     first = do_switch("cpu-demo", events)
     assert answering(box["port"]) == ["smollm2-demo"]
     assert first.kv_tokens and first.kv_tokens > 0
@@ -95,7 +97,7 @@ def test_a_then_b_then_a(box: dict[str, str]) -> None:
     assert {"starting", "loading weights", "kv cache sized", "ready"} <= set(first.phases)
     assert next(e.message for e in events if e.kind == "phase") == "starting"
     # The boot log shows load tracking on, so the stop's drain reads /load (not /metrics).
-    assert first.drain == "load" and state.read_live()["drain"] == "load"  # type: ignore[index]
+    assert first.drain == "load" and state.read_live().drain == "load"  # type: ignore[union-attr]
     # vLLM's model-info file (paroctl/modelinfo.py): a verified boot keeps it in the seed. Rewritten
     # compact (valid for vLLM; vLLM itself writes indent=2), it must reach cpu-demo-alt's fresh
     # cache byte for byte: its vLLM read it and skipped the inspection subprocess (~20 s a boot).
@@ -134,8 +136,8 @@ def test_a_then_b_then_a(box: dict[str, str]) -> None:
     assert answering(box["port"]) == ["smollm2-alt"]
     alt_files = modelinfo.dirs(profiles.load("cpu-demo-alt"))[0].glob("*.json")
     assert sorted(p.read_text() for p in alt_files) == sorted(p.read_text() for p in seed_files)
-    assert state.read_live()["profile"] == "cpu-demo-alt"  # type: ignore[index]
-    assert state.read_live()["cpu"]["dtype"] == decided.dtype  # type: ignore[index]
+    assert state.read_live().serve.profile == "cpu-demo-alt"  # type: ignore[union-attr]
+    assert state.read_live().cpu["dtype"] == decided.dtype  # type: ignore[union-attr,index]
     # The way back is the README's main job through the real CLI: `paroctl demo run` (setup finds
     # every part built, then the switch, the sanity gate against the new serve, the status).
     demo_run = subprocess.run(
@@ -150,9 +152,9 @@ def test_a_then_b_then_a(box: dict[str, str]) -> None:
     assert any(line.startswith("live:    cpu-demo (hash ") for line in shown), demo_run.stdout
     assert answering(box["port"]) == ["smollm2-demo"]
     third = state.read_live()
-    assert third is not None and third["profile"] == "cpu-demo"
-    assert not third["first_boot"]  # the compile cache of cpu-demo is warm now
-    assert len({first.boot_id, second.boot_id, third["boot_id"]}) == 3
+    assert third is not None and third.serve.profile == "cpu-demo"
+    assert not third.first_boot  # the compile cache of cpu-demo is warm now
+    assert len({first.boot_id, second.boot_id, third.boot_id}) == 3
     from paroctl.store import results
 
     boots = results.open_store().boots(limit=10)
@@ -160,7 +162,7 @@ def test_a_then_b_then_a(box: dict[str, str]) -> None:
 
 
 def test_bad_engine_argument_rolls_back(box: dict[str, str]) -> None:
-    assert state.read_live()["profile"] == "cpu-demo"  # type: ignore[index]
+    assert state.read_live().serve.profile == "cpu-demo"  # type: ignore[union-attr]
     with pytest.raises(switch_mod.SwitchFailed) as info:
         do_switch("cpu-badarg")
     message = info.value.message
@@ -169,7 +171,7 @@ def test_bad_engine_argument_rolls_back(box: dict[str, str]) -> None:
     log = Path(message.rsplit("log: ", 1)[1])
     assert "--no-such-flag" in log.read_text()
     assert answering(box["port"]) == ["smollm2-demo"]
-    assert state.read_live()["profile"] == "cpu-demo"  # type: ignore[index]
+    assert state.read_live().serve.profile == "cpu-demo"  # type: ignore[union-attr]
 
 
 def test_forbidden_boot_marker_rolls_back(box: dict[str, str]) -> None:
@@ -186,7 +188,7 @@ def test_serve_killed_mid_boot_rolls_back(box: dict[str, str]) -> None:
 
     killed: list[int] = []
 
-    def kill_when_loading(event: switch_mod.Event) -> None:
+    def kill_when_loading(event: Event) -> None:
         # The rollback's boot reaches "loading weights" too: kill only the first serve, once.
         if event.kind == "phase" and event.message == "loading weights" and not killed:
             pid = runtime.main_pid("cpu-demo-alt")
@@ -244,7 +246,7 @@ def test_stop_leaves_nothing(box: dict[str, str]) -> None:
     switch_mod.stop_live(live, switch_mod.default_deps())
     assert state.read_live() is None
     assert not net.port_open("127.0.0.1", int(box["port"]))
-    assert not LocalRuntime().is_active(live["profile"])
+    assert not LocalRuntime().is_active(live.serve.profile)
 
 
 def test_no_previous_means_left_stopped(box: dict[str, str]) -> None:

@@ -133,12 +133,12 @@ def started_pid(child: subprocess.Popen[str], name: str) -> int:
 
     def pid_known() -> bool:
         entry = journal.read() if at_start() else None
-        return entry is not None and entry.serve is not None and entry.serve.pid is not None
+        return entry is not None and entry.serve is not None and entry.pid is not None
 
     wait_for(f"{name} started", pid_known)
     entry = journal.read()
-    assert entry is not None and entry.serve is not None and entry.serve.pid is not None
-    return entry.serve.pid
+    assert entry is not None and entry.serve is not None and entry.pid is not None
+    return entry.pid
 
 
 def kill(child: subprocess.Popen[str], sig: signal.Signals) -> None:
@@ -174,7 +174,7 @@ def assert_one_verified(box: dict[str, str], name: str, served: str) -> None:
     """Exactly one serve, verified and recorded: live.json, the runtime and the port agree."""
     assert journal.read() is None
     live = state.read_live()
-    assert live is not None and live["profile"] == name
+    assert live is not None and live.serve.profile == name
     assert [n for n in NAMES if LocalRuntime().is_active(n)] == [name]
     assert answering(box) == [served]
 
@@ -272,7 +272,7 @@ def occupy(box: dict[str, str]) -> threading.Thread:
 
 
 def test_sigterm_mid_boot_rolls_back(box: dict[str, str]) -> None:
-    assert state.read_live()["profile"] == "cpu-demo"  # type: ignore[index]
+    assert state.read_live().serve.profile == "cpu-demo"  # type: ignore[union-attr]
     child, out = start_switch(box, "cpu-demo-alt")
     pid = started_pid(child, "cpu-demo-alt")
     kill(child, signal.SIGTERM)
@@ -286,7 +286,7 @@ def test_sigterm_mid_boot_rolls_back(box: dict[str, str]) -> None:
 
 
 def test_sigkill_while_stopping_old_then_status_and_resume(box: dict[str, str]) -> None:
-    assert state.read_live()["profile"] == "cpu-demo"  # type: ignore[index]
+    assert state.read_live().serve.profile == "cpu-demo"  # type: ignore[union-attr]
     old_pid = LocalRuntime().main_pid("cpu-demo")
     assert old_pid is not None
     child = held_at(box, "cpu-demo-alt", "stopping-old")
@@ -336,8 +336,8 @@ def test_sigkill_during_boot_then_resume_verifies_it_where_it_runs(box: dict[str
     child = held_at(box, "cpu-demo", "starting")
     kill(child, signal.SIGKILL)
     entry = journal.read()
-    assert entry is not None and entry.serve is not None and entry.serve.pid is not None
-    pid = entry.serve.pid
+    assert entry is not None and entry.serve is not None and entry.pid is not None
+    pid = entry.pid
 
     resume = paroctl(box, "switch", "--resume")
     assert resume.returncode == 0, resume.stderr
@@ -345,4 +345,4 @@ def test_sigkill_during_boot_then_resume_verifies_it_where_it_runs(box: dict[str
     # Verified where it ran, not restarted: the serve the killed switch started is the live one.
     assert LocalRuntime().main_pid("cpu-demo") == pid
     assert_one_verified(box, "cpu-demo", "smollm2-demo")
-    assert state.read_live()["origin"] == "resume"  # type: ignore[index]
+    assert state.read_live().origin == "resume"  # type: ignore[union-attr]

@@ -8,6 +8,7 @@ from click.testing import CliRunner
 
 from paroctl import state
 from paroctl.cli.main import cli
+from paroctl.records import LiveRecord
 from paroctl.store.results import Provenance, open_store
 
 
@@ -26,10 +27,10 @@ def test_gate_with_nothing_live_cannot_run() -> None:
 def test_gate_against_a_dead_address_cannot_run() -> None:
     from paroctl import net
 
-    state.write_live(
+    state.write_live(LiveRecord.from_dict(
         {"profile": "cpu-demo", "host": "127.0.0.1", "port": net.free_port(),
          "served_names": ["smollm2-demo"], "hash": "x"}
-    )  # fmt: skip
+    ))  # fmt: skip
     result = CliRunner().invoke(cli, ["gate", "gsm8k", "--limit", "1"])
     assert result.exit_code == 2
     assert "the live serve (cpu-demo) does not answer" in result.output

@@ -11,6 +11,7 @@ from paroctl import state
 from paroctl.errors import ProfileError, StateError
 from paroctl.gates.stats import mcnemar_exact, paired_noninferiority
 from paroctl.profile import profiles
+from paroctl.records import LiveRecord
 from paroctl.switch import promote
 
 
@@ -80,7 +81,11 @@ def test_gates_run_cheapest_first_and_the_plan_says_so() -> None:
     assert promote.gate_list("suite", profile)[0] == "sanity"
     with pytest.raises(StateError, match="unknown gate kv"):
         promote.gate_list("sanity,kv", profile)
-    state.write_live({"profile": "cpu-demo", "host": "127.0.0.1", "port": 1, "served_names": ["m"]})
+    state.write_live(
+        LiveRecord.from_dict(
+            {"profile": "cpu-demo", "host": "127.0.0.1", "port": 1, "served_names": ["m"]}
+        )
+    )
     decision = promote.run("cpu-demo-paro", "gsm8k,sanity", dry_run=True)
     assert decision.decision == "planned" and decision.run_id is None
     assert decision.message.splitlines() == [

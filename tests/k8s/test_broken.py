@@ -12,6 +12,7 @@ import pytest
 from paroctl.profile import profiles
 from paroctl.serve import k8s
 from paroctl.serve.k8s import semantic, validate
+from paroctl.serve.plan import ServePlan
 
 Doc = dict[str, Any]
 
@@ -23,9 +24,9 @@ def int4(fixed_paths: None) -> dict[str, tuple[Doc, ...]]:
 
 
 def _semantic(topology: str, docs: tuple[Doc, ...]) -> list[str]:
-    prof = profiles.load("paro-int4")
-    serve = k8s.derive(prof, topology, 1 if topology == "single" else 2, "img")  # type: ignore[arg-type]
-    return semantic.problems(prof, serve, docs)
+    the_plan = ServePlan.of(profiles.load("paro-int4"))
+    serve = k8s.derive(the_plan, topology, 1 if topology == "single" else 2, "img")  # type: ignore[arg-type]
+    return semantic.problems(the_plan, serve, docs)
 
 
 def _pod(doc: Doc, role: str = "leader") -> Doc:

@@ -10,7 +10,7 @@ import pytest
 
 from paroctl.errors import ProfileError, RenderError
 from paroctl.profile import profiles
-from paroctl.serve import k8s
+from paroctl.serve import k8s, plan
 from paroctl.serve.k8s import validate
 
 INT4 = "description: t\nextends: _r9700\nmodel:\n  path: M\n  served_names: [m]\n"
@@ -132,7 +132,7 @@ def test_every_cluster_setting_reaches_the_manifests(profile_dir: Path) -> None:
             cache_mount = next(m for m in container["volumeMounts"] if m["name"] == "cache")
             # Keyed like the systemd cache dir: compile/<profile>-<cache key>.
             key = prof.body.box.cache_root + "/" + cache_mount["subPath"]
-            assert key == k8s.serve.engine.layout(prof).cache_dir
+            assert key == plan.ServePlan.of(prof).layout.cache_dir
             env = {e["name"]: e for e in container["env"]}
             assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "hf"
             if topology == "multinode":
@@ -154,7 +154,7 @@ def test_a_host_path_cache_is_keyed_under_its_root(profile_dir: Path) -> None:
     )
     pod = k8s.render(prof, "single", 1)[0].documents[0]["spec"]["template"]["spec"]
     volumes = {v["name"]: v for v in pod["volumes"]}
-    key = k8s.serve.engine.layout(prof).cache_key
+    key = plan.ServePlan.of(prof).layout.cache_key
     assert volumes["cache"]["hostPath"] == {
         "path": f"/mnt/fast/compile/t-{key}",
         "type": "DirectoryOrCreate",

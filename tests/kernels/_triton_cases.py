@@ -10,7 +10,7 @@ from paro_kernels import reference as ref
 # The bf16 floor of a GEMM on bf16 weights: the dequant path's W' rounded to bf16 and y rounded
 # to bf16 (H200 2026-12-01, third pass: 2.2-2.7e-3 on the W4A16 cases; fp16 W' 1.7e-3).
 BF16_W_FLOOR = 3.5e-3
-# W4A8 / W5A8 prefill on the vendor 8-bit GEMM (fourth pass, `fast_host.w8_linear`): per-token
+# W4A8 / W5A8 prefill on the vendor 8-bit GEMM (fourth pass, `dequant.w8_linear`): per-token
 # 8-bit activations and W' requantized to 8 bits per output channel, against the format's fp64
 # reference (its own per-group activation quantization); measured on the H200, see BENCH.md.
 W8_TOL = {"int8": 2.5e-2, "fp8": 6e-2}
@@ -110,15 +110,15 @@ def exact_gemm(
 
 
 # The scratch buffers the split-K GEMVs must leave zeroed (fp32 sums and tickets: the next call
-# adds into them); `fast_host._scratch`'s others (dequantized weights, activations, 8-bit
+# adds into them); `launch.scratch`'s others (dequantized weights, activations, 8-bit
 # weights and their scales) are written whole by each call.
 ZEROED_SCRATCH = ("gemv_ws", "gemv_cnt")
 
 
 def assert_scratch_zeroed() -> None:
     """Every split-K workspace and ticket buffer the process made is back to zero."""
-    from paro_kernels.triton import fast_host
+    from paro_kernels.triton import launch
 
-    for (kind, _), buf in fast_host._WS.items():
+    for (kind, _), buf in launch._WS.items():
         if kind in ZEROED_SCRATCH:
             assert not buf.any(), kind

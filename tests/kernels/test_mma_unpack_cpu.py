@@ -14,7 +14,7 @@ import re
 
 import numpy as np
 import pytest
-from paro_kernels.triton.decode_kernels import mma_word_asm
+from paro_kernels.triton.gemv_mma_kernels import mma_word_asm
 
 M32 = 0xFFFFFFFF
 

@@ -15,7 +15,7 @@ import re
 
 import numpy as np
 import pytest
-from paro_kernels.triton.mx_decode_kernels import ACT_BF16, ACT_F16, ACT_PAIRED, mx_mma_asm
+from paro_kernels.triton.mx_gemv_mma_kernels import ACT_BF16, ACT_F16, ACT_PAIRED, mx_mma_asm
 from test_mma_unpack_cpu import M32, _lop3, _pair, _prmt
 
 E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6])

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 import triton  # fails the module in CI when triton is missing: that is the point
-from paro_kernels.triton import aot
+from paro_kernels.triton import aot, gemv_dot, gemv_fma, gemv_mma, launch, prologue, route
 
 _CHILD = """
 import torch
 from _triton_cases import bias, merged_layer, packed, reference, rel, runs
-from paro_kernels.triton import fast_host, host
+from paro_kernels.triton import gemv_dot, gemv_fma, prologue, repack, route
 out = []
 for k, sizes, g, m, path in [(256, [96], 128, 1, "gemv"),
                              (384, [64, 32, 32], 64, 2, "gemv"),
@@ -36,54 +36,54 @@ for k, sizes, g, m, path in [(256, [96], 128, 1, "gemv"),
                              (256, [64, 64], 128, 11, "gemv-mma"),
                              (256, [64, 32], 64, 27, "gemv-mma")]:
     parts = merged_layer(k, sizes, g, seed=k + m, bias=m % 2 == 1)
-    prep = host.prepare(*packed(parts), runs(parts), g, dtype=torch.float16, device="cpu")
+    prep = repack.prepare(*packed(parts), runs(parts), g, dtype=torch.float16, device="cpu")
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.float16)
     bb = bias(parts)
     for _ in range(2):  # the second call finds the split-K workspace and tickets zeroed
         if path in ("gemv", "gemv-prologue"):  # the second-pass FMA GEMV, 4 SMs' split
-            cfg = fast_host.gemv2_config(m, sum(sizes), k, g, prep.bounds, 4)
+            cfg = gemv_fma.gemv2_config(m, sum(sizes), k, g, prep.bounds, 4)
             # with the tables: the Givens-inside GEMV at M = 1 (fourth pass), the sliced
             # prologue at M = 2; "gemv-prologue" without them
             gv = (None, None) if path == "gemv-prologue" else (prep.gv_idx, prep.gv_coef)
             args = (prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales, prep.zeros, *gv)
-            y = fast_host.gemv_w4a16(args, x, prep.bounds, g, bb, config=cfg)
+            y = gemv_fma.gemv_w4a16(args, x, prep.bounds, g, bb, config=cfg)
         else:
-            y = host.w4a16_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
+            y = route.w4a16_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
                                   prep.zeros, prep.bounds, g, bb, path=path)
         assert y.shape == (m, sum(sizes)) and y.dtype == torch.float16
         out.append(rel(y, reference(x, parts, g)))
         if path == "gemv" and m == 2:  # the FMA GEMV's rows end at GEMV2_MAX_M, said so
             try:
-                host.w4a16_linear(torch.cat([x, x]), prep.rot_hi, prep.rot_lo, prep.qweight,
+                route.w4a16_linear(torch.cat([x, x]), prep.rot_hi, prep.rot_lo, prep.qweight,
                                   prep.scales, prep.zeros, prep.bounds, g, bb, path="gemv")
                 raise AssertionError("the GEMV took 4 rows")
             except ValueError as e:
                 assert "x rows: expected <= 2" in str(e), e
         if path == "gemv3":  # the records kernel unpaired (eleventh pass) as its prologue
-            from paro_kernels.triton import decode_host
-            xg = fast_host.rotate_givens_paired(x, prep.gv_idx, prep.gv_coef, g, paired=False)
-            xs = fast_host.rotate_slices(x, prep.rot_hi, prep.rot_lo, g, f16=True)[0]
+            from paro_kernels.triton import gemv_dot, gemv_fma, prologue, repack, route
+            xg = prologue.rotate_givens_paired(x, prep.gv_idx, prep.gv_coef, g, paired=False)
+            xs = prologue.rotate_slices(x, prep.rot_hi, prep.rot_lo, g, f16=True)[0]
             assert rel(xg, xs) <= 2e-3, rel(xg, xs)
-            y = decode_host.gemv3_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
+            y = gemv_dot.gemv3_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
                                          prep.zeros, prep.bounds, g, bb, prep.gv_idx,
                                          prep.gv_coef, prologue="givens")
             out.append(rel(y, reference(x, parts, g)))
         if path == "gemv-mma" and m > 8:  # the records prologue in row blocks (twenty-fifth
             # pass, a ragged last block at 4 rows): the same xr as one program for all rows
             assert prep.gv_idx is not None and prep.gv_coef is not None
-            xa = fast_host.rotate_givens_paired(x, prep.gv_idx, prep.gv_coef, g, 0, rows=0)
+            xa = prologue.rotate_givens_paired(x, prep.gv_idx, prep.gv_coef, g, 0, rows=0)
             for r in (4, 8):
-                xb = fast_host.rotate_givens_paired(x, prep.gv_idx, prep.gv_coef, g, 0, rows=r)
+                xb = prologue.rotate_givens_paired(x, prep.gv_idx, prep.gv_coef, g, 0, rows=r)
                 assert torch.equal(xa, xb), (m, r)
         if path == "gemv-h2":  # the records prologue (eleventh pass), forced: the same xr as
             # the blocks' up to fp16 rounding, and the op against fp64
-            from paro_kernels.triton import decode_host
+            from paro_kernels.triton import gemv_dot, gemv_fma, prologue, repack, route
             assert prep.gv_idx is not None and prep.gv_coef is not None
-            xg = fast_host.rotate_givens_paired(x, prep.gv_idx, prep.gv_coef, g)
-            xs = fast_host.rotate_slices(x, prep.rot_hi, prep.rot_lo, g, paired=True)[0]
+            xg = prologue.rotate_givens_paired(x, prep.gv_idx, prep.gv_coef, g)
+            xs = prologue.rotate_slices(x, prep.rot_hi, prep.rot_lo, g, paired=True)[0]
             assert xg.shape == xs.shape and xg.dtype == xs.dtype
             assert rel(xg, xs) <= 2e-3, rel(xg, xs)
-            y = decode_host.gemv_h2_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
+            y = gemv_fma.gemv_h2_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
                                            prep.zeros, prep.bounds, g, bb,
                                            gv=(prep.gv_idx, prep.gv_coef), prologue="givens")
             out.append(rel(y, reference(x, parts, g)))
@@ -113,28 +113,28 @@ _CHILD_INT5 = """
 import torch
 from paro_kernels import reference as ref
 from _triton_cases import hi_planes, merged_layer_bits, packed, rel, runs
-from paro_kernels.triton import decode_host, fast_host, host
+from paro_kernels.triton import gemv_fma, repack, route
 out = []
 for k, sizes, m in [(384, [64, 32, 32], 1), (256, [96, 32], 2), (384, [64, 32, 32], 3),
                     (256, [96], 9), (512, [128, 64], 16)]:
-    assert fast_host.a8_route(m, 128, True, False, "int8") == "gemv3", m
-    assert fast_host.a8_route(m, 128, True, True, "int8") is None, m  # gfx1201: the A8 kernels
-    assert fast_host.a8_route(m, 64, True, False, "int8") != "gemv3", m  # G = 128 only
+    assert route.a8_route(m, 128, True, False, "int8") == "gemv3", m
+    assert route.a8_route(m, 128, True, True, "int8") is None, m  # gfx1201: the A8 kernels
+    assert route.a8_route(m, 64, True, False, "int8") != "gemv3", m  # G = 128 only
     parts = merged_layer_bits(k, sizes, 128, 5, seed=k + m)
-    prep = host.prepare(*packed(parts), runs(parts), 128, dtype=torch.float16, device="cpu",
+    prep = repack.prepare(*packed(parts), runs(parts), 128, dtype=torch.float16, device="cpu",
                         bits=5, **hi_planes(parts))
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.float16)
     b = torch.cat([p.bias for p in parts])
     want = torch.cat([ref.paro_linear_ref(x, *p.args(), 5, 128, p.bias, **p.hi()) for p in parts],
                      1)
     for _ in range(2):  # the second call finds the split-K workspace and tickets zeroed
-        ys = [host.linear_a8(prep, x, b, "int8", "group", True)]
+        ys = [route.linear_a8(prep, x, b, "int8", "group", True)]
         if m <= 2:  # the HFMA2 GEMV's int5 variant (fifth bits, xr / 128), forced, with either
             # paired prologue (blocks, records)
-            ys.append(decode_host.gemv_h2_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight,
+            ys.append(gemv_fma.gemv_h2_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight,
                                                  prep.scales, prep.zeros, prep.bounds, 128, b,
                                                  qweight_hi=prep.qweight_hi))
-            ys.append(decode_host.gemv_h2_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight,
+            ys.append(gemv_fma.gemv_h2_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight,
                                                  prep.scales, prep.zeros, prep.bounds, 128, b,
                                                  qweight_hi=prep.qweight_hi,
                                                  gv=(prep.gv_idx, prep.gv_coef),
@@ -158,16 +158,16 @@ def test_interpreter_int5_decode_matches_fp64_reference() -> None:
 _CHILD_W8 = """
 import torch
 from _triton_cases import W8_TOL, hi_planes, merged_layer_bits, packed, reference_a8, rel, runs
-from paro_kernels.triton import fast_host, host
+from paro_kernels.triton import dequant, repack
 out = []
 for k, sizes, g, m, bits in [(256, [96], 128, 33, 4), (384, [64, 32, 32], 64, 20, 5)]:
     parts = merged_layer_bits(k, sizes, g, bits, seed=k)
-    prep = host.prepare(*packed(parts), runs(parts), g, dtype=torch.float16, device="cpu",
+    prep = repack.prepare(*packed(parts), runs(parts), g, dtype=torch.float16, device="cpu",
                         bits=bits, **hi_planes(parts))
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.float16)
     b = torch.cat([p.bias for p in parts])
     for kind in ("int8", "fp8"):
-        y = fast_host.w8_linear(x, prep.qweight, prep.qweight_hi, prep.scales, prep.zeros,
+        y = dequant.w8_linear(x, prep.qweight, prep.qweight_hi, prep.scales, prep.zeros,
                                 prep.rot_hi, prep.rot_lo, prep.bounds, g, prep.w8_amax, b, kind)
         e = rel(y, reference_a8(x, parts, g, bits, kind, "group"))
         # the interpreter's fp32 -> e4m3 cast is not RNE (randn * 50: 8.2e-2 relative against
@@ -191,11 +191,11 @@ def test_aot_dequant_gfx1201(bits: int) -> None:
 
 @pytest.mark.parametrize(("m", "max_vgprs"), [(1, 160), (2, 224)])
 def test_aot_gemv2_gfx1201(m: int, max_vgprs: int) -> None:
-    # The second-pass GEMV at the M the dispatch gives it (fast_host.GEMV_MAX_M): FMA loop,
+    # The second-pass GEMV at the M the dispatch gives it (route.GEMV_MAX_M): FMA loop,
     # no spills; M = 1 keeps >= 9 waves per SIMD (149 VGPRs with Triton 3.9), M = 2 >= 6 (218).
-    from paro_kernels.triton import fast_host
+    from paro_kernels.triton import aot
 
-    assert m <= fast_host.GEMV_MAX_M
+    assert m <= route.GEMV_MAX_M
     rep = aot.compile_gemv2("gfx1201", m, 7168, 5120, 128, (6144, 6656))
     _check(rep, max_vgprs=max_vgprs)
 
@@ -206,9 +206,9 @@ def test_aot_gemv_h2_sm90(m: int) -> None:
     # PTX; gfx1201 keeps the FMA GEMV above). Its multiply-adds really are packed fp16 pairs:
     # per word 4 SUB.F16X2 and, per activation row, 1 MUL + 3 FMA.F16X2; no matrix instruction,
     # no spills.
-    from paro_kernels.triton import decode_host, fast_host
+    from paro_kernels.triton import aot
 
-    assert fast_host.h2_ok(False, m, 128) and not fast_host.h2_ok(True, m, 128)
+    assert gemv_fma.h2_ok(False, m, 128) and not gemv_fma.h2_ok(True, m, 128)
     for hi in (False, True):  # int4; int5: 5 more LOP3 a word (the spread, one OR a pair)
         rep, c = aot.compile_gemv_h2("sm90", m, 7168, 5120, 128, (6144, 6656), hi)
         ptx = c.asm["ptx"]  # type: ignore[attr-defined]
@@ -216,7 +216,7 @@ def test_aot_gemv_h2_sm90(m: int) -> None:
         words = ptx.count("sub.f16x2") // 4
         assert ptx.count("fma.rn.f16x2") == 3 * m * words > 0
         assert ptx.count("lop3.b32") == (9 if hi else 4) * words
-        assert f"kw={decode_host.H2_CONFIG['kw']}" in rep.config
+        assert f"kw={gemv_fma.H2_CONFIG['kw']}" in rep.config
 
 
 def test_aot_gemv2_rot_sm90() -> None:
@@ -226,11 +226,11 @@ def test_aot_gemv2_rot_sm90() -> None:
     # instruction), no local memory or stack, at most 128 registers (Triton 3.9's ptxas: 128, 4
     # programs of 4 warps an SM). Until now no AOT check held this served form (the nineteenth
     # pass's `asm_same.py` showed its machine code unchanged by that pass's removals).
-    from paro_kernels.triton import fast_host
+    from paro_kernels.triton import aot
 
     n, k = 5120, 3072
-    assert fast_host.gemv2_rot(False, n, k) and not fast_host.gemv2_rot(True, n, k)
-    assert not fast_host.h2_ok(False, 1, 64) and fast_host.GEMV2_ROT_MAX_M == 1
+    assert gemv_fma.gemv2_rot(False, n, k) and not gemv_fma.gemv2_rot(True, n, k)
+    assert not gemv_fma.h2_ok(False, 1, 64) and gemv_fma.GEMV2_ROT_MAX_M == 1
     rep, c = aot.compile_gemv2_rot("sm90", 1, n, k, 64)
     assert rep.mma and rep.spills == 0, rep  # mma: the loop stayed free of matrix instructions
     assert "block_m=1," in rep.config
@@ -247,13 +247,13 @@ def test_aot_givens_row_blocks_sm90() -> None:
     # once); no spills at any rows; the rows rule (`givens_block_m`) clamps to M's power of two.
     import re
 
-    from paro_kernels.triton import fast_host
+    from paro_kernels.triton import aot
 
-    assert fast_host.givens_block_m(5, 8) == 8 and fast_host.givens_block_m(3, 16) == 4
-    assert fast_host.givens_block_m(32, 0) == 32 and fast_host.givens_block_m(1, 0) == 1
-    assert fast_host.givens_block_m(24, fast_host.GIVENS_ROWS) <= 32
+    assert prologue.givens_block_m(5, 8) == 8 and prologue.givens_block_m(3, 16) == 4
+    assert prologue.givens_block_m(32, 0) == 32 and prologue.givens_block_m(1, 0) == 1
+    assert prologue.givens_block_m(24, prologue.GIVENS_ROWS) <= 32
     with pytest.raises(ValueError, match="rows"):
-        fast_host.givens_block_m(24, 6)
+        prologue.givens_block_m(24, 6)
     got = {}
     for rows in (0, 8):
         rep, c = aot.compile_givens_paired("sm90", 32, rows=rows)
@@ -283,20 +283,20 @@ def test_aot_gemv_mma_sm90(m: int, hi: bool) -> None:
     # Twenty-fourth pass: four tiles (M = 17..32), 8 more activation loads and 32 more mmas on
     # the same unpack (the LOP3 count does not grow), <= 176 registers (3 programs an SM).
 
-    from paro_kernels.triton import decode_host, fast_host
+    from paro_kernels.triton import aot
 
-    top = fast_host.MMA_GEMV_MAX_M
-    assert fast_host.mma_gemv_ok(False, m, 128) == (fast_host.MMA_GEMV_MIN_M <= m <= top)
-    assert not fast_host.mma_gemv_ok(True, m, 128)
-    assert not fast_host.mma_gemv_ok(False, m, 128, (6144, 6160))
-    top5 = fast_host.MMA_GEMV5_MAX_M  # int5's four tiles: built, not timed
-    assert fast_host.mma_gemv_ok(False, m, 128, (), 5) == (fast_host.MMA_GEMV5_MIN_M <= m <= top5)
+    top = route.MMA_GEMV_MAX_M
+    assert route.mma_gemv_ok(False, m, 128) == (route.MMA_GEMV_MIN_M <= m <= top)
+    assert not route.mma_gemv_ok(True, m, 128)
+    assert not route.mma_gemv_ok(False, m, 128, (6144, 6160))
+    top5 = route.MMA_GEMV5_MAX_M  # int5's four tiles: built, not timed
+    assert route.mma_gemv_ok(False, m, 128, (), 5) == (route.MMA_GEMV5_MIN_M <= m <= top5)
     rep, c = aot.compile_gemv_mma("sm90", m, 7168, 5120, 128, (6144, 6656), hi=hi)
     ptx = c.asm["ptx"]  # type: ignore[attr-defined]
     assert rep.mma and rep.spills == 0, rep
-    cap = decode_host.mma_maxnreg(m, 5 if hi else 4)
-    assert f"block_n={decode_host.MMA_CONFIG['block_n']}" in rep.config
-    tiles = decode_host.mma_tiles(m)
+    cap = gemv_mma.mma_maxnreg(m, 5 if hi else 4)
+    assert f"block_n={gemv_mma.MMA_CONFIG['block_n']}" in rep.config
+    tiles = gemv_mma.mma_tiles(m)
     loads = ptx[: ptx.rindex("ld.global.v4")]
     assert ptx.count("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") == 16 * tiles
     assert ptx.count("ld.global.v4.b32") == 4 + 4 * tiles + 4 * hi and "mma.sync" not in loads
@@ -311,25 +311,24 @@ def test_aot_gemv_mma_sm90(m: int, hi: bool) -> None:
     assert usage.get("STACK", 0) == 0 or cap, usage
     assert cap == (80 if hi and tiles == 2 else 0)
     # the launcher's one-wave split counts on `mma_fit` programs an SM: never more than fit
-    fit = 65536 // (-(-regs // 8) * 8 * decode_host.MMA_CONFIG["block_n"])
-    assert decode_host.mma_fit(m, 5 if hi else 4) <= fit, (regs, fit)
+    fit = 65536 // (-(-regs // 8) * 8 * gemv_mma.MMA_CONFIG["block_n"])
+    assert gemv_mma.mma_fit(m, 5 if hi else 4) <= fit, (regs, fit)
 
 
 def test_mma_one_wave_split() -> None:
     # The mma GEMV's split (thirteenth pass): the most splits whose programs fit the resident
     # slots at once, trimmed to splits that get groups; 1 where the tiles alone overflow.
-    from paro_kernels.triton import decode_host
 
-    ws = decode_host.one_wave_split
+    ws = gemv_mma.one_wave_split
     assert ws(136, 40, 132 * 7) == 6  # int5 gate_up: 816 programs, not 8 (1088 > 924 slots)
     assert ws(56, 40, 132 * 9) == 20  # int4 qkv: 21 fit, 2 groups a split -> 20
     assert ws(40, 24, 132 * 9) == 24  # o_proj: one group a split
     assert ws(40, 68, 132 * 5) == 14  # down past M = 8: 16 fit, 5 groups a split -> 14
     assert ws(1000, 40, 132 * 5) == 1
-    c = decode_host.mma_config(16, 17408, 5120, 128, (8704,), 132, 5)
+    c = gemv_mma.mma_config(16, 17408, 5120, 128, (8704,), 132, 5)
     # 136 tiles x 6 int5 two-tile programs an SM (capped at 80 registers: `MMA_CAP`)
     assert c.split_k == 5 and c.block_n == 128
-    assert decode_host.mma_config(16, 17408, 5120, 128, (8704,), 132, 4).split_k == 4  # 5 fit
+    assert gemv_mma.mma_config(16, 17408, 5120, 128, (8704,), 132, 4).split_k == 4  # 5 fit
 
 
 def test_aot_ticket_gemm_gfx1201() -> None:
@@ -351,20 +350,19 @@ def _check(rep: aot.Report, max_vgprs: int) -> None:
 def test_gemv3_shipped_configs_by_size_and_bits() -> None:
     # The decode GEMV's shipped configs (decode_host, eighth pass): o_proj (15.7 M weights) the
     # small one whatever the bits; qkv (36.7 M) int4's 128 columns, int5 its own 64.
-    from paro_kernels.triton import decode_host as dh
 
     qkv, o_proj = (7168, 5120, (6144, 6656)), (5120, 3072, ())
     for bits in (4, 5):
-        small = dh.gemv3_config(1, *o_proj[:2], 128, o_proj[2], 132, bits=bits)
+        small = gemv_dot.gemv3_config(1, *o_proj[:2], 128, o_proj[2], 132, bits=bits)
         assert (small.block_n, small.gpi, small.num_stages) == (64, 2, 2), small
-    int4 = dh.gemv3_config(1, *qkv[:2], 128, qkv[2], 132)
-    int5 = dh.gemv3_config(1, *qkv[:2], 128, qkv[2], 132, bits=5)
-    assert (int4.block_n, int4.gpi, int4.num_stages) == (dh.GEMV3_BLOCK_N, 1, 3), int4
+    int4 = gemv_dot.gemv3_config(1, *qkv[:2], 128, qkv[2], 132)
+    int5 = gemv_dot.gemv3_config(1, *qkv[:2], 128, qkv[2], 132, bits=5)
+    assert (int4.block_n, int4.gpi, int4.num_stages) == (gemv_dot.GEMV3_BLOCK_N, 1, 3), int4
     assert (int5.block_n, int5.gpi, int5.num_stages) == (64, 1, 3), int5
     # 8 programs per SM either way: twice the tiles at 64 columns, half the split
     assert int5.split_k * -(-qkv[0] // 64) >= 8 * 132 > (int5.split_k - 1) * -(-qkv[0] // 64)
     # a given config wins over the shipped one
-    assert dh.gemv3_config(1, *qkv[:2], 128, qkv[2], 132, block_n=32, bits=5).block_n == 32
+    assert gemv_dot.gemv3_config(1, *qkv[:2], 128, qkv[2], 132, block_n=32, bits=5).block_n == 32
 
 
 def test_scratch_that_a_graph_captured_outlives_its_growth(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -372,36 +370,34 @@ def test_scratch_that_a_graph_captured_outlives_its_growth(monkeypatch: pytest.M
     # during a capture stays alive when a later call grows it (or changes its dtype); one no
     # capture used is dropped. The capture state is the one part faked here (no CUDA on CPU).
     import torch
-    from paro_kernels.triton import fast_host
 
-    monkeypatch.setattr(fast_host, "_WS", {})
-    monkeypatch.setattr(fast_host, "_CAPTURED", set())
-    monkeypatch.setattr(fast_host, "_RETIRED", [])
+    monkeypatch.setattr(launch, "_WS", {})
+    monkeypatch.setattr(launch, "_CAPTURED", set())
+    monkeypatch.setattr(launch, "_RETIRED", [])
     cpu, f32 = torch.device("cpu"), torch.float32
-    first = fast_host._scratch("w", 10, f32, cpu)
-    grown = fast_host._scratch("w", 1 << 17, f32, cpu)
-    assert grown is not first and fast_host._RETIRED == []  # no capture used `first`
-    monkeypatch.setattr(fast_host, "_capturing", lambda device: True)
-    assert fast_host._scratch("w", 10, f32, cpu) is grown  # a capture uses it
-    monkeypatch.setattr(fast_host, "_capturing", lambda device: False)
-    bigger = fast_host._scratch("w", 1 << 18, f32, cpu)
-    assert bigger is not grown and len(fast_host._RETIRED) == 1
-    assert fast_host._RETIRED[0] is grown
-    recast = fast_host._scratch("w", 10, torch.float16, cpu)  # `bigger`: no capture used it
-    assert recast.dtype == torch.float16 and len(fast_host._RETIRED) == 1
-    assert not fast_host._capturing(cpu)  # the real check on a CPU device
+    first = launch.scratch("w", 10, f32, cpu)
+    grown = launch.scratch("w", 1 << 17, f32, cpu)
+    assert grown is not first and launch._RETIRED == []  # no capture used `first`
+    monkeypatch.setattr(launch, "capturing", lambda device: True)
+    assert launch.scratch("w", 10, f32, cpu) is grown  # a capture uses it
+    monkeypatch.setattr(launch, "capturing", lambda device: False)
+    bigger = launch.scratch("w", 1 << 18, f32, cpu)
+    assert bigger is not grown and len(launch._RETIRED) == 1
+    assert launch._RETIRED[0] is grown
+    recast = launch.scratch("w", 10, torch.float16, cpu)  # `bigger`: no capture used it
+    assert recast.dtype == torch.float16 and len(launch._RETIRED) == 1
+    assert not launch.capturing(cpu)  # the real check on a CPU device
 
 
 def test_w8_prefill_route_follows_the_measurement() -> None:
     # The twenty-third pass's H100 measurement (fast_host's W8_MIN_M note): W4A8 fp8 calls take
     # the 8-bit vendor GEMM from the row after 128 (where the A8 tile kernels take a third 64-row tile),
     # int8 ones the dequant path from DEQUANT_MIN_M, W5A8 the same; gfx1201 the A8 kernels.
-    from paro_kernels.triton import fast_host
 
-    assert fast_host.W8_MIN_M == 129 and fast_host.DEQUANT_MIN_M == 256
+    assert route.W8_MIN_M == 129 and route.DEQUANT_MIN_M == 256
     for int5 in (False, True):
-        assert fast_host.a8_route(128, 128, int5, False, "fp8") is None
-        assert fast_host.a8_route(129, 128, int5, False, "fp8") == "w8"
-        assert fast_host.a8_route(200, 128, int5, False, "int8") is None
-        assert fast_host.a8_route(256, 128, int5, False, "int8") == "dequant"
-        assert fast_host.a8_route(4096, 128, int5, True, "fp8") is None
+        assert route.a8_route(128, 128, int5, False, "fp8") is None
+        assert route.a8_route(129, 128, int5, False, "fp8") == "w8"
+        assert route.a8_route(200, 128, int5, False, "int8") is None
+        assert route.a8_route(256, 128, int5, False, "int8") == "dequant"
+        assert route.a8_route(4096, 128, int5, True, "fp8") is None

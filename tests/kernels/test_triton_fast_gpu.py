@@ -35,16 +35,16 @@ PATH_MS = {"gemv": [1, 2], "mma": [1, 5, 16, 17], "dequant": [1, 17, 256, 300],
 
 
 def _prep(k: int, sizes: list[int], g: int, b: bool):  # type: ignore[no-untyped-def]
-    from paro_kernels.triton import host
+    from paro_kernels.triton import repack
 
     parts = merged_layer(k, sizes, g, seed=k + len(sizes), bias=b)
-    return parts, host.prepare(*packed(parts), runs(parts), g, device="cuda")
+    return parts, repack.prepare(*packed(parts), runs(parts), g, device="cuda")
 
 
 @pytest.mark.parametrize(("k", "sizes", "g"), CASES)
 @pytest.mark.parametrize(("path", "m"), [(p, m) for p, ms in PATH_MS.items() for m in ms])
 def test_path_matches_fp64_reference(k: int, sizes: list[int], g: int, path: str, m: int) -> None:
-    from paro_kernels.triton import host
+    from paro_kernels.triton import route
 
     parts, prep = _prep(k, sizes, g, b=m % 2 == 1)
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m + k)).to(torch.bfloat16)
@@ -53,10 +53,10 @@ def test_path_matches_fp64_reference(k: int, sizes: list[int], g: int, path: str
     # as served: with the Givens tables (the GEMV rotates inside, fourth pass); "gemv-prologue":
     # the GEMV without them (the sliced prologue; what gfx1201 and table-less layers run)
     gv = (None, None) if path == "gemv-prologue" else (prep.gv_idx, prep.gv_coef)
-    route = "gemv" if path == "gemv-prologue" else path
-    y = host.w4a16_linear(xd, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales, prep.zeros,
-                          prep.bounds, g, bd, *gv, path=route)  # fmt: skip
-    again = host.w4a16_linear(xd, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
+    forced = "gemv" if path == "gemv-prologue" else path
+    y = route.w4a16_linear(xd, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales, prep.zeros,
+                           prep.bounds, g, bd, *gv, path=forced)  # fmt: skip
+    again = route.w4a16_linear(xd, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
                               prep.zeros, prep.bounds, g, bd, *gv, path=route)  # fmt: skip
     torch.cuda.synchronize()
     assert y.shape == (m, sum(sizes)) and y.dtype == torch.bfloat16
@@ -76,12 +76,12 @@ def test_h2_gemv_range(scale: float, m: int) -> None:
     # The HFMA2 GEMV's fp16 products and pair sums (decode_kernels' ninth-pass note): rotated
     # activations in the thousands (|x| ~ 1e3, 4 sigma 4e3) neither overflow nor
     # lose precision, and small ones (|x| ~ 1e-3: subnormal after the 2^-6) keep the bf16 floor.
-    from paro_kernels.triton import host
+    from paro_kernels.triton import route
 
     k, sizes = 2304, [2048, 256]
     parts, prep = _prep(k, sizes, 128, b=False)
     x = (torch.randn(m, k, generator=torch.Generator().manual_seed(m)) * scale).to(torch.bfloat16)
-    y = host.w4a16_linear(x.cuda(), prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
+    y = route.w4a16_linear(x.cuda(), prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
                           prep.zeros, prep.bounds, 128, None, path="gemv-h2")  # fmt: skip
     assert torch.isfinite(y).all()
     assert rel(y, reference(x, parts, 128)) <= 2e-3
@@ -94,46 +94,47 @@ def test_h2_gemv_range(scale: float, m: int) -> None:
 def test_h2_prologues_match_fp64(k: int, sizes: list[int], scale: float, m: int,
                                  prologue: str) -> None:  # fmt: skip
     # The HFMA2 op with either paired prologue (the folded blocks, or the eleventh pass's
-    # records kernel, forced whatever decode_host.H2_PROLOGUE says) across the tile-boundary
+    # records kernel, forced whatever gemv_fma.H2_PROLOGUE says) across the tile-boundary
     # cases, activations in the thousands too; the two prologues' xr agree to fp16 rounding.
-    from paro_kernels.triton import decode_host, fast_host
+    from paro_kernels.triton import gemv_fma
+    from paro_kernels.triton.prologue import rotate_givens_paired, rotate_slices
 
     parts, prep = _prep(k, sizes, 128, b=m == 1)
     assert prep.gv_idx is not None and prep.gv_coef is not None
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m + k)) * scale
     x = x.to(torch.bfloat16)
     bb = bias(parts)
-    y = decode_host.gemv_h2_linear(x.cuda(), prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
+    y = gemv_fma.gemv_h2_linear(x.cuda(), prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
                                    prep.zeros, prep.bounds, 128,
                                    None if bb is None else bb.cuda(),
                                    gv=(prep.gv_idx, prep.gv_coef), prologue=prologue)  # fmt: skip
     assert y.dtype == torch.bfloat16 and torch.isfinite(y).all()
     assert rel(y, reference(x, parts, 128)) <= 2e-3
-    xg = fast_host.rotate_givens_paired(x.cuda(), prep.gv_idx, prep.gv_coef, 128)
-    xs = fast_host.rotate_slices(x.cuda(), prep.rot_hi, prep.rot_lo, 128, paired=True)[0]
+    xg = rotate_givens_paired(x.cuda(), prep.gv_idx, prep.gv_coef, 128)
+    xs = rotate_slices(x.cuda(), prep.rot_hi, prep.rot_lo, 128, paired=True)[0]
     assert rel(xg, xs.double().cpu()) <= 2e-3
 
 
 def _on_the_mma_grid(sizes: list[int]) -> bool:
-    """`decode_host.mma_ok` of the layer's partition bounds (the running sums of `sizes`)."""
+    """`gemv_mma.mma_ok` of the layer's partition bounds (the running sums of `sizes`)."""
     from itertools import accumulate
 
-    from paro_kernels.triton import decode_host
+    from paro_kernels.triton import gemv_mma
 
-    return decode_host.mma_ok(tuple(accumulate(sizes))[:-1])
+    return gemv_mma.mma_ok(tuple(accumulate(sizes))[:-1])
 
 
 def test_mma_gemv_refuses_bounds_off_its_grid() -> None:
     # Partition bounds off the 32-column grid (an mma's 32 columns) are refused by name, and
     # the dispatch keeps such a layer off the mma GEMV.
-    from paro_kernels.triton import decode_host, fast_host
+    from paro_kernels.triton import gemv_mma, route
 
     k, sizes, g = next(c for c in CASES if not _on_the_mma_grid(c[1]))
     _, prep = _prep(k, sizes, g, b=False)
-    assert not decode_host.mma_ok(prep.bounds)
-    assert not fast_host.mma_gemv_ok(False, 2, g, prep.bounds)
+    assert not gemv_mma.mma_ok(prep.bounds)
+    assert not route.mma_gemv_ok(False, 2, g, prep.bounds)
     with pytest.raises(ValueError, match="partition bounds"):
-        decode_host.mma_config(2, sum(sizes), k, g, prep.bounds, 132)
+        gemv_mma.mma_config(2, sum(sizes), k, g, prep.bounds, 132)
 
 
 @pytest.mark.parametrize(("k", "sizes", "g"), [c for c in CASES if _on_the_mma_grid(c[1])])
@@ -150,20 +151,20 @@ def test_mma_gemv_matches_fp64(k: int, sizes: list[int], g: int, m: int,
     # pass's, forced: the dispatch serves them only where measured), and 2- and 8-warp tiles;
     # activations in the thousands at even M (fp32 accumulation: no fp16 range). (The case off
     # its grid: the refusal test above, once rather than at each M and config.)
-    from paro_kernels.triton import decode_host
+    from paro_kernels.triton import gemv_mma
 
     scale = 1e3 if m % 2 == 0 else 1.0
     parts, prep = _prep(k, sizes, g, b=m % 2 == 1)
-    assert decode_host.mma_ok(prep.bounds)
+    assert gemv_mma.mma_ok(prep.bounds)
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m + k)) * scale
     x = x.to(torch.bfloat16)
     bb = bias(parts)
-    c = decode_host.mma_config(m, sum(sizes), k, g, prep.bounds, 132, **cfg)
+    c = gemv_mma.mma_config(m, sum(sizes), k, g, prep.bounds, 132, **cfg)
     want = reference(x, parts, g)
     gv = (prep.gv_idx, prep.gv_coef)
     for prologue in ("givens", "slice"):
         for _ in range(2):  # the second call finds the split-K workspace and tickets zeroed
-            y = decode_host.gemv_mma_linear(x.cuda(), prep.rot_hi, prep.rot_lo, prep.qweight,
+            y = gemv_mma.gemv_mma_linear(x.cuda(), prep.rot_hi, prep.rot_lo, prep.qweight,
                                             prep.scales, prep.zeros, prep.bounds, g,
                                             None if bb is None else bb.cuda(), c, gv,
                                             prologue=prologue)  # fmt: skip
@@ -180,20 +181,20 @@ def test_givens_prologue_row_blocks(k: int, sizes: list[int], g: int, m: int, ro
     # The records prologue in blocks of `rows` rows (twenty-fifth pass; ragged last blocks at
     # M = 9, 17, 24 / 16): bit for bit the one-program-for-all-rows output, paired (both
     # shifts) and plain, and the paired one against the blocks prologue to fp16 rounding.
-    from paro_kernels.triton import fast_host
+    from paro_kernels.triton import prologue
 
     _, prep = _prep(k, sizes, g, b=False)
     assert prep.gv_idx is not None and prep.gv_coef is not None
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m + k)).to(torch.bfloat16)
     x = x.cuda()
     for shift, paired in ((0, True), (6, True), (0, False)):
-        one = fast_host.rotate_givens_paired(x, prep.gv_idx, prep.gv_coef, g, shift,
+        one = prologue.rotate_givens_paired(x, prep.gv_idx, prep.gv_coef, g, shift,
                                              paired=paired, rows=0)  # fmt: skip
-        blk = fast_host.rotate_givens_paired(x, prep.gv_idx, prep.gv_coef, g, shift,
+        blk = prologue.rotate_givens_paired(x, prep.gv_idx, prep.gv_coef, g, shift,
                                              paired=paired, rows=rows)  # fmt: skip
         assert torch.equal(one, blk), (shift, paired)
         if shift == 0 and paired:
-            xs = fast_host.rotate_slices(x, prep.rot_hi, prep.rot_lo, g, paired=True,
+            xs = prologue.rotate_slices(x, prep.rot_hi, prep.rot_lo, g, paired=True,
                                          pair_shift=0)[0]  # fmt: skip
             assert rel(blk.double().cpu(), xs.double().cpu()) <= 2e-3
 
@@ -203,14 +204,14 @@ def test_givens_prologue_row_blocks(k: int, sizes: list[int], g: int, m: int, ro
 def test_gemv_with_givens_inside(k: int, sizes: list[int], g: int, m: int) -> None:
     # The FMA GEMV with the Givens layers inside (fourth pass), forced at both of its row
     # counts: as served it takes only M = 1 layers the HFMA2 GEMV cannot (G = 64).
-    from paro_kernels.triton import fast_host
+    from paro_kernels.triton import gemv_fma
 
     parts, prep = _prep(k, sizes, g, b=True)
     assert prep.gv_idx is not None
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.bfloat16)
     args = (prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales, prep.zeros, prep.gv_idx,
             prep.gv_coef)  # fmt: skip
-    y = fast_host.gemv_w4a16(args, x.cuda(), prep.bounds, g, bias(parts).cuda(), fused=True,  # type: ignore[union-attr]
+    y = gemv_fma.gemv_w4a16(args, x.cuda(), prep.bounds, g, bias(parts).cuda(), fused=True,  # type: ignore[union-attr]
                              h2=False)  # fmt: skip
     assert rel(y, reference(x, parts, g)) <= 2e-3
 
@@ -223,21 +224,21 @@ def test_gemv_with_givens_inside(k: int, sizes: list[int], g: int, m: int) -> No
 def test_gemv3_configs_and_prologues(prologue: str, cfg: str, pdl: bool, m: int) -> None:
     # The fifth-pass matrix-unit GEMV at both shipped configs (the small-layer one serves every
     # test shape as served), each prologue; PDL with the sliced prologue, the only one it applies
-    # to (`decode_host.gemv3_linear`: the block and records prologues launch plain either way,
+    # to (`gemv_dot.gemv3_linear`: the block and records prologues launch plain either way,
     # so their PDL cases ran the same launches twice); 5 groups: odd split-K tails.
-    from paro_kernels.triton import decode_host
+    from paro_kernels.triton import gemv_dot
 
     k, sizes = 640, [512, 256, 128]
     parts, prep = _prep(k, sizes, 128, b=m % 2 == 1)
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.bfloat16)
-    big = dict(block_n=decode_host.GEMV3_BLOCK_N, num_warps=decode_host.GEMV3_WARPS,
-               programs_per_sm=decode_host.GEMV3_PROGRAMS_PER_SM, gpi=decode_host.GEMV3_GPI,
-               num_stages=decode_host.GEMV3_STAGES)  # fmt: skip
-    kw = big if cfg == "big" else decode_host.GEMV3_SMALL
-    c = decode_host.gemv3_config(m, sum(sizes), k, 128, prep.bounds, 132, **kw)
+    big = dict(block_n=gemv_dot.GEMV3_BLOCK_N, num_warps=gemv_dot.GEMV3_WARPS,
+               programs_per_sm=gemv_dot.GEMV3_PROGRAMS_PER_SM, gpi=gemv_dot.GEMV3_GPI,
+               num_stages=gemv_dot.GEMV3_STAGES)  # fmt: skip
+    kw = big if cfg == "big" else gemv_dot.GEMV3_SMALL
+    c = gemv_dot.gemv3_config(m, sum(sizes), k, 128, prep.bounds, 132, **kw)
     bb = bias(parts)
     for _ in range(2):  # the second call finds the split-K workspace and tickets zeroed
-        y = decode_host.gemv3_linear(x.cuda(), prep.rot_hi, prep.rot_lo, prep.qweight,
+        y = gemv_dot.gemv3_linear(x.cuda(), prep.rot_hi, prep.rot_lo, prep.qweight,
                                      prep.scales, prep.zeros, prep.bounds, 128,
                                      None if bb is None else bb.cuda(), prep.gv_idx,
                                      prep.gv_coef, prologue, c, pdl)  # fmt: skip
@@ -248,18 +249,18 @@ def test_gemv3_configs_and_prologues(prologue: str, cfg: str, pdl: bool, m: int)
 @pytest.mark.parametrize("m", [2, 300])
 def test_dequant_int5(m: int) -> None:
     from paro_kernels import reference as ref
-    from paro_kernels.triton import fast_host, host
+    from paro_kernels.triton import dequant, repack
 
     k, sizes, g = 1024, [256, 128], 128
     parts = merged_layer_bits(k, sizes, g, 5, seed=m)
-    prep = host.prepare(*packed(parts), runs(parts), g, device="cuda", bits=5, **hi_planes(parts))
+    prep = repack.prepare(*packed(parts), runs(parts), g, device="cuda", bits=5, **hi_planes(parts))
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.bfloat16)
     want = torch.cat([ref.paro_linear_ref(x, *p.args(), 5, g, p.bias, **p.hi()) for p in parts], 1)
     for trans, dtype in ((True, torch.bfloat16), (False, torch.bfloat16), (True, torch.float16)):
-        w = fast_host.dequant_rotate(prep.qweight, prep.qweight_hi, prep.scales, prep.zeros,
+        w = dequant.dequant_rotate(prep.qweight, prep.qweight_hi, prep.scales, prep.zeros,
                                      prep.rot_hi, prep.rot_lo, prep.bounds, g, dtype=dtype,
                                      trans=trans)  # fmt: skip
-        y = fast_host.dequant_linear(x.cuda(), w, bias(parts).cuda())  # type: ignore[union-attr]
+        y = dequant.dequant_linear(x.cuda(), w, bias(parts).cuda())  # type: ignore[union-attr]
         tol = BF16_W_FLOOR if dtype == torch.bfloat16 else 2e-3
         assert y.dtype == torch.bfloat16 and rel(y, want) <= tol, (trans, dtype)
 
@@ -268,28 +269,28 @@ def test_dequant_int5(m: int) -> None:
 def test_dequant_kernels_agree(k: int, sizes: list[int], g: int) -> None:
     # both weight-pass kernels (the transposed one ships on NVIDIA, the other on gfx1201), bf16
     # W' (the bf16 activations' floor) and fp16 W' (cast path), against the fp64 reference
-    from paro_kernels.triton import fast_host
+    from paro_kernels.triton import dequant
 
     parts, prep = _prep(k, sizes, g, b=True)
     x = torch.randn(1030, k, generator=torch.Generator().manual_seed(k)).to(torch.bfloat16)
     want = reference(x, parts, g)
     for trans, dtype in ((True, torch.bfloat16), (False, torch.bfloat16), (True, torch.float16)):
-        w = fast_host.dequant_rotate(prep.qweight, None, prep.scales, prep.zeros, prep.rot_hi,
+        w = dequant.dequant_rotate(prep.qweight, None, prep.scales, prep.zeros, prep.rot_hi,
                                      prep.rot_lo, prep.bounds, g, dtype=dtype, trans=trans)  # fmt: skip
-        y = fast_host.dequant_linear(x.cuda(), w, bias(parts).cuda())  # type: ignore[union-attr]
+        y = dequant.dequant_linear(x.cuda(), w, bias(parts).cuda())  # type: ignore[union-attr]
         assert rel(y, want) <= (BF16_W_FLOOR if dtype == torch.bfloat16 else 2e-3), (trans, dtype)
 
 
 def test_every_output_written_and_rows_independent() -> None:
-    from paro_kernels.triton import host
+    from paro_kernels.triton import route
 
     _, prep = _prep(512, [192, 64], 64, b=False)
     for path, m, sub in (("gemv", 2, 1), ("mma", 9, 3), ("dequant", 260, 3)):
         x = torch.randn(m, 512, device="cuda", dtype=torch.bfloat16)
-        y = host.w4a16_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
+        y = route.w4a16_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
                               prep.zeros, prep.bounds, 64, path=path)  # fmt: skip
         assert torch.isfinite(y).all()
-        ys = host.w4a16_linear(x[:sub].contiguous(), prep.rot_hi, prep.rot_lo, prep.qweight,
+        ys = route.w4a16_linear(x[:sub].contiguous(), prep.rot_hi, prep.rot_lo, prep.qweight,
                                prep.scales, prep.zeros, prep.bounds, 64, path=path)  # fmt: skip
         # the same rows at the bound of test_triton_gpu's twin: one bf16 ulp of their largest
         # output (the two calls may run other configs, whose split-K sums add in any order; a
@@ -300,7 +301,7 @@ def test_every_output_written_and_rows_independent() -> None:
 
 
 def test_graph_capture_replays_every_band() -> None:
-    from paro_kernels.triton import host, ops
+    from paro_kernels.triton import ops, route
 
     _, prep = _prep(1024, [512, 128, 128], 128, b=False)
     for m in (1, 8, 16, 300):
@@ -311,4 +312,4 @@ def test_graph_capture_replays_every_band() -> None:
             static_y = ops.linear(prep, static_x)
         static_x.copy_(torch.randn_like(x))
         graph.replay()
-        torch.testing.assert_close(static_y, host.linear(prep, static_x))
+        torch.testing.assert_close(static_y, route.linear(prep, static_x))

@@ -22,16 +22,16 @@ MS = [1, 2, 5, 8, 16, 17, 64, 129, 300]
 
 
 def _prep(k: int, sizes: list[int], g: int, dtype: torch.dtype, b: bool):  # type: ignore[no-untyped-def]
-    from paro_kernels.triton import host
+    from paro_kernels.triton import repack
 
     parts = merged_layer(k, sizes, g, seed=k + len(sizes), bias=b)
-    return parts, host.prepare(*packed(parts), runs(parts), g, dtype=dtype, device="cuda")
+    return parts, repack.prepare(*packed(parts), runs(parts), g, dtype=dtype, device="cuda")
 
 
 @pytest.mark.parametrize(("k", "sizes", "g"), CASES)
 @pytest.mark.parametrize("m", MS)
 def test_w4a16_linear_matches_fp64_reference(k: int, sizes: list[int], g: int, m: int) -> None:
-    from paro_kernels.triton import ops
+    from paro_kernels.triton import ops, route
 
     parts, prep = _prep(k, sizes, g, torch.bfloat16, b=m % 2 == 1)
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m + k)).to(torch.bfloat16)
@@ -41,28 +41,28 @@ def test_w4a16_linear_matches_fp64_reference(k: int, sizes: list[int], g: int, m
     assert y.shape == (m, sum(sizes)) and y.dtype == torch.bfloat16
     # bf16 output rounding alone is ~1.7e-3 (test_triton notes); fp16 operands stay under it;
     # the dequant band (M >= 256 since the fourth pass) has bf16 W': the bf16-weight floor.
-    from paro_kernels.triton import fast_host
+    from paro_kernels.triton import ops
 
-    tol = BF16_W_FLOOR if fast_host.band(m, g) == "dequant" else 2e-3
+    tol = BF16_W_FLOOR if route.band(m, g) == "dequant" else 2e-3
     assert rel(y, reference(x, parts, g)) <= tol
 
 
 @pytest.mark.parametrize("m", [1, 16, 200])
 def test_fp16_activations(m: int) -> None:
-    from paro_kernels.triton import host
+    from paro_kernels.triton import route
 
     parts, prep = _prep(1024, [256, 128], 128, torch.float16, b=True)
     x = torch.randn(m, 1024, generator=torch.Generator().manual_seed(m)).to(torch.float16)
-    y = host.linear(prep, x.cuda(), bias(parts).cuda())  # type: ignore[union-attr]
+    y = route.linear(prep, x.cuda(), bias(parts).cuda())  # type: ignore[union-attr]
     assert y.dtype == torch.float16 and rel(y, reference(x, parts, 128)) <= 1e-3
 
 
 def test_every_output_written_and_no_spill_past_m() -> None:
-    from paro_kernels.triton import host
+    from paro_kernels.triton import route
 
     _, prep = _prep(512, [192, 64], 64, torch.bfloat16, b=False)
     x = torch.randn(9, 512, device="cuda", dtype=torch.bfloat16)
-    y = host.linear(prep, x)
+    y = route.linear(prep, x)
     assert torch.isfinite(y).all()
     # Rows are independent: the first 3 rows alone give the same values (nothing leaks across M),
     # to one bf16 ulp of the rows' largest output: M = 9 and M = 3 may run other configs (tiles,
@@ -70,7 +70,7 @@ def test_every_output_written_and_no_spill_past_m() -> None:
     # land a few of its own ulps apart (seen once, in the seventeenth pass's GPU suite: 3.05e-5 on
     # an output of about 1e-3); a row leaked into another would be O(|y|) off.
     y3 = y[:3].float()
-    torch.testing.assert_close(host.linear(prep, x[:3].contiguous()).float(), y3, rtol=1.6e-2,
+    torch.testing.assert_close(route.linear(prep, x[:3].contiguous()).float(), y3, rtol=1.6e-2,
                                atol=y3.abs().max().item() * 2**-8)  # fmt: skip
 
 
@@ -92,23 +92,23 @@ def test_custom_op_compiles_and_graphs() -> None:
 
 
 def test_contract_is_checked() -> None:
-    from paro_kernels.triton import host
+    from paro_kernels.triton import route
 
     _, prep = _prep(256, [128], 128, torch.bfloat16, b=False)
     with pytest.raises(ValueError, match=r"x\.dtype"):
-        host.linear(prep, torch.randn(2, 256, device="cuda"))
+        route.linear(prep, torch.randn(2, 256, device="cuda"))
     with pytest.raises(ValueError, match="K"):
-        host.linear(prep, torch.randn(2, 192, device="cuda", dtype=torch.bfloat16))
+        route.linear(prep, torch.randn(2, 192, device="cuda", dtype=torch.bfloat16))
 
 
 @pytest.mark.parametrize("m", [1, 100])
 def test_zero_point_as_rowsum_correction(m: int) -> None:
-    from paro_kernels.triton import host
+    from paro_kernels.triton import gemm, prologue
 
     parts, prep = _prep(1024, [512, 128, 128], 128, torch.bfloat16, b=False)
     x = torch.randn(m, 1024, generator=torch.Generator().manual_seed(m)).to(torch.bfloat16)
-    xr, rs = host.rotate_scale(x.cuda(), prep.rot_hi, prep.rot_lo, 128)
-    y = host.w4a16_gemm(
+    xr, rs = prologue.rotate_scale(x.cuda(), prep.rot_hi, prep.rot_lo, 128)
+    y = gemm.w4a16_gemm(
         xr, rs, prep.qweight, prep.scales, prep.zeros, prep.bounds, 128, torch.bfloat16,
         zp_rowsum=True,
     )  # fmt: skip
@@ -116,20 +116,20 @@ def test_zero_point_as_rowsum_correction(m: int) -> None:
 
 
 def test_unaligned_partition_boundary_is_refused() -> None:
-    from paro_kernels.triton import host
+    from paro_kernels.triton import route
 
     _, prep = _prep(256, [200, 136], 128, torch.bfloat16, b=False)
     with pytest.raises(ValueError, match="multiples of 16"):
-        host.linear(prep, torch.randn(2, 256, device="cuda", dtype=torch.bfloat16))
+        route.linear(prep, torch.randn(2, 256, device="cuda", dtype=torch.bfloat16))
 
 
 @pytest.mark.parametrize("m", [1, 16])
 def test_decode_block_prologue_still_matches(m: int) -> None:
-    from paro_kernels.triton import host
+    from paro_kernels.triton import route
 
     parts, prep = _prep(1536, [208, 136], 64, torch.bfloat16, b=False)
     x = torch.randn(m, 1536, generator=torch.Generator().manual_seed(m)).to(torch.bfloat16)
-    y = host.w4a16_linear(
+    y = route.w4a16_linear(
         x.cuda(), prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales, prep.zeros, prep.bounds, 64
     )  # no Givens tables: the folded blocks serve decode too
     assert rel(y, reference(x, parts, 64)) <= 2e-3
@@ -137,13 +137,13 @@ def test_decode_block_prologue_still_matches(m: int) -> None:
 
 @pytest.mark.parametrize("m", [1, 7, 16])
 def test_givens_prologue_equals_block_prologue_and_zeroes_workspace(m: int) -> None:
-    from paro_kernels.triton import host
+    from paro_kernels.triton import prologue
 
     _, prep = _prep(1024, [512, 128, 128], 128, torch.bfloat16, b=False)
     x = torch.randn(m, 1024, device="cuda", dtype=torch.bfloat16)
     ws = torch.full((m, 5000), float("nan"), device="cuda")  # poisoned: every element must clear
-    xr, rs = host.rotate_scale(x, prep.rot_hi, prep.rot_lo, 128, prep.gv_idx, prep.gv_coef, ws)
-    xb, rb = host.rotate_scale(x, prep.rot_hi, prep.rot_lo, 128)
+    xr, rs = prologue.rotate_scale(x, prep.rot_hi, prep.rot_lo, 128, prep.gv_idx, prep.gv_coef, ws)
+    xb, rb = prologue.rotate_scale(x, prep.rot_hi, prep.rot_lo, 128)
     assert (ws == 0).all()
     # Both round the same fp32-exact product to fp16; the blocks carry ~16 bits of the matrix.
     assert rel(xr.float(), xb.double().cpu()) <= 1e-3
@@ -152,16 +152,16 @@ def test_givens_prologue_equals_block_prologue_and_zeroes_workspace(m: int) -> N
 
 @pytest.mark.parametrize("m", [1, 16])
 def test_decode_configs_of_the_sweep_match(m: int) -> None:
-    from paro_kernels.triton import host
+    from paro_kernels.triton import gemm, launch, prologue
 
     parts, prep = _prep(2304, [2048, 256], 128, torch.bfloat16, b=False)
     x = torch.randn(m, 2304, generator=torch.Generator().manual_seed(m)).to(torch.bfloat16)
-    xr, rs = host.rotate_scale(x.cuda(), prep.rot_hi, prep.rot_lo, 128)
+    xr, rs = prologue.rotate_scale(x.cuda(), prep.rot_hi, prep.rot_lo, 128)
     r = reference(x, parts, 128)
     for bn in (64, 128, 256):
         for rowsum, planes in ((False, False), (True, False), (False, True), (True, True)):
-            cfg = host.Config(16, bn, 8, 8 if bn == 256 else 4, 4, rowsum=rowsum, planes=planes)
-            y = host.w4a16_gemm(
+            cfg = launch.Config(16, bn, 8, 8 if bn == 256 else 4, 4, rowsum=rowsum, planes=planes)
+            y = gemm.w4a16_gemm(
                 xr, rs, prep.qweight, prep.scales, prep.zeros, prep.bounds, 128, torch.bfloat16,
                 config=cfg,
             )  # fmt: skip

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 import triton  # fails the module in CI when triton is missing: that is the point
-from paro_kernels.triton import aot
-from paro_kernels.triton.host import pick_config
+from paro_kernels.triton import aot, repack
+from paro_kernels.triton.gemm import pick_config
 
 from paroctl.versions import TRITON_SERIES
 
@@ -41,12 +41,12 @@ def test_aot_checks_run_the_triton_series_the_rocm_image_ships() -> None:
 _CHILD = """
 import sys, torch
 from _triton_cases import bias, merged_layer, packed, reference, rel, runs
-from paro_kernels.triton import host
+from paro_kernels.triton import repack, route
 k, sizes, g, m = eval(sys.argv[1])
 parts = merged_layer(k, sizes, g, seed=k + m, bias=m == 17)
-prep = host.prepare(*packed(parts), runs(parts), g, dtype=torch.float16, device="cpu")
+prep = repack.prepare(*packed(parts), runs(parts), g, dtype=torch.float16, device="cpu")
 x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.float16)
-y = host.linear(prep, x, bias(parts))
+y = route.linear(prep, x, bias(parts))
 assert y.shape == (m, sum(sizes)) and y.dtype == torch.float16
 print(rel(y, reference(x, parts, g)))
 """
@@ -102,15 +102,14 @@ def test_aot_givens_prologue_isa(target: str) -> None:
 def test_givens_tables_reproduce_the_folded_blocks() -> None:
     import torch
     from _triton_cases import merged_layer, runs
-    from paro_kernels.triton import host
 
     g, k = 64, 256
     rr = runs(merged_layer(k, [64, 32], g, seed=3, bias=False))
-    idx, coef = host.givens_tables(rr, g)  # type: ignore[misc]
+    idx, coef = repack.givens_tables(rr, g)  # type: ignore[misc]
     x = torch.randn(5, k, dtype=torch.float64)
     base = (torch.arange(k) // g * g).view(1, k)
     for p, (_, _, pairs, theta, cs) in enumerate(rr):
-        blocks = host.rotation_blocks(pairs, theta, cs, g)  # [K/G, G, G]
+        blocks = repack.rotation_blocks(pairs, theta, cs, g)  # [K/G, G, G]
         want = torch.einsum("mgi,gij->mgj", x.view(5, k // g, g), blocks).reshape(5, k)
         y = x * coef[p, 0].double()
         krot = idx.shape[1]

@@ -21,7 +21,7 @@ import triton  # fails the module in CI when triton is missing: that is the poin
 from _triton_cases import BF16_W_FLOOR
 from paro_kernels import reference as ref
 from paro_kernels.formats import e4m3_decode, pack_fp4
-from paro_kernels.triton import mx_host
+from paro_kernels.triton import aot, mx_gemm, mx_gemv_mma, mx_ops, mx_repack, mx_route
 
 # --------------------------------------------------------------------------- shared helpers
 
@@ -47,8 +47,8 @@ def case_layer(k: int, sizes: list[int], seed: int, run_seed: int, rotated: bool
     """An interpreter case's layer on the CPU: (N, weight, scale, runs or None, `prepare`d)."""
     n = sum(sizes)
     weight, scale = mx_layer(n, k, seed=seed)
-    runs = mx_host.random_runs(k, tuple(sizes), g=g, krot=4, seed=run_seed) if rotated else None
-    return n, weight, scale, runs, mx_host.prepare(weight, scale, runs, g if rotated else 0, "cpu",
+    runs = mx_repack.random_runs(k, tuple(sizes), g=g, krot=4, seed=run_seed) if rotated else None
+    return n, weight, scale, runs, mx_repack.prepare(weight, scale, runs, g if rotated else 0, "cpu",
                                                    dtype)  # fmt: skip
 
 
@@ -91,7 +91,7 @@ def paro_ref(x: torch.Tensor, w: torch.Tensor, runs: list, g: int, act: str) -> 
 # --------------------------------------------------------------------------- repack
 
 
-def _unrepack(w: mx_host.MxWeight) -> tuple[torch.Tensor, torch.Tensor]:
+def _unrepack(w: mx_repack.MxWeight) -> tuple[torch.Tensor, torch.Tensor]:
     """Invert `repack` in plain torch: (weight [N, K/2], weight_scale [N, K/32])."""
     n, k = w.n, w.k
     kp = w.qw.shape[1] * 2
@@ -103,7 +103,7 @@ def _unrepack(w: mx_host.MxWeight) -> tuple[torch.Tensor, torch.Tensor]:
 @pytest.mark.parametrize(("n", "k"), [(40, 96), (3, 64), (17, 544)])
 def test_repack_round_trips_and_measures_the_span(n: int, k: int) -> None:
     weight, scale = mx_layer(n, k, seed=n, e_lo=-9, e_hi=-3)
-    w = mx_host.repack(weight, scale)
+    w = mx_repack.repack(weight, scale)
     assert w.qw.shape == (n, -(-k // 64) * 32) and w.sc.shape == (-(-k // 64) * 2, n)
     back_w, back_s = _unrepack(w)
     assert torch.equal(back_w, weight) and torch.equal(back_s, scale)
@@ -116,30 +116,29 @@ def test_repack_round_trips_and_measures_the_span(n: int, k: int) -> None:
 def test_fold_limits_follow_the_operand_range() -> None:
     weight, scale = mx_layer(8, 256, seed=1, e_lo=-3, e_hi=-3)
     scale[3, 5] = 127 - 3 - 12  # one block 12 binades below its column's largest
-    w = mx_host.repack(weight, scale)
+    w = mx_repack.repack(weight, scale)
     assert w.span == 12
     assert not w.fold_ok(0) and w.fold_ok(1) and w.fold_ok(2)
     scale[3, 5] = 127 - 3 - 14
-    assert not mx_host.repack(weight, scale).fold_ok(1)
+    assert not mx_repack.repack(weight, scale).fold_ok(1)
 
 
 def test_contract_errors_name_the_argument() -> None:
     weight, scale = mx_layer(8, 64, seed=2)
     with pytest.raises(ValueError, match=r"weight_scale\.shape"):
-        mx_host.repack(weight, scale[:, :1])
+        mx_repack.repack(weight, scale[:, :1])
     bad = scale.clone()
     bad[1, 1] = 255
     with pytest.raises(ValueError, match="NaN"):
-        mx_host.repack(weight, bad)
+        mx_repack.repack(weight, bad)
     with pytest.raises(ValueError, match="K"):
-        mx_host.repack(weight[:, :8], scale[:, :1])  # K = 16
-    runs = mx_host.random_runs(128, (24, 8), g=64)
+        mx_repack.repack(weight[:, :8], scale[:, :1])  # K = 16
+    runs = mx_repack.random_runs(128, (24, 8), g=64)
     with pytest.raises(ValueError, match="multiples of 16"):
-        mx_host.prepare(*mx_layer(32, 128, seed=3), runs, 64)
+        mx_repack.prepare(*mx_layer(32, 128, seed=3), runs, 64)
 
 
 def test_fake_implementations_give_shapes() -> None:
-    from paro_kernels.triton import mx_ops
 
     x = torch.empty(5, 128, device="meta", dtype=torch.bfloat16)
     q, s = mx_ops.mx_fp8_quant(x)
@@ -211,18 +210,18 @@ from paro_kernels import mx
 
 from paro_kernels.formats import e4m3_decode
 from paro_kernels import reference as ref
-from paro_kernels.triton import mx_host
+from paro_kernels.triton import launch, mx_gemm, mx_gemv, mx_gemv_mma, mx_repack, mx_route, prologue
 out = {}
 for name, k, sizes, m, act, rotated, fold in INTERP_CASES:
     n = sum(sizes)
     weight, scale = mx_layer(n, k, seed=k + m)
-    runs = mx_host.random_runs(k, tuple(sizes), g=64, krot=4, seed=m) if rotated else None
-    prep = mx_host.prepare(weight, scale, runs, 64 if rotated else 0, "cpu", torch.float16)
+    runs = mx_repack.random_runs(k, tuple(sizes), g=64, krot=4, seed=m) if rotated else None
+    prep = mx_repack.prepare(weight, scale, runs, 64 if rotated else 0, "cpu", torch.float16)
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.float16)
     bias = torch.randn(n).to(torch.float16) if "bias" in name else None
-    ops = mx_host.activations(prep, x, act)
+    ops = mx_gemm.activations(prep, x, act)
     a, s = ops[0], (ops[1] if len(ops) > 1 else None)
-    y = mx_host.mx_gemm(a, s, prep.weight, prep.bounds, torch.float16, bias, fold=fold)
+    y = mx_gemm.mx_gemm(a, s, prep.weight, prep.bounds, torch.float16, bias, fold=fold)
     w = mx.mxfp4_dequantize(weight, scale)
     r = plane_ref(a, s, w, prep.bounds) + (0 if bias is None else bias.double())
     res = {"rel": rel(y, r), "shape": list(y.shape), "dtype": str(y.dtype)}
@@ -238,61 +237,61 @@ for name, k, sizes, m, act, rotated, fold in INTERP_CASES:
 # so the whole output comes from blocks an e4m3 fold would flush.
 weight, scale = mx_layer(16, 128, seed=5, e_lo=-3, e_hi=-3)
 scale[:, 1:] = 127 - 3 - 12
-prep = mx_host.prepare(weight, scale)
+prep = mx_repack.prepare(weight, scale)
 x = torch.randn(4, 128, generator=torch.Generator().manual_seed(4)).to(torch.float16)
 x[:, :32] = 0
-a, s = mx_host.activations(prep, x, "fp8")
+a, s = mx_gemm.activations(prep, x, "fp8")
 r = plane_ref(a, s, mx.mxfp4_dequantize(weight, scale), ())
 flush = {"fold_ok": prep.weight.fold_ok(0), "span": prep.weight.span}
 for key, fold in (("auto", None), ("forced", True)):
-    flush[key] = rel(mx_host.mx_gemm(a, s, prep.weight, (), torch.float16, fold=fold), r)
+    flush[key] = rel(mx_gemm.mx_gemm(a, s, prep.weight, (), torch.float16, fold=fold), r)
 out["flush"] = flush
 # The decode GEMV (plain-op unpack): fp16 activations, planes, bias, split-K, M = 1..4.
-from paro_kernels.triton import mx_decode_host
+from paro_kernels.triton import launch, mx_gemm, mx_gemv, mx_gemv_mma, mx_repack, mx_route, prologue
 gemv = {}
 for name, k, sizes, m, rotated in GEMV_INTERP_CASES:
     n, weight, scale, runs, prep = case_layer(k, sizes, k + m, m, rotated)
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.float16)
     bias = torch.randn(n).to(torch.float16)
-    (a,) = mx_host.activations(prep, x, "a16")
+    (a,) = mx_gemm.activations(prep, x, "a16")
     r = plane_ref(a, None, mx.mxfp4_dequantize(weight, scale), prep.bounds) + bias.double()
     for bn, pf in ((16, False), (32, False), (16, True)):  # PF: the next pair's prefetch
-        cfg = mx_decode_host.gemv_config(m, n, k, prep.bounds, 4, block_n=bn, prefetch=pf)
-        y = mx_decode_host.mx_gemv(a, prep.weight, prep.bounds, torch.float16, bias, cfg)
+        cfg = mx_gemv.gemv_config(m, n, k, prep.bounds, 4, block_n=bn, prefetch=pf)
+        y = mx_gemv.mx_gemv(a, prep.weight, prep.bounds, torch.float16, bias, cfg)
         gemv[f"{name}/{bn}/{pf}"] = {"rel": rel(y, r), "shape": list(y.shape),
                                      "split": cfg.split_k, "pf": cfg.prefetch}
-    y = mx_host.mx_linear(prep, x, bias, "fp8")  # decode rows: the GEMV, 16-bit activations
+    y = mx_route.mx_linear(prep, x, bias, "fp8")  # decode rows: the GEMV, 16-bit activations
     gemv[f"{name}/served"] = {"rel": rel(y, r), "shape": list(y.shape), "split": 0}
 out["gemv"] = gemv
 # The mma GEMV on paired fp16 (pair_fp16, or the rotated paired prologue at pair shift 0),
 # split 1 and 3, bias; the pairing itself against x.
-from paro_kernels.triton import fast_host
+from paro_kernels.triton import launch, mx_gemm, mx_gemv, mx_gemv_mma, mx_repack, mx_route, prologue
 mma = {}
 for name, k, sizes, m, rotated in MMA_INTERP_CASES:
     n, weight, scale, runs, prep = case_layer(k, sizes, k + m, m, rotated)
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.bfloat16)
     bias = torch.randn(n).to(torch.bfloat16)
     if rotated:
-        (a16,) = mx_host.activations(prep, x, "a16")
-        a = fast_host.rotate_slices(x.to(torch.float16), prep.rot_hi, prep.rot_lo, 64,
+        (a16,) = mx_gemm.activations(prep, x, "a16")
+        a = prologue.rotate_slices(x.to(torch.float16), prep.rot_hi, prep.rot_lo, 64,
                                     paired=True, pair_shift=0)[0]
     else:
         a16 = x.to(torch.float16).unsqueeze(0)
-        a = mx_decode_host.pair_fp16(x)
+        a = mx_gemv_mma.pair_fp16(x)
     p = a16.reshape(a16.shape[0], m, k // 8, 2, 4).transpose(3, 4).reshape(a16.shape)
     r = plane_ref(a16, None, mx.mxfp4_dequantize(weight, scale), prep.bounds) + bias.double()
     for split in (1, 3):
-        cfg = mx_decode_host.mma_config(m, n, k, prep.bounds, 4, split_k=split)
-        y = mx_decode_host.mx_gemv_mma(a, prep.weight, prep.bounds, torch.float32, bias, cfg)
+        cfg = mx_gemv_mma.mma_config(m, n, k, prep.bounds, 4, split_k=split)
+        y = mx_gemv_mma.mx_gemv_mma(a, prep.weight, prep.bounds, torch.float32, bias, cfg)
         mma[f"{name}/{split}"] = {"rel": rel(y, r), "shape": list(y.shape),
                                   "pairing": rel(a.double(), p.double()), "tiles": cfg.block_m}
         if rotated:  # the served prologue: the Givens records at M < 9 (tables built at load)
-            gv = mx_host._mma_prologue(prep, x, prep.rot_hi, prep.rot_lo)
+            gv = mx_route._mma_prologue(prep, x, prep.rot_hi, prep.rot_lo)
             mma[f"{name}/{split}"]["givens"] = rel(gv.double(), p.double())
             mma[f"{name}/{split}"]["gv_shape"] = list(prep.gv_idx.shape)
         if not rotated:  # plain rows, paired in the kernel: bf16 (as served) and fp16
             for xp in (x, x.to(torch.float16)):
-                y = mx_decode_host.mx_gemv_mma(xp.unsqueeze(0), prep.weight, prep.bounds,
+                y = mx_gemv_mma.mx_gemv_mma(xp.unsqueeze(0), prep.weight, prep.bounds,
                                                torch.float32, bias, cfg, paired=False)
                 mma[f"{name}/{split}/{xp.dtype}"] = {"rel": rel(y, r), "shape": list(y.shape),
                                                      "pairing": 0.0, "tiles": cfg.block_m}
@@ -305,33 +304,33 @@ for name, k, sizes, rotated, dt in DEQUANT_INTERP_CASES:
     n, weight, scale, runs, prep = case_layer(k, sizes, k + sum(sizes), sum(sizes), rotated, g,
                                               dtype)  # fmt: skip
     w = mx.mxfp4_dequantize(weight, scale)
-    wt = mx_host.mx_dequant(prep, dtype)
+    wt = mx_gemm.mx_dequant(prep, dtype)
     wr = paro_ref(torch.eye(k, dtype=torch.float64), w, runs, g, "a16").t() if rotated else w
-    m = mx_host.DEQUANT_MIN_M if name == "dq_odd_pairs" else 5
+    m = mx_gemm.DEQUANT_MIN_M if name == "dq_odd_pairs" else 5
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(k)).to(dtype)
     bias = torch.randn(n).to(dtype)
-    y = mx_host.mx_linear(prep, x, bias, "fp8", "dequant")
+    y = mx_route.mx_linear(prep, x, bias, "fp8", "dequant")
     r = (paro_ref(x, w, runs, g, "a16") if rotated else x.double() @ w.t()) + bias.double()
-    served = mx_host.mx_linear(prep, x, bias, "fp8")
+    served = mx_route.mx_linear(prep, x, bias, "fp8")
     dq[name] = {"w_rel": rel(wt, wr), "w_shape": list(wt.shape), "w_dtype": str(wt.dtype),
                 "rel": rel(y, r), "shape": list(y.shape), "dtype": str(y.dtype),
                 "served_same": bool(torch.equal(served, y)), "m": m}
     if rotated:  # the block scales folded into one dot chain (DEQUANT_FOLD), both ways forced
-        wb = mx_host.mx_dequant(prep, dtype, fold=False).clone()
-        wf = mx_host.mx_dequant(prep, dtype, fold=True)
+        wb = mx_gemm.mx_dequant(prep, dtype, fold=False).clone()
+        wf = mx_gemm.mx_dequant(prep, dtype, fold=True)
         dq[name].update(fold_rel=rel(wf, wr), fold_vs_block=rel(wf, wb.double()),
                         fold_ok=prep.weight.fold_ok(1))  # fmt: skip
 # A rotated layer 14 binades wide: past the fp16 fold, so auto takes the per-block form (exact)
 # and a forced fold is refused by name.
 weight, scale = mx_layer(64, 128, seed=6, e_lo=-3, e_hi=-3)
 scale[:, 1:] = 127 - 3 - 14
-runs = mx_host.random_runs(128, (64,), g=128, krot=4, seed=6)
-prep = mx_host.prepare(weight, scale, runs, 128, "cpu", torch.float16)
+runs = mx_repack.random_runs(128, (64,), g=128, krot=4, seed=6)
+prep = mx_repack.prepare(weight, scale, runs, 128, "cpu", torch.float16)
 wr = paro_ref(torch.eye(128, dtype=torch.float64), mx.mxfp4_dequantize(weight, scale), runs, 128,
               "a16").t()  # fmt: skip
-wide = {"span": prep.weight.span, "auto": rel(mx_host.mx_dequant(prep, torch.float16), wr)}
+wide = {"span": prep.weight.span, "auto": rel(mx_gemm.mx_dequant(prep, torch.float16), wr)}
 try:
-    mx_host.mx_dequant(prep, torch.float16, fold=True)
+    mx_gemm.mx_dequant(prep, torch.float16, fold=True)
     wide["refused"] = ""
 except ValueError as err:
     wide["refused"] = str(err)
@@ -345,13 +344,13 @@ w8 = {}
 for name, k, sizes, m, rotated, g in W8_INTERP_CASES:
     n, weight, scale, runs, prep = case_layer(k, sizes, k + m, m, rotated, g)
     w = mx.mxfp4_dequantize(weight, scale)
-    codes, sw = mx_host.dequant8(prep)
+    codes, sw = mx_gemm.dequant8(prep)
     wd = e4m3_decode(codes.view(torch.uint8)).double() * sw.double()[:, None]
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(k)).to(torch.float16)
     bias = torch.randn(n).to(torch.float16)
-    y = mx_host.mx_linear(prep, x, bias, "fp8", "w8")
-    a, s = mx_host.activations(prep, x, "fp8")
-    yg = mx_host.mx_gemm(a, s, prep.weight, prep.bounds, torch.float16, bias)
+    y = mx_route.mx_linear(prep, x, bias, "fp8", "w8")
+    a, s = mx_gemm.activations(prep, x, "fp8")
+    yg = mx_gemm.mx_gemm(a, s, prep.weight, prep.bounds, torch.float16, bias)
     r = plane_ref(a, s, w, prep.bounds) + bias.double()
     w8[name] = {"exact": bool(torch.equal(wd, w.double())), "codes": str(codes.dtype),
                 "shape": list(y.shape), "dtype": str(y.dtype), "rel": rel(y, r),
@@ -361,7 +360,7 @@ for name, k, sizes, m, rotated, g in W8_INTERP_CASES:
 weight, scale = mx_layer(16, 128, seed=5, e_lo=-3, e_hi=-3)
 scale[:, 1:] = 127 - 3 - 12
 try:
-    mx_host.dequant8(mx_host.prepare(weight, scale))
+    mx_gemm.dequant8(mx_repack.prepare(weight, scale))
     w8["refused"] = ""
 except ValueError as err:
     w8["refused"] = str(err)
@@ -372,33 +371,33 @@ out["w8"] = w8
 reserve = {}
 for name, rotated, dt in (("plain", False, "bfloat16"), ("paro", True, "bfloat16"),
                           ("plain_fp16", False, "float16")):  # fmt: skip
-    fast_host._WS.clear()
+    launch._WS.clear()
     dtype = getattr(torch, dt)
     n, weight, scale, runs, prep = case_layer(256, [256, 128], 7, 7, rotated, 128, dtype)
-    mx_host.reserve_scratch(prep, dtype)
-    held = dict(fast_host._WS)
-    mx_host.mx_dequant(prep, dtype)
-    mx_host.dequant8(prep)
+    mx_gemm.reserve_scratch(prep, dtype)
+    held = dict(launch._WS)
+    mx_gemm.mx_dequant(prep, dtype)
+    mx_gemm.dequant8(prep)
     reserve[name] = {"kinds": sorted(key[0] for key in held),
-                     "kept": all(fast_host._WS[key] is buf for key, buf in held.items()),
+                     "kept": all(launch._WS[key] is buf for key, buf in held.items()),
                      "sizes": {key[0]: buf.numel() for key, buf in held.items()}, "nk": n * 256}
 out["reserve"] = reserve
-from paro_kernels.triton import mx_decode_host
+from paro_kernels.triton import launch, mx_gemm, mx_gemv, mx_gemv_mma, mx_repack, mx_route, prologue
 chunks = {}
 for name, rotated in (("plain", False), ("paro", True)):
     n, weight, scale, runs, prep = case_layer(256, [64, 32, 32], 9, 9, rotated, 128)
     w = mx.mxfp4_dequantize(weight, scale)
-    step = mx_decode_host.MMA_MAX_M
+    step = mx_gemv_mma.MMA_MAX_M
     x = torch.randn(step + 3, 256, generator=torch.Generator().manual_seed(19)).to(torch.float16)
     bias = torch.randn(n).to(torch.float16)
-    y = mx_host.mx_linear(prep, x, bias, "fp8", "chunks")
-    parts = [mx_host.mx_linear(prep, x[i : i + step], bias, "fp8") for i in (0, step)]
-    acts = [mx_decode_host.served_act(xi.shape[0], "fp8", False, n, prep.bounds, rotated, prep.weight,
+    y = mx_route.mx_linear(prep, x, bias, "fp8", "chunks")
+    parts = [mx_route.mx_linear(prep, x[i : i + step], bias, "fp8") for i in (0, step)]
+    acts = [mx_route.served_act(xi.shape[0], "fp8", False, n, prep.bounds, rotated, prep.weight,
                                       x.dtype) for xi in (x[:step], x[step:])]
     refs = []
     for xi, act in zip((x[:step], x[step:]), acts):
         if act == "fp8":  # the GEMM's own e4m3 operands (the interpreter's convert is not a GPU's)
-            refs.append(plane_ref(*mx_host.activations(prep, xi, "fp8"), w, prep.bounds))
+            refs.append(plane_ref(*mx_gemm.activations(prep, xi, "fp8"), w, prep.bounds))
         else:
             refs.append(paro_ref(xi, w, runs, 128, act) if rotated else xi.double() @ w.t())
     r = torch.cat(refs) + bias.double()
@@ -406,7 +405,7 @@ for name, rotated in (("plain", False), ("paro", True)):
                     "rel": rel(y, r), "rel_tail": rel(y[step:], r[step:]), "step": step}
 out["chunks"] = chunks
 xs = torch.tensor([[7e4, -7e4, 1.0, -2.0, 3.0, 4.0, 5.0, 6.0]], dtype=torch.bfloat16)
-out["pair_sat"] = mx_decode_host.pair_fp16(xs)[0, 0].tolist()
+out["pair_sat"] = mx_gemv_mma.pair_fp16(xs)[0, 0].tolist()
 print(json.dumps(out))
 """
 
@@ -442,7 +441,7 @@ def test_interpreter_dequant_matches_fp64(interp_results: dict, case: tuple) -> 
     assert res["w_rel"] <= (floor if rotated else 0.0), res
     assert res["shape"] == [res["m"], n] and res["dtype"] == f"torch.{dt}", res
     assert res["rel"] <= floor, res
-    assert res["served_same"] == (res["m"] >= mx_host.DEQUANT_MIN_M), res
+    assert res["served_same"] == (res["m"] >= mx_gemm.DEQUANT_MIN_M), res
 
 
 ROT_DEQUANT_CASES = [c for c in DEQUANT_INTERP_CASES if c[3]]
@@ -488,9 +487,9 @@ def test_w8_scale_vectors_are_16_byte_aligned() -> None:
     # w8_linear hands it an aligned copy of such a slice, and an aligned one as it is.
     sa = torch.arange(3 * 257, dtype=torch.float32).view(3, 257)
     for p in range(3):
-        got = mx_host._aligned(sa[p].view(257, 1))
+        got = mx_gemm._aligned(sa[p].view(257, 1))
         assert got.data_ptr() % 16 == 0 and torch.equal(got, sa[p].view(257, 1)), p
-    assert mx_host._aligned(sa[0]).data_ptr() == sa.data_ptr()  # aligned: no copy
+    assert mx_gemm._aligned(sa[0]).data_ptr() == sa.data_ptr()  # aligned: no copy
 
 
 def test_interpreter_w8_refuses_a_layer_past_the_fold(interp_results: dict) -> None:
@@ -517,11 +516,11 @@ def test_w8_route_dispatch_follows_the_measurement() -> None:
     # every plane is at least 4096 wide and from M = 96 where it is at least 2048 (in_proj's
     # 2048-column plane lost to the GEMM at M = 24..64, qkv's 512-column planes to the dequant
     # path at every M).
-    from paro_kernels.triton import mx_decode_host
+    from paro_kernels.triton import mx_gemm
 
-    ok = mx_host.w8_ok
+    ok = mx_gemm.w8_ok
     # (from 17: the layers the mma GEMV and its chunks decline, and every layer past 64 rows)
-    assert mx_host.W8 and mx_host.W8_MIN_M == 17 and mx_decode_host.MMA_CHUNK_MAX_M == 64
+    assert mx_gemm.W8 and mx_gemm.W8_MIN_M == 17 and mx_gemv_mma.MMA_CHUNK_MAX_M == 64
     assert ok(17, "fp8", False) and not ok(16, "fp8", False)
     assert not ok(4096, "fp8", True) and not ok(4096, "a16", False)  # gfx1201; 16-bit layers
     assert not ok(4096, "fp8", False, torch.float16)  # cuBLASLt's rowwise epilogue writes bf16
@@ -529,10 +528,10 @@ def test_w8_route_dispatch_follows_the_measurement() -> None:
     assert not ok(95, "fp8", False, rot_plane=2048) and ok(96, "fp8", False, rot_plane=2048)
     assert not ok(95, "fp8", False, rot_plane=4095) and ok(96, "fp8", False, rot_plane=4095)
     assert not ok(4096, "fp8", False, rot_plane=512) and not ok(4096, "fp8", False, rot_plane=2047)
-    assert mx_host.narrowest_plane(7168, (6144, 6656)) == 512
-    assert mx_host.narrowest_plane(8192, (6144,)) == 2048
-    assert mx_host.narrowest_plane(5120, ()) == 5120
-    served = mx_decode_host.served_act
+    assert mx_gemm.narrowest_plane(7168, (6144, 6656)) == 512
+    assert mx_gemm.narrowest_plane(8192, (6144,)) == 2048
+    assert mx_gemm.narrowest_plane(5120, ()) == 5120
+    served = mx_route.served_act
     # 27B qkv at M = 2048: the 8-bit route unrotated, the dequant path (16-bit x) for PARO
     assert served(2048, "fp8", False, 7168, (6144, 6656)) == "fp8"
     assert served(2048, "fp8", False, 7168, (6144, 6656), rot=True) == "a16"
@@ -550,10 +549,10 @@ def test_decode_chunks_dispatch() -> None:
     # it (NVIDIA, where it takes the layer: N % 4, plane bounds % 32), 16-bit activations as it
     # takes them; past 64 rows, or where the mma GEMV declines the layer, the prefill routes. The
     # twenty-fourth pass: the mma GEMV itself to 32 rows (four tiles, measured), the chunks 32.
-    from paro_kernels.triton import mx_decode_host
+    from paro_kernels.triton import mx_repack
 
-    ok, served, mma = mx_decode_host.chunks_ok, mx_decode_host.served_act, mx_decode_host.mma_ok
-    assert mx_decode_host.MMA_MAX_M == 32 and mx_decode_host.MMA_CHUNK_MAX_M == 64
+    ok, served, mma = mx_gemv_mma.chunks_ok, mx_route.served_act, mx_gemv_mma.mma_ok
+    assert mx_gemv_mma.MMA_MAX_M == 32 and mx_gemv_mma.MMA_CHUNK_MAX_M == 64
     assert mma(17, 17408, (8704,), False) and mma(32, 7168, (6144, 6656), False)
     assert not mma(33, 7168, (6144, 6656), False) and not mma(24, 17408, (8704,), True)
     assert not ok(32, 17408, (8704,), False) and ok(33, 17408, (8704,), False)
@@ -566,8 +565,8 @@ def test_decode_chunks_dispatch() -> None:
     assert served(65, "fp8", False, 7168, (6144, 6656)) == "fp8"  # the 8-bit route
     assert served(24, "fp8", False, 17408, (8720,)) == "fp8"  # mma declined: the 8-bit route
     with pytest.raises(ValueError, match="path"):
-        mx_host.mx_linear(
-            mx_host.prepare(*mx_layer(16, 64, seed=1)), torch.zeros(1, 64), path="chunk"
+        mx_route.mx_linear(
+            mx_repack.prepare(*mx_layer(16, 64, seed=1)), torch.zeros(1, 64), path="chunk"
         )
 
 
@@ -653,7 +652,7 @@ AOT_SHAPES = [(1, 7168, 5120), (16, 17408, 5120), (64, 5120, 8704), (2048, 17408
 @pytest.mark.parametrize("target", ["gfx1201", "sm90"])
 @pytest.mark.parametrize(("m", "n", "k"), AOT_SHAPES)
 def test_aot_mx_gemm_isa(target: str, act: str, fold: bool, m: int, n: int, k: int) -> None:
-    rep = mx_host.compile_mx_gemm(target, m, n, k, act, fold)  # type: ignore[arg-type]
+    rep = aot.compile_mx_gemm(target, m, n, k, act, fold)  # type: ignore[arg-type]
     assert rep.mma, f"no {act} matrix instruction in {rep.name} for {target}: {rep}"
     assert rep.spills == 0 and rep.scratch == 0, rep
     assert rep.lds <= rep.lds_limit, rep
@@ -672,9 +671,9 @@ def test_aot_mx_gemv_isa(target: str, m: int, n: int, k: int, max_vgprs: int) ->
     # design), no spills; gfx1201 (plain-op unpack; not served there until measured, but
     # built) at its gfx1201 config (Triton 3.9): M = 1 89 VGPRs, M = 2 148, M = 4 111 (64 rows a
     # program), each under the budget that keeps >= 12 / 9 / 6 waves per SIMD (1536 VGPRs).
-    from paro_kernels.triton import mx_decode_host
+    from paro_kernels.triton import aot
 
-    rep = mx_decode_host.compile_mx_gemv(target, m, n, k)
+    rep = aot.compile_mx_gemv(target, m, n, k)
     assert rep.mma, f"a matrix instruction in {rep}"  # type: ignore[attr-defined]
     assert rep.spills == 0 and rep.scratch == 0, rep  # type: ignore[attr-defined]
     if target == "gfx1201":
@@ -697,7 +696,7 @@ def test_aot_mx_dequant(target: str, rot: bool, fold: bool, dtype: str) -> None:
     # plain one and the e4m3 codes with none; no spills; gfx1201 (built, not served there)
     # within 192 VGPRs (>= 8 waves a SIMD: 165 rotated at 16 columns, 172 plain, 174 codes).
     bounds = (8704,) if rot else ()
-    rep = mx_host.compile_mx_dequant(target, 17408, 5120, rot, dtype, bounds, fold)
+    rep = aot.compile_mx_dequant(target, 17408, 5120, rot, dtype, bounds, fold)
     assert rep.mma == rot, rep  # type: ignore[attr-defined]
     assert rep.spills == 0 and rep.scratch == 0, rep  # type: ignore[attr-defined]
     assert rep.lds <= rep.lds_limit, rep  # type: ignore[attr-defined]
@@ -707,13 +706,13 @@ def test_aot_mx_dequant(target: str, rot: bool, fold: bool, dtype: str) -> None:
 
 @pytest.mark.parametrize("target", ["gfx1201", "sm90"])
 def test_aot_fp8_quant(target: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    build, built = mx_host._aot_build, []
-    monkeypatch.setattr(mx_host, "_aot_build", lambda *a: built.append(build(*a)) or built[-1])
-    rep = mx_host.compile_fp8_quant(target, 5120)
+    build, built = aot._aot_build, []
+    monkeypatch.setattr(aot, "_aot_build", lambda *a: built.append(build(*a)) or built[-1])
+    rep = aot.compile_fp8_quant(target, 5120)
     assert rep.spills == 0 and rep.scratch == 0 and rep.lds <= rep.lds_limit, rep
     if target == "gfx1201":
         assert 0 < rep.vgprs <= 256, rep
-        # The codes' bytes from bits (`host.e4m3_bits`), not Triton's software conversion: that
+        # The codes' bytes from bits (`prologue.e4m3_bits`), not Triton's software conversion: that
         # took 130 v_cmp + 121 v_cndmask (776 instructions; 666 now); the false-tie break and
         # the masks keep 50 + 40.
         asm = built[-1].asm["amdgcn"]  # type: ignore[attr-defined]
@@ -731,19 +730,19 @@ def test_aot_mx_gemv_mma_sm90(m: int, act: int) -> None:
     # the band's programs an SM count on (`mma_band`), no stack but under the band's register
     # cap (two tiles: 72, 16 bytes of stack with Triton 3.9; four tiles, M = 17..32: 128, 8
     # bytes). bf16 rows (NVFP4 -> MXFP4 as served): 4 cvt a row of 8.
-    from paro_kernels.triton import aot, mx_decode_host
+    from paro_kernels.triton import aot
 
     bounds = (8704,)
-    served = mx_decode_host.MMA_MIN_M <= m <= mx_decode_host.MMA_MAX_M
-    assert mx_decode_host.mma_ok(m, 17408, bounds, False) == served
-    assert not mx_decode_host.mma_ok(m, 17408, bounds, True)
-    assert not mx_decode_host.mma_ok(m, 17406, (), False)
-    assert not mx_decode_host.mma_ok(m, 17408, (8720,), False)
+    served = mx_gemv_mma.MMA_MIN_M <= m <= mx_gemv_mma.MMA_MAX_M
+    assert mx_gemv_mma.mma_ok(m, 17408, bounds, False) == served
+    assert not mx_gemv_mma.mma_ok(m, 17408, bounds, True)
+    assert not mx_gemv_mma.mma_ok(m, 17406, (), False)
+    assert not mx_gemv_mma.mma_ok(m, 17408, (8720,), False)
     rep, c = aot.compile_mx_gemv_mma("sm90", m, 17408, 5120, bounds, act)
     assert rep.mma and rep.spills == 0, rep
     ptx = c.asm["ptx"]  # type: ignore[attr-defined]
-    tiles = mx_decode_host.mma_tiles(m)
-    u, fit, cap = mx_decode_host.mma_band(m)
+    tiles = mx_gemv_mma.mma_tiles(m)
+    u, fit, cap = mx_gemv_mma.mma_band(m)
     assert f"unroll={u}" in rep.config
     body = ptx[ptx.index("$L__BB0_2:") : ptx.rindex("bra.uni") if "bra.uni" in ptx else None]
     loop = body[: body.index("bar.sync")] if "bar.sync" in body else body
@@ -758,5 +757,5 @@ def test_aot_mx_gemv_mma_sm90(m: int, act: int) -> None:
     usage = aot.cubin_usage(c)
     regs, stack = usage["REG"], usage["STACK"]
     assert 0 < regs <= (cap or 80) and stack <= (16 if cap else 0), usage
-    slots = 65536 // (-(-regs // 8) * 8 * mx_decode_host.MMA_BLOCK_N)
+    slots = 65536 // (-(-regs // 8) * 8 * mx_gemv_mma.MMA_BLOCK_N)
     assert fit <= slots, (regs, fit, slots)

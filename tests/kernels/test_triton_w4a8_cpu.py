@@ -31,17 +31,17 @@ _CHILD = """
 import sys, torch
 from _triton_cases import bias, exact_gemm, hi_planes, merged_layer_bits, packed, rel, runs
 from _triton_cases import reference_a8
-from paro_kernels.triton import host
+from paro_kernels.triton import gemm, prologue, repack, route
 k, sizes, g, m, fmt, scale, zpe, bits = eval(sys.argv[1])
 parts = merged_layer_bits(k, sizes, g, bits, seed=k + m)
-prep = host.prepare(*packed(parts), runs(parts), g, dtype=torch.float16, device="cpu", bits=bits,
+prep = repack.prepare(*packed(parts), runs(parts), g, dtype=torch.float16, device="cpu", bits=bits,
                     **hi_planes(parts))
 x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.float16)
-q, asc, rs = host.rotate_quant(x, prep.rot_hi, prep.rot_lo, g, fmt, scale)
-y = host.w4a8_gemm(q, asc, rs, prep.qweight, prep.qweight_hi, prep.scales, prep.zeros,
+q, asc, rs = prologue.rotate_quant(x, prep.rot_hi, prep.rot_lo, g, fmt, scale)
+y = gemm.w4a8_gemm(q, asc, rs, prep.qweight, prep.qweight_hi, prep.scales, prep.zeros,
                    prep.bounds, g, torch.float16, bias(parts), token=scale == "token",
                    zp_epilogue=zpe)
-y2 = host.linear_a8(prep, x, bias(parts), fmt, scale, zpe)
+y2 = route.linear_a8(prep, x, bias(parts), fmt, scale, zpe)
 assert y.shape == (m, sum(sizes)) and y.dtype == torch.float16
 print(rel(y, exact_gemm(q, asc, parts, g, bits)), rel(y2, reference_a8(x, parts, g, bits, fmt, scale)))
 """
@@ -68,10 +68,10 @@ def test_interpreter_w4a8_matches_fp64(case: tuple) -> None:  # type: ignore[typ
     assert e2e <= 5e-3  # vs the independent reference: + rare code flips at rounding ties
 
 
-# gfx1201's form of the fp8 GEMM (`host.e4m3_bits`): the weights' e4m3 built from bits.
+# gfx1201's form of the fp8 GEMM (`prologue.e4m3_bits`): the weights' e4m3 built from bits.
 _E4M3_CHILD = _CHILD.replace(
-    "from paro_kernels.triton import host\n",
-    "from paro_kernels.triton import host\nhost.e4m3_bits = lambda hip: True\n",
+    "from paro_kernels.triton import gemm, prologue, repack, route\n",
+    "from paro_kernels.triton import gemm, prologue, repack, route\nprologue.e4m3_bits = lambda hip: True\n",
 )
 
 
@@ -79,14 +79,14 @@ _E4M3_CHILD = _CHILD.replace(
     "case", [c for c in INTERP_CASES if c[4] == "fp8"], ids=lambda c: "-".join(map(str, c[3:]))
 )
 def test_interpreter_w4a8_e4m3_from_bits_matches_fp64(case: tuple) -> None:  # type: ignore[type-arg]
-    assert "host.e4m3_bits = lambda hip: True" in _E4M3_CHILD
+    assert "prologue.e4m3_bits = lambda hip: True" in _E4M3_CHILD
     gemm, e2e = _interpret(_E4M3_CHILD, case)
     assert gemm <= 1e-3 and e2e <= 5e-3  # the bounds of the converting form above
 
 
 _BITS_CHILD = """
 import torch, triton, triton.language as tl
-from paro_kernels.triton.kernels import _e4m3_exact
+from paro_kernels.triton.gemm_kernels import _e4m3_exact
 
 @triton.jit
 def enc(v_ptr, o_ptr, N: tl.constexpr):
@@ -111,7 +111,7 @@ def test_e4m3_from_bits_is_exact_for_every_code_difference() -> None:
 
 _GRID_CHILD = """
 import torch, triton, triton.language as tl
-from paro_kernels.triton.kernels import _e4m3_from_grid, _e4m3_round
+from paro_kernels.triton.prologue_kernels import _e4m3_from_grid, _e4m3_round
 
 @triton.jit
 def enc(v_ptr, o_ptr, N: tl.constexpr, ROUND: tl.constexpr):
@@ -142,7 +142,7 @@ print(int(same_grid), int(same_rne), int(((codes & 0x7F) < 8).sum()))
 
 
 def test_e4m3_from_grid_encodes_every_code_and_rounds_like_torch() -> None:
-    # gfx1201's activation quantizers (`host.e4m3_bits`): every finite e4m3 value, subnormals and
+    # gfx1201's activation quantizers (`prologue.e4m3_bits`): every finite e4m3 value, subnormals and
     # -0 included, back to its own byte; and RNE + bytes of arbitrary fp32 values (every
     # rounding tie of the grid among them) equal torch's encoding.
     same_grid, same_rne, small = _interpret(_GRID_CHILD, ())
@@ -155,23 +155,23 @@ def test_e4m3_from_grid_encodes_every_code_and_rounds_like_torch() -> None:
 _GRID_PROLOGUE_CHILD = """
 import sys, torch
 from _triton_cases import hi_planes, merged_layer_bits, packed, runs
-from paro_kernels.triton import host, mx_host
+from paro_kernels.triton import mx_gemm, prologue, repack
 from paro_kernels import reference as ref
 k, sizes, g, m, scale = eval(sys.argv[1])
 parts = merged_layer_bits(k, sizes, g, 4, seed=k + m)
-prep = host.prepare(*packed(parts), runs(parts), g, dtype=torch.float16, device="cpu",
+prep = repack.prepare(*packed(parts), runs(parts), g, dtype=torch.float16, device="cpu",
                     **hi_planes(parts))
 x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)) * torch.logspace(-6, 0, k)
 x = x.to(torch.float16)
-conv = host.rotate_quant(x, prep.rot_hi, prep.rot_lo, g, "fp8", scale)
-host.e4m3_bits = lambda hip: True
-bits = host.rotate_quant(x, prep.rot_hi, prep.rot_lo, g, "fp8", scale)
+conv = prologue.rotate_quant(x, prep.rot_hi, prep.rot_lo, g, "fp8", scale)
+prologue.e4m3_bits = lambda hip: True
+bits = prologue.rotate_quant(x, prep.rot_hi, prep.rot_lo, g, "fp8", scale)
 mag = bits[0].view(torch.uint8) & 0x7F
 same = all(a.view(torch.uint8).equal(b.view(torch.uint8)) for a, b in zip(conv, bits))
 sub = int(((mag > 0) & (mag < 8)).sum())
 # The per-token quantizer of the MXFP4 W4A8 path in the same form, against the plugin's rule.
 xq = x.float()
-q, s = mx_host.fp8_quant(xq)
+q, s = mx_gemm.fp8_quant(xq)
 qr, sr = ref.quantize_acts(xq.double(), "fp8", "token", k)
 kq = q.to(torch.float64)
 bad = kq != qr
@@ -195,23 +195,23 @@ def test_interpreter_fp8_quantizers_from_bits(case: tuple) -> None:  # type: ign
 _COLS_CHILD = """
 import sys, torch
 from _triton_cases import hi_planes, merged_layer_bits, packed, rel, runs
-from paro_kernels.triton import host
+from paro_kernels.triton import launch, prologue, repack
 k, sizes, g, m, fmt = eval(sys.argv[1])
 parts = merged_layer_bits(k, sizes, g, 4, seed=k + m)
-prep = host.prepare(*packed(parts), runs(parts), g, dtype=torch.float16, device="cpu",
+prep = repack.prepare(*packed(parts), runs(parts), g, dtype=torch.float16, device="cpu",
                     **hi_planes(parts))
 x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.float16)
-whole = host.rotate_quant(x, prep.rot_hi, prep.rot_lo, g, fmt, "token")
-assert host.prologue_cols(True, g) == 0
-host._is_hip = lambda: True  # gfx1201's launch: 32 rows a program, column slices, 8 warps
-assert host.prologue_cols(True, g) == min(32, g) and host.prologue_block_m(m, True) == 32
-sliced = host.rotate_quant(x, prep.rot_hi, prep.rot_lo, g, fmt, "token")
+whole = prologue.rotate_quant(x, prep.rot_hi, prep.rot_lo, g, fmt, "token")
+assert prologue.prologue_cols(True, g) == 0
+launch.is_hip = lambda: True  # gfx1201's launch: 32 rows a program, column slices, 8 warps
+assert prologue.prologue_cols(True, g) == min(32, g) and prologue.prologue_block_m(m, True) == 32
+sliced = prologue.rotate_quant(x, prep.rot_hi, prep.rot_lo, g, fmt, "token")
 same = (whole[0].view(torch.uint8) == sliced[0].view(torch.uint8)).double().mean().item()
 print(same, rel(sliced[1], whole[1].double()), rel(sliced[2], whole[2].double()))
 """
 
 
-# gfx1201's per-token prologue on column slices of the rotation (`host.prologue_cols`, 2026-12-05)
+# gfx1201's per-token prologue on column slices of the rotation (`prologue.prologue_cols`, 2026-12-05)
 # against the whole-block form (the one the GPU tests hold to fp64): the same codes, scales and
 # code sums but for the interpreter's fp32 sums in another order (a code at a rounding tie).
 @pytest.mark.parametrize(
@@ -227,17 +227,17 @@ _MMA5_CHILD = """
 import sys, torch
 from _triton_cases import bias, hi_planes, merged_layer_bits, packed, rel, runs
 from paro_kernels import reference as ref
-from paro_kernels.triton import decode_host, host
+from paro_kernels.triton import gemv_mma, repack
 k, sizes, g, m = eval(sys.argv[1])
 parts = merged_layer_bits(k, sizes, g, 5, seed=k + m)
-prep = host.prepare(*packed(parts), runs(parts), g, dtype=torch.float16, device="cpu", bits=5,
+prep = repack.prepare(*packed(parts), runs(parts), g, dtype=torch.float16, device="cpu", bits=5,
                     **hi_planes(parts))
 assert any(int(prep.qweight_hi[:, :sizes[0]].reshape(-1)[i]) for i in range(8))  # bits in use
 x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.float16)
 want = torch.cat([ref.paro_linear_ref(x, *p.args(), 5, g, p.bias, **p.hi()) for p in parts], 1)
 out = []
 for prologue in ("givens", "slice"):
-    y = decode_host.gemv_mma_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
+    y = gemv_mma.gemv_mma_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
                                     prep.zeros, prep.bounds, g, bias(parts),
                                     gv=(prep.gv_idx, prep.gv_coef), qweight_hi=prep.qweight_hi,
                                     prologue=prologue)
@@ -245,12 +245,12 @@ for prologue in ("givens", "slice"):
     out.append(rel(y, want))
 # the launcher's choice: small layers take the blocks past M = 8, else the records (here
 # records of another rotation, so that the two prologues' outputs differ)
-ys = {p: decode_host.gemv_mma_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
+ys = {p: gemv_mma.gemv_mma_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
                                      prep.zeros, prep.bounds, g, None,
                                      gv=(prep.gv_idx, prep.gv_coef * 0.5),
                                      qweight_hi=prep.qweight_hi, prologue=p)
       for p in ("givens", "slice", "")}
-chosen = "slice" if m >= decode_host.MMA_BLOCKS_MIN_M else "givens"
+chosen = "slice" if m >= gemv_mma.MMA_BLOCKS_MIN_M else "givens"
 assert torch.equal(ys[""], ys[chosen]) and rel(ys["givens"], ys["slice"].double()) > 0.1
 print(*out)
 """
@@ -319,7 +319,7 @@ def test_aot_rotate_quant_isa(
         asm = built[-1].asm["amdgcn"]
         assert asm.count("v_cndmask") <= 16 and asm.count("v_cmp") <= 16, rep
     if token and target == "gfx1201":
-        # The per-token prologue on 32-column slices of the rotation (`host.prologue_cols`):
+        # The per-token prologue on 32-column slices of the rotation (`prologue.prologue_cols`):
         # 184-190 VGPRs, so 8 waves per SIMD (1536 // V), where the whole-block form took 256 and
         # spilled 2 (12 B of scratch) until 2026-12-05.
         assert "COLS=32" in rep.config and 1536 // rep.vgprs >= 8, rep

@@ -59,10 +59,10 @@ COMBOS = [
 
 @functools.cache
 def _prep_cached(k: int, sizes: tuple[int, ...], g: int, bits: int):  # type: ignore[no-untyped-def]
-    from paro_kernels.triton import host
+    from paro_kernels.triton import repack
 
     parts = merged_layer_bits(k, list(sizes), g, bits, seed=k + len(sizes) + bits)
-    prep = host.prepare(
+    prep = repack.prepare(
         *packed(parts), runs(parts), g, dtype=torch.bfloat16, device="cuda", bits=bits,
         **hi_planes(parts),
     )  # fmt: skip
@@ -77,12 +77,12 @@ def _prep(k: int, sizes: list[int], g: int, bits: int):  # type: ignore[no-untyp
 def test_w4a8_linear_matches_fp64(
     k: int, sizes: list[int], g: int, m: int, fmt: str, scale: str, zpe: bool, bits: int
 ) -> None:
-    from paro_kernels.triton import fast_host, host, ops
+    from paro_kernels.triton import dequant, gemm, launch, ops, prologue, route
 
     parts, prep = _prep(k, sizes, g, bits)
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m + k)).to(torch.bfloat16)
     xc, bb = x.cuda(), bias(parts).cuda()  # type: ignore[union-attr]
-    q, asc, rs = host.rotate_quant(xc, prep.rot_hi, prep.rot_lo, g, fmt, scale)
+    q, asc, rs = prologue.rotate_quant(xc, prep.rot_hi, prep.rot_lo, g, fmt, scale)
     # prologue: codes vs the fp64 rules on the fp64 rotation, row sums of its own codes
     for i, p in enumerate(parts):
         xr = ref.rotate(x.double() * p.channel_scales.double()[0], p.pairs, p.theta, g)
@@ -93,7 +93,7 @@ def test_w4a8_linear_matches_fp64(
         assert torch.equal(rs[i].cpu().double(), qi.view(m, k // g, g).sum(-1)) or fmt == "fp8"
         assert rel(rs[i], qi.view(m, k // g, g).sum(-1)) <= 1e-6
     # GEMM: exact arithmetic on the kernel's own codes, at the bf16 output floor
-    y = host.w4a8_gemm(
+    y = gemm.w4a8_gemm(
         q, asc, rs, prep.qweight, prep.qweight_hi, prep.scales, prep.zeros, prep.bounds, g,
         torch.bfloat16, bb, token=scale == "token", zp_epilogue=zpe,
     )  # fmt: skip
@@ -101,13 +101,13 @@ def test_w4a8_linear_matches_fp64(
     assert rel(y, exact_gemm(q, asc, parts, g, bits)) <= 2e-3
     # end to end through the custom op vs the independent fp64 reference
     y2 = ops.linear_a8(prep, xc, bb, fmt, scale, zpe)
-    route = fast_host.a8_route(m, g, bits == 5, host._is_hip(), fmt, prep.bounds)
-    if route == "w8":  # the 8-bit vendor GEMM (prefill): per-token acts, per-channel W'
-        assert rel(y2, reference_a8(x, parts, g, bits, fmt, scale)) <= W8_TOL[fast_host.W8_KIND]
+    served = route.a8_route(m, g, bits == 5, launch.is_hip(), fmt, prep.bounds)
+    if served == "w8":  # the 8-bit vendor GEMM (prefill): per-token acts, per-channel W'
+        assert rel(y2, reference_a8(x, parts, g, bits, fmt, scale)) <= W8_TOL[dequant.W8_KIND]
         return
-    if route is not None:
+    if served is not None:
         # the band where the 16-bit-activation path serves the layer: the W4A16 reference
-        tol = BF16_W_FLOOR if route == "dequant" else 2e-3
+        tol = BF16_W_FLOOR if served == "dequant" else 2e-3
         assert rel(y2, _a16_reference(x, parts, g, bits)) <= tol
         return
     r = reference_a8(x, parts, g, bits, fmt, scale)
@@ -120,20 +120,20 @@ def test_w4a8_linear_matches_fp64(
 def test_e4m3_from_bits_equals_the_converting_gemm(
     m: int, bits: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # gfx1201's fp8 GEMM form (`host.e4m3_bits`: the weights' e4m3 built from bits) forced on
+    # gfx1201's fp8 GEMM form (`prologue.e4m3_bits`: the weights' e4m3 built from bits) forced on
     # the H200: the same e4m3 values, so the same output bit for bit as the converting form, and
     # the fp64 bound of the test above. M = 300: NVIDIA's fp8 dot (below 64 rows it upcasts).
-    from paro_kernels.triton import host
+    from paro_kernels.triton import gemm, prologue
 
     parts, prep = _prep(1024, [256, 128], 128, bits)
     x = torch.randn(m, 1024, generator=torch.Generator().manual_seed(m)).to(torch.bfloat16).cuda()
-    q, asc, rs = host.rotate_quant(x, prep.rot_hi, prep.rot_lo, 128, "fp8", "group")
+    q, asc, rs = prologue.rotate_quant(x, prep.rot_hi, prep.rot_lo, 128, "fp8", "group")
     bb = bias(parts)  # exact_gemm adds the layer's bias (the int5 layers have one)
     args = (q, asc, rs, prep.qweight, prep.qweight_hi, prep.scales, prep.zeros, prep.bounds, 128,
             torch.bfloat16, None if bb is None else bb.cuda())  # fmt: skip
-    y = host.w4a8_gemm(*args)
-    monkeypatch.setattr(host, "e4m3_bits", lambda hip: True)
-    y_bits = host.w4a8_gemm(*args)
+    y = gemm.w4a8_gemm(*args)
+    monkeypatch.setattr(prologue, "e4m3_bits", lambda hip: True)
+    y_bits = gemm.w4a8_gemm(*args)
     assert torch.equal(y_bits, y)
     assert rel(y_bits, exact_gemm(q, asc, parts, 128, bits)) <= 2e-3
 
@@ -143,19 +143,19 @@ def test_e4m3_from_bits_equals_the_converting_gemm(
 def test_e4m3_from_grid_equals_the_converting_prologue(
     m: int, scale: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # gfx1201's fp8 prologue (`host.e4m3_bits`: the codes' bytes built from their rounded values'
+    # gfx1201's fp8 prologue (`prologue.e4m3_bits`: the codes' bytes built from their rounded values'
     # bits, `_e4m3_from_grid`) forced on the H200: the same bytes as the hardware cvt, the same
     # scales and code sums. x's groups span 6 decades a row: with one scale a row, the small
     # groups' codes are e4m3 subnormals (a group's scale keeps its codes near its own amax).
-    from paro_kernels.triton import host
+    from paro_kernels.triton import prologue
 
     _, prep = _prep(1024, [256, 128], 128, 4)
     x = torch.randn(m, 1024, generator=torch.Generator().manual_seed(m))
     x = (x * torch.logspace(-6, 0, 1024)).to(torch.bfloat16).cuda()
     args = (x, prep.rot_hi, prep.rot_lo, 128, "fp8", scale)
-    q, asc, rs = host.rotate_quant(*args)
-    monkeypatch.setattr(host, "e4m3_bits", lambda hip: True)
-    qb, ascb, rsb = host.rotate_quant(*args)
+    q, asc, rs = prologue.rotate_quant(*args)
+    monkeypatch.setattr(prologue, "e4m3_bits", lambda hip: True)
+    qb, ascb, rsb = prologue.rotate_quant(*args)
     mag = q.view(torch.uint8) & 0x7F
     assert scale == "group" or bool(((mag > 0) & (mag < 8)).any())
     assert torch.equal(qb.view(torch.uint8), q.view(torch.uint8))
@@ -172,33 +172,33 @@ def _a16_reference(x: torch.Tensor, parts, g: int, bits: int) -> torch.Tensor:  
 @pytest.mark.parametrize("m", [1, 2, 5, 9, 16, 200, 1030])
 def test_a16_bands_serve_w4a8(m: int, bits: int) -> None:
     # NVIDIA: the decode GEMVs (int4: the HFMA2 one at M = 1, the mma.sync one at M = 2..16;
-    # int5: the mma.sync one from fast_host.MMA_GEMV5_MIN_M, below it the HFMA2 one) and, fp8
+    # int5: the mma.sync one from route.MMA_GEMV5_MIN_M, below it the HFMA2 one) and, fp8
     # calls from W8_MIN_M (129) the 8-bit vendor GEMM, int8 calls from DEQUANT_MIN_M (256)
     # dequant + cuBLAS (int4, int5)
     # serve W4A8 in their bands (the 16-bit ones at the bf16 floor of the unquantized-activation
     # linear); elsewhere the A8 kernels.
-    from paro_kernels.triton import fast_host, host
+    from paro_kernels.triton import dequant, gemv_fma, launch, route
 
     k, sizes, g = 1024, [512, 128, 128], 128
     parts, prep = _prep(k, sizes, g, bits)
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.bfloat16)
     bb = bias(parts).cuda()  # type: ignore[union-attr]
     for fmt in ("int8", "fp8"):
-        route = fast_host.a8_route(m, g, bits == 5, host._is_hip(), fmt, prep.bounds)
-        w8 = fmt in fast_host.W8_FORMATS and m >= fast_host.W8_MIN_M
-        big = "w8" if w8 else "dequant" if m >= fast_host.DEQUANT_MIN_M else None
-        small = "gemv" if m <= fast_host.GEMV_MAX_M and bits == 4 else "gemv3"  # int5: gemv3
-        if bits == 5 and fast_host.INT5_H2 and m <= fast_host.H2_MAX_M:
+        served = route.a8_route(m, g, bits == 5, launch.is_hip(), fmt, prep.bounds)
+        w8 = fmt in route.W8_FORMATS and m >= route.W8_MIN_M
+        big = "w8" if w8 else "dequant" if m >= route.DEQUANT_MIN_M else None
+        small = "gemv" if m <= route.GEMV_MAX_M and bits == 4 else "gemv3"  # int5: gemv3
+        if bits == 5 and route.INT5_H2 and m <= gemv_fma.H2_MAX_M:
             small = "gemv-h2"  # int5 decode at M <= 2: the HFMA2 GEMV (tenth pass)
-        if fast_host.mma_gemv_ok(host._is_hip(), m, g, prep.bounds, bits):
+        if route.mma_gemv_ok(launch.is_hip(), m, g, prep.bounds, bits):
             small = "gemv-mma"  # decode on the mma GEMV (int4 from M = 2, int5 from its min)
-        decode = m <= fast_host.MMA_GEMV_MAX_M  # the decode GEMVs' band
-        assert route == (None if host._is_hip() else small if decode else big), fmt
-        y = host.linear_a8(prep, x.cuda(), bb, fmt, "group", bits == 5)
-        if route == "w8":
+        decode = m <= route.MMA_GEMV_MAX_M  # the decode GEMVs' band
+        assert served == (None if launch.is_hip() else small if decode else big), fmt
+        y = route.linear_a8(prep, x.cuda(), bb, fmt, "group", bits == 5)
+        if served == "w8":
             want = reference_a8(x, parts, g, bits, fmt, "group")
         else:
-            want = _a16_reference(x, parts, g, bits) if route else reference_a8(x, parts, g, bits,
+            want = _a16_reference(x, parts, g, bits) if served else reference_a8(x, parts, g, bits,
                                                                                 fmt, "group")  # fmt: skip
         tol = {
             "gemv": 2e-3,
@@ -206,9 +206,9 @@ def test_a16_bands_serve_w4a8(m: int, bits: int) -> None:
             "gemv-h2": 2e-3,
             "gemv-mma": 2e-3,
             "dequant": BF16_W_FLOOR,
-        }.get(route or "", 5e-3)
-        if route == "w8":
-            tol = W8_TOL[fast_host.W8_KIND]
+        }.get(served or "", 5e-3)
+        if served == "w8":
+            tol = W8_TOL[dequant.W8_KIND]
         assert rel(y, want) <= tol, fmt
 
 
@@ -219,20 +219,20 @@ def test_int5_gemv3_configs_match_fp64(cfg: str, m: int) -> None:
     # pairs) at the three shipped configs (the small one loads 2 groups an iteration), 3 partitions
     # (the boundaries 512 and 768 on the tile grid), 5 groups: odd split-K tails; twice, so the
     # second call finds the split-K workspace and tickets zeroed.
-    from paro_kernels.triton import decode_host
+    from paro_kernels.triton import gemv_dot
 
     k, sizes, g = 640, [512, 256, 128], 128
     parts, prep = _prep(k, sizes, g, 5)
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.bfloat16)
-    big = dict(block_n=decode_host.GEMV3_BLOCK_N, num_warps=decode_host.GEMV3_WARPS,
-               programs_per_sm=decode_host.GEMV3_PROGRAMS_PER_SM, gpi=decode_host.GEMV3_GPI,
-               num_stages=decode_host.GEMV3_STAGES)  # fmt: skip
-    kw = {"big": big, "small": decode_host.GEMV3_SMALL, "int5": decode_host.GEMV3_INT5}[cfg]
-    c = decode_host.gemv3_config(m, sum(sizes), k, g, prep.bounds, 132, **kw)
+    big = dict(block_n=gemv_dot.GEMV3_BLOCK_N, num_warps=gemv_dot.GEMV3_WARPS,
+               programs_per_sm=gemv_dot.GEMV3_PROGRAMS_PER_SM, gpi=gemv_dot.GEMV3_GPI,
+               num_stages=gemv_dot.GEMV3_STAGES)  # fmt: skip
+    kw = {"big": big, "small": gemv_dot.GEMV3_SMALL, "int5": gemv_dot.GEMV3_INT5}[cfg]
+    c = gemv_dot.gemv3_config(m, sum(sizes), k, g, prep.bounds, 132, **kw)
     bb = bias(parts).cuda()  # type: ignore[union-attr]
     want = _a16_reference(x, parts, g, 5)
     for _ in range(2):
-        y = decode_host.gemv3_linear(x.cuda(), prep.rot_hi, prep.rot_lo, prep.qweight,
+        y = gemv_dot.gemv3_linear(x.cuda(), prep.rot_hi, prep.rot_lo, prep.qweight,
                                      prep.scales, prep.zeros, prep.bounds, g, bb, prep.gv_idx,
                                      prep.gv_coef, "", c, None, prep.qweight_hi)  # fmt: skip
         assert y.dtype == torch.bfloat16 and rel(y, want) <= 2e-3, cfg
@@ -247,7 +247,7 @@ def test_int5_h2_matches_fp64(scale: float, m: int, how: str) -> None:
     # prologue writes xr / 128): 3 partitions, 5 groups (odd split-K tails), activations in the
     # thousands too (its fp16 range argument, |c - z| <= 31); twice (workspace left zeroed);
     # with either paired prologue (blocks or the eleventh pass's records).
-    from paro_kernels.triton import decode_host
+    from paro_kernels.triton import gemv_fma
 
     k, sizes, g = 640, [512, 256, 128], 128
     parts, prep = _prep(k, sizes, g, 5)
@@ -255,7 +255,7 @@ def test_int5_h2_matches_fp64(scale: float, m: int, how: str) -> None:
     bb = bias(parts).cuda()  # type: ignore[union-attr]
     want = _a16_reference(x, parts, g, 5)
     for _ in range(2):
-        y = decode_host.gemv_h2_linear(x.cuda(), prep.rot_hi, prep.rot_lo, prep.qweight,
+        y = gemv_fma.gemv_h2_linear(x.cuda(), prep.rot_hi, prep.rot_lo, prep.qweight,
                                        prep.scales, prep.zeros, prep.bounds, g, bb,
                                        qweight_hi=prep.qweight_hi,
                                        gv=(prep.gv_idx, prep.gv_coef), prologue=how)  # fmt: skip
@@ -274,19 +274,19 @@ def test_int5_mma_gemv_matches_fp64(k: int, sizes: list[int], g: int, m: int,
     # the tile-boundary cases (odd N, 1-3 partitions, G = 64 and 128), one, two and four
     # (twenty-fourth pass, forced) activation tiles, 2- and 4-warp tiles, both paired prologues (records, blocks) at pair shift 0,
     # activations in the thousands at even M; twice (split-K workspace and tickets left zeroed).
-    from paro_kernels.triton import decode_host
+    from paro_kernels.triton import gemv_mma
 
     parts, prep = _prep(k, sizes, g, 5)
     scale = 1e3 if m % 2 == 0 else 1.0
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m + k)) * scale
     x = x.to(torch.bfloat16)
     bb = bias(parts).cuda()  # type: ignore[union-attr]
-    c = decode_host.mma_config(m, sum(sizes), k, g, prep.bounds, 132, 5, **cfg)
+    c = gemv_mma.mma_config(m, sum(sizes), k, g, prep.bounds, 132, 5, **cfg)
     want = _a16_reference(x, parts, g, 5)
     gv = (prep.gv_idx, prep.gv_coef)
     for prologue in ("givens", "slice"):
         for _ in range(2):
-            y = decode_host.gemv_mma_linear(x.cuda(), prep.rot_hi, prep.rot_lo, prep.qweight,
+            y = gemv_mma.gemv_mma_linear(x.cuda(), prep.rot_hi, prep.rot_lo, prep.qweight,
                                             prep.scales, prep.zeros, prep.bounds, g, bb, c, gv,
                                             prep.qweight_hi, prologue)  # fmt: skip
             assert y.shape == (m, sum(sizes)) and y.dtype == torch.bfloat16
@@ -300,13 +300,13 @@ def test_int5_mma_gemv_matches_fp64(k: int, sizes: list[int], g: int, m: int,
 def test_w8_prefill_kinds(kind: str, bits: int) -> None:
     # both 8-bit vendor GEMMs (the shipped W8_KIND and the other), with and without the bias,
     # against the format's fp64 reference; and the channel maxima against the fp64 W'
-    from paro_kernels.triton import fast_host
+    from paro_kernels.triton import dequant
 
     k, sizes, g = 2304, [2048, 256], 128
     parts, prep = _prep(k, sizes, g, bits)
     x = torch.randn(300, k, generator=torch.Generator().manual_seed(bits)).to(torch.bfloat16)
     for b in (bias(parts), None):
-        y = fast_host.w8_linear(x.cuda(), prep.qweight, prep.qweight_hi, prep.scales, prep.zeros,
+        y = dequant.w8_linear(x.cuda(), prep.qweight, prep.qweight_hi, prep.scales, prep.zeros,
                                 prep.rot_hi, prep.rot_lo, prep.bounds, g, prep.w8_amax,
                                 None if b is None else b.cuda(), kind)  # fmt: skip
         r = reference_a8(x, parts, g, bits, "int8" if kind == "int8" else "fp8", "group")
@@ -319,12 +319,12 @@ def test_w8_prefill_kinds(kind: str, bits: int) -> None:
 
 @pytest.mark.parametrize("fmt", ["fp8", "int8"])
 def test_zero_point_forms_agree(fmt: str) -> None:
-    from paro_kernels.triton import host
+    from paro_kernels.triton import route
 
     _, prep = _prep(2304, [2048, 256], 128, 5)
     x = torch.randn(300, 2304, device="cuda", dtype=torch.bfloat16)
-    a = host.linear_a8(prep, x, None, fmt, "group", False)
-    b = host.linear_a8(prep, x, None, fmt, "group", True)
+    a = route.linear_a8(prep, x, None, fmt, "group", False)
+    b = route.linear_a8(prep, x, None, fmt, "group", True)
     assert rel(a, b.double().cpu()) <= 2e-3
 
 
@@ -348,11 +348,11 @@ def test_custom_op_compiles_and_graphs() -> None:
 
 
 def test_contract_is_checked() -> None:
-    from paro_kernels.triton import host
+    from paro_kernels.triton import route
 
     _, prep = _prep(256, [128], 128, 5)
     x = torch.randn(2, 256, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="act_format"):
-        host.linear_a8(prep, x, None, "fp4", "group", False)
+        route.linear_a8(prep, x, None, "fp4", "group", False)
     with pytest.raises(ValueError, match=r"prep\.bits"):
-        host.linear(prep, x)  # int5 has no W5A16 kernel
+        route.linear(prep, x)  # int5 has no W5A16 kernel

@@ -98,7 +98,7 @@ def test_systemd_alone_then_kills_at_every_step(
     assert adopted.returncode == 0, adopted.stderr
     assert adopted.stdout.startswith(f"sd-a is live at {url} as smollm2-sd-a (adopted as it runs)")
     live = state.read_live()
-    assert live is not None and (live["profile"], live["origin"]) == ("sd-a", "adopt")
+    assert live is not None and (live.serve.profile, live.origin) == ("sd-a", "adopt")
     assert sd_env.runtime.main_pid("sd-a") == pid  # taken as it runs, not restarted
     assert "adopted as it ran" in paroctl("status").stdout.splitlines()[0]
 
@@ -121,7 +121,7 @@ def test_systemd_alone_then_kills_at_every_step(
     assert "(resumed)" in resume.stdout
     assert sd_env.runtime.main_pid("sd-b") == booting and active(sd_env) == ["sd-b"]
     assert models(port) == ["smollm2-sd-b"] and journal.read() is None
-    assert state.read_live()["profile"] == "sd-b"  # type: ignore[index]
+    assert state.read_live().serve.profile == "sd-b"  # type: ignore[union-attr]
 
     # 4. Killed after the old unit is gone, before the new one started: nothing runs.
     killed_at("sd-a", "old-gone", tmp_path / "4.out")

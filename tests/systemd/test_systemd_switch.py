@@ -9,6 +9,7 @@ import pytest
 from paroctl import net, state
 from paroctl.client import Client
 from paroctl.profile import profiles
+from paroctl.records import BootRecord
 from paroctl.switch import switch as switch_mod
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ def test_switch_between_two_units_and_roll_back(
     state.clear_live()
     deps = switch_mod.default_deps()
 
-    def go(name: str) -> switch_mod.BootRecord:
+    def go(name: str) -> BootRecord:
         return switch_mod.switch(
             sd_profiles.load(name),
             deps,
@@ -41,7 +42,7 @@ def test_switch_between_two_units_and_roll_back(
         )
 
     first = go("sd-a")
-    assert first.runtime == "systemd"
+    assert first.serve.runtime == "systemd"
     assert _answering(port) == ["smollm2-sd-a"]
     assert sd_env.runtime.is_active("sd-a")
     go("sd-b")
@@ -56,7 +57,7 @@ def test_switch_between_two_units_and_roll_back(
     assert _answering(port) == ["smollm2-sd-b"]
     assert not sd_env.runtime.is_active("sd-bad") and not sd_env.runtime.is_active("sd-a")
     live = state.read_live()
-    assert live is not None and live["profile"] == "sd-b" and live["runtime"] == "systemd"
+    assert live is not None and live.serve.profile == "sd-b" and live.serve.runtime == "systemd"
     switch_mod.stop_live(live, deps)
     assert not net.port_open("127.0.0.1", port)
     assert not sd_env.runtime.is_active("sd-b")

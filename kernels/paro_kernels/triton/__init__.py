@@ -13,16 +13,10 @@ import os
 
 os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
 
-from .host import (
-    Config,
-    Prepared,
-    linear,
-    linear_a8,
-    pick_config,
-    prepare,
-    w4a8_linear,
-    w4a16_linear,
-)
+from .gemm import pick_config
+from .launch import Config
+from .repack import Prepared, prepare
+from .route import linear, linear_a8, w4a8_linear, w4a16_linear
 
 __all__ = [
     "Config",

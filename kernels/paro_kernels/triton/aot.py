@@ -17,25 +17,176 @@ import torch
 import triton
 from triton.backends.compiler import GPUTarget
 
-from . import kernels
-from .host import (
-    Config,
-    a16,
-    e4m3_bits,
-    pick_config,
-    pick_config_a8,
-    prologue_block_m,
-    prologue_cols,
-    prologue_warps,
+from .._contract import require
+from . import (
+    dequant,
+    dequant_kernels,
+    gemm_kernels,
+    gemv_fma,
+    gemv_fma_kernels,
+    gemv_mma,
+    gemv_mma_kernels,
+    mx_gemm,
+    mx_gemv,
+    mx_gemv_mma,
+    mx_gemv_mma_kernels,
+    mx_repack,
+    prologue,
+    prologue_kernels,
+    route,
 )
+from .gemm import a16, pick_config, pick_config_a8
+from .launch import Config
+from .mx_gemm_kernels import fp8_token_quant_kernel, mx_dequant_kernel, mx_gemm_kernel
+from .mx_gemv_kernels import mx_gemv_kernel
 from .precompile import amdgcn_meta
+from .prologue import e4m3_bits, prologue_block_m, prologue_cols, prologue_warps
+
+# The matrix instruction each mode must become (fp8 mode: fp8 WMMA, never a bf16 decomposition).
+MX_MMA_PATTERNS = {
+    ("gfx1201", "fp8"): r"v_wmma_f32_16x16x16_fp8_fp8",
+    ("gfx1201", "a16"): r"v_wmma_f32_16x16x16_(f16|bf16)",
+    ("sm90", "fp8"): r"(wgmma\.mma_async\S*e4m3\.e4m3|mma\.sync\S*e4m3\.e4m3)",
+    ("sm90", "a16"): r"(wgmma\.mma_async\S*(f16|bf16)|mma\.sync\S*(f16|bf16))",
+}
+
+
+def _aot_build(
+    fn: object,
+    sig: dict[str, str],
+    const: Mapping[str, object],
+    target: str,
+    warps: int,
+    stages: int,
+) -> object:
+    import triton
+
+    src = triton.compiler.ASTSource(
+        fn=fn, signature={**sig, **dict.fromkeys(const, "constexpr")}, constexprs=const
+    )
+    opts = {"num_warps": warps, "num_stages": stages}
+    return triton.compile(src, target=TARGETS[target][0], options=opts)
+
+
+def _aot_report(name: str, target: str, cfg: str, compiled: object, mma: str) -> object:
+    import re
+
+    asm = compiled.asm["amdgcn" if target == "gfx1201" else "ptx"]  # type: ignore[attr-defined]
+    lds = int(compiled.metadata.shared)  # type: ignore[attr-defined]
+    found = re.search(mma, asm) is not None
+
+    def meta(key: str) -> int:
+        hit = re.search(rf"\.{key}:\s*(\d+)", asm)
+        return int(hit.group(1)) if hit else 0
+
+    if target == "gfx1201":
+        vgprs, spills = meta("vgpr_count"), meta("vgpr_spill_count")
+        scratch = meta("private_segment_fixed_size")
+    else:  # PTX: `.local` declarations are the spills
+        vgprs, spills, scratch = 0, len(re.findall(r"\.local\s", asm)), 0
+    return Report(name, target, cfg, found, vgprs, spills, scratch, lds, TARGETS[target][1])
+
+
+def compile_mx_gemm(
+    target: str,
+    m: int,
+    n: int,
+    k: int,
+    act: mx_repack.ActMode,
+    fold: bool = True,
+    bounds: tuple[int, ...] = (),
+) -> object:
+    """Build the MXFP4 GEMM at the config the launcher picks on `target`; an `aot.Report`."""
+
+    hip = target == "gfx1201"
+    opk = 0 if act == "fp8" else 2
+    cfg = mx_gemm.pick_config(m, n, k, bounds, opk, sms=64 if hip else 132, hip=hip)
+    a_ty = "*fp8e4nv" if act == "fp8" else "*bf16"
+    sig = {
+        "a_ptr": a_ty, "asc_ptr": "*fp32", "qw_ptr": "*u8", "sc_ptr": "*u8", "cmax_ptr": "*i32",
+        "bias_ptr": "*bf16", "out_ptr": "*fp32" if cfg.split_k > 1 else "*bf16",
+        "M": "i32", "N": "i32", "K": "i32", "stride_am": "i32", "b1": "i32", "b2": "i32",
+        "split_k": "i32",
+    }  # fmt: skip
+    const = {
+        "OPK": opk, "A_SCALED": act == "fp8", "FOLD": fold, "HAS_BIAS": False,
+        "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "ATOMIC": cfg.split_k > 1,
+        "GROUP_M": cfg.group_m, "IMPRECISE": mx_repack.FP8_PROMOTE if opk == 0 else None,
+    }  # fmt: skip
+    c = _aot_build(mx_gemm_kernel, sig, const, target, cfg.num_warps, cfg.num_stages)
+    name = f"mx_gemm_{act}" + ("" if fold else "_perblock")
+    # Triton 3.9 lowers an fp8 dot below 64 rows on sm_90 to f16 mma.sync (exact e4m3 -> f16
+    # converts): the decode GEMM is bandwidth-bound, so that is the instruction expected there.
+    mode = "a16" if target == "sm90" and cfg.block_m < 64 else act
+    return _aot_report(name, target, str(cfg), c, MX_MMA_PATTERNS[(target, mode)])
+
+
+def compile_mx_dequant(target: str, n: int, k: int, rot: bool, dtype: str = "bf16",
+                       bounds: tuple[int, ...] = (), fold: bool = False) -> object:  # fmt: skip
+    """Build the prefill dequant (`mx_dequant_kernel`) at the launcher's config; an
+    `aot.Report` (`mma`: the rotated kernel's matrix instruction). dtype "fp8": the e4m3 codes
+    of `dequant8` (unrotated); fold: the rotated kernel's folded block scales."""
+
+    out8 = dtype == "fp8"
+    require(not (out8 and rot), "rot", "False with fp8 codes", rot)
+    bn = mx_gemm.dequant_block_n(rot, target == "gfx1201")
+    bn = mx_repack._block_n(bn, mx_repack._align(bounds)) if rot else bn
+    w_ty = "fp8e4nv" if out8 else dtype
+    sig = {
+        "qw_ptr": "*u8", "sc_ptr": "*u8", "rot_hi_ptr": f"*{w_ty}", "rot_lo_ptr": f"*{w_ty}",
+        "cmax_ptr": "*i32", "w_ptr": f"*{w_ty}", "s8_ptr": "*fp32", "N": "i32", "K": "i32",
+        "b1": "i32", "b2": "i32", "per": "i32", "c1": "i32", "c2": "i32",
+    }  # fmt: skip
+    const = {"G": 128 if rot else 64, "BLOCK_N": bn, "ROT": rot, "FOLD": fold, "OUT8": out8}
+    c = _aot_build(mx_dequant_kernel, sig, const, target, mx_gemm.DEQUANT_WARPS, 2)
+    mma = MX_MMA_PATTERNS[(target, "a16")] if rot else r"(?!)"  # the plain kernel has none
+    name = "mx_dequant" + ("_rot" if rot else "") + ("_fold" if fold else "")
+    name += "8" if out8 else ""
+    return _aot_report(name, target, f"BLOCK_N={bn}", c, mma)
+
+
+def compile_fp8_quant(target: str, k: int) -> object:
+    """Build the per-token e4m3 quantizer (no matrix instruction: `mma` reports False)."""
+
+    bk = min(mx_repack.QUANT_BLOCK_K, max(128, 1 << (k - 1).bit_length()))
+    sig = {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32", "K": "i32", "stride_xr": "i32"}
+    const = {"BLOCK_K": bk, "E4M3_BITS": prologue.e4m3_bits(target == "gfx1201")}
+    c = _aot_build(fp8_token_quant_kernel, sig, const, target, 4, 1)
+    return _aot_report("fp8_token_quant", target, f"BLOCK_K={bk}", c, r"(?!)")
+
+
+def compile_mx_gemv(target: str, m: int, n: int, k: int, bounds: tuple[int, ...] = (),
+                    block_n: int = 0, num_warps: int = 0, unroll: int = 0) -> object:  # fmt: skip
+    """Build the GEMV at the config its launcher picks on `target`; an `aot.Report` whose `mma`
+    says the loop stayed free of a matrix instruction, as designed."""
+
+    hip = target == "gfx1201"
+    cfg = mx_gemv.gemv_config(
+        m, n, k, bounds, 64 if hip else 132, block_n, num_warps, 0, unroll, hip
+    )
+    sig = {
+        "a_ptr": "*bf16", "qw_ptr": "*i32", "sc_ptr": "*u8", "bias_ptr": "*bf16",
+        "ws_ptr": "*fp32", "cnt_ptr": "*i32", "out_ptr": "*bf16",
+        "M": "i32", "N": "i32", "K": "i32", "stride_am": "i32", "b1": "i32", "b2": "i32",
+    }  # fmt: skip
+    const = {"HAS_BIAS": False, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n,
+             "SPLIT_K": cfg.split_k, "ASM": not hip, "U": cfg.unroll, "BF16": True,
+             "PF": cfg.prefetch, "EVEN_K": k % 64 == 0}  # fmt: skip
+    c = _aot_build(mx_gemv_kernel, sig, const, target, cfg.num_warps, 1)
+    rep = _aot_report("mx_gemv", target, str(cfg), c, r"(v_wmma|wgmma|mma\.sync)")
+    return Report(**{**rep.__dict__, "mma": not rep.mma})  # type: ignore[attr-defined]
+
 
 TARGETS = {
     "gfx1201": (GPUTarget("hip", "gfx1201", 32), 64 * 1024),
     "sm90": (GPUTarget("cuda", 90, 32), 227 * 1024),
 }
+
+
 # A dot must become the target's matrix instruction, not a scalar loop.
 MMA_PATTERNS = {"gfx1201": r"v_wmma_f32_16x16x16_(f16|bf16)", "sm90": r"(wgmma|mma\.sync)"}
+
+
 # The W4A8 GEMM loops must run on the 8-bit matrix instructions of their activation format.
 MMA_A8 = {
     ("gfx1201", "fp8"): r"v_wmma_f32_16x16x16_fp8_fp8",
@@ -105,7 +256,7 @@ def compile_gemm(target: str, m: int, n: int, k: int, g: int, zp_rowsum: bool = 
         "SPLIT_K": cfg.split_k, "GROUP_M": cfg.group_m, "ZP_ROWSUM": zp_rowsum or cfg.rowsum,
         "PLANES": cfg.planes and g == 128, "TICKET": cfg.split_k > 1,
     }  # fmt: skip
-    c = _compile(kernels.w4a16_gemm_kernel, sig, const, target, cfg.num_warps, cfg.num_stages)
+    c = _compile(gemm_kernels.w4a16_gemm_kernel, sig, const, target, cfg.num_warps, cfg.num_stages)
     name = "w4a16_gemm_zp_rowsum" if zp_rowsum or cfg.rowsum else "w4a16_gemm"
     return _report(name, target, str(cfg), c)
 
@@ -113,17 +264,18 @@ def compile_gemm(target: str, m: int, n: int, k: int, g: int, zp_rowsum: bool = 
 def compile_prologue(target: str, m: int, g: int) -> Report:
     """Build the rotate + scale prologue at the block the launcher picks for M rows (at the
     GEMV's M, `fast_host.band`, its fp32 nibble-scaled output)."""
-    from . import fast_host
 
     block_m = prologue_block_m(m, hip=target == "gfx1201")
-    scaled = fast_host.band(m, g) == "gemv"
+    scaled = route.band(m, g) == "gemv"
     sig = {
         "x_ptr": "*bf16", "rot_hi_ptr": "*bf16", "rot_lo_ptr": "*bf16",
         "xr_ptr": "*fp32" if scaled else "*fp16",
         "rs_ptr": "*fp32", "M": "i32", "K": "i32", "stride_xm": "i32",
     }  # fmt: skip
     const = {"G": g, "BLOCK_M": block_m, "NIBBLE_SCALED": scaled}
-    c = _compile(kernels.rotate_scale_kernel, sig, const, target, prologue_warps(block_m), 1)
+    c = _compile(
+        prologue_kernels.rotate_scale_kernel, sig, const, target, prologue_warps(block_m), 1
+    )
     return _report("rotate_scale", target, f"BLOCK_M={block_m} NIBBLE_SCALED={scaled}", c)
 
 
@@ -136,7 +288,7 @@ def compile_givens(target: str, m: int, g: int, krot: int = 8) -> Report:
         "ws_numel": "i32",
     }  # fmt: skip
     const = {"KROT": krot, "G": g, "BLOCK_M": block_m, "ZERO_BLOCK": 4096}
-    c = _compile(kernels.givens_rotate_kernel, sig, const, target, 4, 1)
+    c = _compile(prologue_kernels.givens_rotate_kernel, sig, const, target, 4, 1)
     return _report("givens_rotate", target, f"BLOCK_M={block_m}", c)
 
 
@@ -145,9 +297,8 @@ def compile_givens_paired(target: str, m: int, g: int = 128, krot: int = 8,
     """Build the paired records prologue (`fast_kernels.givens_paired_kernel`, NVIDIA's mma
     and HFMA2 GEMVs' input) at the rows a program `fast_host.givens_block_m` picks for M
     (`rows` as its); no matrix instruction. Also returns the compiled kernel."""
-    from . import fast_host, fast_kernels
 
-    block_m = fast_host.givens_block_m(m, rows)
+    block_m = prologue.givens_block_m(m, rows)
     sig = {
         "x_ptr": "*bf16", "gi_ptr": "*i32", "gc_ptr": "*fp32", "xr_ptr": "*fp16",
         "M": "i32", "K": "i32", "stride_xm": "i32",
@@ -155,8 +306,8 @@ def compile_givens_paired(target: str, m: int, g: int = 128, krot: int = 8,
     const = {"KROT": krot, "G": g, "BLOCK_M": block_m, "PSCALE": 1.0, "PDL": False,
              "PAIRED": True}  # fmt: skip
     aligned = (*(a for a in sig if a.endswith("_ptr")), "K", "stride_xm")
-    c = _compile(fast_kernels.givens_paired_kernel, sig, const, target,
-                 fast_host.GIVENS_PAIRED_WARPS, 1, aligned)  # fmt: skip
+    c = _compile(prologue_kernels.givens_paired_kernel, sig, const, target,
+                 prologue.GIVENS_PAIRED_WARPS, 1, aligned)  # fmt: skip
     return _report("givens_paired", target, f"BLOCK_M={block_m}", c, r"$^"), c
 
 
@@ -188,7 +339,7 @@ def compile_w4a8_gemm_kernel(
         "A16": a16(torch.float8_e4m3fn if fmt == "fp8" else torch.int8, cfg, hip),
         "E4M3_BITS": e4m3_bits(hip),
     }  # fmt: skip
-    c = _compile(kernels.w4a8_gemm_kernel, sig, const, target, cfg.num_warps, cfg.num_stages)
+    c = _compile(gemm_kernels.w4a8_gemm_kernel, sig, const, target, cfg.num_warps, cfg.num_stages)
     name = f"w{bits}a8_gemm_{fmt}_{'token' if token else 'group'}{'_zpe' if zpe else ''}"
     return _report(name, target, str(cfg), c, MMA_A8[(target, fmt)]), c
 
@@ -206,7 +357,7 @@ def compile_rotate_quant(target: str, m: int, g: int, fmt: str, token: bool) -> 
     const = {"G": g, "BLOCK_M": block_m, "INT8": fmt == "int8", "TOKEN": token, "COLS": cols,
              "E4M3_BITS": fmt == "fp8" and e4m3_bits(hip)}  # fmt: skip
     warps = prologue_warps(block_m, cols)
-    c = _compile(kernels.rotate_quant_kernel, sig, const, target, warps, 1)
+    c = _compile(prologue_kernels.rotate_quant_kernel, sig, const, target, warps, 1)
     name = f"rotate_quant_{fmt}_{'token' if token else 'group'}"
     return _report(name, target, f"BLOCK_M={block_m} COLS={cols} warps={warps}", c)
 
@@ -214,18 +365,17 @@ def compile_rotate_quant(target: str, m: int, g: int, fmt: str, token: bool) -> 
 def compile_dequant(target: str, n: int, k: int, g: int, bits: int = 4,
                     bounds: tuple[int, ...] = ()) -> Report:  # fmt: skip
     """Build the prefill dequantize + rotate kernel; `mma` = the rotation dot on the matrix unit."""
-    from . import fast_host, fast_kernels
 
-    bn = fast_host.dequant_block_n(target == "gfx1201")
+    bn = dequant.dequant_block_n(target == "gfx1201")
     sig = {
         "qw_ptr": "*i32", "qh_ptr": "*i32", "sc_ptr": "*fp16", "zp_ptr": "*u8",
         "rot_hi_ptr": "*bf16", "rot_lo_ptr": "*bf16", "w_ptr": "*fp16",
         "N": "i32", "K": "i32", "b1": "i32", "b2": "i32",
     }  # fmt: skip
     const = {"G": g, "BLOCK_N": bn, "BITS": bits, "NSPLIT": 4}
-    c = _compile(fast_kernels.dequant_rotate_kernel, sig, const, target,
-                 fast_host.dequant_warps(target == "gfx1201"),
-                 fast_host.dequant_stages(target == "gfx1201"))  # fmt: skip
+    c = _compile(dequant_kernels.dequant_rotate_kernel, sig, const, target,
+                 dequant.dequant_warps(target == "gfx1201"),
+                 dequant.dequant_stages(target == "gfx1201"))  # fmt: skip
     return _report(f"dequant_rotate_w{bits}", target, f"BLOCK_N={bn}", c)
 
 
@@ -233,11 +383,10 @@ def compile_gemv2(target: str, m: int, n: int, k: int, g: int,
                   bounds: tuple[int, ...] = ()) -> Report:  # fmt: skip
     """Build the second-pass decode GEMV (M <= 2) at the config its launcher picks; `mma`
     reports that the loop stayed free of a matrix instruction, as designed (FMAs)."""
-    from . import fast_host, fast_kernels
 
     hip = target == "gfx1201"
-    cfg = fast_host.gemv2_config(m, n, k, g, bounds, sms=64 if hip else 132, hip=hip)
-    sl = fast_host.prologue_slice(hip)
+    cfg = gemv_fma.gemv2_config(m, n, k, g, bounds, sms=64 if hip else 132, hip=hip)
+    sl = prologue.prologue_slice(hip)
     sig = {
         "a_ptr": "*fp32", "rs_ptr": "*fp32", "qw_ptr": "*i32",
         "sc_ptr": "*fp16", "zp_ptr": "*u8", "bias_ptr": "*bf16", "ws_ptr": "*fp32",
@@ -250,7 +399,7 @@ def compile_gemv2(target: str, m: int, n: int, k: int, g: int,
         "ROT": False, "KROT": 1, "gi_ptr": None, "gc_ptr": None, "xs_ptr": None, "stride_xm": 0,
         "PRE": True, "PDL": False,
     }  # fmt: skip
-    c = _compile(fast_kernels.gemv2_w4a16_kernel, sig, const, target, cfg.num_warps,
+    c = _compile(gemv_fma_kernels.gemv2_w4a16_kernel, sig, const, target, cfg.num_warps,
                  cfg.num_stages)  # fmt: skip
     rep = _report("gemv2_w4a16_fma", target, str(cfg), c, r"(v_wmma|wgmma|mma\.sync)")
     return Report(**{**rep.__dict__, "mma": not rep.mma})
@@ -261,9 +410,8 @@ def compile_gemv2_rot(target: str, m: int, n: int, k: int, g: int, bounds: tuple
     """Build the decode GEMV with the Givens layers inside (fourth pass; NVIDIA's pick) at the
     config its launcher picks; `mma` reports that the loop stayed free of a matrix instruction.
     Also returns the compiled kernel (its PTX, `cubin_usage`)."""
-    from . import fast_host, fast_kernels
 
-    cfg = fast_host.gemv2_config(m, n, k, g, bounds, sms=132, hip=target == "gfx1201")
+    cfg = gemv_fma.gemv2_config(m, n, k, g, bounds, sms=132, hip=target == "gfx1201")
     sig = {
         "a_ptr": "*bf16", "rs_ptr": "*fp32", "qw_ptr": "*i32", "sc_ptr": "*fp16", "zp_ptr": "*u8",
         "bias_ptr": "*bf16", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "out_ptr": "*bf16",
@@ -273,9 +421,9 @@ def compile_gemv2_rot(target: str, m: int, n: int, k: int, g: int, bounds: tuple
     const = {
         "HAS_BIAS": False, "G": g, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "KW": cfg.kw,
         "SPLIT_K": cfg.split_k, "RS": 1, "ROT": True, "KROT": krot,
-        "PRE": fast_host.GEMV2_ROT_PRE, "PDL": False,
+        "PRE": gemv_fma.GEMV2_ROT_PRE, "PDL": False,
     }  # fmt: skip
-    c = _compile(fast_kernels.gemv2_w4a16_kernel, sig, const, target, cfg.num_warps,
+    c = _compile(gemv_fma_kernels.gemv2_w4a16_kernel, sig, const, target, cfg.num_warps,
                  cfg.num_stages)  # fmt: skip
     rep = _report("gemv2_w4a16_rot", target, str(cfg), c, r"(v_wmma|wgmma|mma\.sync)")
     return Report(**{**rep.__dict__, "mma": not rep.mma}), c
@@ -295,9 +443,8 @@ def compile_gemv_h2(target: str, m: int, n: int, k: int, g: int, bounds: tuple[i
     """Build the ninth-pass HFMA2 decode GEMV (NVIDIA only: packed-fp16 PTX; `hi`: int5) at the
     config its launcher picks; `mma` reports that the loop stayed free of a matrix instruction.
     Also returns the compiled kernel (its `asm` for instruction counts)."""
-    from . import decode_host, decode_kernels
 
-    cfg = decode_host.h2_config(m, n, k, g, bounds, sms=132, bits=5 if hi else 4)
+    cfg = gemv_fma.h2_config(m, n, k, g, bounds, sms=132, bits=5 if hi else 4)
     sig = dict(_PAIRED_GEMV_SIG)
     const: dict[str, object] = {
         "HAS_BIAS": False, "G": g, "BLOCK_M": 1 if m == 1 else 2, "BLOCK_N": cfg.block_n,
@@ -308,7 +455,7 @@ def compile_gemv_h2(target: str, m: int, n: int, k: int, g: int, bounds: tuple[i
         sig["qh_ptr"] = "*i32"
     else:
         const["qh_ptr"] = None
-    c = _compile(decode_kernels.gemv_h2_kernel, sig, const, target, cfg.num_warps,
+    c = _compile(gemv_fma_kernels.gemv_h2_kernel, sig, const, target, cfg.num_warps,
                  cfg.num_stages)  # fmt: skip
     rep = _report("gemv_h2", target, str(cfg), c, r"(v_wmma|wgmma|mma\.sync)")
     return Report(**{**rep.__dict__, "mma": not rep.mma}), c
@@ -321,22 +468,21 @@ def compile_gemv_mma(target: str, m: int, n: int, k: int, g: int, bounds: tuple[
     pass) at its launcher's config (`decode_host.mma_config`, kw overriding it) and register
     cap (`decode_host.mma_maxnreg`, or `maxnreg`); `mma` reports the matrix instruction in the
     loop. Also returns the compiled kernel (its `asm`)."""
-    from . import decode_host, decode_kernels
 
     bits = 5 if hi else 4
-    cap = decode_host.mma_maxnreg(m, bits) if maxnreg is None else maxnreg
-    cfg = decode_host.mma_config(m, n, k, g, bounds, 132, bits, **kw)
+    cap = gemv_mma.mma_maxnreg(m, bits) if maxnreg is None else maxnreg
+    cfg = gemv_mma.mma_config(m, n, k, g, bounds, 132, bits, **kw)
     sig = dict(_PAIRED_GEMV_SIG)
     const: dict[str, object] = {
         "HAS_BIAS": False, "G": g, "T": cfg.block_n, "SPLIT_K": cfg.split_k, "ASM": True,
-        "NT": decode_host.mma_tiles(m), "HI": hi,
+        "NT": gemv_mma.mma_tiles(m), "HI": hi,
     }  # fmt: skip
     if hi:
         sig["qh_ptr"] = "*i32"
     else:
         const["qh_ptr"] = None
     aligned = (*(a for a in sig if a.endswith("_ptr")), "N", "K")
-    c = _compile(decode_kernels.gemv_mma_kernel, sig, const, target, cfg.num_warps,
+    c = _compile(gemv_mma_kernels.gemv_mma_kernel, sig, const, target, cfg.num_warps,
                  cfg.num_stages, aligned, cap)  # fmt: skip
     return _report("gemv_mma", target, str(cfg), c, r"mma\.sync"), c
 
@@ -347,9 +493,8 @@ def compile_mx_gemv_mma(target: str, m: int, n: int, k: int, bounds: tuple[int, 
     config (`mx_decode_host.mma_config`, kw overriding it) on activations `act` (the kernel's
     ACT: paired fp16, plain bf16 or fp16 rows); `mma` reports the matrix instruction in the
     loop. Also returns the compiled kernel (its `asm`)."""
-    from . import mx_decode_host, mx_decode_kernels
 
-    cfg = mx_decode_host.mma_config(m, n, k, bounds, 132, **kw)
+    cfg = mx_gemv_mma.mma_config(m, n, k, bounds, 132, **kw)
     sig = {
         "a_ptr": "*i32", "qw_ptr": "*i32", "sc_ptr": "*i32", "bias_ptr": "*bf16",
         "ws_ptr": "*fp32", "cnt_ptr": "*i32", "out_ptr": "*bf16",
@@ -358,8 +503,8 @@ def compile_mx_gemv_mma(target: str, m: int, n: int, k: int, bounds: tuple[int, 
     const = {"HAS_BIAS": False, "T": cfg.block_n, "SPLIT_K": cfg.split_k, "ASM": True,
              "NT": cfg.block_m // 8, "U": cfg.unroll, "ACT": act}  # fmt: skip
     aligned = (*(a for a in sig if a.endswith("_ptr")), "N", "K")
-    c = _compile(mx_decode_kernels.mx_gemv_mma_kernel, sig, const, target, cfg.num_warps, 1,
-                 aligned, mx_decode_host.mma_band(m)[2])  # fmt: skip
+    c = _compile(mx_gemv_mma_kernels.mx_gemv_mma_kernel, sig, const, target, cfg.num_warps, 1,
+                 aligned, mx_gemv_mma.mma_band(m)[2])  # fmt: skip
     return _report("mx_gemv_mma", target, str(cfg), c, r"mma\.sync"), c
 
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import torch
 
-from . import mx_host
+from . import mx_gemm as mx_gemm_host
+from . import mx_repack, mx_route
 
 
 @torch.library.custom_op("paro::mx_fp8_quant", mutates_args=())
 def mx_fp8_quant(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token e4m3 of x [R, K]: (q [R, K] float8_e4m3fn, scale [R] fp32)."""
-    return mx_host.fp8_quant(x)
+    return mx_gemm_host.fp8_quant(x)
 
 
 @mx_fp8_quant.register_fake
@@ -45,8 +46,8 @@ def mx_gemm(
     bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The MXFP4 GEMM (contract: `paro_kernels.triton.mx_host`) on the MxWeight's fields."""
-    w = mx_host.MxWeight(qw, sc, cmax, k, span, cmax_min)
-    return mx_host.mx_gemm(a, a_scale, w, tuple(bounds), out_dtype, bias)
+    w = mx_repack.MxWeight(qw, sc, cmax, k, span, cmax_min)
+    return mx_gemm_host.mx_gemm(a, a_scale, w, tuple(bounds), out_dtype, bias)
 
 
 @mx_gemm.register_fake
@@ -89,11 +90,11 @@ def mx_linear(
     gv_coef: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The whole MXFP4 linear: (rotate +) activation quant + GEMM, y [M, N] in x.dtype."""
-    prep = mx_host.Prepared(
-        mx_host.MxWeight(qw, sc, cmax, k, span, cmax_min), tuple(bounds), rot_hi, rot_lo,
+    prep = mx_repack.Prepared(
+        mx_repack.MxWeight(qw, sc, cmax, k, span, cmax_min), tuple(bounds), rot_hi, rot_lo,
         group_size, gv_idx, gv_coef,
     )  # fmt: skip
-    return mx_host.mx_linear(prep, x, bias, act)  # type: ignore[arg-type]
+    return mx_route.mx_linear(prep, x, bias, act)  # type: ignore[arg-type]
 
 
 @mx_linear.register_fake
@@ -122,7 +123,7 @@ def _mx_linear_fake(
 
 
 def linear(
-    prep: mx_host.Prepared, x: torch.Tensor, bias: torch.Tensor | None = None, act: str = "fp8"
+    prep: mx_repack.Prepared, x: torch.Tensor, bias: torch.Tensor | None = None, act: str = "fp8"
 ) -> torch.Tensor:
     """`paro::mx_linear` on a `Prepared` layer."""
     w = prep.weight

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from . import host
+from . import repack, route
 
 
 @torch.library.custom_op("paro::w4a16_linear", mutates_args=())
@@ -28,7 +28,7 @@ def w4a16_linear(
     gv_coef: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The W4A16 ParoQuant linear (contract: `paro_kernels.triton.host`)."""
-    return host.w4a16_linear(
+    return route.w4a16_linear(
         x, rot_hi, rot_lo, qweight, scales, zeros, tuple(bounds), group_size, bias, gv_idx,
         gv_coef,
     )  # fmt: skip
@@ -53,7 +53,9 @@ def _w4a16_linear_fake(
     return x.new_empty(x.shape[0], qweight.shape[1])
 
 
-def linear(prep: host.Prepared, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+def linear(
+    prep: repack.Prepared, x: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
     """The custom op on a `Prepared` layer."""
     return w4a16_linear(
         x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales, prep.zeros,
@@ -81,7 +83,7 @@ def w4a8_linear(
     w8_amax: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The W4A8 / W5A8 ParoQuant linear (contract: `paro_kernels.triton.host`)."""
-    return host.w4a8_linear(
+    return route.w4a8_linear(
         x, rot_hi, rot_lo, qweight, qweight_hi, scales, zeros, tuple(bounds), group_size,
         act_format, act_scale, zp_epilogue, bias, gv_idx, gv_coef, w8_amax,
     )  # fmt: skip
@@ -112,7 +114,7 @@ def _w4a8_linear_fake(
 
 
 def linear_a8(
-    prep: host.Prepared,
+    prep: repack.Prepared,
     x: torch.Tensor,
     bias: torch.Tensor | None = None,
     act_format: str = "fp8",

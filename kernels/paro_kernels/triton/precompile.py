@@ -12,7 +12,7 @@ launcher's real host code under a compile-only stand-in for the Triton driver (`
 - tensors are torch fake tensors on device "cuda" (no memory, no GPU), so the host code's
   allocations, views and `device.type` checks run unchanged; torch.library custom ops are called
   through their Python bodies (their fake kernels would skip the launches);
-- the chip's facts the launcher reads (`sm_count`, `_is_hip`, `torch.version.hip`) are patched
+- the chip's facts the launcher reads (`sm_count`, `is_hip`, `torch.version.hip`) are patched
   in every `paro_kernels.triton` module that has them: 64 CUs on the R9700, 132 SMs on the H200.
 
 So the on-disk keys are the runtime JIT's by construction: `triton.compile` computes them from
@@ -56,8 +56,12 @@ from triton.runtime.cache import FileCacheManager
 from triton.runtime.jit import JITFunction
 
 log = logging.getLogger("paro_kernels.precompile")
+
+
 # The JIT's per-device caches are keyed by this while the stand-in is active.
 STANDIN_DEVICE = "paro-precompile"
+
+
 MANIFEST = "paro-manifest.json"
 
 
@@ -67,11 +71,11 @@ class Chip:
 
     name: str
     target: GPUTarget
-    sms: int  # CUs / SMs: the split-K and grid rules read it (host.sm_count)
+    sms: int  # CUs / SMs: the split-K and grid rules read it (launch.sm_count)
 
     @property
     def hip(self) -> bool:
-        """Whether this is an AMD chip (the launcher's `_is_hip`)."""
+        """Whether this is an AMD chip (the launcher's `is_hip`)."""
         return self.target.backend == "hip"
 
 
@@ -79,9 +83,6 @@ CHIPS = {
     "gfx1201": Chip("gfx1201", GPUTarget("hip", "gfx1201", 32), 64),  # Radeon R9700: 64 CUs
     "sm90": Chip("sm90", GPUTarget("cuda", 90, 32), 132),  # H200: 132 SMs
 }
-
-
-# --------------------------------------------------------------------------- counting cache
 
 
 @dataclass
@@ -102,6 +103,8 @@ class Stats:
 
 
 STATS = Stats()
+
+
 _SHIPPED: list[Path] = []
 
 
@@ -173,9 +176,6 @@ def activate(shipped: Path | None, cache_dir: Path | None = None) -> None:
     if cache_dir is not None:
         cache_dir.mkdir(parents=True, exist_ok=True)
         triton.knobs.cache.dir = str(cache_dir)
-
-
-# --------------------------------------------------------------------------- the stand-in
 
 
 class _Driver:
@@ -265,8 +265,8 @@ def standin(chip: Chip) -> Iterator[Callable[[torch.Tensor], torch.Tensor]]:
     for m in _launcher_modules():
         if hasattr(m, "sm_count"):
             patch(m, "sm_count", lambda _device, s=chip.sms: s)
-        if hasattr(m, "_is_hip"):
-            patch(m, "_is_hip", lambda h=chip.hip: h)
+        if hasattr(m, "is_hip"):
+            patch(m, "is_hip", lambda h=chip.hip: h)
         for n, v in list(vars(m).items()):
             if isinstance(v, CustomOpDef):
                 patch(m, n, v._init_fn)
@@ -348,9 +348,6 @@ def walk(
         STATS.keys.clear()
         STATS.keys.update(before)
     return WalkResult(keys, {k: names[k] for k in keys}, time.monotonic() - t0)
-
-
-# --------------------------------------------------------------------------- inventory
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Kubernetes manifests (single node: a Deployment; multi-node: a LeaderWorkerSet) from the same
-profile, argv and env builders as the systemd and Quadlet renders."""
+serve plan (argv, env) as the systemd and Quadlet renders."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from paroctl.profile.profiles import Profile
 from paroctl.serve.k8s import image, manifests, semantic
 from paroctl.serve.k8s.manifests import Manifest
 from paroctl.serve.k8s.serve import TOPOLOGIES, Serve, Topology, derive, refuse
+from paroctl.serve.plan import ServePlan
 
 __all__ = ["TOPOLOGIES", "Manifest", "Serve", "Topology", "derive", "render"]
 
@@ -18,9 +19,10 @@ def render(
     """Render a profile for a cluster; refuse (RenderError) a render that breaks a semantic rule."""
     refuse(profile, topology, nodes)
     choice = image.choose(profile, facts)
-    serve = derive(profile, topology, nodes, choice.ref)
+    plan = ServePlan.of(profile)
+    serve = derive(plan, topology, nodes, choice.ref)
     manifest = manifests.build(serve)
-    found = semantic.problems(profile, serve, manifest.documents)
+    found = semantic.problems(plan, serve, manifest.documents)
     if found:
         raise RenderError(f"{profile.path}: the {topology} render breaks: " + "; ".join(found))
     return manifest, choice

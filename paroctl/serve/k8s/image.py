@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from paroctl import proc
 from paroctl.errors import RuntimeFailure
-from paroctl.image import images
+from paroctl.image import provenance
 from paroctl.profile.profiles import Profile
 from paroctl.serve import engine
 
@@ -65,7 +65,7 @@ def choose(profile: Profile, facts: ImageFacts | None) -> Choice:
     ref = profile.body.image.ref
     if facts is None:
         return Choice(ref, f"image {ref} is not in the local engine: the manifest names the tag")
-    problems = images.profile_image_problems(profile, facts.labels)
+    problems = provenance.profile_image_problems(profile, facts.labels)
     if problems:
         return Choice(ref, "; ".join(problems) + ": the manifest names the tag")
     repository = _repository(ref)

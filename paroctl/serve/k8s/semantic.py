@@ -8,10 +8,10 @@ import shlex
 from collections.abc import Iterator
 from typing import Any
 
-from paroctl.profile.profiles import Profile
 from paroctl.serve import render
 from paroctl.serve.k8s import manifests
 from paroctl.serve.k8s.serve import INTERFACE_ENV, Serve
+from paroctl.serve.plan import ServePlan
 
 Doc = dict[str, Any]
 _LWS_VAR = re.compile(r"(?<!\$)\$\(LWS_[A-Z_]+\)")  # $$(...) is an escaped literal
@@ -19,8 +19,8 @@ _QUANTITY = re.compile(r"^([0-9]+)(Ki|Mi|Gi|Ti)?$")
 _SCALE = {None: 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 
 
-def problems(profile: Profile, serve: Serve, docs: tuple[Doc, ...]) -> list[str]:
-    """Everything wrong with a render of this profile (empty when it may be applied)."""
+def problems(plan: ServePlan, serve: Serve, docs: tuple[Doc, ...]) -> list[str]:
+    """Everything wrong with a render of this plan (empty when it may be applied)."""
     found: list[str] = []
     workloads = [d for d in docs if d.get("kind") in ("Deployment", "LeaderWorkerSet")]
     if len(workloads) != 1:
@@ -29,7 +29,7 @@ def problems(profile: Profile, serve: Serve, docs: tuple[Doc, ...]) -> list[str]
     found += _topology(serve, workload)
     found += _gpus(serve, workload)
     for where, spec in pod_specs(workload):
-        found += _pod(profile, serve, where, spec, serving=where != "worker")
+        found += _pod(plan, serve, where, spec, serving=where != "worker")
     found += _lws_vars(serve, docs)
     return found
 
@@ -113,14 +113,14 @@ def _gpus(serve: Serve, workload: Doc) -> list[str]:
     return out
 
 
-def _pod(profile: Profile, serve: Serve, where: str, spec: Doc, serving: bool) -> list[str]:
+def _pod(plan: ServePlan, serve: Serve, where: str, spec: Doc, serving: bool) -> list[str]:
     out = []
     grace = spec.get("terminationGracePeriodSeconds", 30)
     if grace < serve.stop_grace_s + 30:
         out.append(f"{where}: terminationGracePeriodSeconds {grace} < stop grace + 30")
     container = spec.get("containers", [{}])[0]
-    out += _command(profile, serve, where, container.get("command", []))
-    out += _env(profile, serve, where, container.get("env", []))
+    out += _command(plan, serve, where, container.get("command", []))
+    out += _env(plan, serve, where, container.get("env", []))
     out += _memory(serve, where, spec, container)
     security = container.get("securityContext", {})
     if security.get("allowPrivilegeEscalation") is not False or security.get("privileged"):
@@ -135,13 +135,13 @@ def _pod(profile: Profile, serve: Serve, where: str, spec: Doc, serving: bool) -
     return out
 
 
-def _command(profile: Profile, serve: Serve, where: str, command: list[str]) -> list[str]:
-    quadlet = quadlet_argv(render.render(profile, "quadlet").content)
+def _command(plan: ServePlan, serve: Serve, where: str, command: list[str]) -> list[str]:
+    quadlet = quadlet_argv(render.artefact(plan, "quadlet").content)
     if where == "worker":  # the same arguments after vLLM's serve command (serve.worker_entry)
         quadlet = [*serve.worker_entry, *quadlet[serve.entry_len :]]
     seen = [unescape(w) for w in command]
     if seen[: len(quadlet)] != quadlet:
-        unit = render.unit_filename(profile, "quadlet")
+        unit = render.unit_filename(plan.profile, "quadlet")
         return [f"{where}: command differs from the Quadlet unit's Exec ({unit})"]
     extra = seen[len(quadlet) :]
     if serve.topology == "single" and extra:
@@ -149,14 +149,14 @@ def _command(profile: Profile, serve: Serve, where: str, command: list[str]) -> 
     return []
 
 
-def _env(profile: Profile, serve: Serve, where: str, env: list[Doc]) -> list[str]:
+def _env(plan: ServePlan, serve: Serve, where: str, env: list[Doc]) -> list[str]:
     out = []
-    wanted = env_file_items(render.render(profile, "env").content)
+    wanted = env_file_items(render.artefact(plan, "env").content)
     values = [(e["name"], unescape(e["value"])) for e in env if "value" in e]
     if serve.topology == "multinode" and serve.cluster.multinode.interface:
         wanted += [(n, serve.cluster.multinode.interface) for n in INTERFACE_ENV]
     if values != wanted:
-        out.append(f"{where}: env differs from the env file ({profile.name}.env)")
+        out.append(f"{where}: env differs from the env file ({plan.profile.name}.env)")
     refs = [e for e in env if "value" not in e]
     for entry in refs:
         key = entry.get("valueFrom", {}).get("secretKeyRef", {})

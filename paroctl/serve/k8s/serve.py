@@ -1,7 +1,7 @@
 """What one Kubernetes render derives from a profile, once: argv, env, volumes, GPU request.
 
-The argv and the env list come from the builders the systemd and Quadlet renders use
-(engine.serve_argv, render.env_context), never from a copy of their logic.
+The argv and the env list come from the serve plan the systemd and Quadlet renders read
+(plan.argv, render.env_context), never from a copy of their logic.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from typing import Literal
 from paroctl.errors import RenderError
 from paroctl.profile.cluster import Cluster
 from paroctl.profile.profiles import Profile
-from paroctl.serve import engine, render
+from paroctl.serve import render
+from paroctl.serve.plan import ServePlan
 
 Topology = Literal["single", "multinode"]
 TOPOLOGIES: tuple[Topology, ...] = ("single", "multinode")
@@ -74,13 +75,13 @@ class Serve:
     user: str | None = None  # container.user, numeric UID[:GID]
 
 
-def derive(profile: Profile, topology: Topology, nodes: int, image: str) -> Serve:
-    """Check that the profile can run on a cluster in this topology, and derive its serve."""
+def derive(plan: ServePlan, topology: Topology, nodes: int, image: str) -> Serve:
+    """Check that the plan's profile can run on a cluster in this topology, and derive its serve."""
+    profile, where = plan.profile, plan.layout
     refuse(profile, topology, nodes)
     body, container = profile.body, profile.body.container
     cluster = body.cluster or Cluster()
-    where = engine.layout(profile)
-    ctx = render.env_context(profile)
+    ctx = render.env_context(plan)
     env = (*ctx.derived, *ctx.env, *ctx.knobs_set, *ctx.knobs_default)
     if topology == "multinode" and cluster.multinode.interface:
         env += tuple((name, cluster.multinode.interface) for name in INTERFACE_ENV)
@@ -92,7 +93,7 @@ def derive(profile: Profile, topology: Topology, nodes: int, image: str) -> Serv
         topology=topology,
         nodes=nodes,
         image=image,
-        argv=tuple(engine.serve_argv(profile)),
+        argv=plan.argv,
         entry_len=len(body.serve.entrypoint),
         worker_entry=worker_entry(body.serve.entrypoint),
         env=env,
@@ -103,7 +104,7 @@ def derive(profile: Profile, topology: Topology, nodes: int, image: str) -> Serv
         shm=shm_quantity(container.shm_size),
         models_dir=where.models_dir,
         cache_dir=where.cache_dir,
-        # Keyed like the systemd cache dir (engine.layout): two variants never share a cache.
+        # Keyed like the systemd cache dir (plan.layout): two variants never share a cache.
         cache_subdir=f"compile/{profile.name}-{where.cache_key}",
         boot_timeout_s=body.serve.boot_timeout_s,
         stop_grace_s=container.stop_grace_s,

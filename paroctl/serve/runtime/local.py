@@ -15,6 +15,12 @@ from pathlib import Path
 
 from paroctl import state
 from paroctl.errors import RuntimeFailure
+from paroctl.procfs import alive as _alive
+from paroctl.procfs import group_members
+
+# Re-exported for switch/journal.py, which imports them from here until issue 48's integration.
+from paroctl.procfs import kernel_boot_id as kernel_boot_id
+from paroctl.procfs import read_proc as read_proc
 from paroctl.serve.runtime.base import ServeSpec
 
 PID_FILE = "serve.pid"
@@ -30,17 +36,6 @@ ALIVE_CHECK_S = 0.25
 
 
 @dataclass(frozen=True)
-class ProcInfo:
-    """The few /proc/<pid>/stat fields that identify a process and its group."""
-
-    pid: int
-    state: str
-    pgid: int
-    sid: int
-    start_ticks: int
-
-
-@dataclass(frozen=True)
 class PidRecord:
     """What start() wrote down: enough to recognise the very process it started, later."""
 
@@ -52,42 +47,6 @@ class PidRecord:
     port: int
     started_at: float
     hash: str = ""
-
-
-def read_proc(pid: int) -> ProcInfo | None:
-    """Parse /proc/<pid>/stat; None when the process is gone."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    # comm may hold spaces and parentheses; the fields after the last ')' are fixed.
-    fields = raw[raw.rindex(")") + 2 :].split()
-    return ProcInfo(pid, fields[0], int(fields[2]), int(fields[3]), int(fields[19]))
-
-
-def _alive(info: ProcInfo | None) -> bool:
-    # A zombie (Z) or dead (X) entry holds a pid but no longer runs or holds a port.
-    return info is not None and info.state not in ("Z", "X")
-
-
-def kernel_boot_id() -> str:
-    """This boot's id: start ticks count from boot, so after a reboot they could match by chance."""
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes whose process group is pgid."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        info = read_proc(int(entry.name))
-        if _alive(info) and info is not None and info.pgid == pgid:
-            members.append(info.pid)
-    return members
 
 
 def wait_exit(pid: int, timeout: float) -> None:

@@ -14,6 +14,8 @@ from typing import Literal
 from paroctl import proc, state
 from paroctl.errors import RuntimeFailure, StateError
 from paroctl.profile.profiles import Profile
+from paroctl.serve import render
+from paroctl.serve.plan import ServePlan, plan_for
 from paroctl.serve.runtime.base import ServeSpec
 
 Scope = Literal["system", "user"]
@@ -58,24 +60,24 @@ class InstallPlan:
         return lines + [f"run   {proc.describe(argv)}" for argv in self.commands]
 
 
-def install_plan(profile: Profile, fmt: Literal["service", "quadlet"], reload: bool) -> InstallPlan:
-    """The files and commands that install a profile's unit (or Quadlet file) and env list, as
-    this machine serves it (a CPU profile with this CPU's dtype/cores/KV decision)."""
-    from paroctl.serve import cpu, engine, render
-
-    # Idempotent on a profile the switch already resolved: its values read as "set by the profile".
-    profile = cpu.resolved(profile)
-    scope = profile.body.runtime.scope
-    unit_art = render.render(profile, fmt)
-    env_art = render.render(profile, "env")
-    env_path = Path(engine.layout(profile).env_file)
+def plan_install(serve: ServePlan, fmt: Literal["service", "quadlet"], reload: bool) -> InstallPlan:
+    """The files and commands that install a serve plan's unit (or Quadlet file) and env list."""
+    scope = serve.profile.body.runtime.scope
+    unit_art = render.artefact(serve, fmt)
+    env_art = render.artefact(serve, "env")
     files = (
         (unit_dir(scope, fmt == "quadlet") / unit_art.filename, unit_art.content, 0o644),
         # No secrets in the env list (they come from the 0600 secrets file), so 0644 is safe.
-        (env_path, env_art.content, 0o644),
+        (Path(serve.layout.env_file), env_art.content, 0o644),
     )
     commands = (tuple(systemctl_argv(scope, "daemon-reload")),) if reload else ()
     return InstallPlan(files=files, commands=commands)
+
+
+def install_plan(profile: Profile, fmt: Literal["service", "quadlet"], reload: bool) -> InstallPlan:
+    """plan_install of a profile as this machine serves it (a CPU profile with this CPU's
+    dtype/cores/KV decision; idempotent on a profile the switch already resolved)."""
+    return plan_install(plan_for(profile), fmt, reload)
 
 
 def install_apply(plan: InstallPlan) -> None:
@@ -92,11 +94,11 @@ def install_apply(plan: InstallPlan) -> None:
         proc.run(argv, timeout=60)
 
 
-def install_diff(profile: Profile, fmt: Literal["service", "quadlet"]) -> str:
+def install_diff(serve: ServePlan, fmt: Literal["service", "quadlet"]) -> str:
     """Unified diff between installed and freshly rendered files ('' when identical)."""
     import difflib
 
-    plan = install_plan(profile, fmt, reload=False)
+    plan = plan_install(serve, fmt, reload=False)
     chunks: list[str] = []
     for path, text, _mode in plan.files:
         try:

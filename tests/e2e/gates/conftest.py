@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from paroctl import state
+from paroctl.records import LiveRecord
 
 if TYPE_CHECKING:
     from ..conftest import CpuServe
@@ -34,20 +35,22 @@ def gate_data(monkeypatch: pytest.MonkeyPatch) -> Path:
 def write_live(host: str, port: int, served: list[str], profile: str = "cpu-demo") -> None:
     """Point the live record at an address, as the switch would."""
     state.write_live(
-        {
-            "profile": profile,
-            "hash": "e2e-hash",
-            "host": host,
-            "port": port,
-            "served_names": served,
-            "boot_id": "e2e-boot",
-            "since": time.time(),
-            "first_boot": False,
-            "kv_tokens": 0,
-            "image": None,
-            "knobs": {},
-            "cache_dir": None,
-        }
+        LiveRecord.from_dict(
+            {
+                "profile": profile,
+                "hash": "e2e-hash",
+                "host": host,
+                "port": port,
+                "served_names": served,
+                "boot_id": "e2e-boot",
+                "since": time.time(),
+                "first_boot": False,
+                "kv_tokens": 0,
+                "image": None,
+                "knobs": {},
+                "cache_dir": None,
+            }
+        )
     )
 
 

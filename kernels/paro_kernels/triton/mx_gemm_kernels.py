@@ -26,7 +26,7 @@ down are flushed to zero; the host checks the layer at load and uses FOLD=False 
 then each 32-block is its own dot on the raw codes, scaled by 2^e in fp32 (exact, slower).
 The seed log (2026-09-15) saw no row of a real checkpoint past the e4m3 fold range.
 
-Layout (host `repack`): qw [N, Kp/2] u8, byte 32 j + r of row n holds K column 64 j + r in its
+Layout (`mx_repack.repack`): qw [N, Kp/2] u8, byte 32 j + r of row n holds K column 64 j + r in its
 low nibble and 64 j + 32 + r in its high nibble (Kp = K rounded up to 64, padded with zero codes),
 so each nibble plane of a [BN, 32] byte tile is one whole MX block: two K=32 dots per tile, no
 interleave, and the tile is K-contiguous (what fp8 wgmma wants for B).
@@ -38,8 +38,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .fast_kernels import partition_run
-from .kernels import _e4m3_from_grid, _e4m3_round, gemm_tile
+from .dequant_kernels import partition_run
+from .gemm_kernels import gemm_tile
+from .prologue_kernels import _e4m3_from_grid, _e4m3_round
 
 E4M3_MAX = tl.constexpr(448.0)
 
