@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import sys
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 _registered = False
 

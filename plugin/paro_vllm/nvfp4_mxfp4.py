@@ -77,7 +77,7 @@ def relrms_summary(errors: dict[str, float]) -> tuple[float, float, str]:
 def marker_line(state: _LoadState, kernels: str = "kernels=precompiled:0 jit:0") -> str:
     """The boot marker: `layers=Q/T`, partitions by source kind requantized (`from=`) and left
     unquantized (`kept=`), the lm_head's form and the requant relRMS mean/max."""
-    from . import __version__
+    from ._version import __version__
     from .provenance import marker_field
 
     mean, worst, _ = relrms_summary(state.errors)

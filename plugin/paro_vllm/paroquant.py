@@ -77,7 +77,7 @@ def marker_line(
     `kernels=precompiled:N jit:M` (kernel_cache.marker_field); `source=` (the image's source
     sha, paroctl compares it with the image label) is last.
     """
-    from . import __version__
+    from ._version import __version__
     from .provenance import marker_field
 
     line = (

@@ -54,7 +54,7 @@ def marker_line(
     """The boot marker profiles expect (`paro-vllm: method=paroquant_mxfp4 ...`), with the layers
     by kind: MXFP4 (`from=`), left bf16 on vLLM's unquantized path (`kept=`), and the lm_head,
     which this method never claims (not a linear) and so is always bf16."""
-    from . import __version__
+    from ._version import __version__
     from .provenance import marker_field
 
     kept = f"bf16:{total - quantized}" if total > quantized else "none"
