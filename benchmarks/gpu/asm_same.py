@@ -65,14 +65,30 @@ def build(tree: Path, plan: Path, out: Path) -> None:
                        check=True, env=env)  # fmt: skip
 
 
+# AMDGCN instructions whose source operands commute. The gfx1201 backend does not order them the
+# same way on every build: d3903bc built twice from one tree on one CPU machine (2026-12-06,
+# Triton 3.9) gave `v_xor3_b32 v1, v6, s12, v100` in one build and `v1, s12, v6, v100` in the
+# other (one of 4 w4a16_gemm_kernel specializations, the only difference in 48).
+COMMUTATIVE = re.compile(r"^(v_(?:xor3|or3)_b32|v_add3_u32) (\S+), (.+)$")
+
+
+def _canonical(line: str) -> str:
+    """One instruction with commuting source operands in a fixed (sorted) order."""
+    m = COMMUTATIVE.match(line)
+    if not m:
+        return line
+    return f"{m[1]} {m[2]}, {', '.join(sorted(m[3].split(', ')))}"
+
+
 def normalized(path: Path, tree: Path) -> list[str]:
-    """The asm without debug sections, location lines, comments and the tree's path."""
+    """The asm without debug sections, location lines, comments and the tree's path; commuting
+    operands in a fixed order."""
     txt = path.read_text().replace(str(tree), "TREE")
     cut = re.search(r"^\s*\.section\s+\.debug", txt, re.M)
     txt = txt[: cut.start()] if cut else txt
     keep = (ln for ln in txt.splitlines()
             if not re.match(r"\s*(\.loc|\.file|//|;|\.ident|\.b8)", ln))  # fmt: skip
-    return [re.sub(r"\s+", " ", ln).strip() for ln in keep if ln.strip()]
+    return [_canonical(re.sub(r"\s+", " ", ln).strip()) for ln in keep if ln.strip()]
 
 
 def _body(asm: list[str]) -> list[str]:

@@ -8,12 +8,12 @@ Per (shape, M) cell: every variant of the registry, cuBLAS bf16 (`x @ W`, dense 
 same run, and the peers that are present. Timing: CUDA-graph replays of calls that cycle through
 weight copies together past 4x the L2 (DRAM-fed), CUDA events, median of `reps` after warm-up.
 Roofline: max(fewest bytes / HBM, FLOPs / the variant's matrix peak) over the time, against the
-ceilings measured on this H200 kind (issue 6): HBM 4.3 TB/s copy, bf16 0.79 PF, fp8 1.4 PF; the
+ceilings of the H200 (first run, 2026-11-29): HBM 4.3 TB/s copy, bf16 0.79 PF, fp8 1.4 PF; the
 run measures HBM and bf16 again and prints both. ISA columns: the gfx1201 ahead-of-time build of
 each kernel at the config its launcher picks for the cell (VGPRs, spills, scratch bytes, LDS).
 
 A variant is (name, build, bytes, flops_kind, aot); other modules add theirs without editing this
-file: `paro_kernels.triton.mx_host.bench_variants()` is collected when it exists.
+file: `benchmarks.kernels.mx.bench_variants()` is collected when it exists.
 """
 
 from __future__ import annotations
@@ -67,14 +67,14 @@ def _linear_variant(name: str, bits: int, fmt: str, scale: str, zpe: bool) -> Va
     def build(
         n: int, k: int, sizes: tuple[int, ...], m: int, dev: torch.device
     ) -> Callable[[], object]:
-        from paro_kernels.triton import host
+        from paro_kernels.triton import route
 
         preps = [random_prep(n, k, sizes, bits, dev) for _ in range(copies(nbytes(n, k, sizes, 0)))]
         x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
         if fmt == "bf16":
-            return cycling([functools.partial(host.linear, q, x) for q in preps])
+            return cycling([functools.partial(route.linear, q, x) for q in preps])
         s = "group" if m <= DECODE_BAND else scale
-        return cycling([functools.partial(host.linear_a8, q, x, None, fmt, s, zpe) for q in preps])
+        return cycling([functools.partial(route.linear_a8, q, x, None, fmt, s, zpe) for q in preps])
 
     def nbytes(n: int, k: int, sizes: tuple[int, ...], m: int) -> int:
         rot = 2 * 2 * len(sizes) * k * G  # both folded-block halves
@@ -101,7 +101,7 @@ def _prologue_variant(name: str, fmt: str, scale: str) -> Variant:
     def build(
         n: int, k: int, sizes: tuple[int, ...], m: int, dev: torch.device
     ) -> Callable[[], object]:
-        from paro_kernels.triton import host
+        from paro_kernels.triton import prologue
 
         p = len(sizes)
         rots = []
@@ -110,10 +110,12 @@ def _prologue_variant(name: str, fmt: str, scale: str) -> Variant:
             rots.append((hi, hi * 0.01))
         x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
         if fmt == "fp16":
-            return cycling([functools.partial(host.rotate_scale, x, h, lo, G) for h, lo in rots])
+            return cycling(
+                [functools.partial(prologue.rotate_scale, x, h, lo, G) for h, lo in rots]
+            )
         s = "group" if m <= DECODE_BAND else scale
         return cycling(
-            [functools.partial(host.rotate_quant, x, h, lo, G, fmt, s) for h, lo in rots]
+            [functools.partial(prologue.rotate_quant, x, h, lo, G, fmt, s) for h, lo in rots]
         )
 
     def nbytes(n: int, k: int, sizes: tuple[int, ...], m: int) -> int:
@@ -149,7 +151,7 @@ def _aot(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 def builtin_variants() -> list[Variant]:
-    """The paro-kernels Triton paths (issue 6 / 8)."""
+    """The paro-kernels Triton paths: W4A16, W4A8, int5 and their prologues."""
     return [
         _linear_variant("w4a16", 4, "bf16", "group", False),
         _linear_variant("w4a8-fp8", 4, "fp8", "token", False),
@@ -264,7 +266,7 @@ def _zlab_rotation_peer() -> Variant | None:
 
 
 def peer_variants() -> list[Variant]:
-    """The peers present on this machine (issue 6 item 4)."""
+    """The peers present on this machine (vLLM's AWQ Triton GEMM, z-lab's CUDA rotation)."""
     return [v for v in (_awq_peer(), _zlab_rotation_peer()) if v is not None]
 
 
@@ -330,19 +332,19 @@ SWEEP_CONFIGS = [  # (block_m, block_n, num_warps, num_stages) for the prefill W
 
 def sweep_a8(n: int, k: int, sizes: tuple[int, ...], m: int, reps: int) -> list[str]:
     """The W4A8 GEMM alone (no prologue) at candidate prefill configs, per activation format."""
-    from paro_kernels.triton import host
+    from paro_kernels.triton import gemm, launch, prologue
 
     dev = torch.device("cuda")
     preps = [random_prep(n, k, sizes, 4, dev) for _ in range(copies(weight_bytes(n, k, 4)))]
     x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
     out = []
     for fmt in ("int8", "fp8"):
-        q, asc, rs = host.rotate_quant(x, preps[0].rot_hi, preps[0].rot_lo, G, fmt, "group")
+        q, asc, rs = prologue.rotate_quant(x, preps[0].rot_hi, preps[0].rot_lo, G, fmt, "group")
         for bm, bn, nw, st in SWEEP_CONFIGS:
-            cfg = host.Config(bm, bn, 1, nw, st)
+            cfg = launch.Config(bm, bn, 1, nw, st)
             fns = [
                 functools.partial(
-                    host.w4a8_gemm, q, asc, rs, p.qweight, None, p.scales, p.zeros, p.bounds,
+                    gemm.w4a8_gemm, q, asc, rs, p.qweight, None, p.scales, p.zeros, p.bounds,
                     G, torch.bfloat16, None, cfg,
                 )
                 for p in preps

@@ -159,14 +159,14 @@ def bounds(sizes: tuple[int, ...]) -> tuple[int, ...]:
 
 def random_prep(n: int, k: int, sizes: tuple[int, ...], bits: int, dev: torch.device) -> Any:
     """A random `Prepared` layer on the GPU (the kernels' layout; values need not be a model)."""
-    from paro_kernels.triton import host
+    from paro_kernels.triton import repack
 
     p = len(sizes)
     rot = torch.randn(p, k // G, G, G, device=dev).to(torch.bfloat16) * 0.1
     qh = None
     if bits == 5:
         qh = torch.randint(-(2**31), 2**31 - 1, (k // 32, n), device=dev, dtype=torch.int32)
-    return host.Prepared(
+    return repack.Prepared(
         rot, rot * 0.01,
         torch.randint(-(2**31), 2**31 - 1, (k // 8, n), device=dev, dtype=torch.int32),
         (torch.rand(k // G, n, device=dev) * 0.01).half(),
@@ -249,28 +249,28 @@ def decode_cells(shapes: list[str], ms: list[int], t0: float, budget: float, not
 
 
 def mx_preps(n: int, k: int, sizes: tuple[int, ...], rot: bool, dev: torch.device) -> list[Any]:
-    from paro_kernels.triton import mx_host
+    from paro_kernels.triton import mx_repack
 
-    preps = [mx_host.prepare(*mx_host.random_checkpoint(n, k, seed=i), None, 0, dev)
+    preps = [mx_repack.prepare(*mx_repack.random_checkpoint(n, k, seed=i), None, 0, dev)
              for i in range(copies(n * k // 2))]  # fmt: skip
     if rot:
-        r0 = mx_host.prepare(*mx_host.random_checkpoint(n, k), mx_host.random_runs(k, sizes),
-                             G, dev)  # fmt: skip
+        r0 = mx_repack.prepare(*mx_repack.random_checkpoint(n, k), mx_repack.random_runs(k, sizes),
+                               G, dev)  # fmt: skip
         preps = [dataclasses.replace(r0, weight=p.weight) for p in preps]
     return preps
 
 
 def mx_gemv_old(kern: Any, p: Any, a: torch.Tensor, cfg: Any) -> object:
     """A previous tree's `mx_gemv_kernel` (--old: no BF16 / PF arguments) at cfg, one plane, bf16
-    out, split-K on the shared zeroed buffers as `mx_decode_host.mx_gemv` launches it."""
-    from paro_kernels.triton import fast_host
+    out, split-K on the shared zeroed buffers as `mx_gemv.mx_gemv` launches it."""
+    from paro_kernels.triton import launch
 
     _, m, k = a.shape
     w = p.weight
     out = torch.empty(m, w.n, dtype=torch.bfloat16, device=a.device)
     tiles = -(-w.n // cfg.block_n)
-    ws = fast_host._scratch("gemv_ws", m * w.n, torch.float32, a.device)
-    cnt = fast_host._scratch("gemv_cnt", tiles, torch.int32, a.device)
+    ws = launch.scratch("gemv_ws", m * w.n, torch.float32, a.device)
+    cnt = launch.scratch("gemv_cnt", tiles, torch.int32, a.device)
     kern[(tiles, cfg.split_k)](
         a, w.qw.view(torch.int32), w.sc, w.sc, ws, cnt, out, m, w.n, k, a.stride(1), w.n, w.n,
         HAS_BIAS=False, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SPLIT_K=cfg.split_k, ASM=True,

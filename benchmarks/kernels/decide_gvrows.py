@@ -1,12 +1,12 @@
-"""The dispatch settings a `bench_decode --h2 gvrows` run supports (issue 14, twenty-sixth pass).
+"""The dispatch settings a `benchmarks.kernels.decode --h2 gvrows` run supports.
 
 Reads the run's JSON (no GPU needed) and says, with the cells that decided each:
 
-- `fast_host.GIVENS_ROWS`: the records prologue's rows a program. A rows value qualifies where
+- `prologue.GIVENS_ROWS`: the records prologue's rows a program. A rows value qualifies where
   the int4 mma op on it is nowhere slower than on one program for all rows (rows 0) by more
   than NOISE; of those, the one with the lowest geometric mean time ratio to rows 0 serves, and
   only if that mean gains more than NOISE (else 0 stays: a change must pay for itself).
-- `decode_host.MMA_BLOCKS_ALL_MIN_M` (large layers) and `MMA_BLOCKS_MIN_M` (layers of at most
+- `gemv_mma.MMA_BLOCKS_ALL_MIN_M` (large layers) and `MMA_BLOCKS_MIN_M` (layers of at most
   `MMA_BLOCKS_MAX_WEIGHTS` weights: o_proj): the first measured M from which the blocks prologue
   beats the records (at the chosen rows) by more than NOISE on the class's summed op time, at
   every larger measured M too (a tie keeps the records: they read a few bytes a pair, the blocks a
@@ -31,7 +31,8 @@ from typing import Any
 from benchmarks.kernels.common import SHAPES
 
 # A setting changes only on a gain past this (and a rows value that loses more than this on any
-# cell is out): the spread of two same-run timings of one op in this bench (BENCH.md: 1-3%).
+# cell is out): the spread of two same-run timings of one op in this bench, 1-3% in the runs of
+# 2026-12-01..05 (docs/notebook/kernels-2026-11-29-to-12-06.md).
 NOISE = 0.03
 RECORDS = "int4 mma records rows {}"
 BLOCKS = "int4 mma blocks prologue"
@@ -128,11 +129,11 @@ def _first_blocks_m(t: Mapping[tuple[str, int, str], float], rows: int, shapes: 
 
 def decide(run: Any) -> Decision:
     """The settings a gvrows run's rows (`run["h2"]`) support (module doc: the rules)."""
-    from paro_kernels.triton import decode_host
+    from paro_kernels.triton import gemv_mma
 
-    never = decode_host.MMA_TILE_MAX_M + 1
+    never = gemv_mma.MMA_TILE_MAX_M + 1
     if not isinstance(run, dict) or not isinstance(run.get("h2"), list):
-        raise DecideError("no 'h2' list: not a `bench_decode --h2` run's JSON")
+        raise DecideError("no 'h2' list: not a `benchmarks.kernels.decode --h2` run's JSON")
     t = _times(run["h2"])
     prefix = RECORDS.format("")
     rows_choices = sorted({int(v[len(prefix) :]) for (_, _, v) in t if v.startswith(prefix)})
@@ -140,7 +141,7 @@ def decide(run: Any) -> Decision:
                                  "MMA_BLOCKS_MIN_M": []}  # fmt: skip
     rows = _pick_rows(t, rows_choices, why["GIVENS_ROWS"])
     shapes = {s for (s, _, v) in t if v == BLOCKS}
-    small = {s for s in shapes if _weights(s) <= decode_host.MMA_BLOCKS_MAX_WEIGHTS}
+    small = {s for s in shapes if _weights(s) <= gemv_mma.MMA_BLOCKS_MAX_WEIGHTS}
     all_min, min_m = never, never
     if shapes - small:
         all_min = _first_blocks_m(t, rows, shapes - small, never, why["MMA_BLOCKS_ALL_MIN_M"])
@@ -151,7 +152,7 @@ def decide(run: Any) -> Decision:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("run", help="a `bench_decode --h2 gvrows` JSON")
+    ap.add_argument("run", help="a `benchmarks.kernels.decode --h2 gvrows` JSON")
     ap.add_argument("--json", action="store_true", help="print the decision as JSON")
     args = ap.parse_args(argv)
     try:

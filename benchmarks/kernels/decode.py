@@ -1,26 +1,27 @@
-"""Fifth-pass decode sweep (issue 14): the matrix-unit GEMV (`decode_host`) against the shipped
-decode paths and the peers, in one run.
+"""Decode sweep: the matrix-unit GEMV (`gemv_dot`), the HFMA2 GEMV (`gemv_fma`) and the mma.sync
+GEMV (`gemv_mma`) against the shipped decode paths and the peers, in one run.
 
     python -m benchmarks.kernels.decode --out DIR/decode.json [--shapes qkv,gate_up]
         [--ms 1,16] [--stage1 qkv,gate_up] [--top 3] [--budget-s 300] [--jobs 12]
 
 Stage 1: the GEMV alone (its fp16 prologue output made once) over the config grid on the
 --stage1 shapes at each M; the --top configs by summed time go on. Stage 2, per (shape, M):
-cuBLAS bf16, `torch._weight_int4pack_mm` (g128), ours as served (`host.w4a16_linear`'s
-dispatch), the new GEMV as served with each prologue (`decode_host.PROLOGUES`) at the best
+cuBLAS bf16, `torch._weight_int4pack_mm` (g128), ours as served (`route.w4a16_linear`'s
+dispatch), the new GEMV as served with each prologue (`prologue.PROLOGUES`) at the best
 stage-1 config, the top configs with the shipped prologue, and the prologues alone. Timing as
 `time_us` (CUDA-graph replays over weight copies past 4x L2); % HBM against 4.3 TB/s.
 
-    python -m benchmarks.kernels.decode --ab ...           fifth pass: the forced paths per cell
-    python -m benchmarks.kernels.decode --h2 run1|run2|run3|int5|waves|confirm|gv|gvpdl|mma \
-        |gvrows ...
+    python -m benchmarks.kernels.decode --ab ...           the forced paths per cell
+    python -m benchmarks.kernels.decode --h2 grid|around|pdl|int5|waves|confirm|gv|gvpdl|mma \
+        |mma5|gvrows ...
 
-Ninth pass (`--h2`): per cell the peers, the op as served, the FMA op forced (the "before"),
-the HFMA2 op at each variant of the named grid (`H2_GRID`, `H2_RUN2`, `H2_RUN3`), the two GEMVs
-and prologues alone; `int5`: int5 as served against its HFMA2 variant and int4 as served;
-`waves` / `confirm` (tenth pass): grids of whole waves (`H2_WAVES`), the shipped per-(bits, M)
-configs (`H2_CONFIRM`), each against the prologue op (the tenth pass's `rot` / `coop`, the
-rotation inside the HFMA2 GEMV, went with it in the nineteenth pass).
+`--h2`: per cell the peers, the op as served, the FMA op forced (the "before"), the HFMA2 op at
+each variant of the named grid (`grid`: H2_GRID, `around`: H2_AROUND, `pdl`: H2_PDL), the two
+GEMVs and prologues alone; `int5`: int5 as served against its HFMA2 variant and int4 as served;
+`waves` / `confirm`: grids of whole waves (`H2_WAVES`), the shipped per-(bits, M) configs
+(`H2_CONFIRM`), each against the prologue op; `gv` / `gvpdl`, `mma` / `mma5`, `gvrows`: the
+comments above their grids. The H200 runs of 2026-12-04 set the HFMA2 and mma configs (the
+notebook, docs/notebook/kernels-2026-11-29-to-12-06.md, has their tables).
 """
 
 from __future__ import annotations
@@ -66,16 +67,16 @@ GRID: list[dict[str, int]] = [
 def _compile_one(job: tuple[str, int, dict[str, int]]) -> str:
     """`precompile_pool` worker: one launch of the GEMV at a (shape, M, config), which
     fills Triton's disk cache."""
-    from paro_kernels.triton import decode_host
+    from paro_kernels.triton import gemv_dot
 
     name, m, kw = job
     _, n, k, sizes = next(s for s in SHAPES if s[0] == name)
     p = random_prep(n, k, sizes, 4, torch.device("cuda"))
     xr = torch.zeros(len(sizes), m, k, device="cuda", dtype=torch.float16)
-    cfg = decode_host.gemv3_config(m, n, k, G, bounds(sizes), 132, **kw)
+    cfg = gemv_dot.gemv3_config(m, n, k, G, bounds(sizes), 132, **kw)
     try:
-        decode_host.gemv3_w4a16(xr, p.qweight, p.scales, p.zeros, p.bounds, G, torch.bfloat16,
-                                None, cfg)  # fmt: skip
+        gemv_dot.gemv3_w4a16(xr, p.qweight, p.scales, p.zeros, p.bounds, G, torch.bfloat16,
+                             None, cfg)  # fmt: skip
         torch.cuda.synchronize()
         return ""
     except Exception as e:
@@ -106,7 +107,7 @@ def _peer_rows(name: str, m: int, n: int, k: int, x: torch.Tensor,
 
 def stage1(shapes: list[str], ms: list[int], reps: int) -> list[dict[str, Any]]:
     """The GEMV alone over GRID."""
-    from paro_kernels.triton import decode_host
+    from paro_kernels.triton import gemv_dot, prologue
 
     dev = torch.device("cuda")
     out = []
@@ -116,10 +117,10 @@ def stage1(shapes: list[str], ms: list[int], reps: int) -> list[dict[str, Any]]:
         for m in ms:
             x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
             p0 = preps[0]
-            xr = decode_host.prologue16(x, p0.rot_hi, p0.rot_lo, G, None, None, "slice")
+            xr = prologue.prologue16(x, p0.rot_hi, p0.rot_lo, G, None, None, "slice")
             for kw in GRID:
-                cfg = decode_host.gemv3_config(m, n, k, G, bounds(sizes), 132, **kw)
-                fns = [functools.partial(decode_host.gemv3_w4a16, xr, p.qweight, p.scales,
+                cfg = gemv_dot.gemv3_config(m, n, k, G, bounds(sizes), 132, **kw)
+                fns = [functools.partial(gemv_dot.gemv3_w4a16, xr, p.qweight, p.scales,
                        p.zeros, p.bounds, G, torch.bfloat16, None, cfg)
                        for p in preps]  # fmt: skip
                 out.append(_row(name, m, n, k, "gemv3-alone " + str(kw), time_or_nan(fns, reps),
@@ -145,7 +146,7 @@ def top_configs(rows: list[dict[str, Any]], top: int) -> list[dict[str, int]]:
 def stage2(shapes: list[str], ms: list[int], reps: int, cfgs: list[dict[str, int]],
            t0: float, budget: float) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
     """Per cell: the peers, ours as served, the new GEMV per prologue and per top config."""
-    from paro_kernels.triton import decode_host, fast_host, host
+    from paro_kernels.triton import gemv_dot, prologue, route
 
     dev = torch.device("cuda")
     out, not_run = [], []
@@ -158,53 +159,54 @@ def stage2(shapes: list[str], ms: list[int], reps: int, cfgs: list[dict[str, int
                 continue
             x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
             out += _peer_rows(name, m, n, k, x, reps)
-            served = "ours-as-served (" + fast_host.band(m) + ")"
+            served = "ours-as-served (" + route.band(m) + ")"
             out.append(_row(name, m, n, k, served, time_or_nan(
-                [functools.partial(host.w4a16_linear, x, p.rot_hi, p.rot_lo, p.qweight,
+                [functools.partial(route.w4a16_linear, x, p.rot_hi, p.rot_lo, p.qweight,
                  p.scales, p.zeros, p.bounds, G, None, p.gv_idx, p.gv_coef)
                  for p in preps], reps)))  # fmt: skip
             for i, kw in enumerate(cfgs):
-                cfg = decode_host.gemv3_config(m, n, k, G, bounds(sizes), 132, **kw)
-                for pro in decode_host.PROLOGUES if i == 0 else (decode_host.GEMV3_PROLOGUE,):
-                    fns = [functools.partial(decode_host.gemv3_linear, x, p.rot_hi, p.rot_lo,
+                cfg = gemv_dot.gemv3_config(m, n, k, G, bounds(sizes), 132, **kw)
+                for pro in prologue.PROLOGUES if i == 0 else (prologue.GEMV3_PROLOGUE,):
+                    fns = [functools.partial(gemv_dot.gemv3_linear, x, p.rot_hi, p.rot_lo,
                            p.qweight, p.scales, p.zeros, p.bounds, G, None, p.gv_idx, p.gv_coef,
                            pro, cfg) for p in preps]  # fmt: skip
                     out.append(_row(name, m, n, k, f"gemv3 {pro} {kw}", time_or_nan(fns, reps),
                                     cfg=dataclasses.asdict(cfg)))  # fmt: skip
-            for pro in decode_host.PROLOGUES:
-                fns = [functools.partial(decode_host.prologue16, x, p.rot_hi, p.rot_lo, G,
+            for pro in prologue.PROLOGUES:
+                fns = [functools.partial(prologue.prologue16, x, p.rot_hi, p.rot_lo, G,
                        p.gv_idx, p.gv_coef, pro) for p in preps]  # fmt: skip
                 out.append(_row(name, m, n, k, f"prologue {pro}", time_or_nan(fns, reps)))
             torch.cuda.empty_cache()
     return out, not_run
 
 
-# Run 3's candidates (run 2's stage-1 bests: qkv M = 1 / 16 and gate_up M = 1)
+# `--ab`'s candidates: the stage-1 bests of the H200 run of 2026-12-02 (qkv M = 1 / 16 and
+# gate_up M = 1)
 AB_CFGS = {"a": dict(block_n=128, num_warps=4, programs_per_sm=8, gpi=1, num_stages=3),
            "b": dict(block_n=64, num_warps=4, programs_per_sm=4, gpi=2, num_stages=2)}  # fmt: skip
 
 
 def _gemv2(p: Any, x: torch.Tensor, fused: bool, pdl: bool) -> object:
     """The FMA GEMV (sliced prologue), or with `fused` the Givens-inside one; never the HFMA2."""
-    from paro_kernels.triton import fast_host
+    from paro_kernels.triton import gemv_fma
 
     args = (p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros, p.gv_idx, p.gv_coef)
-    return fast_host.gemv_w4a16(args, x, p.bounds, G, None, fused=fused, pdl=pdl, h2=False)
+    return gemv_fma.gemv_w4a16(args, x, p.bounds, G, None, fused=fused, pdl=pdl, h2=False)
 
 
 def _mma(p: Any, x: torch.Tensor) -> object:
-    from paro_kernels.triton import host
+    from paro_kernels.triton import route
 
-    return host.w4a16_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros, p.bounds, G,
-                             None, p.gv_idx, p.gv_coef, path="mma")  # fmt: skip
+    return route.w4a16_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros, p.bounds, G,
+                              None, p.gv_idx, p.gv_coef, path="mma")  # fmt: skip
 
 
 def _gemv3(p: Any, x: torch.Tensor, cfg: Any, pdl: bool) -> object:
-    from paro_kernels.triton import decode_host
+    from paro_kernels.triton import gemv_dot
 
-    return decode_host.gemv3_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
-                                    p.bounds, G, None, p.gv_idx, p.gv_coef, "slice", cfg,
-                                    pdl)  # fmt: skip
+    return gemv_dot.gemv3_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
+                                 p.bounds, G, None, p.gv_idx, p.gv_coef, "slice", cfg,
+                                 pdl)  # fmt: skip
 
 
 def ab(shapes: list[str], ms: list[int], reps: int, t0: float,
@@ -212,7 +214,7 @@ def ab(shapes: list[str], ms: list[int], reps: int, t0: float,
     """Per cell, same run: cuBLAS, int4pack, the shipped paths forced (FMA GEMV with the sliced
     prologue, with and without PDL, the Givens-inside GEMV; the tile kernels) and the new GEMV
     (with and without PDL, two configs)."""
-    from paro_kernels.triton import decode_host
+    from paro_kernels.triton import gemv_dot
 
     dev = torch.device("cuda")
     out, not_run = [], []
@@ -234,7 +236,7 @@ def ab(shapes: list[str], ms: list[int], reps: int, t0: float,
             else:
                 cands["mma"] = functools.partial(_mma, x=x)
             for label, kw in AB_CFGS.items():
-                cfg = decode_host.gemv3_config(m, n, k, G, bounds(sizes), 132, **kw)
+                cfg = gemv_dot.gemv3_config(m, n, k, G, bounds(sizes), 132, **kw)
                 for pdl in (True, False) if label == "a" else (True,):
                     cands[f"gemv3 {label} pdl={pdl}"] = functools.partial(
                         _gemv3, x=x, cfg=cfg, pdl=pdl
@@ -259,54 +261,55 @@ def ab(shapes: list[str], ms: list[int], reps: int, t0: float,
     return out, not_run
 
 
-# Ninth pass: the HFMA2 GEMV's configs (`fast_host.gemv2_config` keywords; kw 0: its M default)
+# `--h2 grid`: the HFMA2 GEMV's configs (`gemv_fma.gemv2_config` keywords; kw 0: its M default)
 H2_GRID: list[dict[str, int]] = [
     dict(block_n=bn, num_warps=w, kw=kw, programs_per_sm=pps)
     for (bn, w), kw, pps in itertools.product(((512, 4), (256, 2)), (0, 16), (8, 16))
 ] + [dict(block_n=1024, num_warps=8, kw=0, programs_per_sm=8)]  # fmt: skip
 
 
-# Run 2: around the shipped config (`decode_host.H2_CONFIG`): fewer, fatter programs (2 / 4 per
+# `--h2 around`: around the shipped config (`gemv_fma.H2_CONFIG`): fewer, fatter programs (2 / 4 per
 # SM) with deeper pipelining, a register cap (occupancy: 127 registers hold 4 programs of 4
 # warps per SM, and 560-680 programs ran 1.06-1.29 waves), the prologue in 16 / 32 channels a
-# program (run 1's ncu: 7.6% achieved occupancy, one 32 KB load per program).
-H2_RUN2: list[dict[str, int]] = [
+# program (the grid run's ncu, H200 2026-12-04: 7.6% achieved occupancy, one 32 KB load per
+# program).
+H2_AROUND: list[dict[str, int]] = [
     {},
     dict(programs_per_sm=4), dict(programs_per_sm=4, num_stages=4),
     dict(programs_per_sm=2, num_stages=4), dict(num_stages=4),
     dict(maxnreg=96), dict(maxnreg=80),
     dict(slice=32), dict(slice=32, pwarps=2), dict(slice=16, pwarps=2), dict(slice=16, pwarps=1),
 ]  # fmt: skip
-# Run 3: the prologue -> GEMV pair launched programmatically dependent (the GEMV's L2 prefetch
+# `--h2 pdl`: the prologue -> GEMV pair launched programmatically dependent (the GEMV's L2 prefetch
 # of its words overlapping the prologue), and the prologue on one fp16 block per group (hi + lo
 # rounded once: half its bytes; a Prepared field it would need, hence measured first).
-H2_RUN3: list[dict[str, int]] = [
+H2_PDL: list[dict[str, int]] = [
     {}, dict(pdl=1), dict(one=1), dict(one=1, pdl=1), dict(programs_per_sm=4),
 ]  # fmt: skip
 _LAUNCH = ("maxnreg", "slice", "pwarps", "pdl", "one")
-_ROT16: dict[int, torch.Tensor] = {}  # id(prep) -> its fp16 blocks (run 3's `one`)
+_ROT16: dict[int, torch.Tensor] = {}  # id(prep) -> its fp16 blocks (H2_PDL's `one`)
 
 
 def _h2_cfg(name: str, m: int, kw: dict[str, int]) -> Any:
-    from paro_kernels.triton import decode_host, fast_host
+    from paro_kernels.triton import gemv_fma
 
     _, n, k, sizes = next(s for s in SHAPES if s[0] == name)
-    kw = {**decode_host.H2_CONFIG, **kw} if "block_n" not in kw else kw
+    kw = {**gemv_fma.H2_CONFIG, **kw} if "block_n" not in kw else kw
     args: dict[str, Any] = {a: v for a, v in kw.items() if v and a not in _LAUNCH}
-    return fast_host.gemv2_config(m, n, k, G, bounds(sizes), 132, **args)
+    return gemv_fma.gemv2_config(m, n, k, G, bounds(sizes), 132, **args)
 
 
 def _compile_h2(job: tuple[str, int, dict[str, int]]) -> str:
     """`precompile_pool` worker: one launch of the HFMA2 GEMV at a (shape, M, config)."""
-    from paro_kernels.triton import decode_host
+    from paro_kernels.triton import gemv_fma
 
     name, m, kw = job
     _, n, k, sizes = next(s for s in SHAPES if s[0] == name)
     p = random_prep(n, k, sizes, 4, torch.device("cuda"))
     xr = torch.zeros(len(sizes), m, k, device="cuda", dtype=torch.float16)
     try:
-        decode_host.gemv_h2(xr, p.qweight, p.scales, p.zeros, p.bounds, G, torch.bfloat16,
-                            None, _h2_cfg(name, m, kw), kw.get("maxnreg", 0))  # fmt: skip
+        gemv_fma.gemv_h2(xr, p.qweight, p.scales, p.zeros, p.bounds, G, torch.bfloat16,
+                         None, _h2_cfg(name, m, kw), kw.get("maxnreg", 0))  # fmt: skip
         torch.cuda.synchronize()
         return ""
     except Exception as e:
@@ -316,26 +319,26 @@ def _compile_h2(job: tuple[str, int, dict[str, int]]) -> str:
 def _h2_call(what: str, x: torch.Tensor, arg: Any, p: Any) -> object:
     """One of the h2 bench's calls on layer p (`arg`: a config, the prologue outputs, or
     None)."""
-    from paro_kernels.triton import decode_host, fast_host, host
+    from paro_kernels.triton import gemv_fma, prologue, route
 
     if what == "served":
-        return host.w4a16_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros, p.bounds,
-                                 G, None, p.gv_idx, p.gv_coef)  # fmt: skip
+        return route.w4a16_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros, p.bounds,
+                                  G, None, p.gv_idx, p.gv_coef)  # fmt: skip
     if what == "h2":
         cfg, kw = arg
         hi = _ROT16[id(p)] if kw.get("one") else p.rot_hi
-        return decode_host.gemv_h2_linear(x, hi, p.rot_lo, p.qweight, p.scales, p.zeros,
-                                          p.bounds, G, None, cfg, kw.get("slice", 0),
-                                          kw.get("pwarps", 0), kw.get("maxnreg", 0),
-                                          bool(kw.get("pdl")), bool(kw.get("one")))  # fmt: skip
+        return gemv_fma.gemv_h2_linear(x, hi, p.rot_lo, p.qweight, p.scales, p.zeros,
+                                       p.bounds, G, None, cfg, kw.get("slice", 0),
+                                       kw.get("pwarps", 0), kw.get("maxnreg", 0),
+                                       bool(kw.get("pdl")), bool(kw.get("one")))  # fmt: skip
     if what == "gemv2 alone":
         (xr32, rs), _ = arg
-        return fast_host.gemv2_w4a16(xr32, rs, p.qweight, p.scales, p.zeros, p.bounds, G,
-                                     torch.bfloat16)  # fmt: skip
+        return gemv_fma.gemv2_w4a16(xr32, rs, p.qweight, p.scales, p.zeros, p.bounds, G,
+                                    torch.bfloat16)  # fmt: skip
     if what == "h2 alone":
-        return decode_host.gemv_h2(arg[1], p.qweight, p.scales, p.zeros, p.bounds, G,
-                                   torch.bfloat16)  # fmt: skip
-    return fast_host.rotate_slices(x, p.rot_hi, p.rot_lo, G, paired=what == "prologue paired")
+        return gemv_fma.gemv_h2(arg[1], p.qweight, p.scales, p.zeros, p.bounds, G,
+                                torch.bfloat16)  # fmt: skip
+    return prologue.rotate_slices(x, p.rot_hi, p.rot_lo, G, paired=what == "prologue paired")
 
 
 def h2(shapes: list[str], ms: list[int], reps: int, t0: float, budget: float,
@@ -343,7 +346,7 @@ def h2(shapes: list[str], ms: list[int], reps: int, t0: float, budget: float,
     """Per cell, same run: cuBLAS, int4pack, the op as served, the FMA GEMV path forced (sliced
     prologue + GEMV, no Givens-inside), the HFMA2 op (paired prologue + GEMV) at every `grid`
     config, and the two GEMVs alone on their prologue outputs (made once)."""
-    from paro_kernels.triton import fast_host
+    from paro_kernels.triton import prologue
 
     dev = torch.device("cuda")
     out, not_run = [], []
@@ -375,8 +378,8 @@ def h2(shapes: list[str], ms: list[int], reps: int, t0: float, budget: float,
                 us = time_or_nan([functools.partial(fn, p) for p in preps], reps)
                 out.append(_row(name, m, n, k, label, us, rel=float((y - ref).norm() / ref.norm())))
             p0 = preps[0]
-            xrs = (fast_host.rotate_slices(x, p0.rot_hi, p0.rot_lo, G),
-                   fast_host.rotate_slices(x, p0.rot_hi, p0.rot_lo, G, paired=True)[0])  # fmt: skip
+            xrs = (prologue.rotate_slices(x, p0.rot_hi, p0.rot_lo, G),
+                   prologue.rotate_slices(x, p0.rot_hi, p0.rot_lo, G, paired=True)[0])  # fmt: skip
             for label in ("gemv2 alone", "h2 alone", "prologue fp32", "prologue paired"):
                 fns = [functools.partial(_h2_call, label, x, xrs, p) for p in preps]
                 out.append(_row(name, m, n, k, label, time_or_nan(fns, reps)))
@@ -387,20 +390,20 @@ def h2(shapes: list[str], ms: list[int], reps: int, t0: float, budget: float,
 def h2_int5(shapes: list[str], ms: list[int], reps: int, t0: float,
             budget: float) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
     """Per cell, same run: int5 (I8 PG ZPE weights) as served (the matrix-unit GEMV, 16-bit
-    activations), int5 on the HFMA2 GEMV (forced; `fast_host.INT5_H2`), int4 as served."""
-    from paro_kernels.triton import decode_host, host
+    activations), int5 on the HFMA2 GEMV (forced; `route.INT5_H2`), int4 as served."""
+    from paro_kernels.triton import gemv_fma, route
 
     out: list[dict[str, Any]] = []
     not_run: list[str] = []
     for name, n, k, m, x, p4, p5 in decode_cells(shapes, ms, t0, budget, not_run, int5=True):
-        y0 = host.linear_a8(p5[0], x, None, "int8", "group", True).float()
-        y1 = decode_host.gemv_h2_linear(x, p5[0].rot_hi, p5[0].rot_lo, p5[0].qweight,
-                                        p5[0].scales, p5[0].zeros, p5[0].bounds, G,
-                                        qweight_hi=p5[0].qweight_hi).float()  # fmt: skip
+        y0 = route.linear_a8(p5[0], x, None, "int8", "group", True).float()
+        y1 = gemv_fma.gemv_h2_linear(x, p5[0].rot_hi, p5[0].rot_lo, p5[0].qweight,
+                                     p5[0].scales, p5[0].zeros, p5[0].bounds, G,
+                                     qweight_hi=p5[0].qweight_hi).float()  # fmt: skip
         rel = float((y1 - y0).norm() / y0.norm())
-        served = [functools.partial(host.linear_a8, p, x, None, "int8", "group", True)
+        served = [functools.partial(route.linear_a8, p, x, None, "int8", "group", True)
                   for p in p5]  # fmt: skip
-        forced = [functools.partial(decode_host.gemv_h2_linear, x, p.rot_hi, p.rot_lo,
+        forced = [functools.partial(gemv_fma.gemv_h2_linear, x, p.rot_hi, p.rot_lo,
                   p.qweight, p.scales, p.zeros, p.bounds, G, qweight_hi=p.qweight_hi)
                   for p in p5]  # fmt: skip
         out.append(_row(name, m, n, k, "int5 as served", time_or_nan(served, reps)))
@@ -410,19 +413,20 @@ def h2_int5(shapes: list[str], ms: list[int], reps: int, t0: float,
     return out, not_run
 
 
-# (Tenth / eleventh pass, `--h2 rot` / `coop`: the rotation inside the HFMA2 GEMV and its
-# co-resident variant, removed in the nineteenth pass: `decode_kernels`' tenth-pass note.)
-# `--h2 gv` (eleventh pass, run 2): the paired prologue from the Givens records
-# (`fast_host.rotate_givens_paired`) at 1, 2, 4 warps, against the sliced blocks prologue;
-# `--h2 gvpdl` (run 3): the records prologue as served against 2 warps and with the
+# (`--h2 rot` / `coop`, the rotation inside the HFMA2 GEMV and its co-resident variant, were
+# measured on the H200 on 2026-12-04, not served, and removed on 2026-12-05.)
+# `--h2 gv`: the paired prologue from the Givens records
+# (`prologue.rotate_givens_paired`) at 1, 2, 4 warps, against the sliced blocks prologue;
+# `--h2 gvpdl`: the records prologue as served against 2 warps and with the
 # GEMV launched dependent on it (PDL: the GEMV's L2 prefetch overlaps the prologue), and the
 # blocks prologue with PDL.
 H2_GV: list[dict[str, int]] = [dict(gv=1), dict(gv=2), dict(gv=4)]
 H2_GVPDL: list[dict[str, int]] = [
     dict(gv=2), dict(gv=4, pdl=1), dict(gv=1, pdl=1), dict(pdl=1),
 ]  # fmt: skip
-# `--h2 confirm` (run 7): the configs run 6 picked (`decode_host.H2_BY_BITS_M`, as served)
-# against the ninth pass's (H2_CONFIG: 8 programs an SM) and around them.
+# `--h2 confirm`: the per-(bits, M) configs the H200 runs of 2026-12-04 picked
+# (`gemv_fma.H2_BY_BITS_M`, as served) against the first HFMA2 config (H2_CONFIG: 8 programs an
+# SM) and around them.
 H2_CONFIRM: list[dict[str, int]] = [
     dict(programs_per_sm=8), dict(programs_per_sm=2), dict(programs_per_sm=4),
 ]  # fmt: skip
@@ -431,8 +435,8 @@ H2_CONFIRM5: list[dict[str, int]] = [
     dict(block_n=256, num_warps=4, kw=16, programs_per_sm=6),
     dict(block_n=256, num_warps=4, kw=16, programs_per_sm=8),
 ]  # fmt: skip
-# `--h2 waves`: the ninth pass's GEMV at 158 registers (int4, Triton 3.6; 255 int5) holds 3
-# programs an SM (2 for int5), and its ~8-per-SM grid ran 1.7 waves (ncu, tenth pass run 5):
+# `--h2 waves`: the HFMA2 GEMV at 158 registers (int4, Triton 3.6; 255 int5) holds 3 programs an
+# SM (2 for int5), and its ~8-per-SM grid ran 1.7 waves (ncu, H200, 2026-12-04):
 # grids of one wave (3 per SM), two (6), and narrower int5 tiles (fewer registers a thread).
 H2_WAVES: list[dict[str, int]] = [
     dict(programs_per_sm=3), dict(programs_per_sm=6), dict(programs_per_sm=3, kw=8),
@@ -475,24 +479,24 @@ def _h2_op(name: str, m: int, x: torch.Tensor, p: Any,
            kw: dict[str, int] | None = None) -> object:  # fmt: skip
     """The HFMA2 op on layer p: the paired prologue (kw["gv"]: the records kernel at that many
     warps; kw["pdl"]: launched dependent) + GEMV at kw's config keys."""
-    from paro_kernels.triton import decode_host
+    from paro_kernels.triton import gemv_fma
 
     kw = kw or {}
     launch = {a: v for a, v in kw.items() if a not in ("gv", "pdl")}
     cfg = _h2_cfg(name, m, launch) if launch else None  # None: the shipped config
-    return decode_host.gemv_h2_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
-                                      p.bounds, G, None, cfg, qweight_hi=p.qweight_hi,
-                                      gv=(p.gv_idx, p.gv_coef),
-                                      prologue="givens" if "gv" in kw else "slice",
-                                      prologue_warps=kw.get("gv", 0),
-                                      pdl=bool(kw.get("pdl")))  # fmt: skip
+    return gemv_fma.gemv_h2_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
+                                   p.bounds, G, None, cfg, qweight_hi=p.qweight_hi,
+                                   gv=(p.gv_idx, p.gv_coef),
+                                   prologue="givens" if "gv" in kw else "slice",
+                                   prologue_warps=kw.get("gv", 0),
+                                   pdl=bool(kw.get("pdl")))  # fmt: skip
 
 
 def _int5_served(p: Any, x: torch.Tensor) -> object:
-    """int5 (W5A8, I8 PG ZPE) as served: `host.linear_a8`'s route."""
-    from paro_kernels.triton import host
+    """int5 (W5A8, I8 PG ZPE) as served: `route.linear_a8`'s route."""
+    from paro_kernels.triton import route
 
-    return host.linear_a8(p, x, None, "int8", "group", True)
+    return route.linear_a8(p, x, None, "int8", "group", True)
 
 
 def h2_variants(shapes: list[str], ms: list[int], reps: int, t0: float, budget: float,
@@ -502,7 +506,7 @@ def h2_variants(shapes: list[str], ms: list[int], reps: int, t0: float, budget: 
     (forced, the shipped config), then each `grid4` variant on int4 and `grid5` on int5 (the
     prologue op at that config), and the int4 HFMA2 GEMV alone (`rel`: against the prologue op
     of the same bits; each candidate's registers / spills as compiled)."""
-    from paro_kernels.triton import decode_kernels, fast_host
+    from paro_kernels.triton import gemv_fma_kernels, prologue
 
     out: list[dict[str, Any]] = []
     not_run: list[str] = []
@@ -520,17 +524,17 @@ def h2_variants(shapes: list[str], ms: list[int], reps: int, t0: float, budget: 
                 how = "givens" if "gv" in kw else "prologue"
                 cands[f"int{bits} h2 {how} {kw}"] = functools.partial(op, kw=kw)
             out += _cand_rows(name, m, n, k, cands, preps, reps,
-                              decode_kernels.gemv_h2_kernel)  # fmt: skip
-        xr = fast_host.rotate_slices(x, p4[0].rot_hi, p4[0].rot_lo, G, paired=True)[0]
+                              gemv_fma_kernels.gemv_h2_kernel)  # fmt: skip
+        xr = prologue.rotate_slices(x, p4[0].rot_hi, p4[0].rot_lo, G, paired=True)[0]
         fns = [functools.partial(_h2_call, "h2 alone", x, (None, xr), p) for p in p4]
         out.append(_row(name, m, n, k, "int4 h2 alone", time_or_nan(fns, reps)))
         if grid4 in (H2_GV, H2_GVPDL):  # the two prologues alone
             sl: list[Callable[[], object]] = [
-                functools.partial(fast_host.rotate_slices, x, p.rot_hi, p.rot_lo, G,
+                functools.partial(prologue.rotate_slices, x, p.rot_hi, p.rot_lo, G,
                                   paired=True) for p in p4]  # fmt: skip
             out.append(_row(name, m, n, k, "slice prologue alone", time_or_nan(sl, reps)))
             for w in (1, 2, 4):
-                fns = [functools.partial(fast_host.rotate_givens_paired, x, p.gv_idx,
+                fns = [functools.partial(prologue.rotate_givens_paired, x, p.gv_idx,
                                          p.gv_coef, G, num_warps=w) for p in p4]  # fmt: skip
                 out.append(
                     _row(name, m, n, k, f"givens prologue alone w{w}", time_or_nan(fns, reps))
@@ -538,17 +542,17 @@ def h2_variants(shapes: list[str], ms: list[int], reps: int, t0: float, budget: 
     return out, not_run
 
 
-# `--h2 mma` (twelfth pass): the mma.sync GEMV (`decode_host.gemv_mma_linear`: the records
-# prologue at pair shift 0 + `gemv_mma`) at each config, against int4 as served, per cell
-# (runs 1-2 swept 6-7 configs, run 3 four; BENCH.md twelfth pass).
-# Thirteenth pass: the one-wave split (`decode_host.one_wave_split`, shipped: no
-# programs_per_sm) at 4 and 2 warps against the twelfth pass's 8 programs an SM.
-# Fifteenth pass: register caps (`decode_host.MMA_CAP`: maxnreg, with the programs an SM the
-# split counts on, fit), by activation tiles ({} = as shipped).
+# `--h2 mma`: the mma.sync GEMV (`gemv_mma.gemv_mma_linear`: the records prologue at pair
+# shift 0 + `gemv_mma`) at each config, against int4 as served, per cell. On the H200
+# (2026-12-04) it swept 6-7 configs, then the one-wave split (`gemv_mma.one_wave_split`,
+# shipped: no programs_per_sm) at 4 and 2 warps against 8 programs an SM, then register caps
+# (`gemv_mma.MMA_CAP`: maxnreg, with the programs an SM the split counts on, fit), by
+# activation tiles ({} = as shipped); the four-tile row (M = 17..32) ran on the H100
+# (2026-12-05, results/bench-2026-12-05-h100-issue14-pass24-int4-mma4.json).
 MMA_GRID: dict[int, list[dict[str, int]]] = {
     1: [{}, dict(maxnreg=48, fit=10)],
     2: [{}, dict(maxnreg=80, fit=6), dict(maxnreg=72, fit=7), dict(maxnreg=64, fit=8)],
-    4: [{}, dict(maxnreg=128, fit=4), dict(maxnreg=0, fit=2)],  # twenty-fourth pass
+    4: [{}, dict(maxnreg=128, fit=4), dict(maxnreg=0, fit=2)],
 }
 
 
@@ -556,9 +560,9 @@ def h2_mma(shapes: list[str], ms: list[int], reps: int, t0: float,
            budget: float) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
     """Per cell, same run: cuBLAS, int4pack, int4 as served, the path served before (forced),
     the mma op at each MMA_GRID config (`rel` against as served: both on the layer's records at
-    M <= 2 and from the twelfth pass's dispatch; registers as compiled), then the
+    M <= 2 and from the mma GEMV's band on; registers as compiled), then the
     mma GEMV alone (MMA_CONFIG), the HFMA2 GEMV alone (M <= 2) and the records prologue alone."""
-    from paro_kernels.triton import decode_host, decode_kernels, fast_host
+    from paro_kernels.triton import gemv_mma, gemv_mma_kernels, prologue
 
     out: list[dict[str, Any]] = []
     not_run: list[str] = []
@@ -566,29 +570,29 @@ def h2_mma(shapes: list[str], ms: list[int], reps: int, t0: float,
         out += _peer_rows(name, m, n, k, x, reps)
         cands: dict[str, Callable[[Any], object]] = {
             "int4 as served": functools.partial(_h2_call, "served", x, None),
-            # the path that served before the twelfth pass, forced (M = 3..4: the FMA GEMV's
-            # 4-row form then, gone since the nineteenth pass; the tile kernels here)
+            # the path that served before the mma GEMV, forced (M = 3..4: the FMA GEMV's
+            # 4-row form then, removed on 2026-12-05; the tile kernels here)
             "int4 before": functools.partial(_before, x, _path_before(m)),
         }
-        for kw in MMA_GRID[decode_host.mma_tiles(m)]:
+        for kw in MMA_GRID[gemv_mma.mma_tiles(m)]:
             cands[f"int4 mma {kw}"] = functools.partial(_mma_op, x, _mma_cfg(m, n, k, p4, kw),
                                                         maxnreg=kw.get("maxnreg", 0))  # fmt: skip
         # the blocks prologue (sliced, paired, shift 0) instead of the records
         cands[BLOCKS] = functools.partial(_mma_op, x, None, blocks=True)
-        out += _cand_rows(name, m, n, k, cands, p4, reps, decode_kernels.gemv_mma_kernel)
+        out += _cand_rows(name, m, n, k, cands, p4, reps, gemv_mma_kernels.gemv_mma_kernel)
         p0 = p4[0]
         out.append(_mma_alone(name, m, n, k, x, p4, reps))
         if m <= 2:
-            xh = fast_host.rotate_givens_paired(x, p0.gv_idx, p0.gv_coef, G)
+            xh = prologue.rotate_givens_paired(x, p0.gv_idx, p0.gv_coef, G)
             fns = [functools.partial(_h2_call, "h2 alone", x, (None, xh), p) for p in p4]
             out.append(_row(name, m, n, k, "int4 h2 alone", time_or_nan(fns, reps)))
-        fns = [functools.partial(fast_host.rotate_givens_paired, x, p.gv_idx, p.gv_coef, G,
+        fns = [functools.partial(prologue.rotate_givens_paired, x, p.gv_idx, p.gv_coef, G,
                                  0) for p in p4]  # fmt: skip
         out.append(_row(name, m, n, k, "givens prologue alone", time_or_nan(fns, reps)))
     return out, not_run
 
 
-# `--h2 mma5` (thirteenth pass): int5 (I8 PG ZPE) on the mma GEMV (`gemv_mma(qweight_hi=)`) at
+# `--h2 mma5`: int5 (I8 PG ZPE) on the mma GEMV (`gemv_mma(qweight_hi=)`) at
 # each config, against int5 as served and the path that served int5 before (the HFMA2 op at
 # M <= 2, the matrix-unit GEMV to 16), and int4 as served (the int5 / int4 goal: 1.24x).
 MMA5_GRID: dict[int, list[dict[str, int]]] = {
@@ -599,17 +603,17 @@ MMA5_GRID: dict[int, list[dict[str, int]]] = {
 
 
 def _int5_before(x: torch.Tensor, p: Any) -> object:
-    """The path that served int5 before the thirteenth pass, forced: the HFMA2 op at M <= 2,
+    """The path that served int5 before the mma GEMV, forced: the HFMA2 op at M <= 2,
     else the matrix-unit GEMV (both on the layer's records)."""
-    from paro_kernels.triton import decode_host
+    from paro_kernels.triton import gemv_dot, gemv_fma
 
     if x.shape[0] <= 2:
-        return decode_host.gemv_h2_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
-                                          p.bounds, G, qweight_hi=p.qweight_hi,
-                                          gv=(p.gv_idx, p.gv_coef))  # fmt: skip
-    return decode_host.gemv3_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
-                                    p.bounds, G, None, p.gv_idx, p.gv_coef,
-                                    qweight_hi=p.qweight_hi)  # fmt: skip
+        return gemv_fma.gemv_h2_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
+                                       p.bounds, G, qweight_hi=p.qweight_hi,
+                                       gv=(p.gv_idx, p.gv_coef))  # fmt: skip
+    return gemv_dot.gemv3_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
+                                 p.bounds, G, None, p.gv_idx, p.gv_coef,
+                                 qweight_hi=p.qweight_hi)  # fmt: skip
 
 
 def h2_mma5(shapes: list[str], ms: list[int], reps: int, t0: float,
@@ -617,7 +621,7 @@ def h2_mma5(shapes: list[str], ms: list[int], reps: int, t0: float,
     """Per cell, same run: int4 as served, int5 as served, int5 before (forced), the int5 mma
     op at each MMA5_GRID config (`rel` against int5 as served; registers as compiled), then the
     int5 mma GEMV alone (the shipped config)."""
-    from paro_kernels.triton import decode_host, decode_kernels, fast_host
+    from paro_kernels.triton import gemv_mma, gemv_mma_kernels, prologue
 
     out: list[dict[str, Any]] = []
     not_run: list[str] = []
@@ -627,24 +631,24 @@ def h2_mma5(shapes: list[str], ms: list[int], reps: int, t0: float,
         cands: dict[str, Callable[[Any], object]] = {
             "int5 as served": functools.partial(_int5_served, x=x),
         }
-        if m <= decode_host.MMA_MAX_M:  # past 16 rows that GEMV never served int5
+        if m <= gemv_mma.MMA_MAX_M:  # past 16 rows that GEMV never served int5
             cands["int5 before"] = functools.partial(_int5_before, x)
-        for kw in MMA5_GRID[decode_host.mma_tiles(m)]:
+        for kw in MMA5_GRID[gemv_mma.mma_tiles(m)]:
             cands[f"int5 mma {kw}"] = functools.partial(_mma_op, x,
                                                         _mma_cfg(m, n, k, p4, kw, 5),
                                                         maxnreg=kw.get("maxnreg", 0))  # fmt: skip
-        out += _cand_rows(name, m, n, k, cands, p5, reps, decode_kernels.gemv_mma_kernel)
+        out += _cand_rows(name, m, n, k, cands, p5, reps, gemv_mma_kernels.gemv_mma_kernel)
         p0 = p5[0]
-        xr = fast_host.rotate_givens_paired(x, p0.gv_idx, p0.gv_coef, G, 0)
-        fns = [functools.partial(decode_host.gemv_mma, xr, p.qweight, p.scales, p.zeros,
+        xr = prologue.rotate_givens_paired(x, p0.gv_idx, p0.gv_coef, G, 0)
+        fns = [functools.partial(gemv_mma.gemv_mma, xr, p.qweight, p.scales, p.zeros,
                                  p.bounds, G, torch.bfloat16, qweight_hi=p.qweight_hi)
                for p in p5]  # fmt: skip
         out.append(_row(name, m, n, k, "int5 mma alone", time_or_nan(fns, reps)))
     return out, not_run
 
 
-# `--h2 gvrows` (twenty-fifth pass): the records prologue in row blocks
-# (`fast_host.GIVENS_ROWS`: rows a program; 0 = all M in one, as before) under the int4 mma op
+# `--h2 gvrows`: the records prologue in row blocks
+# (`prologue.GIVENS_ROWS`: rows a program; 0 = all M in one, as before) under the int4 mma op
 # and alone, against the sliced blocks prologue, per cell.
 GV_ROWS = (0, 4, 8, 16)
 
@@ -652,13 +656,13 @@ GV_ROWS = (0, 4, 8, 16)
 def _with_rows(rows: int, fn: Callable[[Any], object], p: Any) -> object:
     """fn(p) with the records prologue at `rows` rows a program (restored after: a graph
     capture runs this Python once, with the setting in force)."""
-    from paro_kernels.triton import fast_host
+    from paro_kernels.triton import prologue
 
-    keep, fast_host.GIVENS_ROWS = fast_host.GIVENS_ROWS, rows
+    keep, prologue.GIVENS_ROWS = prologue.GIVENS_ROWS, rows
     try:
         return fn(p)
     finally:
-        fast_host.GIVENS_ROWS = keep
+        prologue.GIVENS_ROWS = keep
 
 
 def h2_gvrows(shapes: list[str], ms: list[int], reps: int, t0: float,
@@ -666,7 +670,7 @@ def h2_gvrows(shapes: list[str], ms: list[int], reps: int, t0: float,
     """Per cell, same run: cuBLAS, int4pack, int4 as served, the int4 mma op (shipped config)
     on the records prologue at each GV_ROWS and on the blocks prologue (`rel` against as
     served), then each prologue alone and the mma GEMV alone."""
-    from paro_kernels.triton import decode_kernels, fast_host
+    from paro_kernels.triton import gemv_mma_kernels, prologue
 
     out: list[dict[str, Any]] = []
     not_run: list[str] = []
@@ -680,14 +684,14 @@ def h2_gvrows(shapes: list[str], ms: list[int], reps: int, t0: float,
                 _with_rows, r, functools.partial(_mma_op, x, None)
             )
         cands[BLOCKS] = functools.partial(_mma_op, x, None, blocks=True)
-        out += _cand_rows(name, m, n, k, cands, p4, reps, decode_kernels.gemv_mma_kernel)
+        out += _cand_rows(name, m, n, k, cands, p4, reps, gemv_mma_kernels.gemv_mma_kernel)
         for r in GV_ROWS:
-            fns = [functools.partial(fast_host.rotate_givens_paired, x, p.gv_idx, p.gv_coef, G,
+            fns = [functools.partial(prologue.rotate_givens_paired, x, p.gv_idx, p.gv_coef, G,
                                      0, rows=r) for p in p4]  # fmt: skip
             out.append(
                 _row(name, m, n, k, f"records prologue alone rows {r}", time_or_nan(fns, reps))
             )
-        fns = [functools.partial(fast_host.rotate_slices, x, p.rot_hi, p.rot_lo, G,
+        fns = [functools.partial(prologue.rotate_slices, x, p.rot_hi, p.rot_lo, G,
                                  paired=True, pair_shift=0) for p in p4]  # fmt: skip
         out.append(_row(name, m, n, k, "blocks prologue alone", time_or_nan(fns, reps)))
         out.append(_mma_alone(name, m, n, k, x, p4, reps))
@@ -697,55 +701,55 @@ def h2_gvrows(shapes: list[str], ms: list[int], reps: int, t0: float,
 def _mma_alone(name: str, m: int, n: int, k: int, x: torch.Tensor, p4: list[Any],
                reps: int) -> dict[str, Any]:  # fmt: skip
     """The int4 mma GEMV alone (shipped config) on the records prologue's output, made once."""
-    from paro_kernels.triton import decode_host, fast_host
+    from paro_kernels.triton import gemv_mma, prologue
 
-    xr = fast_host.rotate_givens_paired(x, p4[0].gv_idx, p4[0].gv_coef, G, 0)
-    fns = [functools.partial(decode_host.gemv_mma, xr, p.qweight, p.scales, p.zeros,
+    xr = prologue.rotate_givens_paired(x, p4[0].gv_idx, p4[0].gv_coef, G, 0)
+    fns = [functools.partial(gemv_mma.gemv_mma, xr, p.qweight, p.scales, p.zeros,
                              p.bounds, G, torch.bfloat16) for p in p4]  # fmt: skip
     return _row(name, m, n, k, "int4 mma alone", time_or_nan(fns, reps))
 
 
 def _path_before(m: int) -> str:
-    """The int4 path that served M rows before the twelfth pass: the FMA GEMV, the tile kernels
+    """The int4 path that served M rows before the mma GEMV: the FMA GEMV, the tile kernels
     (M <= 8), the matrix-unit GEMV (to 16); past the mma GEMV's rows the tile kernels that
-    serve them now (the twenty-fourth pass's four tiles against them)."""
-    from paro_kernels.triton import decode_host, fast_host
+    serve them now (the mma GEMV's four tiles against them)."""
+    from paro_kernels.triton import gemv_fma, gemv_mma
 
-    if m <= fast_host.GEMV2_MAX_M:
+    if m <= gemv_fma.GEMV2_MAX_M:
         return "gemv"
-    if m <= 8 or m > decode_host.MMA_MAX_M:
+    if m <= 8 or m > gemv_mma.MMA_MAX_M:
         return "mma"
     return "gemv3"
 
 
 def _before(x: torch.Tensor, path: str, p: Any) -> object:
-    """`host.w4a16_linear` on layer p with `path` forced (with the layer's records)."""
-    from paro_kernels.triton import host
+    """`route.w4a16_linear` on layer p with `path` forced (with the layer's records)."""
+    from paro_kernels.triton import route
 
-    return host.w4a16_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros, p.bounds, G,
-                             None, p.gv_idx, p.gv_coef, path=path)  # fmt: skip
+    return route.w4a16_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros, p.bounds, G,
+                              None, p.gv_idx, p.gv_coef, path=path)  # fmt: skip
 
 
 def _mma_cfg(m: int, n: int, k: int, preps: list[Any], kw: dict[str, int], bits: int = 4) -> Any:
     """The mma GEMV's config at a grid entry (its launch keys dropped; {}: as shipped)."""
-    from paro_kernels.triton import decode_host
+    from paro_kernels.triton import gemv_mma
 
     if not kw:
         return None
     cfg = {a: v for a, v in kw.items() if a != "maxnreg"}
-    return decode_host.mma_config(m, n, k, G, preps[0].bounds, 132, bits, **cfg)
+    return gemv_mma.mma_config(m, n, k, G, preps[0].bounds, 132, bits, **cfg)
 
 
 def _mma_op(x: torch.Tensor, cfg: Any, p: Any, blocks: bool = False,
             maxnreg: int | None = None) -> object:  # fmt: skip
     """The mma op on layer p at config cfg (None: the shipped one) and register cap (None: the
     shipped one): the records prologue, or with `blocks` the sliced blocks one."""
-    from paro_kernels.triton import decode_host
+    from paro_kernels.triton import gemv_mma
 
-    return decode_host.gemv_mma_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
-                                       p.bounds, G, None, cfg, (p.gv_idx, p.gv_coef),
-                                       p.qweight_hi, "slice" if blocks else "givens",
-                                       maxnreg)  # fmt: skip
+    return gemv_mma.gemv_mma_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
+                                    p.bounds, G, None, cfg, (p.gv_idx, p.gv_coef),
+                                    p.qweight_hi, "slice" if blocks else "givens",
+                                    maxnreg)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -759,12 +763,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--budget-s", type=float, default=0)
     ap.add_argument("--jobs", type=int, default=12, help="compile processes before stage 1")
-    ap.add_argument("--ab", action="store_true", help="run 3: the forced paths per cell, stop")
-    ap.add_argument("--h2", default="", help="ninth pass: the HFMA2 GEMV per cell at the "
-                    "configs of run1 (H2_GRID), run2 (H2_RUN2), run3 (H2_RUN3); int5: its "
-                    "int5 variant against int5 and int4 as served; tenth pass: waves, "
-                    "confirm; eleventh: gv, gvpdl; twelfth / thirteenth: mma, mma5; "
-                    "twenty-fifth: gvrows (module doc)")  # fmt: skip
+    ap.add_argument("--ab", action="store_true", help="the forced paths per cell, stop")
+    ap.add_argument("--h2", default="", help="the HFMA2 GEMV per cell at the configs of grid "
+                    "(H2_GRID), around (H2_AROUND), pdl (H2_PDL); int5: its int5 variant "
+                    "against int5 and int4 as served; waves, confirm; gv, gvpdl; the mma GEMV: "
+                    "mma, mma5; gvrows (module doc)")  # fmt: skip
     argv = sys.argv[1:] if argv is None else argv  # recorded in the JSON
     args = ap.parse_args(argv)
     torch.manual_seed(0)
@@ -786,7 +789,7 @@ def main(argv: list[str] | None = None) -> None:
             rows, nr = h2_variants(args.shapes.split(","), ms, args.reps, t0, args.budget_s,
                                    g4, g5)  # fmt: skip
         else:
-            grid = {"run1": H2_GRID, "run2": H2_RUN2, "run3": H2_RUN3}[args.h2]
+            grid = {"grid": H2_GRID, "around": H2_AROUND, "pdl": H2_PDL}[args.h2]
             if args.jobs > 1:
                 precompile_pool(_compile_h2, [(nm, m, kw) for nm in args.shapes.split(",")
                                   for m in ms for kw in grid], args.jobs)  # fmt: skip

@@ -2,7 +2,7 @@
 sweep of the GEMM's configs against cuBLAS bf16, and random MXFP4 checkpoints and rotations for
 benches and tests.
 
-    python -m benchmarks.kernels.mx [--sweep] [OUT.json]
+    python -m benchmarks.kernels.mx [OUT.json]   (the main table, then the config sweep)
 """
 
 from __future__ import annotations
@@ -193,11 +193,12 @@ def _sweep_configs(m: int) -> list[Config]:
 
 
 if __name__ == "__main__":
+    import argparse
     import json
-    import sys
 
-    # python -m paro_kernels.triton.mx_host OUT.json: the main table, then the config sweep.
-    dump = sys.argv[1] if len(sys.argv) > 1 else None
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", nargs="?", help="JSON written after the main table and the sweep")
+    dump = ap.parse_args().out
     out = {"main": quick_bench(sweep=False)}
     if dump:
         with open(dump, "w") as f:

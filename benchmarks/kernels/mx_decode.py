@@ -1,29 +1,31 @@
-"""Sixth-pass decode bench (issue 14): the MXFP4 decode GEMV (`mx_decode_host`) against the
-MXFP4 GEMM it replaces at M <= 4, the int4 W4A16 op as served, and the peers, in one run.
+"""MXFP4 decode bench: the MXFP4 decode GEMV (`mx_gemv`) against the MXFP4 GEMM it replaces at
+M <= 4, the int4 W4A16 op as served, and the peers, in one run.
 
     python -m benchmarks.kernels.mx_decode --out DIR/mx.json [--shapes qkv,gate_up]
         [--ms 1,2,4] [--sweep qkv,gate_up] [--budget-s 300]
 
 Sweep: the GEMV alone (NVFP4 -> MXFP4, one plane) over block_n x warps x programs per SM on the
 --sweep shapes at each M; the best config by summed time goes on. Then per (shape, M): cuBLAS
-bf16, `torch._weight_int4pack_mm` (g128), the int4 W4A16 op as served (`host.w4a16_linear`, the
-Givens tables present), MXFP4 and MXFP4-PARO as served (`mx_host.mx_linear`, W4A8 act), the GEMM
+bf16, `torch._weight_int4pack_mm` (g128), the int4 W4A16 op as served (`route.w4a16_linear`, the
+Givens tables present), MXFP4 and MXFP4-PARO as served (`mx_route.mx_linear`, W4A8 act), the GEMM
 forced (`path="gemm"`, W4A8 and A16) and the GEMV at the best sweep config; each GEMV output is
 checked against an fp64 reference of the dequantized weight. Timing as `time_us` (CUDA-graph
 replays over weight copies past 4x L2); % HBM = format-minimal bytes over 4.3 TB/s.
 
---old MODULE (seventh pass): a previous tree's `mx_gemv_kernel` (e.g. `git show
-3d7c87d:kernels/paro_kernels/triton/mx_decode_kernels.py > kernels/paro_kernels/triton/_mx_old.py`)
-timed in the sweep at each of its configs beside this tree's, outputs compared. --int5-ms: int5
+--old MODULE: a previous tree's `mx_gemv_kernel` (e.g. `git show
+REV:kernels/paro_kernels/triton/mx_gemv_kernels.py > kernels/paro_kernels/triton/_mx_old.py`;
+before the kernels were cut by role the file was `mx_decode_kernels.py`, e.g. at 3d7c87d) timed
+in the sweep at each of its configs beside this tree's, outputs compared. --int5-ms: int5
 decode rows (`int5_cells`: as served, the A8 kernels forced, int4 W4A16 as served); with
---int5-old MODULE (eighth pass) also as served on a previous tree's `gemv3_w4a16_kernel` (e.g.
-`git show ccbd255:kernels/paro_kernels/triton/decode_kernels.py > .../triton/_dk_old.py`), and
-with --int5-sweep the GEMV at INT5_SWEEP's configs. --mma (fourteenth pass): only `mma_cells`
+--int5-old MODULE also as served on a previous tree's `gemv3_w4a16_kernel` (e.g. `git show
+REV:kernels/paro_kernels/triton/gemv_dot_kernels.py > .../triton/_dk_old.py`; `decode_kernels.py`
+before the cut, e.g. at ccbd255), and with --int5-sweep the GEMV at INT5_SWEEP's configs. --mma:
+only `mma_cells`
 at --ms (no sweep): MXFP4 and MXFP4-PARO as served on the mma GEMV against the paths they took
-before, int4 as served and cuBLAS, and the mma GEMV alone at MMA_GRID's configs. --prefill
-(fifteenth pass): only `prefill_cells` at --ms: MXFP4 and MXFP4-PARO as served, on the GEMM and
-on the dequant path, the dequant alone, int4 as served and cuBLAS; sixteenth pass: also the 8-bit
-vendor GEMM route, `dequant8` alone and the folded rotated dequant.
+before, int4 as served and cuBLAS, and the mma GEMV alone at MMA_GRID's configs. --prefill:
+only `prefill_cells` at --ms: MXFP4 and MXFP4-PARO as served, on the GEMM and on the dequant
+path, the dequant alone, int4 as served and cuBLAS, the 8-bit vendor GEMM route, `dequant8` alone
+and the folded rotated dequant.
 """
 
 from __future__ import annotations
@@ -84,24 +86,24 @@ def _shape_preps(made: dict[tuple[str, bool], list[Any]], name: str, n: int, k: 
 
 
 def _gemv(p: Any, a: torch.Tensor, cfg: Any) -> object:
-    from paro_kernels.triton import mx_decode_host
+    from paro_kernels.triton import mx_gemv
 
-    return mx_decode_host.mx_gemv(a, p.weight, p.bounds, torch.bfloat16, None, cfg)
+    return mx_gemv.mx_gemv(a, p.weight, p.bounds, torch.bfloat16, None, cfg)
 
 
 def _compile_one(job: tuple[str, int, dict[str, Any]]) -> str:
     """`precompile_pool` worker: one launch of the GEMV at a (shape, M, config), which
     fills Triton's disk cache."""
-    from paro_kernels.triton import mx_decode_host, mx_host
+    from paro_kernels.triton import mx_gemv, mx_repack
 
     name, m, kw = job
     kw = dict(kw)
     old = kw.pop("old", "")  # the --old module's kernel instead
     _, n, k, _ = next(s for s in SHAPES if s[0] == name)
-    p = mx_host.prepare(*mx_host.random_checkpoint(n, k), None, 0, "cuda")
+    p = mx_repack.prepare(*mx_repack.random_checkpoint(n, k), None, 0, "cuda")
     a = torch.zeros(1, m, k, device="cuda", dtype=torch.bfloat16)
     try:
-        cfg = mx_decode_host.gemv_config(m, n, k, (), 132, **kw)
+        cfg = mx_gemv.gemv_config(m, n, k, (), 132, **kw)
         if old:
             import importlib
 
@@ -120,7 +122,7 @@ def sweep(shapes: list[str], ms: list[int], reps: int, old: str = "") -> list[di
     output checked against this tree's."""
     import importlib
 
-    from paro_kernels.triton import mx_decode_host
+    from paro_kernels.triton import mx_gemv
 
     kern = importlib.import_module(old).mx_gemv_kernel if old else None
 
@@ -131,8 +133,8 @@ def sweep(shapes: list[str], ms: list[int], reps: int, old: str = "") -> list[di
         preps = mx_preps(n, k, (n,), False, dev)
         for m in ms:
             a = torch.randn(1, m, k, device=dev, dtype=torch.bfloat16)
-            for kw in mx_decode_host.sweep_configs():
-                cfg = mx_decode_host.gemv_config(m, n, k, (), 132, **kw)
+            for kw in mx_gemv.sweep_configs():
+                cfg = mx_gemv.gemv_config(m, n, k, (), 132, **kw)
                 us = time_or_nan([functools.partial(_gemv, p, a, cfg) for p in preps], reps)
                 out.append(_row(name, m, f"gemv {kw}", us, _mx_bytes(n, k, m), cfg=kw))
                 if kern is not None and not kw.get("prefetch"):
@@ -187,8 +189,8 @@ def _dequant(p: Any) -> torch.Tensor:
 def _peers(name: str, m: int, x: torch.Tensor, n: int, i4: list[Any], reps: int,
            with_int4pack: bool = False) -> list[dict[str, Any]]:  # fmt: skip
     """The cell's peers, same run: cuBLAS bf16, (int4pack,) the int4 W4A16 op as served on the
-    shape's layer copies `i4` (`bench_decode._cells`' int4 layers)."""
-    from paro_kernels.triton import host
+    shape's layer copies `i4` (`common.decode_cells`' int4 layers)."""
+    from paro_kernels.triton import route
 
     k, dev = x.shape[1], x.device
     wd = [torch.randn(k, n, device=dev, dtype=torch.bfloat16) for _ in range(copies(2 * k * n))]
@@ -199,7 +201,7 @@ def _peers(name: str, m: int, x: torch.Tensor, n: int, i4: list[Any], reps: int,
         rows.append(_row(name, m, "int4pack", time_us(int4pack(n, k, m, dev), reps),
                          bytes_w4(n, k, m)))  # fmt: skip
     rows.append(_row(name, m, "w4a16-int4 as served",
-                     time_or_nan([functools.partial(host.linear, p, x) for p in i4], reps),
+                     time_or_nan([functools.partial(route.linear, p, x) for p in i4], reps),
                      bytes_w4(n, k, m)))  # fmt: skip
     return rows
 
@@ -208,7 +210,7 @@ def cells(shapes: list[str], ms: list[int], reps: int, best: dict[int, dict[str,
           t0: float, budget: float) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
     """Per (shape, M), same run: cuBLAS, int4pack, int4 W4A16 as served, MXFP4 / MXFP4-PARO as
     served, the GEMM forced, the GEMV at the best sweep config."""
-    from paro_kernels.triton import mx_decode_host, mx_host
+    from paro_kernels.triton import mx_gemm, mx_gemv, mx_repack, mx_route
 
     dev = torch.device("cuda")
     out: list[dict[str, Any]] = []
@@ -221,16 +223,16 @@ def cells(shapes: list[str], ms: list[int], reps: int, best: dict[int, dict[str,
             label = "mxfp4-paro" if rot else "mxfp4"
             preps = _shape_preps(made, name, n, k, sizes, rot, dev)
             nbm = _mx_bytes(n, k, m, len(sizes) if rot else 1)
-            paths: tuple[tuple[mx_host.ActMode, str | None], ...] = (
+            paths: tuple[tuple[mx_repack.ActMode, str | None], ...] = (
                 ("fp8", None), ("fp8", "gemm"), ("a16", "gemm"))  # fmt: skip
             for act, path in paths:
-                fns = [functools.partial(mx_host.mx_linear, p, x, None, act, path)
+                fns = [functools.partial(mx_route.mx_linear, p, x, None, act, path)
                        for p in preps]  # fmt: skip
                 out.append(_row(name, m, f"{label} {act} {path or 'as served'}",
                                 time_or_nan(fns, reps), nbm))  # fmt: skip
             if best.get(m):
-                (a,) = mx_host.activations(preps[0], x, "a16")
-                cfg = mx_decode_host.gemv_config(m, n, k, preps[0].bounds, 132, **best[m])
+                (a,) = mx_gemm.activations(preps[0], x, "a16")
+                cfg = mx_gemv.gemv_config(m, n, k, preps[0].bounds, 132, **best[m])
                 err = _ref_err(_gemv(preps[0], a, cfg), a, preps[0])
                 fns = [functools.partial(_gemv, p, a, cfg) for p in preps]
                 out.append(_row(name, m, f"{label} gemv alone {best[m]}",
@@ -243,7 +245,8 @@ MMA_GRID: list[dict[str, int]] = [
     {"unroll": 2, "fit": 6, "maxnreg": 0}, {"unroll": 1, "fit": 7, "maxnreg": 72},
     {"fit": 7, "maxnreg": 0}, {"fit": 8, "maxnreg": 64},
 ]  # fmt: skip
-# Four tiles (M = 17..32, twenty-fourth pass): around the band's (unroll 1, 4 an SM, cap 128).
+# Four tiles (M = 17..32; H100, 2026-12-05, results/bench-2026-12-05-h100-issue14-pass24-mma4.json):
+# around the band's (unroll 1, 4 an SM, cap 128).
 MMA_GRID4: list[dict[str, int]] = [
     {}, {"fit": 4, "maxnreg": 0}, {"fit": 3, "maxnreg": 0}, {"fit": 5, "maxnreg": 112},
     {"fit": 6, "maxnreg": 96}, {"unroll": 2, "fit": 3, "maxnreg": 0}, {"fit": 8, "maxnreg": 128},
@@ -252,16 +255,16 @@ MMA_GRID4: list[dict[str, int]] = [
 
 def _mma(p: Any, a: torch.Tensor, cfg: Any, paired: bool = False,
          maxnreg: int | None = None) -> object:  # fmt: skip
-    from paro_kernels.triton import mx_decode_host
+    from paro_kernels.triton import mx_gemv_mma
 
-    return mx_decode_host.mx_gemv_mma(a, p.weight, p.bounds, torch.bfloat16, None, cfg, paired,
-                                      maxnreg)  # fmt: skip
+    return mx_gemv_mma.mx_gemv_mma(a, p.weight, p.bounds, torch.bfloat16, None, cfg, paired,
+                                   maxnreg)  # fmt: skip
 
 
 def _mx_cells(shapes: list[str], ms: list[int], reps: int, t0: float, budget: float,
               not_run: list[str],
               out: list[dict[str, Any]]) -> Iterator[tuple[Any, ...]]:  # fmt: skip
-    """`bench_decode._cells` for the MXFP4 benches: per cell the peers' rows into `out` (cuBLAS,
+    """`common.decode_cells` for the MXFP4 benches: per cell the peers' rows into `out` (cuBLAS,
     int4 as served), then (shape, N, K, M, x, rotated, label, layer copies, format-minimal
     bytes) for NVFP4 -> MXFP4 and for MXFP4-PARO (copies made once a shape)."""
     dev = torch.device("cuda")
@@ -278,38 +281,38 @@ def _mx_cells(shapes: list[str], ms: list[int], reps: int, t0: float, budget: fl
 def _path_rows(name: str, m: int, x: torch.Tensor, label: str, preps: list[Any], nbm: int,
                paths: tuple[str | None, ...], reps: int) -> list[dict[str, Any]]:  # fmt: skip
     """`mx_linear` on the layer copies with each path forced (None: as served), one row each."""
-    from paro_kernels.triton import mx_host
+    from paro_kernels.triton import mx_route
 
     return [_row(name, m, f"{label} {path or 'as served'}",
-                 time_or_nan([functools.partial(mx_host.mx_linear, p, x, None, "fp8", path)
+                 time_or_nan([functools.partial(mx_route.mx_linear, p, x, None, "fp8", path)
                      for p in preps], reps), nbm) for path in paths]  # fmt: skip
 
 
 def mma_cells(shapes: list[str], ms: list[int], reps: int, t0: float, budget: float,
               grid: int = len(MMA_GRID)) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
-    """Fourteenth pass, per (shape, M), same run: cuBLAS, the int4 W4A16 op as served, MXFP4
+    """Per (shape, M), same run: cuBLAS, the int4 W4A16 op as served, MXFP4
     and MXFP4-PARO as served (the mma GEMV from MMA_MIN_M), the paths they took before (the FMA
     GEMV to M = 4, the A16 GEMM past it) forced, and the mma GEMV alone at MMA_GRID's configs
     (its output against fp64; the first `grid` of them, 0: none)."""
-    from paro_kernels.triton import mx_decode_host
+    from paro_kernels.triton import mx_gemv, mx_gemv_mma
 
     out: list[dict[str, Any]] = []
     not_run: list[str] = []
     for name, n, k, m, x, rot, label, preps, nbm in _mx_cells(shapes, ms, reps, t0, budget,
                                                                not_run, out):  # fmt: skip
-        before = "gemv" if m <= mx_decode_host.GEMV_MAX_M else "gemm"
-        tiles = m <= mx_decode_host.MMA_TILE_MAX_M
+        before = "gemv" if m <= mx_gemv.GEMV_MAX_M else "gemm"
+        tiles = m <= mx_gemv_mma.MMA_TILE_MAX_M
         paths: tuple[str | None, ...] = (None, before)
         if m > 16:  # the four tiles, the chunks, the 8-bit route and the GEMM (served before)
             paths = (None, *(("mma",) if tiles else ()), "chunks", "w8", "gemm")
         out += _path_rows(name, m, x, label, preps, nbm, paths, reps)
         if not rot and grid and tiles:  # the plain bf16 rows as served; paired at the default
             a16 = x.unsqueeze(0)
-            pa = mx_decode_host.pair_fp16(x)
-            cfgs = (MMA_GRID4 if mx_decode_host.mma_tiles(m) == 4 else MMA_GRID)[:grid]
+            pa = mx_gemv_mma.pair_fp16(x)
+            cfgs = (MMA_GRID4 if mx_gemv_mma.mma_tiles(m) == 4 else MMA_GRID)[:grid]
             for kw, paired in [*((kw, False) for kw in cfgs), ({}, True)]:
                 kc = {key: v for key, v in kw.items() if key != "maxnreg"}
-                cfg = mx_decode_host.mma_config(m, n, k, preps[0].bounds, 132, **kc)
+                cfg = mx_gemv_mma.mma_config(m, n, k, preps[0].bounds, 132, **kc)
                 a, mr = (pa if paired else a16), kw.get("maxnreg")
                 err = _ref_err(_mma(preps[0], a, cfg, paired, mr), a16, preps[0])
                 fns = [functools.partial(_mma, p, a, cfg, paired, mr) for p in preps]
@@ -320,9 +323,9 @@ def mma_cells(shapes: list[str], ms: list[int], reps: int, t0: float, budget: fl
 
 
 # int5 GEMV configs timed beside the served one (--int5-sweep): block_n, warps, programs per
-# SM, groups per iteration, stages. Run 1 (eighth pass) swept the int4 configs' neighbourhood;
-# run 2 sweeps around its winner, (64, 4, 8, 1, 3) = decode_host.GEMV3_INT5, beside the int4
-# config that served int5 before (128, 4, 8, 1, 3).
+# SM, groups per iteration, stages. A first H200 run (2026-12-03) swept the int4 configs'
+# neighbourhood; these sweep around its winner, (64, 4, 8, 1, 3) = gemv_dot.GEMV3_INT5, beside
+# the int4 config that served int5 before (128, 4, 8, 1, 3).
 INT5_SWEEP = [(128, 4, 8, 1, 3), (64, 4, 8, 1, 3), (64, 4, 16, 1, 3), (64, 4, 12, 1, 3),
               (64, 4, 8, 1, 4), (64, 2, 8, 1, 3), (32, 4, 8, 1, 3), (32, 2, 16, 1, 3)]  # fmt: skip
 
@@ -330,11 +333,11 @@ INT5_SWEEP = [(128, 4, 8, 1, 3), (64, 4, 8, 1, 3), (64, 4, 16, 1, 3), (64, 4, 12
 def int5_cells(
     shapes: list[str], ms: list[int], reps: int, old: str = "", sweep: bool = False
 ) -> list[dict[str, Any]]:
-    """int5 (W5A8 I8 PG ZPE) decode, same run: as served (`host.linear_a8`, int8 group, the
+    """int5 (W5A8 I8 PG ZPE) decode, same run: as served (`route.linear_a8`, int8 group, the
     zero-point epilogue: the matrix-unit GEMV at M <= 16 on NVIDIA), with `old` the same op on
     a previous tree's GEMV kernel, the A8 kernels forced (`rotate_quant` + `w4a8_gemm`), the
     int4 W4A16 op as served, and (`sweep`) the GEMV at INT5_SWEEP's configs."""
-    from paro_kernels.triton import decode_host, fast_host, host
+    from paro_kernels.triton import gemm, gemv_dot, launch, prologue, route
 
     dev = torch.device("cuda")
     out = []
@@ -349,35 +352,34 @@ def int5_cells(
             nb5 = bytes_w4(n, k, m) + k * n // 8
 
             def a8(p: Any, x: torch.Tensor = x) -> object:
-                q, asc, rs = host.rotate_quant(x, p.rot_hi, p.rot_lo, G, "int8", "group")
-                return host.w4a8_gemm(q, asc, rs, p.qweight, p.qweight_hi, p.scales, p.zeros,
+                q, asc, rs = prologue.rotate_quant(x, p.rot_hi, p.rot_lo, G, "int8", "group")
+                return gemm.w4a8_gemm(q, asc, rs, p.qweight, p.qweight_hi, p.scales, p.zeros,
                                       p.bounds, G, x.dtype, zp_epilogue=True)  # fmt: skip
 
-            route = fast_host.a8_route(m, G, True, False, "int8") or "a8"
-            served = [functools.partial(host.linear_a8, p, x, None, "int8", "group", True)
+            taken = route.a8_route(m, G, True, False, "int8") or "a8"
+            served = [functools.partial(route.linear_a8, p, x, None, "int8", "group", True)
                       for p in i5]  # fmt: skip
-            out.append(_row(name, m, f"int5 as served ({route})", time_or_nan(served, reps), nb5))
-            if old and route == "gemv3":
-                # decode_host launching a previous tree's gemv3 kernel (module `old`)
-                from paro_kernels.triton import decode_kernels
-
+            out.append(_row(name, m, f"int5 as served ({taken})", time_or_nan(served, reps), nb5))
+            if old and taken == "gemv3":
+                # gemv_dot launching a previous tree's gemv3 kernel (module `old`); gemv_dot
+                # holds the kernel by value, so the patch goes there
                 prev = importlib.import_module(old).gemv3_w4a16_kernel
-                with mock.patch.object(decode_kernels, "gemv3_w4a16_kernel", prev):
+                with mock.patch.object(gemv_dot, "gemv3_w4a16_kernel", prev):
                     out.append(
                         _row(name, m, "int5 as served, old gemv3", time_or_nan(served, reps), nb5)
                     )
             for cfg in INT5_SWEEP if sweep else []:
                 bn, w, pps, gpi, st = cfg
-                c = decode_host.gemv3_config(m, n, k, G, i5[0].bounds, host.sm_count(dev), bn, w,
-                                             pps, gpi, st)  # fmt: skip
-                fns = [functools.partial(decode_host.gemv3_linear, x, p.rot_hi, p.rot_lo,
+                c = gemv_dot.gemv3_config(m, n, k, G, i5[0].bounds, launch.sm_count(dev), bn, w,
+                                          pps, gpi, st)  # fmt: skip
+                fns = [functools.partial(gemv_dot.gemv3_linear, x, p.rot_hi, p.rot_lo,
                                          p.qweight, p.scales, p.zeros, p.bounds, G, config=c,
                                          qweight_hi=p.qweight_hi) for p in i5]  # fmt: skip
                 out.append(_row(name, m, "int5 gemv3", time_or_nan(fns, reps), nb5, cfg=list(cfg)))
             a8_fns = [functools.partial(a8, p) for p in i5]
             out.append(_row(name, m, "int5 a8 forced", time_or_nan(a8_fns, reps), nb5))
             out.append(_row(name, m, "w4a16-int4 as served",
-                            time_or_nan([functools.partial(host.linear, p, x) for p in i4], reps),
+                            time_or_nan([functools.partial(route.linear, p, x) for p in i4], reps),
                             bytes_w4(n, k, m)))  # fmt: skip
         del i5, i4
         torch.cuda.empty_cache()
@@ -386,15 +388,15 @@ def int5_cells(
 
 def prefill_cells(shapes: list[str], ms: list[int], reps: int, t0: float,
                   budget: float) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
-    """Fifteenth pass, per (shape, M), same run: cuBLAS, int4 W4A16 as served, MXFP4 and
-    MXFP4-PARO as served, on the GEMM (W4A8 fp8, forced) and on the dequant path (forced), and
-    `mx_dequant` alone (the layer to bf16, the rotation folded in for PARO). Sixteenth pass: the
-    8-bit vendor GEMM route (`path="w8"`; its output against the GEMM's fp8 mode, the same
-    operands), `dequant8` alone, and for MXFP4-PARO the dequant with the block scales folded
-    (DEQUANT_FOLD on: the path and the kernel alone; its W' against the per-block form's).
-    Twenty-third pass: at M <= 64 the decode chunks forced too (`path="chunks"`); twenty-fourth:
-    at M <= MMA_TILE_MAX_M the mma GEMV's four tiles forced (`path="mma"`)."""
-    from paro_kernels.triton import mx_decode_host, mx_host
+    """Per (shape, M), same run: cuBLAS, int4 W4A16 as served, MXFP4 and MXFP4-PARO as served,
+    on the GEMM (W4A8 fp8, forced) and on the dequant path (forced), and `mx_dequant` alone (the
+    layer to bf16, the rotation folded in for PARO); the 8-bit vendor GEMM route (`path="w8"`;
+    its output against the GEMM's fp8 mode, the same operands), `dequant8` alone, and for
+    MXFP4-PARO the dequant with the block scales folded (DEQUANT_FOLD on: the path and the
+    kernel alone; its W' against the per-block form's).
+    At M <= 64 the decode chunks forced too (`path="chunks"`); at M <= MMA_TILE_MAX_M the mma
+    GEMV's four tiles forced (`path="mma"`)."""
+    from paro_kernels.triton import mx_gemm, mx_gemv_mma, mx_route
 
     out: list[dict[str, Any]] = []
     not_run: list[str] = []
@@ -402,27 +404,27 @@ def prefill_cells(shapes: list[str], ms: list[int], reps: int, t0: float,
                                                                not_run, out):  # fmt: skip
         paths: tuple[str | None, ...] = (None, "gemm", "dequant")
         paths += ("chunks",) if m <= 64 else ()
-        paths += ("mma",) if m <= mx_decode_host.MMA_TILE_MAX_M else ()
+        paths += ("mma",) if m <= mx_gemv_mma.MMA_TILE_MAX_M else ()
         out += _path_rows(name, m, x, label, preps, nbm, paths, reps)
         p0 = preps[0]
-        y8, yg = (mx_host.mx_linear(p0, x, None, "fp8", path) for path in ("w8", "gemm"))
+        y8, yg = (mx_route.mx_linear(p0, x, None, "fp8", path) for path in ("w8", "gemm"))
         err = f"{rel_rms(y8, yg):.1e}"
         for row in _path_rows(name, m, x, label, preps, nbm, ("w8",), reps):
             out.append({**row, "rel_vs_gemm": err})
         # bytes: codes + scales read, W' written (bf16; e4m3 + a scale a column)
         read = n * k // 2 + n * k // 32
-        fns = [functools.partial(mx_host.mx_dequant, p, torch.bfloat16) for p in preps]
+        fns = [functools.partial(mx_gemm.mx_dequant, p, torch.bfloat16) for p in preps]
         out.append(
             _row(name, m, f"{label} dequant alone", time_or_nan(fns, reps), read + 2 * n * k)
         )
-        fns8 = [functools.partial(mx_host.dequant8, p) for p in preps]
+        fns8 = [functools.partial(mx_gemm.dequant8, p) for p in preps]
         out.append(
             _row(name, m, f"{label} dequant8 alone", time_or_nan(fns8, reps), read + n * k + 4 * n)
         )
         if rot:
-            block = mx_host.mx_dequant(p0, torch.bfloat16, fold=False).clone()
-            ferr = f"{rel_rms(mx_host.mx_dequant(p0, torch.bfloat16, fold=True), block):.1e}"
-            with mock.patch.object(mx_host, "DEQUANT_FOLD", True):
+            block = mx_gemm.mx_dequant(p0, torch.bfloat16, fold=False).clone()
+            ferr = f"{rel_rms(mx_gemm.mx_dequant(p0, torch.bfloat16, fold=True), block):.1e}"
+            with mock.patch.object(mx_gemm, "DEQUANT_FOLD", True):
                 rows = _path_rows(name, m, x, f"{label} fold", preps, nbm, ("dequant",), reps)
                 rows.append(_row(name, m, f"{label} fold dequant alone", time_or_nan(fns, reps),
                                  read + 2 * n * k))  # fmt: skip
@@ -445,7 +447,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--int5-shapes", default="qkv,o_proj,gate_up,down,in_proj")
     ap.add_argument("--int5-old", default="", help="module of a previous tree's gemv3 kernel")
     ap.add_argument("--int5-sweep", action="store_true", help="int5 GEMV configs (INT5_SWEEP)")
-    ap.add_argument("--mma", action="store_true", help="only mma_cells at --ms (fourteenth pass)")
+    ap.add_argument("--mma", action="store_true", help="only mma_cells at --ms")
     ap.add_argument("--mma-grid", type=int, default=len(MMA_GRID), help="MMA_GRID configs timed")
     ap.add_argument("--prefill", action="store_true", help="only prefill_cells at --ms")
     argv = sys.argv[1:] if argv is None else argv  # recorded in the JSON
@@ -470,9 +472,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     sw = list(filter(None, args.sweep.split(",")))
     if args.jobs > 1 and sw:
-        from paro_kernels.triton import mx_decode_host
+        from paro_kernels.triton import mx_gemv
 
-        jobs = [(nm, m, kw) for nm in sw for m in ms for kw in mx_decode_host.sweep_configs()]
+        jobs = [(nm, m, kw) for nm in sw for m in ms for kw in mx_gemv.sweep_configs()]
         if args.old:
             jobs += [(nm, m, {**kw, "old": args.old}) for nm, m, kw in jobs
                      if not kw["prefetch"]]  # fmt: skip

@@ -1,13 +1,13 @@
-"""Issue-14 benchmark: our ops as served and by path, against every W4 peer, in one run.
+"""Our ops as served and by path, against every W4 peer, in one run.
 
-    python -m benchmarks.kernels.peers --out DIR/bench14.json [--shapes qkv,gate_up] [--ms 1,16]
-        [--budget-s 300] [--sweep|--sweep4|--ab-prologue] [--skip V,..] [--skip-prefill V,..]
-        [--gemlite-config FILE] [--only-check]
+    python -m benchmarks.kernels.peers --out DIR/peers.json [--shapes qkv,gate_up] [--ms 1,16]
+        [--budget-s 300] [--sweep-dequant|--sweep-dequant-prologue|--ab-prologue] [--skip V,..]
+        [--skip-prefill V,..] [--gemlite-config FILE] [--only-check]
 
 Per (shape, M): cuBLAS bf16, `torch._weight_int4pack_mm` (g128), GemLite A16W4 / A8W4 g128 (when
 importable; autotune pinned by --gemlite-config, written back after the run), fp8
 `torch._scaled_mm` rowwise (activations pre-quantized: the GEMM alone), ours as served
-(`host.linear`: the M-band dispatch, prologue included) and each of our paths (gemv with the
+(`route.linear`: the M-band dispatch, prologue included) and each of our paths (gemv with the
 block prologue, gemv with the Givens layers inside, the tile kernels, dequant + cuBLAS), and the
 W4A8 ops as served. Timing and DRAM feeding: `time_us` (CUDA-graph replays over weight copies
 past 4x L2). Roofline: format-minimal bytes over the copy bandwidth this run measured.
@@ -52,7 +52,7 @@ def _rot_bytes(k: int, parts: int, krot: int = 8) -> int:
 
 def _ours(n: int, k: int, sizes: tuple[int, ...], m: int, dev: torch.device, path: str | None,
           fmt: str = "bf16") -> Callable[[], object]:  # fmt: skip
-    from paro_kernels.triton import fast_host, host
+    from paro_kernels.triton import dequant, gemm, gemv_fma, prologue, route
 
     if fmt.startswith("mxfp4"):
         return _mx(n, k, sizes, m, dev, fmt == "mxfp4-paro")
@@ -67,46 +67,46 @@ def _ours(n: int, k: int, sizes: tuple[int, ...], m: int, dev: torch.device, pat
     if fmt.startswith("w8-"):  # the 8-bit vendor GEMM path of W4A8 prefill, forced
 
         def w8(p: Any) -> object:
-            return fast_host.w8_linear(x, p.qweight, None, p.scales, p.zeros, p.rot_hi, p.rot_lo,
-                                       p.bounds, G, p.w8_amax, None, fmt[3:])  # fmt: skip
+            return dequant.w8_linear(x, p.qweight, None, p.scales, p.zeros, p.rot_hi, p.rot_lo,
+                                     p.bounds, G, p.w8_amax, None, fmt[3:])  # fmt: skip
 
         return cycling([functools.partial(w8, p) for p in preps])
     if fmt.startswith("a8-"):  # the A8 kernels themselves (prologue + group GEMM), no route
 
         def a8(p: Any) -> object:
-            q, asc, rs = host.rotate_quant(x, p.rot_hi, p.rot_lo, G, fmt[3:], "group")
-            return host.w4a8_gemm(q, asc, rs, p.qweight, None, p.scales, p.zeros, p.bounds, G,
+            q, asc, rs = prologue.rotate_quant(x, p.rot_hi, p.rot_lo, G, fmt[3:], "group")
+            return gemm.w4a8_gemm(q, asc, rs, p.qweight, None, p.scales, p.zeros, p.bounds, G,
                                   x.dtype)  # fmt: skip
 
         return cycling([functools.partial(a8, p) for p in preps])
     if fmt != "bf16":  # W4A8 int8 / fp8, or int5 (W5A8 I8 PG ZPE: int8 activations)
         act = "int8" if fmt == "int5" else fmt
-        return cycling([functools.partial(host.linear_a8, p, x, None, act, "group", bits == 5)
-                          for p in preps])  # fmt: skip
+        return cycling([functools.partial(route.linear_a8, p, x, None, act, "group", bits == 5)
+                        for p in preps])  # fmt: skip
 
     def call(p: Any) -> object:
         if path == "gemv":  # the prologue GEMV (blocks / sliced)
             args = (p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros, None, None)
-            return fast_host.gemv_w4a16(args, x, p.bounds, G, None)
+            return gemv_fma.gemv_w4a16(args, x, p.bounds, G, None)
         if path == "gemv-rot2":
-            return fast_host.gemv2_w4a16_rot(x, p.gv_idx, p.gv_coef, p.qweight, p.scales,
-                                             p.zeros, p.bounds, G)  # fmt: skip
-        return host.w4a16_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros, p.bounds,
-                                 G, None, p.gv_idx, p.gv_coef, path=path)  # fmt: skip
+            return gemv_fma.gemv2_w4a16_rot(x, p.gv_idx, p.gv_coef, p.qweight, p.scales,
+                                            p.zeros, p.bounds, G)  # fmt: skip
+        return route.w4a16_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros, p.bounds,
+                                  G, None, p.gv_idx, p.gv_coef, path=path)  # fmt: skip
 
     return cycling([functools.partial(call, p) for p in preps])
 
 
 def _mx(n: int, k: int, sizes: tuple[int, ...], m: int, dev: torch.device,
         rot: bool) -> Callable[[], object]:  # fmt: skip
-    """MXFP4 as served (`mx_host.mx_linear`, the W4A8 fp8 layer of the box's checkpoints: its
+    """MXFP4 as served (`mx_route.mx_linear`, the W4A8 fp8 layer of the box's checkpoints: its
     M-band route): NVFP4 -> MXFP4 (no rotation), or MXFP4-PARO (`rot`: the layer's Givens
     records, one rotation per partition)."""
-    from paro_kernels.triton import mx_host
+    from paro_kernels.triton import mx_route
 
     x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
     preps = mx_preps(n, k, sizes, rot, dev)
-    return cycling([functools.partial(mx_host.mx_linear, p, x, None, "fp8") for p in preps])
+    return cycling([functools.partial(mx_route.mx_linear, p, x, None, "fp8") for p in preps])
 
 
 def _bytes(kind: str, n: int, k: int, m: int, act: int, parts: int) -> int:
@@ -150,13 +150,13 @@ def _scaled_mm(n: int, k: int, m: int, dev: torch.device) -> Callable[[], object
 
 def cell_variants(m: int) -> list[tuple[str, str, Callable[..., Callable[[], object]], int]]:
     """(name, kind, builder(n, k, sizes, m, dev), activation bytes) of one cell."""
-    from paro_kernels.triton import fast_host
+    from paro_kernels.triton import gemv_fma
 
     v: list[tuple[str, str, Callable[..., Callable[[], object]], int]] = [
         ("ours-w4a16", "ours", lambda n, k, s, m, d: _ours(n, k, s, m, d, None), 2),
         ("ours-w4a8-int8", "ours", lambda n, k, s, m, d: _ours(n, k, s, m, d, None, fmt="int8"), 2),
         ("ours-w4a8-fp8", "ours", lambda n, k, s, m, d: _ours(n, k, s, m, d, None, fmt="fp8"), 2),
-        # fifteenth pass: every format as served
+        # every format as served
         ("ours-int5", "int5", lambda n, k, s, m, d: _ours(n, k, s, m, d, None, fmt="int5"), 2),
         ("ours-mxfp4", "mx", lambda n, k, s, m, d: _ours(n, k, s, m, d, None, fmt="mxfp4"), 2),
         (
@@ -176,7 +176,7 @@ def cell_variants(m: int) -> list[tuple[str, str, Callable[..., Callable[[], obj
              lambda n, k, s, m, d: _ours(n, k, s, m, d, None, fmt="a8-int8"), 2),
             ("path-mma", "path", lambda n, k, s, m, d: _ours(n, k, s, m, d, "mma"), 2),
         ]  # fmt: skip
-    if m <= fast_host.GEMV2_MAX_M:
+    if m <= gemv_fma.GEMV2_MAX_M:
         v += [("path-gemv-blocks", "path", lambda n, k, s, m, d: _ours(n, k, s, m, d, "gemv"), 2)]
     if m >= 64:
         v += [
@@ -201,7 +201,7 @@ def cell_variants(m: int) -> list[tuple[str, str, Callable[..., Callable[[], obj
 def bench_cell(name: str, n: int, k: int, sizes: tuple[int, ...], m: int, reps: int,
                bw: float, skip: set[str]) -> list[dict[str, Any]]:  # fmt: skip
     """Every variant on one (shape, M); ratios filled in by `finish`."""
-    from paro_kernels.triton import fast_host
+    from paro_kernels.triton import route
 
     dev = torch.device("cuda")
     x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
@@ -225,7 +225,7 @@ def bench_cell(name: str, n: int, k: int, sizes: tuple[int, ...], m: int, reps: 
                      "variant": vname, "kind": kind, "us": us, "error": err,
                      "bytes": _bytes(kind, n, k, m, act, parts),
                      "rot_bytes": _rot_bytes(k, len(sizes)) if rotated else 0,
-                     "band": fast_host.band(m)})  # fmt: skip
+                     "band": route.band(m)})  # fmt: skip
     return finish(rows, bw)
 
 
@@ -245,7 +245,7 @@ def finish(rows: list[dict[str, Any]], bw: float) -> list[dict[str, Any]]:
 
 
 GEMV2_SWEEP_FINAL: dict[str, list[dict[str, Any]]] = {
-    # second run: the two winners of run 1 combined, and more programs
+    # the two winners of GEMV2_SWEEP's H200 run (2026-12-01) combined, and more programs
     "fma": [dict(kw=8, programs_per_sm=8), dict(kw=4, programs_per_sm=8),
             dict(kw=8, programs_per_sm=16), dict(kw=4, programs_per_sm=16),
             dict(kw=8, programs_per_sm=4), dict(kw=2, programs_per_sm=8)],
@@ -263,8 +263,8 @@ def sweep_gemv2(reps: int, shapes: tuple[str, ...] = ("qkv", "gate_up", "down"),
                 ms: tuple[int, ...] = (1, 2),
                 table: dict[str, list[dict[str, Any]]] | None = None,
                 ) -> list[dict[str, Any]]:  # fmt: skip
-    """The second-pass GEMV alone (prologue outputs made once) at candidate configs."""
-    from paro_kernels.triton import fast_host, host
+    """The FMA GEMV (`gemv2_w4a16`) alone (prologue outputs made once) at candidate configs."""
+    from paro_kernels.triton import gemv_fma, prologue
 
     dev = torch.device("cuda")
     out = []
@@ -274,12 +274,12 @@ def sweep_gemv2(reps: int, shapes: tuple[str, ...] = ("qkv", "gate_up", "down"),
         for m in ms:
             x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
             p0 = preps[0]
-            xr, rs = host.rotate_scale(x, p0.rot_hi, p0.rot_lo, G, nibble_scaled=True)
+            xr, rs = prologue.rotate_scale(x, p0.rot_hi, p0.rot_lo, G, nibble_scaled=True)
             for kind in ("fma",):
                 for kw in (table or GEMV2_SWEEP)[kind]:
-                    cfg = fast_host.gemv2_config(m, n, k, G, bounds(sizes), 132, **kw)
+                    cfg = gemv_fma.gemv2_config(m, n, k, G, bounds(sizes), 132, **kw)
                     fns = [functools.partial(
-                        fast_host.gemv2_w4a16, xr, rs, p.qweight, p.scales, p.zeros, p.bounds,
+                        gemv_fma.gemv2_w4a16, xr, rs, p.qweight, p.scales, p.zeros, p.bounds,
                         G, torch.bfloat16, None, cfg) for p in preps]  # fmt: skip
                     try:
                         us = time_us(cycling(fns), reps)
@@ -302,7 +302,7 @@ def sweep_gemv2(reps: int, shapes: tuple[str, ...] = ("qkv", "gate_up", "down"),
                         f"{out[-1]['hbm_pct_4p3']:.0f}% of 4.3 TB/s",
                         flush=True,
                     )
-            fns = [functools.partial(host.rotate_scale, x, p.rot_hi, p.rot_lo, G,
+            fns = [functools.partial(prologue.rotate_scale, x, p.rot_hi, p.rot_lo, G,
                                      nibble_scaled=True) for p in preps]  # fmt: skip
             us = time_us(cycling(fns), reps)
             out.append({"shape": name, "m": m, "kind": "prologue", "us": us})
@@ -310,8 +310,8 @@ def sweep_gemv2(reps: int, shapes: tuple[str, ...] = ("qkv", "gate_up", "down"),
     return out
 
 
-ROT2_SWEEP: list[dict[str, Any]] = [
-    # the Givens-inside FMA GEMV (fourth pass): word rows per chunk, programs per SM, warps
+GEMV2_ROT_SWEEP: list[dict[str, Any]] = [
+    # the Givens-inside FMA GEMV: word rows per chunk, programs per SM, warps
     dict(kw=8, programs_per_sm=8), dict(kw=4, programs_per_sm=8),
     dict(kw=8, programs_per_sm=8, num_warps=8, block_n=1024),
     dict(kw=4, programs_per_sm=8, num_warps=8, block_n=1024),
@@ -319,10 +319,12 @@ ROT2_SWEEP: list[dict[str, Any]] = [
 ]  # fmt: skip
 
 
-def sweep_rot2(reps: int, shapes: tuple[str, ...], ms: tuple[int, ...]) -> list[dict[str, Any]]:
-    """Fourth pass: the Givens-inside GEMV at candidate configs, the prologue GEMV as served
+def sweep_gemv2_rot(
+    reps: int, shapes: tuple[str, ...], ms: tuple[int, ...]
+) -> list[dict[str, Any]]:
+    """The Givens-inside GEMV (`gemv2_w4a16_rot`) at candidate configs, the prologue GEMV as served
     (sliced prologue + GEMV) beside it, per (shape, M)."""
-    from paro_kernels.triton import fast_host
+    from paro_kernels.triton import gemv_fma
 
     dev = torch.device("cuda")
     out = []
@@ -332,14 +334,14 @@ def sweep_rot2(reps: int, shapes: tuple[str, ...], ms: tuple[int, ...]) -> list[
                  for _ in range(copies(bytes_w4(n, k, 0)))]  # fmt: skip
         for m in ms:
             x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-            old = [functools.partial(fast_host.gemv_w4a16, (p.rot_hi, p.rot_lo, p.qweight,
+            old = [functools.partial(gemv_fma.gemv_w4a16, (p.rot_hi, p.rot_lo, p.qweight,
                    p.scales, p.zeros, None, None), x, p.bounds, G, None)
                    for p in preps]  # fmt: skip
             cands: list[tuple[str, Any, list[Any]]] = [("prologue-gemv", None, old)]
-            for kw in ROT2_SWEEP:
+            for kw in GEMV2_ROT_SWEEP:
                 kc = {a: v for a, v in kw.items() if a != "pre"}
-                cfg = fast_host.gemv2_config(m, n, k, G, bounds(sizes), 132, **kc)
-                fs = [functools.partial(fast_host.gemv2_w4a16_rot, x, p.gv_idx, p.gv_coef,
+                cfg = gemv_fma.gemv2_config(m, n, k, G, bounds(sizes), 132, **kc)
+                fs = [functools.partial(gemv_fma.gemv2_w4a16_rot, x, p.gv_idx, p.gv_coef,
                       p.qweight, p.scales, p.zeros, p.bounds, G, None, cfg, kw.get("pre"))
                       for p in preps]  # fmt: skip
                 cands.append((str(kw), cfg, fs))
@@ -353,14 +355,14 @@ def sweep_rot2(reps: int, shapes: tuple[str, ...], ms: tuple[int, ...]) -> list[
                 out.append({"shape": name, "m": m, "variant": label, "us": us,
                             "cfg": None if cfg is None else dataclasses.asdict(cfg),
                             "hbm_pct_4p3": nb / 4.3e12 / (us * 1e-6) * 100})  # fmt: skip
-                print(f"rot2 {name} M={m} {label}: {us:.2f} us {out[-1]['hbm_pct_4p3']:.0f}%",
+                print(f"gemv2-rot {name} M={m} {label}: {us:.2f} us {out[-1]['hbm_pct_4p3']:.0f}%",
                       flush=True)  # fmt: skip
     return out
 
 
 def sweep_dequant(reps: int) -> list[dict[str, Any]]:
     """The prefill dequantize + rotate kernel alone at candidate (BLOCK_N, warps, splits)."""
-    from paro_kernels.triton import fast_host
+    from paro_kernels.triton import dequant
 
     dev = torch.device("cuda")
     out = []
@@ -371,7 +373,7 @@ def sweep_dequant(reps: int) -> list[dict[str, Any]]:
         for bn, nw, ns in [(128, 8, 0), (128, 4, 0), (64, 4, 0), (256, 8, 0), (128, 8, 2),
                            (128, 8, 8), (64, 4, 8), (128, 4, 4)]:  # fmt: skip
             fns = [functools.partial(
-                fast_host.dequant_rotate, p.qweight, None, p.scales, p.zeros, p.rot_hi, p.rot_lo,
+                dequant.dequant_rotate, p.qweight, None, p.scales, p.zeros, p.rot_hi, p.rot_lo,
                 p.bounds, G, w, bn, nw, ns) for p in preps]  # fmt: skip
             try:
                 us = time_us(cycling(fns), reps)
@@ -384,8 +386,9 @@ def sweep_dequant(reps: int) -> list[dict[str, Any]]:
     return out
 
 
-DEQUANT3_SWEEP: list[dict[str, Any]] = [
-    # (kernel, BLOCK_N, warps, stages, programs per SM); the first: the pass-2 default, bf16 out
+DEQUANT_KERNELS_SWEEP: list[dict[str, Any]] = [
+    # (kernel, BLOCK_N, warps, stages, programs per SM); the first: the plain kernel's default
+    # of 2026-12-01, bf16 out
     dict(trans=False, block_n=64, num_warps=4, num_stages=3, programs_per_sm=2),
     dict(trans=True, block_n=64, num_warps=4, num_stages=2, programs_per_sm=4),
     dict(trans=True, block_n=64, num_warps=4, num_stages=1, programs_per_sm=4),
@@ -397,18 +400,18 @@ DEQUANT3_SWEEP: list[dict[str, Any]] = [
     dict(trans=True, block_n=32, num_warps=4, num_stages=2, programs_per_sm=8),
     dict(trans=True, block_n=256, num_warps=8, num_stages=2, programs_per_sm=2),
 ]
-PROLOGUE3_SWEEP: list[dict[str, int]] = [
+PROLOGUE_SLICES_SWEEP: list[dict[str, int]] = [
     dict(slice_=128, num_warps=4), dict(slice_=64, num_warps=4), dict(slice_=32, num_warps=4),
     dict(slice_=16, num_warps=4), dict(slice_=32, num_warps=2), dict(slice_=16, num_warps=2),
     dict(slice_=64, num_warps=2),
 ]  # fmt: skip
 
 
-def sweep_dequant3(
+def sweep_dequant_kernels(
     reps: int, shapes: tuple[str, ...], table: list[dict[str, Any]] | None = None
 ) -> list[dict[str, Any]]:
-    """Third pass: the prefill weight pass alone (bf16 W'), both kernels at candidate configs."""
-    from paro_kernels.triton import fast_host
+    """The prefill weight pass alone (bf16 W'), both kernels at candidate configs."""
+    from paro_kernels.triton import dequant
 
     dev = torch.device("cuda")
     out = []
@@ -417,9 +420,9 @@ def sweep_dequant3(
         preps = [random_prep(n, k, sizes, 4, dev) for _ in range(copies(bytes_w4(n, k, 0)))]
         w = torch.empty(k, n, dtype=torch.bfloat16, device=dev)
         nb = k * n // 2 + (k // G) * n * 3 + 2 * k * n  # codes + scales + zeros in, W' out
-        for kw in table or DEQUANT3_SWEEP:
+        for kw in table or DEQUANT_KERNELS_SWEEP:
             fns = [functools.partial(
-                fast_host.dequant_rotate, p.qweight, None, p.scales, p.zeros, p.rot_hi, p.rot_lo,
+                dequant.dequant_rotate, p.qweight, None, p.scales, p.zeros, p.rot_hi, p.rot_lo,
                 p.bounds, G, w, **kw) for p in preps]  # fmt: skip
             try:
                 us = time_us(cycling(fns), reps)
@@ -429,16 +432,16 @@ def sweep_dequant3(
             out.append(
                 {"shape": name, **kw, "us": us, "hbm_pct_4p3": nb / 4.3e12 / (us * 1e-6) * 100}
             )
-            print(f"dequant3 {name} {kw}: {us:.1f} us {out[-1]['hbm_pct_4p3']:.0f}%", flush=True)
+            print(f"dequant {name} {kw}: {us:.1f} us {out[-1]['hbm_pct_4p3']:.0f}%", flush=True)
     return out
 
 
-def sweep_prologue3(
+def sweep_prologue_slices(
     reps: int, shapes: tuple[str, ...], ms: tuple[int, ...]
 ) -> list[dict[str, Any]]:
-    """Third pass: the decode prologue alone, the block kernel against the sliced one, and the
+    """The decode prologue alone, the block kernel against the sliced one, and the
     GEMV behind the sliced prologue's partial row sums."""
-    from paro_kernels.triton import fast_host, host
+    from paro_kernels.triton import gemv_fma, prologue
 
     dev = torch.device("cuda")
     out = []
@@ -447,11 +450,11 @@ def sweep_prologue3(
         preps = [random_prep(n, k, sizes, 4, dev) for _ in range(copies(bytes_w4(n, k, 0)))]
         for m in ms:
             x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-            fns: list[Any] = [functools.partial(host.rotate_scale, x, p.rot_hi, p.rot_lo, G,
+            fns: list[Any] = [functools.partial(prologue.rotate_scale, x, p.rot_hi, p.rot_lo, G,
                                                 nibble_scaled=True) for p in preps]  # fmt: skip
             cands: list[tuple[str, list[Any]]] = [("blocks", fns)]
-            for kw in PROLOGUE3_SWEEP:
-                sf = [functools.partial(fast_host.rotate_slices, x, p.rot_hi, p.rot_lo, G,
+            for kw in PROLOGUE_SLICES_SWEEP:
+                sf = [functools.partial(prologue.rotate_slices, x, p.rot_hi, p.rot_lo, G,
                                         kw["slice_"], kw["num_warps"]) for p in preps]  # fmt: skip
                 cands.append((f"slice{kw['slice_']}w{kw['num_warps']}", sf))
             for label, fs in cands:
@@ -461,41 +464,44 @@ def sweep_prologue3(
                     us = float("nan")
                     print("sweep error", type(e).__name__, str(e)[:300])
                 out.append({"shape": name, "m": m, "kind": "prologue", "variant": label, "us": us})
-                print(f"prologue3 {name} M={m} {label}: {us:.2f} us", flush=True)
+                print(f"prologue {name} M={m} {label}: {us:.2f} us", flush=True)
             p0 = preps[0]
             for label, (xr, rs) in (
-                ("gemv-blocks", host.rotate_scale(x, p0.rot_hi, p0.rot_lo, G, nibble_scaled=True)),
-                ("gemv-sliced", fast_host.rotate_slices(x, p0.rot_hi, p0.rot_lo, G)),
+                (
+                    "gemv-blocks",
+                    prologue.rotate_scale(x, p0.rot_hi, p0.rot_lo, G, nibble_scaled=True),
+                ),
+                ("gemv-sliced", prologue.rotate_slices(x, p0.rot_hi, p0.rot_lo, G)),
             ):
-                gf = [functools.partial(fast_host.gemv2_w4a16, xr, rs, p.qweight, p.scales, p.zeros,
+                gf = [functools.partial(gemv_fma.gemv2_w4a16, xr, rs, p.qweight, p.scales, p.zeros,
                                         p.bounds, G, torch.bfloat16) for p in preps]  # fmt: skip
                 us = time_us(cycling(gf), reps)
                 out.append({"shape": name, "m": m, "kind": "gemv", "variant": label, "us": us})
-                print(f"gemv3 {name} M={m} {label}: {us:.2f} us", flush=True)
+                print(f"gemv2 {name} M={m} {label}: {us:.2f} us", flush=True)
     return out
 
 
 def ab_prologue(reps: int, shapes: tuple[str, ...], ms: tuple[int, ...]) -> list[dict[str, Any]]:
-    """Third pass: the W4A16 op as served at decode M with the sliced prologue (the shipped
+    """The W4A16 op as served at decode M with the sliced prologue (the shipped
     PROLOGUE_SLICE) against the block prologue (0), alternating, twice each."""
-    from paro_kernels.triton import fast_host, host
+    from paro_kernels.triton import prologue, route
 
     dev = torch.device("cuda")
     out = []
-    shipped = fast_host.PROLOGUE_SLICE
+    shipped = prologue.PROLOGUE_SLICE
     for name in shapes:
         _, n, k, sizes = next(s for s in SHAPES if s[0] == name)
         preps = [random_prep(n, k, sizes, 4, dev) for _ in range(copies(bytes_w4(n, k, 0)))]
         for m in ms:
             x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-            fn = cycling([functools.partial(host.linear, p, x) for p in preps])
+            fn = cycling([functools.partial(route.linear, p, x) for p in preps])
             for rep in range(2):
                 for sl in (shipped, 0):
-                    fast_host.PROLOGUE_SLICE = sl
+                    prologue.PROLOGUE_SLICE = sl
                     us = time_us(fn, reps)
                     out.append({"shape": name, "m": m, "slice": sl, "rep": rep, "us": us})
                     print(f"ab {name} M={m} slice={sl} rep={rep}: {us:.2f} us", flush=True)
-    fast_host.PROLOGUE_SLICE = shipped
+    prologue.PROLOGUE_SLICE = shipped
     return out
 
 
@@ -506,7 +512,7 @@ def check(dev: str = "cuda") -> list[str]:
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "kernels"))
     from _triton_cases import bias, merged_layer, packed, reference, rel, runs  # type: ignore
-    from paro_kernels.triton import fast_host, host
+    from paro_kernels.triton import gemv_fma, repack, route
 
     out = []
     for k, sizes, m in [(1024, [512, 128, 128], 1), (2304, [2048, 256], 3), (640, [1000], 2),
@@ -514,40 +520,44 @@ def check(dev: str = "cuda") -> list[str]:
                         (1024, [256, 128], 300), (1536, [208, 136], 257)]:  # fmt: skip
         parts = merged_layer(k, sizes, G if k % 128 == 0 else 64, seed=k, bias=True)
         g = G if k % 128 == 0 else 64
-        prep = host.prepare(*packed(parts), runs(parts), g, device=dev)  # type: ignore[call-arg,misc]
+        prep = repack.prepare(*packed(parts), runs(parts), g, device=dev)  # type: ignore[call-arg,misc]
         x = torch.randn(m, k).to(torch.bfloat16)
         ref = reference(x, parts, g)
         for path in ("gemv", "mma", "dequant"):
-            if path == "gemv" and m > fast_host.GEMV2_MAX_M:
+            if path == "gemv" and m > gemv_fma.GEMV2_MAX_M:
                 continue
-            y = host.w4a16_linear(x.to(dev), prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
-                                  prep.zeros, prep.bounds, g, bias(parts).to(dev), prep.gv_idx,
-                                  prep.gv_coef, path=path)  # type: ignore[union-attr]  # fmt: skip
+            y = route.w4a16_linear(x.to(dev), prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
+                                   prep.zeros, prep.bounds, g, bias(parts).to(dev), prep.gv_idx,
+                                   prep.gv_coef, path=path)  # type: ignore[union-attr]  # fmt: skip
             out.append(f"check k={k} sizes={sizes} m={m} {path}: rel {rel(y, ref):.2e}")
             print(out[-1], flush=True)
     return out
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the issue-14 bench; JSON written after every cell."""
+    """Run the peers bench; JSON written after every cell."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="bench14.json")
+    ap.add_argument("--out", default="peers.json")
     ap.add_argument("--ms", default="1,2,4,8,16,64,256,2048,8192")
     ap.add_argument("--shapes", default="qkv,o_proj,gate_up,down,in_proj,8b-qkv,8b-o_proj,"
                                         "8b-gate_up,8b-down")  # fmt: skip
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--budget-s", type=float, default=0)
-    ap.add_argument("--sweep", action="store_true", help="the dequant kernel's configs")
-    ap.add_argument("--sweep2", action="store_true", help="the second-pass GEMV's configs")
-    ap.add_argument("--sweep3", action="store_true", help="the GEMV's final-run configs")
+    ap.add_argument("--sweep-dequant", action="store_true", help="the dequant kernel's configs")
+    ap.add_argument("--sweep-gemv2", action="store_true", help="the FMA GEMV's configs")
+    ap.add_argument(
+        "--sweep-gemv2-final",
+        action="store_true",
+        help="the FMA GEMV's configs around the first sweep's winners",
+    )
     ap.add_argument("--skip", default="", help="comma-separated variant names not to run")
     ap.add_argument("--skip-prefill", default="", help="variants not run at M >= 1024")
-    ap.add_argument("--sweep4", action="store_true",
-                    help="the third pass: dequant kernels and sliced prologues alone")  # fmt: skip
+    ap.add_argument("--sweep-dequant-prologue", action="store_true",
+                    help="the dequant kernels and the sliced prologues alone")  # fmt: skip
     ap.add_argument("--ab-prologue", action="store_true",
                     help="as served at M = 1, 2: sliced vs block prologue; stop")  # fmt: skip
-    ap.add_argument("--sweep5", action="store_true",
-                    help="the fourth pass: the Givens-inside GEMV's configs, M = 1, 2")  # fmt: skip
+    ap.add_argument("--sweep-gemv2-rot", action="store_true",
+                    help="the Givens-inside GEMV's configs, M = 1, 2")  # fmt: skip
     ap.add_argument("--sweep-shapes", default="qkv,o_proj,gate_up,down,in_proj")
     ap.add_argument("--gemlite-config", default="")
     ap.add_argument("--only-check", action="store_true")
@@ -566,20 +576,22 @@ def main(argv: list[str] | None = None) -> None:
                 torch=torch.__version__, triton=__import__("triton").__version__, rows=[],
                 not_run=[], command=" ".join(["python -m benchmarks.kernels.peers", *(argv or [])]),
                 )  # fmt: skip
-    if args.sweep:
+    if args.sweep_dequant:
         meta["sweep_dequant"] = sweep_dequant(args.reps)
-    if args.sweep2:
+    if args.sweep_gemv2:
         meta["sweep_gemv2"] = sweep_gemv2(args.reps)
-    if args.sweep3:
+    if args.sweep_gemv2_final:
         meta["sweep_gemv2_final"] = sweep_gemv2(
             args.reps, ("qkv", "gate_up", "down", "o_proj", "in_proj"), (1, 2), GEMV2_SWEEP_FINAL
         )
-    if args.sweep4:
+    if args.sweep_dequant_prologue:
         sh = tuple(args.sweep_shapes.split(","))
-        meta["sweep_dequant3"] = sweep_dequant3(args.reps, sh)
-        meta["sweep_prologue3"] = sweep_prologue3(args.reps, sh, (1, 2))
-    if args.sweep5:
-        meta["sweep_rot2"] = sweep_rot2(args.reps, tuple(args.sweep_shapes.split(",")), (1, 2))
+        meta["sweep_dequant_kernels"] = sweep_dequant_kernels(args.reps, sh)
+        meta["sweep_prologue_slices"] = sweep_prologue_slices(args.reps, sh, (1, 2))
+    if args.sweep_gemv2_rot:
+        meta["sweep_gemv2_rot"] = sweep_gemv2_rot(
+            args.reps, tuple(args.sweep_shapes.split(",")), (1, 2)
+        )
         with open(args.out, "w") as f:
             json.dump(meta, f, indent=1)
     if args.ab_prologue:
@@ -587,7 +599,7 @@ def main(argv: list[str] | None = None) -> None:
         with open(args.out, "w") as f:
             json.dump(meta, f, indent=1)
         return
-    if args.sweep2 or args.sweep3 or args.sweep4:
+    if args.sweep_gemv2 or args.sweep_gemv2_final or args.sweep_dequant_prologue:
         with open(args.out, "w") as f:
             json.dump(meta, f, indent=1)
     skip = set(filter(None, args.skip.split(",")))

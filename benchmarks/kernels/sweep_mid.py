@@ -1,16 +1,16 @@
-"""Issue 14, twenty-third pass: the mid band's launch configurations (M = 17..192), GPU only.
+"""The mid band's launch configurations (M = 17..192), GPU only.
 
 Between the decode band (M <= 16: 16-row tiles, split-K until about 8 programs per SM) and
 prefill, the tile GEMMs take 64-row tiles and split K only until the tiles cover the SMs once
-(`host.pick_config`, `host.pick_config_a8`, `mx_host.pick_config`): one 4-warp program per SM.
-The twenty-second pass measured that band at 0.3-0.7x cuBLAS bf16 while the same kernels at
+(`gemm.pick_config`, `gemm.pick_config_a8`, `mx_gemm.pick_config`): one 4-warp program per SM.
+On the H100 (2026-12-05) that band measured 0.3-0.7x cuBLAS bf16 while the same kernels at
 M = 16 beat it. This sweep times each GEMM alone (its operands made once) at row tiles of 16,
 32 and 64 (128 from M = 128) and split-K until about P = 1, 2, 4, 8 programs per SM, cuBLAS bf16
 in the same cell, on the Qwen3.8-27B TP=2 shapes, and prints which config wins per cell.
 
     python -m benchmarks.kernels.sweep_mid OUT.json [--ms 64,32,128,192] [--budget-s 400]
 
-Weights DRAM-fed (copies exceed the L2 4x), CUDA-graph replays (`mx_host._graph_time`).
+Weights DRAM-fed (copies exceed the L2 4x), CUDA-graph replays (`mx._graph_time`).
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from paro_kernels.triton import host, mx_host
+from paro_kernels.triton import gemm, launch, mx_gemm, mx_repack, prologue, repack
 
 from benchmarks.kernels import common
+from benchmarks.kernels import mx as mx_bench
 from benchmarks.kernels.common import SHAPES, G, copies, random_prep
 
 KERNELS = ("w4a16", "w4a8-fp8", "mxfp4-fp8")
@@ -52,12 +53,12 @@ def configs(kernel: str, m: int, n: int, k: int, sms: int) -> list[Any]:
             split = _split(units, tiles, programs, sms, 2)
             stages = 4 if bm <= 32 or kernel != "w4a16" else 3
             if kernel == "w4a16":
-                out.append(host.Config(bm, 128, split, 4, stages))
-                out.append(host.Config(bm, 128, split, 4, stages, rowsum=True, planes=True))
+                out.append(launch.Config(bm, 128, split, 4, stages))
+                out.append(launch.Config(bm, 128, split, 4, stages, rowsum=True, planes=True))
             elif kernel == "w4a8-fp8":
-                out.append(host.Config(bm, 128, split, 4, stages))
+                out.append(launch.Config(bm, 128, split, 4, stages))
             else:
-                out.append(mx_host.Config(bm, 128, split, 4, stages))
+                out.append(mx_repack.Config(bm, 128, split, 4, stages))
     return list(dict.fromkeys(out))
 
 
@@ -69,44 +70,44 @@ def short(cfg: Any) -> str:
 def _cell(name: str, n: int, k: int, sizes: tuple[int, ...], m: int,
           deadline: float) -> dict[str, object]:  # fmt: skip
     dev = torch.device("cuda")
-    sms = host.sm_count(dev)
+    sms = launch.sm_count(dev)
     bounds = common.bounds(sizes)
     x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
     dense = [torch.randn(k, n, device=dev, dtype=torch.bfloat16)
              for _ in range(copies(n * k * 2))]  # fmt: skip
     preps = [random_prep(n, k, sizes, 4, dev) for _ in range(copies(n * k // 2))]
     p0 = preps[0]
-    xr, rs = host.rotate_scale(x, p0.rot_hi, p0.rot_lo, G)
-    q, asc, qrs = host.rotate_quant(x, p0.rot_hi, p0.rot_lo, G, "fp8", "group")
-    mxw = [mx_host.prepare(*mx_host.random_checkpoint(n, k, seed=i), None, 0, dev).weight
+    xr, rs = prologue.rotate_scale(x, p0.rot_hi, p0.rot_lo, G)
+    q, asc, qrs = prologue.rotate_quant(x, p0.rot_hi, p0.rot_lo, G, "fp8", "group")
+    mxw = [mx_repack.prepare(*mx_repack.random_checkpoint(n, k, seed=i), None, 0, dev).weight
            for i in range(copies(n * k // 2))]  # fmt: skip
-    a8, s8 = mx_host.fp8_quant(x)
+    a8, s8 = mx_gemm.fp8_quant(x)
     a8, s8 = a8.unsqueeze(0), s8.unsqueeze(0)
     bf = torch.bfloat16
 
-    def w4a16(p: host.Prepared, cfg: Any) -> object:
-        return host.w4a16_gemm(xr, rs, p.qweight, p.scales, p.zeros, p.bounds, G, bf,
+    def w4a16(p: repack.Prepared, cfg: Any) -> object:
+        return gemm.w4a16_gemm(xr, rs, p.qweight, p.scales, p.zeros, p.bounds, G, bf,
                                None, cfg)  # fmt: skip
 
-    def w4a8(p: host.Prepared, cfg: Any) -> object:
-        return host.w4a8_gemm(q, asc, qrs, p.qweight, None, p.scales, p.zeros, p.bounds,
+    def w4a8(p: repack.Prepared, cfg: Any) -> object:
+        return gemm.w4a8_gemm(q, asc, qrs, p.qweight, None, p.scales, p.zeros, p.bounds,
                               G, bf, None, cfg)  # fmt: skip
 
-    def mx(w: mx_host.MxWeight, cfg: Any) -> object:
-        return mx_host.mx_gemm(a8, s8, w, bounds, bf, None, cfg)
+    def mx(w: mx_repack.MxWeight, cfg: Any) -> object:
+        return mx_gemm.mx_gemm(a8, s8, w, bounds, bf, None, cfg)
 
     runs: dict[str, tuple[Callable[..., object], list[object]]] = {
         "w4a16": (w4a16, list(preps)), "w4a8-fp8": (w4a8, list(preps)),
         "mxfp4-fp8": (mx, list(mxw)),
     }  # fmt: skip
     picked: dict[str, Any] = {
-        "w4a16": host.pick_config(m, n, k, G, bounds, sms),
-        "w4a8-fp8": host.pick_config_a8(m, n, k, G, bounds, sms),
-        "mxfp4-fp8": mx_host.pick_config(m, n, k, bounds, 0, sms),
+        "w4a16": gemm.pick_config(m, n, k, G, bounds, sms),
+        "w4a8-fp8": gemm.pick_config_a8(m, n, k, G, bounds, sms),
+        "mxfp4-fp8": mx_gemm.pick_config(m, n, k, bounds, 0, sms),
     }
     row: dict[str, object] = {"shape": name, "n": n, "k": k, "m": m}
     fns = [functools.partial(torch.matmul, x, d) for d in dense]
-    row["cublas_bf16"] = round(mx_host._graph_time(fns), 2)  # type: ignore[arg-type]
+    row["cublas_bf16"] = round(mx_bench._graph_time(fns), 2)  # type: ignore[arg-type]
     for kernel in KERNELS:
         fn, ws = runs[kernel]
         times: dict[str, float] = {}
@@ -115,7 +116,7 @@ def _cell(name: str, n: int, k: int, sizes: tuple[int, ...], m: int,
             if time.monotonic() > deadline:
                 break
             try:
-                us = mx_host._graph_time([functools.partial(fn, w, cfg) for w in ws])
+                us = mx_bench._graph_time([functools.partial(fn, w, cfg) for w in ws])
             except Exception as e:  # a config the kernel cannot take (resources): recorded
                 times[short(cfg)] = float("nan")
                 print(f"  {kernel} {short(cfg)}: {type(e).__name__} {str(e)[:80]}", flush=True)

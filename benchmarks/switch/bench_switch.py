@@ -128,7 +128,7 @@ def main() -> None:
         server_boot = healthy - marks["start_sent"]
         rows.append(
             {
-                "profile": record.profile,
+                "profile": record.serve.profile,
                 "wall": wall,
                 "shutdown": shutdown,
                 "boot": server_boot,
@@ -143,7 +143,7 @@ def main() -> None:
             }
         )
         print(
-            f"{record.profile:14} wall {wall:6.2f} s  server shutdown {shutdown:5.2f} s  "
+            f"{record.serve.profile:14} wall {wall:6.2f} s  server shutdown {shutdown:5.2f} s  "
             f"server boot {server_boot:6.2f} s  paroctl {rows[-1]['overhead']:5.2f} s "
             f"({rows[-1]['before'] * 1000:.0f} + {rows[-1]['between'] * 1000:.0f} + "
             f"{rows[-1]['after'] * 1000:.0f} ms)  "

@@ -76,7 +76,7 @@ def main() -> None:
             plan = cpu.plan_for(profile)
             record = switch_mod.switch(profile, deps, load_profile=profiles.load)
             served = profile.body.model.served_names[0]
-            with Client(f"http://127.0.0.1:{record.port}", timeout_s=120) as client:
+            with Client(record.serve.url, timeout_s=120) as client:
                 for prompt, expect in PROMPTS:
                     reply = client.completion(served, prompt, TOKENS, logprobs=5)
                     text, gap = margin(reply, expect)

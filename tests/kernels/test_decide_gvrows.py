@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from paro_kernels.triton import decode_host
+from paro_kernels.triton import gemv_mma
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -79,7 +79,7 @@ def test_blocks_use_the_chosen_rows_and_a_class_sum() -> None:
     blocks[("qkv", 32)] = base[("qkv", 32)] * 0.4
     dec = d.decide(_run({0: base, 4: base, 8: r8, 16: base}, blocks))
     assert dec.givens_rows == 8
-    never = decode_host.MMA_TILE_MAX_M + 1
+    never = gemv_mma.MMA_TILE_MAX_M + 1
     assert dec.blocks_all_min_m == never and dec.blocks_min_m == never
 
 
