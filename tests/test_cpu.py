@@ -147,8 +147,8 @@ def test_unit_render_and_install_show_this_machines_decision(
     monkeypatch.setenv("PAROCTL_UNIT_DIR", str(tmp_path))
     files = dict(
         (p.name, t)
-        for p, t, _ in systemd.install_plan(
-            profiles.load("cpu-demo"), "service", reload=False
+        for p, t, _ in systemd.plan_install(
+            plan_for(profiles.load("cpu-demo")), "service", reload=False
         ).files
     )
     assert "--dtype bfloat16" in files["paroctl-cpu-demo.service"]

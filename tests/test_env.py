@@ -14,9 +14,9 @@ from paroctl.cli import docs
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "paroctl"
-# Modules allowed to read os.environ besides env.py, each with why. state.py's env()/environ()
-# read it until they delegate to paroctl.env; remove the entry in the same change.
-ALLOWED_READERS = {"paroctl/state.py": "state.env/state.environ, until they delegate to env.py"}
+# Modules allowed to read os.environ besides env.py, each with why (none: state.env went, its
+# callers read paroctl.env).
+ALLOWED_READERS: dict[str, str] = {}
 READS = {"environ", "environb", "getenv", "getenvb"}
 NAME = re.compile(r"\bPAROCTL_[A-Z0-9_]*[A-Z0-9]")
 

@@ -23,9 +23,10 @@ from paroctl.cli import serve as serve_cli
 from paroctl.cli.main import cli
 from paroctl.errors import StateError
 from paroctl.events import Event
+from paroctl.procfs import read_proc
 from paroctl.records import LiveRecord, ServeRef
 from paroctl.serve.runtime import ServeSpec
-from paroctl.serve.runtime.local import LocalRuntime, read_proc
+from paroctl.serve.runtime.local import LocalRuntime
 from paroctl.switch import journal, recovery
 
 PY = sys.executable

@@ -57,8 +57,3 @@ def test_unreadable_seed_is_ignored(shared_cache: Path) -> None:
     found[0].mkdir(parents=True)
     (found[0] / "m.json").write_text("{}")
     assert modelinfo.keep_boot(demo) == 0  # cannot write under a file: skipped, not raised
-
-
-def test_the_profile_wrappers_the_switch_calls_read_the_same_dirs(shared_cache: Path) -> None:
-    prof = profiles.load("cpu-demo")
-    assert modelinfo.dirs(prof) == modelinfo.cache_dirs(ServePlan.of(prof))

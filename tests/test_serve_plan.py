@@ -4,18 +4,26 @@ profile's layout, env and argv exactly once, and everything below reads that pla
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from paroctl import net
 from paroctl.cli.main import cli
 from paroctl.profile import profiles
 from paroctl.serve import engine, k8s, plan, render
 from paroctl.serve.plan import ServePlan, plan_for
-from paroctl.serve.runtime import systemd
+from paroctl.serve.runtime import ServeSpec, systemd
+from paroctl.serve.runtime.local import LocalRuntime
+from paroctl.switch import switch
+from paroctl.switch.record import Deps
+
+REPO = Path(__file__).resolve().parents[1]
 
 # cpu-demo: no engine; paro-int4: podman, GPUs, secrets, groups; cpu-demo-docker: docker, CPU.
 NAMES = ("cpu-demo", "paro-int4", "cpu-demo-docker")
@@ -55,8 +63,8 @@ def test_one_install_plan_derives_once(
     monkeypatch.setenv("PAROCTL_UNIT_DIR", str(tmp_path))
     prof = profiles.load(name)
     derivations.clear()
-    systemd.install_plan(prof, "service", reload=False)
-    # Before the plan (2026-12-06, HEAD 9a556e4) one install_plan derived the layout 6 times
+    systemd.plan_install(plan_for(prof), "service", reload=False)
+    # Before the plan (2026-12-06, HEAD 9a556e4) one install (then install_plan) derived the layout 6 times
     # (paro-int4; 5 for cpu-demo) and the serve argv twice.
     assert dict(derivations) == ONCE
 
@@ -92,6 +100,13 @@ def test_one_cluster_render_derives_once(topology: str, derivations: Counter[str
     assert dict(derivations) == ONCE
 
 
+def test_switch_dry_run_derives_once(derivations: Counter[str]) -> None:
+    done = CliRunner().invoke(cli, ["switch", "--dry-run", "cpu-demo"])
+    assert done.exit_code == 0, done.output
+    # Before: 3 (the layout, then the spec's argv and env).
+    assert dict(derivations) == ONCE
+
+
 def test_profile_show_derives_once(derivations: Counter[str]) -> None:
     done = CliRunner().invoke(cli, ["profile", "show", "paro-int4"])
     assert done.exit_code == 0, done.output
@@ -109,14 +124,9 @@ def test_the_plan_is_frozen_and_holds_the_served_profile() -> None:
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_the_switchs_profile_wrappers_agree_with_the_plan(name: str) -> None:
+def test_the_serve_spec_and_the_one_call_render_read_the_plan(name: str) -> None:
     prof = profiles.load(name)
     the_plan = ServePlan.of(prof)
-    assert engine.layout(prof) == the_plan.layout
-    assert engine.serve_argv(prof) == list(the_plan.argv)
-    assert engine.forwarded_env(prof) == dict(the_plan.env)
-    if prof.uses_engine:
-        assert engine.run_argv(prof) == engine.run_command(the_plan)
     assert render.render(prof, "env") == render.artefact(the_plan, "env")
     spec = engine.serve_spec(the_plan)
     assert list(spec.argv) == engine.exec_argv(the_plan)
@@ -130,3 +140,89 @@ def test_container_flags_are_built_once_in_two_layouts() -> None:
     run, quadlet = flags.run_args(), flags.podman_args()
     assert sorted(quadlet) == sorted(f for f in run if f not in flags.isolation)
     assert "--device" in run and "--device" not in quadlet
+
+
+# --- one switch, one plan ------------------------------------------------------------------------
+
+# A stand-in vLLM on the real LocalRuntime: it answers what the switch's verification asks
+# (/health, /v1/models, /load, a " cold" completion) and logs what it reads (the boot phases, load
+# tracking, the dtype it was started with and the reserved cores its env names).
+FAKE_VLLM = """
+import json, os, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+port, name, dtype = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+class H(BaseHTTPRequestHandler):
+    def answer(self, data):
+        body = json.dumps(data).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def do_GET(self):
+        if self.path == "/health":
+            return self.answer({})
+        if self.path == "/v1/models":
+            return self.answer({"data": [{"id": name}]})
+        if self.path == "/load":
+            return self.answer({"server_load": 0})
+        self.send_error(404)
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.answer({"choices": [{"text": " cold"}]})
+    def log_message(self, *args):
+        pass
+server = HTTPServer(("127.0.0.1", port), H)
+reserved = os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"]
+for line in (
+    "Starting to load model /models/stub",
+    "non-default args: {'enable_server_load_tracking': True}",
+    f"Initializing a V1 LLM engine with config: dtype=torch.{dtype}",
+    f"OMP threads binding: reserve_cpu_num={reserved}",
+    "CPU KV cache size: 1,024 tokens, Maximum concurrency for 2,048 tokens per request: 0.50x",
+    "Available routes are:",
+):
+    print(line, flush=True)
+server.serve_forever()
+"""
+
+
+class FakeVllmRuntime(LocalRuntime):
+    """The local runtime, starting FAKE_VLLM in the place of the spec's vLLM command line."""
+
+    def start(self, spec: ServeSpec) -> None:
+        """Start the stand-in with the spec's port, served name, dtype and environment."""
+        argv = list(spec.argv)
+        served = argv[argv.index("--served-model-name") + 1]
+        dtype = argv[argv.index("--dtype") + 1]
+        fake = (sys.executable, "-c", FAKE_VLLM, str(spec.port), served, dtype)
+        super().start(dataclasses.replace(spec, argv=fake))
+
+
+def test_one_switch_derives_the_targets_plan_once(
+    derivations: Counter[str],
+    profile_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    deadline: Callable[[float], AbstractContextManager[None]],
+) -> None:
+    """A whole switch on the local runtime (lock, recovery, discovery, CPU decision, env file,
+    start, verification, record): the target's layout, env and argv are derived exactly once."""
+    monkeypatch.setenv("PAROCTL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PAROCTL_CPU_FLAGS", "avx2")
+    text = (REPO / "profiles" / "cpu-demo.yaml").read_text()
+    (profile_dir / "cpu-demo.yaml").write_text(text + f"serve:\n  port: {net.free_port()}\n")
+    target = profiles.load("cpu-demo")
+    deps = Deps(runtime_for=lambda kind, scope: FakeVllmRuntime())
+    derivations.clear()
+    try:
+        with deadline(60):
+            record = switch.switch(target, deps, load_profile=profiles.load)
+    finally:
+        LocalRuntime().stop("cpu-demo", grace_s=1)
+    assert record.serve.profile == "cpu-demo" and record.kv_tokens == 1024
+    assert record.cpu is not None and record.drain == "load"
+    # Before (2026-12-06, HEAD 28610d3, paroctl as at f0815df): one switch derived the target's
+    # plan 9 times through the profile-taking wrappers: boot's layout, the env file's render and
+    # its path, the model-info seed, the spec's argv and env, the model-info keep, the record's
+    # argv and cache dir.
+    assert dict(derivations) == ONCE

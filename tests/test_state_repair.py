@@ -135,7 +135,7 @@ def test_todays_live_json_loads_typed_and_writes_back_byte_identical(isolated_ho
     assert (live.boot_id, live.kv_tokens, live.first_boot, live.drain, live.origin) == (
         "0f3c9a1b2d4e", 93184, False, "load", "switch",
     )  # fmt: skip
-    assert live.cpu is not None and live.cpu["dtype"] == "bfloat16"
+    assert live.cpu is not None and live.cpu.dtype == "bfloat16"
     assert live.since == "2026-12-06T10:00:41+00:00" and live.phases["ready"] == 38.9
     state.write_live(live)
     assert state.live_path().read_text() == TODAY_LIVE  # old and new paroctl read each other's

@@ -12,6 +12,7 @@ import pytest
 
 from paroctl.profile import profiles
 from paroctl.serve import engine, render
+from paroctl.serve.plan import ServePlan
 
 
 def test_systemd_analyze_is_installed() -> None:
@@ -35,7 +36,7 @@ def test_systemd_analyze_verify(name: str, tmp_path: Path, monkeypatch: pytest.M
         engine_bin = engine.engine_binary(prof)
         assert os.access(engine_bin, os.X_OK), f"{engine_bin} missing: install podman to verify"
     else:
-        _provide_binary(engine.serve_argv(prof)[0])
+        _provide_binary(ServePlan.of(prof).argv[0])
     unit = render.render(prof, "service")
     path = tmp_path / unit.filename
     path.write_text(unit.content)

@@ -179,9 +179,9 @@ def demo_run(ctx: click.Context, name: str, gates: bool, data_dir: Path | None) 
 
 def _beside_repo_data() -> Path | None:
     """A source checkout's data copy (the workplace's ../shared/data, or tests/data), if any."""
-    from paroctl import state
+    from paroctl import env
 
-    if state.env("PAROCTL_DATA_DIR"):
+    if env.get("PAROCTL_DATA_DIR"):
         return None  # the gates read it themselves
     repo = Path(__file__).resolve().parents[2]
     for candidate in (repo.parent / "shared" / "data", repo / "tests" / "data"):

@@ -19,14 +19,14 @@ import click
 )
 def report(profiles: tuple[str, ...], out_dir: Path) -> None:
     """Write report.md + plots (decode, prefill, concurrency, GSM8K) from the latest runs."""
-    from paroctl.errors import StateError
+    from paroctl.errors import UsageError
     from paroctl.store.report import write_report
     from paroctl.store.results import open_store
 
     try:
         import matplotlib  # noqa: F401  (the plots; an optional extra of the README's install)
     except ImportError as exc:
-        raise StateError(
+        raise UsageError(
             "paroctl report draws its plots with matplotlib, which is not installed; "
             "pip install 'paroctl[report]'"
         ) from exc

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from paroctl.errors import StateError
+from paroctl.errors import UsageError
 
 
 def _fmt(value: Any) -> str:
@@ -21,7 +21,7 @@ def _fmt(value: Any) -> str:
 def _get(store: Any, run_id: str) -> dict[str, Any]:
     run = store.run(run_id)
     if run is None:
-        raise StateError(f"no run {run_id!r}; see `paroctl results list`")
+        raise UsageError(f"no run {run_id!r}; see `paroctl results list`")
     return dict(run)
 
 
@@ -90,7 +90,7 @@ def results_compare(run_a: str, run_b: str) -> None:
     with open_store() as store:
         a, b = _get(store, run_a), _get(store, run_b)
     if a["gate"] != b["gate"]:
-        raise StateError(f"{a['run_id']} is {a['gate']}, {b['run_id']} is {b['gate']}")
+        raise UsageError(f"{a['run_id']} is {a['gate']}, {b['run_id']} is {b['gate']}")
     table = Table("", f"A {a['profile']}", f"B {b['profile']}", "B - A", "rel")
     for label, key in (("run", "run_id"), ("status", "status"), ("boot", "boot_id")):
         table.add_row(label, _fmt(a[key]), _fmt(b[key]), "", "")

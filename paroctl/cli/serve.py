@@ -326,13 +326,13 @@ def stop_cmd(dry_run: bool) -> None:
 def logs_cmd(follow: bool, name: str | None) -> None:
     """Print the live serve's log."""
     from paroctl import state
-    from paroctl.errors import StateError
+    from paroctl.errors import UsageError
     from paroctl.profile import profiles
     from paroctl.switch import switch as switch_mod
 
     live = state.read_live()
     if name is None and not live:
-        raise StateError("nothing is live; name one with --profile")
+        raise UsageError("nothing is live; name one with --profile")
     kind: str
     scope: str
     if name is not None:

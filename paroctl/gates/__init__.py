@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from paroctl.errors import ProfileError, StateError
+from paroctl.errors import ProfileError, UsageError
 from paroctl.gates.base import (
     EXTERNAL,
     GateContext,
@@ -74,16 +74,16 @@ class Endpoint:
 
 def api_key(key_file: Path | None = None) -> str | None:
     """The API key from --api-key-file, else PAROCTL_API_KEY, else None."""
-    from paroctl import state
+    from paroctl import env
 
     if key_file is None:
-        return state.env("PAROCTL_API_KEY") or None
+        return env.get("PAROCTL_API_KEY") or None
     try:
         key = key_file.expanduser().read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError) as exc:
-        raise StateError(f"--api-key-file {key_file}: cannot read it ({exc})") from exc
+        raise UsageError(f"--api-key-file {key_file}: cannot read it ({exc})") from exc
     if not key or len(key.split()) != 1:
-        raise StateError(f"--api-key-file {key_file}: expected one key on one line")
+        raise UsageError(f"--api-key-file {key_file}: expected one key on one line")
     return key
 
 
@@ -106,7 +106,7 @@ def run_gate(
     from paroctl.store.results import open_store
 
     if name not in GATES:
-        raise StateError(f"no gate {name!r} (known: {', '.join(GATES)}, suite)")
+        raise UsageError(f"no gate {name!r} (known: {', '.join(GATES)}, suite)")
     opts = {k: v for k, v in dict(options or {}).items() if v is not None}
     if endpoint is not None:
         # Stored with the run (never the key): a resume must reach the same endpoint and model.
@@ -222,20 +222,20 @@ def _resumable(
 ) -> tuple[str, dict[str, Any]]:
     run = store.run(run_id)
     if run is None:
-        raise StateError(f"no run {run_id!r} in the results store; see `paroctl results list`")
+        raise UsageError(f"no run {run_id!r} in the results store; see `paroctl results list`")
     if run["gate"] != name:
-        raise StateError(f"run {run['run_id']} is a {run['gate']} run, not {name}")
+        raise UsageError(f"run {run['run_id']} is a {run['gate']} run, not {name}")
     if run["status"] not in ("running", "error"):
-        raise StateError(f"run {run['run_id']} already finished ({run['status']}); nothing to do")
+        raise UsageError(f"run {run['run_id']} already finished ({run['status']}); nothing to do")
     if live is None:
         stored = (run["profile"], run["options"].get("url"), run["options"].get("model"))
         if stored != (EXTERNAL, opts.get("url"), opts.get("model")):
-            raise StateError(
+            raise UsageError(
                 f"run {run['run_id']} was started on {stored[0]} {stored[1] or ''} "
                 f"{stored[2] or ''}; resume it with the same --url and --model"
             )
     elif (run["profile"], run["profile_hash"]) != (live.serve.profile, live.serve.hash or None):
-        raise StateError(
+        raise UsageError(
             f"run {run['run_id']} was started on {run['profile']} ({run['profile_hash']}); "
             f"the live serve is {live.serve.profile} ({live.serve.hash or None}): switch back "
             "to resume it"

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from paroctl import __version__, state
 from paroctl.client import Client, Metrics
-from paroctl.errors import ParoctlError, RuntimeFailure, StateError
+from paroctl.errors import ParoctlError, RuntimeFailure, StateError, UsageError
 from paroctl.records import LiveRecord
 
 if TYPE_CHECKING:
@@ -59,10 +59,10 @@ class Target:
 
 
 def read_target_record() -> LiveRecord:
-    """The live record, or StateError when nothing is live."""
+    """The live record, or UsageError when nothing is live."""
     live = state.read_live()
     if live is None:
-        raise StateError(NOTHING_LIVE)
+        raise UsageError(NOTHING_LIVE)
     serve = live.serve
     needed = {"profile": serve.profile, "host": serve.host, "port": serve.port}
     missing = [
@@ -107,7 +107,7 @@ def connect_external(client: Client, model: str) -> Target:
             "check --url and the API key"
         ) from exc
     if model not in entries:
-        raise StateError(f"{client.base_url} serves {sorted(entries)}, not --model {model!r}")
+        raise UsageError(f"{client.base_url} serves {sorted(entries)}, not --model {model!r}")
     return _target(client, (model,), entries, None)
 
 

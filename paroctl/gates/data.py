@@ -13,8 +13,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from paroctl import state
-from paroctl.errors import StateError
+from paroctl import env, state
+from paroctl.errors import DataError
 
 GSM8K_URL = "https://raw.githubusercontent.com/openai/grade-school-math/master/grade_school_math/data/{split}.jsonl"
 WIKITEXT2_URL = "https://s3.amazonaws.com/research.metamind.io/wikitext/wikitext-2-raw-v1.zip"
@@ -31,7 +31,7 @@ class Question:
 
 
 def _data_dir() -> Path | None:
-    value = state.env("PAROCTL_DATA_DIR")
+    value = env.get("PAROCTL_DATA_DIR")
     return Path(value).expanduser() if value else None
 
 
@@ -46,7 +46,7 @@ def _download(url: str) -> bytes:
         response = requests.get(url, timeout=(10, 120))
         response.raise_for_status()
     except requests.RequestException as exc:
-        raise StateError(
+        raise DataError(
             f"cannot download {url} ({exc}); offline? pass --data PATH or set PAROCTL_DATA_DIR"
         ) from exc
     return response.content
@@ -62,7 +62,7 @@ def gsm8k_file(split: str, path: Path | None = None) -> Path:
             # --data names the test file; its train split sits beside it.
             path = path.with_name(f"{split}.jsonl")
         if not path.is_file():
-            raise StateError(f"{path}: no GSM8K {split} split there")
+            raise DataError(f"{path}: no GSM8K {split} split there")
         return path
     shared = _data_dir()
     if shared is not None and (shared / "gsm8k" / f"{split}.jsonl").is_file():
@@ -84,9 +84,9 @@ def load_gsm8k(split: str, path: Path | None = None) -> list[Question]:
             row = json.loads(line)
             questions.append(Question(len(questions), str(row["question"]), str(row["answer"])))
         except (ValueError, KeyError, TypeError) as exc:
-            raise StateError(f"{file}:{number + 1}: not a GSM8K row ({exc})") from exc
+            raise DataError(f"{file}:{number + 1}: not a GSM8K row ({exc})") from exc
     if not questions:
-        raise StateError(f"{file}: no questions")
+        raise DataError(f"{file}: no questions")
     return questions
 
 
@@ -96,7 +96,7 @@ def wikitext2_file(path: Path | None = None) -> Path:
         path = path.expanduser()
         path = path / "wiki.test.raw" if path.is_dir() else path
         if not path.is_file():
-            raise StateError(f"{path}: no WikiText-2 text there")
+            raise DataError(f"{path}: no WikiText-2 text there")
         return path
     shared = _data_dir()
     if shared is not None and (shared / "wikitext2" / "wiki.test.raw").is_file():

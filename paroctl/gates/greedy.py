@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from paroctl.client import RequestFailed
-from paroctl.errors import StateError
+from paroctl.errors import UsageError
 from paroctl.gates import data
 from paroctl.gates.base import GateContext, Outcome
 from paroctl.gates.prompts import corpus_ids, seeded, tokenize
@@ -87,7 +87,7 @@ def _verdict(ctx: GateContext, errors: list[str]) -> Outcome:
         return Outcome("unjudged", "self-consistent", stable, summary, text)
     other = ctx.store.run(str(against))
     if other is None or other["gate"] != "greedy":
-        raise StateError(f"--against {against}: no greedy run with that id")
+        raise UsageError(f"--against {against}: no greedy run with that id")
     theirs = {item["key"]: item["hashes"] for item in ctx.store.items(other["run_id"])}
     verdicts = {k: classify_greedy(mine[k], theirs[k]) for k in mine if k in theirs}
     if not verdicts:

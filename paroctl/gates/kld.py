@@ -20,7 +20,7 @@ from typing import Any
 
 from paroctl import state
 from paroctl.client import Client
-from paroctl.errors import StateError
+from paroctl.errors import DataError, UsageError
 from paroctl.gates import data
 from paroctl.gates.base import GateContext, Outcome
 from paroctl.gates.kl import KlStats, TokenRow, kl_stats
@@ -152,7 +152,7 @@ def cut_chunks(ids: Sequence[int], chunks: int, chunk_tokens: int) -> Chunks:
     """Consecutive, non-overlapping chunks of exactly chunk_tokens ids from the start."""
     need = chunks * chunk_tokens
     if len(ids) < need:
-        raise StateError(
+        raise DataError(
             f"the corpus gives {len(ids)} tokens, fewer than {chunks} x {chunk_tokens}; "
             "ask for fewer or shorter chunks"
         )
@@ -166,14 +166,14 @@ def parse_prompt_logprobs(
     raw = reply.get("choices", [{}])[0].get("prompt_logprobs") or reply.get("prompt_logprobs")
     if not raw or len(raw) != len(chunk):
         got = len(raw) if raw else 0
-        raise StateError(f"expected {len(chunk)} prompt-logprob rows, got {got}")
+        raise DataError(f"expected {len(chunk)} prompt-logprob rows, got {got}")
     rows: list[TokenRow] = []
     # Position 0 has no logprobs: nothing precedes it.
     for position, entry in enumerate(raw[1:], start=1):
         token = chunk[position]
         listed = {int(t): v for t, v in entry.items()}
         if token not in listed:
-            raise StateError(f"position {position}: the prompt token {token} is not in the reply")
+            raise DataError(f"position {position}: the prompt token {token} is not in the reply")
         top = {t: float(v["logprob"]) for t, v in listed.items() if int(v["rank"]) <= top_k}
         rows.append(TokenRow(top, token, float(listed[token]["logprob"])))
     return rows
@@ -207,13 +207,13 @@ def _plan(ctx: GateContext) -> Plan:
 
     candidate = ctx.profile
     if candidate is None:
-        raise StateError(
+        raise UsageError(
             f"the live profile {ctx.target.profile} cannot be loaded; it cannot be switched back"
         )
     band = candidate.body.gates.kld
     reference = ctx.opt("reference", band.reference if band else None)
     if not reference:
-        raise StateError(f"{candidate.name} has no gates.kld.reference; pass --reference PROFILE")
+        raise UsageError(f"{candidate.name} has no gates.kld.reference; pass --reference PROFILE")
     plan = Plan(
         reference=profiles.load(str(reference)),
         candidate=candidate,
@@ -249,7 +249,7 @@ def _check_plan(plan: Plan) -> None:
                 f"{plan.chunk_tokens}-token chunks"
             )
     if problems:
-        raise StateError("kld cannot run:\n" + "\n".join(problems))
+        raise UsageError("kld cannot run:\n" + "\n".join(problems))
 
 
 def _corpus_text(corpus: str) -> str:
@@ -259,7 +259,7 @@ def _corpus_text(corpus: str) -> str:
     if path.is_dir() or path.name == "wiki.test.raw":
         return data.load_corpus(path)
     if not path.is_file():
-        raise StateError(f"--corpus {corpus}: neither wikitext2 nor a readable file")
+        raise UsageError(f"--corpus {corpus}: neither wikitext2 nor a readable file")
     return path.read_text(encoding="utf-8")
 
 
@@ -282,11 +282,11 @@ def probe(text: str) -> str:
 
 
 def check_tokenizer(client: Client, reference: Profile, text: str, mine: list[int]) -> None:
-    """StateError unless the reference serve tokenizes the probe as the candidate did."""
+    """DataError unless the reference serve tokenizes the probe as the candidate did."""
     # Token ids are only comparable when both serves split text the same way.
     theirs = _tokenize(client, reference.body.model.served_names[0], probe(text))
     if mine != theirs:
-        raise StateError(
+        raise DataError(
             f"{reference.name} tokenizes differently from the candidate: the KL is undefined"
         )
 
@@ -338,7 +338,7 @@ def run(ctx: GateContext) -> Outcome:
     if reference is None:
         source: ReferenceSource | None = ctx.kld_reference
         if source is None:
-            raise StateError(
+            raise DataError(
                 f"kld: no stored reference fits ({note}); on the box, `paroctl gate kld` "
                 f"collects one by switching to {plan.reference.name} and back"
             )

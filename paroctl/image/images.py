@@ -44,12 +44,6 @@ from paroctl.image.labels import (
     images_dir,
     provenance_json,
 )
-
-# The switch's boot checks, re-exported until the switch imports them from image.provenance
-# (issue 48, at integration).
-from paroctl.image.provenance import check_boot_provenance as check_boot_provenance
-from paroctl.image.provenance import check_boot_source as check_boot_source
-from paroctl.image.provenance import check_profile_image as check_profile_image
 from paroctl.image.wheels import (
     Progress,
     build_wheels,

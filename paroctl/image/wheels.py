@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from paroctl import proc, state
+from paroctl import env, proc, state
 from paroctl.errors import RuntimeFailure
 from paroctl.image.kinds import DEFAULTS, KindDefaults
 from paroctl.versions import VLLM_CPU_REMOVE, source_root
@@ -33,7 +33,7 @@ def report(progress: Progress | None, message: str) -> None:
 
 def pip_env() -> dict[str, str]:
     """The environment pip runs in: paroctl's, without pip's version check."""
-    return {**state.environ(), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    return {**env.environ(), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
 
 
 def wheel_command(dest: Path, root: Path | None = None) -> tuple[str, ...]:

@@ -15,7 +15,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from paroctl import state
+from paroctl import env, state
 from paroctl.errors import RegistryError
 from paroctl.profile import secrets
 from paroctl.profile.checks import short
@@ -217,7 +217,7 @@ def check_env(given: Mapping[str, KnobValue], vllm_names: frozenset[str] | None)
 def vllm_env_names(envs_py: Path | None = None) -> frozenset[str] | None:
     """Names vLLM declares in vllm/envs.py, read without importing vLLM; None when not installed."""
     if envs_py is None:
-        override = state.env("PAROCTL_VLLM_ENVS")
+        override = env.get("PAROCTL_VLLM_ENVS")
         if override:
             envs_py = Path(override)
         else:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from paroctl import state
+from paroctl import env
 from paroctl.profile.profiles import Profile
+from paroctl.records import CpuDecision
 
 # Instructions that make torch's bf16 matmul fast on x86 (oneDNN's AVX512-BF16 / AMX kernels).
 BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
@@ -49,31 +49,6 @@ class CpuFacts:
     source: str  # where the flags came from
 
 
-@dataclass(frozen=True)
-class CpuPlan:
-    """The decision for one CPU serve: each value with why it was chosen."""
-
-    dtype: str
-    dtype_why: str
-    cores: int
-    reserved: int
-    reserved_why: str
-    kv_gib: str
-    kv_why: str
-    flags: tuple[str, ...]
-
-    def summary(self) -> str:
-        """One line for the switch display."""
-        return (
-            f"cpu: dtype {self.dtype} ({self.dtype_why}); engine on {self.cores - self.reserved} "
-            f"of {self.cores} cores ({self.reserved_why}); KV {self.kv_gib} GiB ({self.kv_why})"
-        )
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain dict for the boot record."""
-        return asdict(self)
-
-
 def parse_flags(cpuinfo: str) -> frozenset[str]:
     """The `flags` of the first processor in /proc/cpuinfo text."""
     for line in cpuinfo.splitlines():
@@ -100,7 +75,7 @@ def _read(path: str) -> str:
 
 def detect() -> CpuFacts:
     """Read the CPU flags, the cores this process may use and the available memory."""
-    forced = state.env(FLAGS_ENV)
+    forced = env.get(FLAGS_ENV)
     flags = frozenset(forced.split()) if forced else parse_flags(_read("/proc/cpuinfo"))
     try:
         cores = len(os.sched_getaffinity(0))
@@ -119,7 +94,7 @@ def decide(
     dtype: str | None = None,
     reserved: str | None = None,
     kv_gib: str | None = None,
-) -> CpuPlan:
+) -> CpuDecision:
     """The serve dtype, reserved cores and KV GiB for facts; a given (profile) value wins."""
     bf16 = sorted(BF16_FLAGS & facts.flags)
     if dtype and dtype != "auto":
@@ -140,7 +115,7 @@ def decide(
     else:
         kv = str(max(KV_MIN_GIB, min(KV_MAX_GIB, int(avail_gib * KV_FRACTION))))
         kv_why = f"1/{round(1 / KV_FRACTION)} of {avail_gib:.1f} GiB available"
-    return CpuPlan(
+    return CpuDecision(
         dtype=chosen,
         dtype_why=dtype_why,
         cores=facts.cores,
@@ -152,7 +127,7 @@ def decide(
     )
 
 
-def plan_for(profile: Profile, facts: CpuFacts | None = None) -> CpuPlan | None:
+def plan_for(profile: Profile, facts: CpuFacts | None = None) -> CpuDecision | None:
     """The decision for a CPU profile on this machine (None for a GPU box)."""
     if profile.body.box.accelerator != "cpu":
         return None
@@ -164,7 +139,7 @@ def plan_for(profile: Profile, facts: CpuFacts | None = None) -> CpuPlan | None:
     )
 
 
-def apply(profile: Profile, plan: CpuPlan | None) -> Profile:
+def apply(profile: Profile, plan: CpuDecision | None) -> Profile:
     """The profile with the plan's dtype and env filled in (what the serve is started with)."""
     if plan is None:
         return profile
@@ -181,12 +156,12 @@ def resolved(profile: Profile) -> Profile:
     return apply(profile, plan_for(profile))
 
 
-def serve_env(plan: CpuPlan) -> dict[str, str]:
+def serve_env(plan: CpuDecision) -> dict[str, str]:
     """The vLLM CPU environment a plan sets."""
-    return {RESERVED_ENV: str(plan.reserved), KV_ENV: plan.kv_gib}
+    return {RESERVED_ENV: str(plan.reserved), KV_ENV: str(plan.kv_gib)}
 
 
-def log_problems(plan: CpuPlan, lines: list[str]) -> list[str]:
+def log_problems(plan: CpuDecision, lines: list[str]) -> list[str]:
     """What a vLLM CPU boot log says against the plan (vllm 0.32 prints its dtype and binding)."""
     text = "\n".join(lines)
     problems = []

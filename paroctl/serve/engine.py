@@ -8,13 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from paroctl import state
+from paroctl import env
 from paroctl.errors import RuntimeFailure
 from paroctl.profile.profiles import Profile
 from paroctl.serve.plan import CACHE_MOUNT as CACHE_MOUNT
-from paroctl.serve.plan import LOAD_TRACKING_FLAG as LOAD_TRACKING_FLAG
 from paroctl.serve.plan import MODELS_MOUNT as MODELS_MOUNT
-from paroctl.serve.plan import Layout as Layout
 from paroctl.serve.plan import ServePlan
 from paroctl.serve.runtime.base import ServeSpec
 
@@ -64,10 +62,10 @@ def exec_argv(plan: ServePlan) -> list[str]:
 def serve_spec(plan: ServePlan) -> ServeSpec:
     """The ServeSpec a runtime starts for a plan (an engine serve reads its env from the file)."""
     profile = plan.profile
-    env = {} if profile.uses_engine else dict(plan.env)
+    child_env = {} if profile.uses_engine else dict(plan.env)
     serve = profile.body.serve
     return ServeSpec(
-        profile.name, tuple(exec_argv(plan)), env, serve.port, serve.host, profile.hash
+        profile.name, tuple(exec_argv(plan)), child_env, serve.port, serve.host, profile.hash
     )
 
 
@@ -121,7 +119,7 @@ class Api:
 
     def __init__(self, base_url: str | None = None, timeout_s: float = API_TIMEOUT_S) -> None:
         docker = _sdk()
-        self.base_url = base_url or state.env("DOCKER_HOST") or DEFAULT_API
+        self.base_url = base_url or env.get("DOCKER_HOST") or DEFAULT_API
         try:
             self._api = docker.APIClient(base_url=self.base_url, timeout=int(timeout_s))
             self._api.ping()
@@ -195,28 +193,4 @@ class Api:
 def api_for(profile: Profile, timeout_s: float = API_TIMEOUT_S) -> Api:
     """The API of a profile's own engine: DOCKER_HOST when set, else the engine's usual socket."""
     default = PODMAN_API if profile.body.runtime.engine == "podman" else DEFAULT_API
-    return Api(state.env("DOCKER_HOST") or default, timeout_s)
-
-
-# --- profile-taking wrappers, for the switch only (issue 48): each derives a whole plan; the
-# switch builds one ServePlan at its top and reads it instead, and then these go. ----------------
-
-
-def layout(profile: Profile) -> Layout:
-    """The layout of a profile's plan (wrapper: derives the plan)."""
-    return ServePlan.of(profile).layout
-
-
-def forwarded_env(profile: Profile) -> dict[str, str]:
-    """The forwarded environment of a profile's plan (wrapper: derives the plan)."""
-    return dict(ServePlan.of(profile).env)
-
-
-def serve_argv(profile: Profile) -> list[str]:
-    """The serve argv of a profile's plan (wrapper: derives the plan)."""
-    return list(ServePlan.of(profile).argv)
-
-
-def run_argv(profile: Profile) -> list[str]:
-    """run_command of a profile's plan (wrapper: derives the plan)."""
-    return run_command(ServePlan.of(profile))
+    return Api(env.get("DOCKER_HOST") or default, timeout_s)

@@ -18,7 +18,7 @@ import hashlib
 from pathlib import Path
 
 from paroctl import state
-from paroctl.profile.profiles import Profile, expand
+from paroctl.profile.profiles import expand
 from paroctl.serve.plan import ServePlan
 
 SUBDIR = "modelinfos"  # vLLM's directory under VLLM_CACHE_ROOT
@@ -66,22 +66,3 @@ def _copy_new(src: Path, dst: Path, *, changed: bool) -> int:
         except OSError:
             continue
     return copied
-
-
-# --- profile-taking wrappers, for the switch only (issue 48): each derives a whole plan; they go
-# once the switch passes the ServePlan it built at its top. ---------------------------------------
-
-
-def dirs(profile: Profile) -> tuple[Path, Path]:
-    """cache_dirs of a profile's plan (wrapper: derives the plan)."""
-    return cache_dirs(ServePlan.of(profile))
-
-
-def seed(profile: Profile) -> int:
-    """seed_cache of a profile's plan (wrapper: derives the plan)."""
-    return seed_cache(ServePlan.of(profile))
-
-
-def keep(profile: Profile) -> int:
-    """keep_boot of a profile's plan (wrapper: derives the plan)."""
-    return keep_boot(ServePlan.of(profile))

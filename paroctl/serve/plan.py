@@ -17,9 +17,9 @@ from types import MappingProxyType
 from paroctl.profile import knobs as knobs_mod
 from paroctl.profile.profiles import Profile, expand
 from paroctl.profile.schema import Container
+from paroctl.records import CpuDecision
 from paroctl.serve import cpu as cpu_mod
 from paroctl.serve import privilege
-from paroctl.serve.cpu import CpuPlan
 
 # Where the host directories appear inside the container.
 MODELS_MOUNT = "/models"
@@ -93,7 +93,7 @@ class ServePlan:
     env: Mapping[str, str]  # the complete environment handed to the serve
     argv: tuple[str, ...]  # the vLLM command line as the serve (container or host) sees it
     container: ContainerFlags
-    cpu: CpuPlan | None = None  # this machine's CPU decision, when resolve_cpu asked for it
+    cpu: CpuDecision | None = None  # this machine's CPU decision, when resolve_cpu asked for it
 
     @classmethod
     def of(cls, profile: Profile, *, resolve_cpu: bool = False) -> ServePlan:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from paroctl import state
-from paroctl.errors import StateError
+from paroctl.errors import DataError, StateError, UsageError
 
 # Each entry is one schema version; never edit a shipped entry, append a new one.
 MIGRATIONS: tuple[str, ...] = (
@@ -200,7 +200,7 @@ class Store:
     def record_boot(self, record: Mapping[str, Any]) -> None:
         """Store one boot attempt (ok or failed); a repeated boot_id replaces the earlier row."""
         if not record.get("boot_id") or not record.get("profile"):
-            raise StateError("a boot record needs boot_id and profile")
+            raise DataError("a boot record needs boot_id and profile")
         first_boot = record.get("first_boot")
         kv_tokens = record.get("kv_tokens")
         with self._tx() as conn:
@@ -318,7 +318,7 @@ class Store:
         if exact:
             return _run_dict(exact[0])
         if len(rows) > 1:
-            raise StateError(f"run id {run_id!r} is ambiguous: matches {len(rows)} runs")
+            raise UsageError(f"run id {run_id!r} is ambiguous: matches {len(rows)} runs")
         return _run_dict(rows[0]) if rows else None
 
     def runs(

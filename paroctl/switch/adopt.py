@@ -17,12 +17,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from paroctl import state
-from paroctl.errors import ParoctlError, RuntimeFailure, StateError
+from paroctl.errors import ParoctlError, RuntimeFailure, UsageError
 from paroctl.events import Event
 from paroctl.profile import profiles
 from paroctl.profile.profiles import Profile
 from paroctl.records import LiveRecord
-from paroctl.serve import engine
+from paroctl.serve.plan import plan_for
 from paroctl.switch import journal, recovery
 from paroctl.switch.record import (
     BootRecord,
@@ -111,7 +111,7 @@ def adopt(target: Profile, deps: Deps, *, timeout_s: float | None = None) -> Boo
     with state.locked():
         entry = journal.read()
         if entry is not None:
-            raise StateError(
+            raise UsageError(
                 f"an interrupted {recovery.describe(entry)} is recorded: `paroctl switch "
                 "--resume` finishes it, `paroctl stop` settles it"
             )
@@ -120,7 +120,7 @@ def adopt(target: Profile, deps: Deps, *, timeout_s: float | None = None) -> Boo
             if live.serve.profile == target.name and live.serve.hash == target.hash:
                 deps.events(Event("step", f"{target.name} is already live"))
                 return record_from_live(live)
-            raise StateError(
+            raise UsageError(
                 f"{live.serve.profile} is live; `paroctl adopt` takes a serve paroctl does not "
                 "track (`paroctl switch` changes the live serve)"
             )
@@ -143,16 +143,17 @@ def take(target: Profile, deps: Deps, *, timeout_s: float | None, origin: str) -
             if running
             else "something paroctl did not render"
         )
-        raise StateError(
+        raise UsageError(
             f"the running {target.name} was started from {started}, not the profile as it is "
             f"now (hash {target.hash}); `paroctl switch {target.name}` restarts it as the "
             "profile says"
         )
     deps.events(Event("step", f"verifying the running {target.name} ({origin})"))
-    cache = Path(engine.layout(target).cache_dir)
+    serve = plan_for(target)  # the plan it runs by, derived once for the cache and the checks
+    cache = Path(serve.layout.cache_dir)
     try:
         return verify_where_it_runs(
-            target,
+            serve,
             deps,
             jr=None,
             timeout_s=timeout_s,

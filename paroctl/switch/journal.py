@@ -19,10 +19,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from paroctl import state
+from paroctl import env, state
 from paroctl.errors import StateError
+from paroctl.procfs import kernel_boot_id, read_proc
 from paroctl.records import LiveRecord, ServeRef
-from paroctl.serve.runtime.local import kernel_boot_id, read_proc
 
 VERSION = 1
 FILE = "journal.json"
@@ -260,5 +260,5 @@ def hold(step: str) -> None:
     """Fault injection for the kill-at-every-step tests: with PAROCTL_TEST_HOLD_AT=<step>, stop
     this process (SIGSTOP) right after the journal recorded step, so a test can SIGKILL it there
     deterministically. Unset (always, outside those tests) it does nothing."""
-    if state.env("PAROCTL_TEST_HOLD_AT") == step:
+    if env.get("PAROCTL_TEST_HOLD_AT") == step:
         os.kill(os.getpid(), signal.SIGSTOP)

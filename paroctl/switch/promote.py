@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from paroctl.errors import StateError
+from paroctl.errors import StateError, UsageError
 
 if TYPE_CHECKING:
     from paroctl.events import EventSink
@@ -53,7 +53,7 @@ def kld_reference_by_switching(ctx: GateContext, request: Request) -> Reference:
     same = plan.reference.name == plan.candidate.name
     booted = ctx.target.profile_hash
     if not same and plan.candidate.hash != booted:
-        raise StateError(
+        raise UsageError(
             f"{plan.candidate.name} changed since it booted (hash "
             f"{booted} -> {plan.candidate.hash}); switch to it first so "
             "the gate can switch back to the same build"
@@ -145,7 +145,7 @@ def gate_list(spec: str, profile: Profile) -> tuple[str, ...]:
     names = profile.body.gates.suite if spec == "suite" else tuple(spec.split(","))
     unknown = [name for name in names if name not in GATES]
     if unknown or not names:
-        raise StateError(
+        raise UsageError(
             f"--gate {spec}: unknown gate {', '.join(unknown) or '(none)'}; "
             f"use suite or a comma list of {', '.join(GATES)}"
         )

@@ -11,7 +11,7 @@ from typing import Any
 from paroctl import state
 from paroctl.client import Client
 from paroctl.errors import ParoctlError
-from paroctl.records import LiveRecord
+from paroctl.records import CpuDecision, LiveRecord
 from paroctl.store import results
 from paroctl.switch import adopt, recovery
 from paroctl.switch.record import api_key_named
@@ -28,7 +28,7 @@ class CpuView:
     dtype_why: str
     cores: int
     engine_cores: int  # the cores not reserved for paroctl and the API server
-    kv_gib: Any
+    kv_gib: str | float
 
 
 @dataclass(frozen=True)
@@ -94,13 +94,12 @@ def probe_live(live: LiveRecord) -> LiveView:
     return LiveView(live, key_problem, healthy, tuple(names), requests, cpu_view(live.cpu))
 
 
-def cpu_view(plan: Mapping[str, Any] | None) -> CpuView | None:
-    """The CPU decision a record carries (cpu.CpuPlan.as_dict), or None."""
-    if not plan:
+def cpu_view(decision: CpuDecision | None) -> CpuView | None:
+    """The CPU decision a record carries, as status shows it; None without one."""
+    if decision is None:
         return None
-    cores = plan["cores"]
     return CpuView(
-        plan["dtype"], plan["dtype_why"], cores, cores - plan["reserved"], plan["kv_gib"]
+        decision.dtype, decision.dtype_why, decision.cores, decision.engine_cores, decision.kv_gib
     )
 
 

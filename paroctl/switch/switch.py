@@ -16,15 +16,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
-from paroctl import gpu, net, state
+from paroctl import env, gpu, net, state
 from paroctl.client import Client
-from paroctl.errors import ParoctlError, RuntimeFailure, StateError
+from paroctl.errors import ParoctlError, RuntimeFailure, StateError, UsageError
 from paroctl.events import Event, EventSink
-from paroctl.image import images
+from paroctl.image import provenance
 from paroctl.profile.profiles import Profile
 from paroctl.records import BootRecord, LiveRecord
-from paroctl.serve import cpu, engine, modelinfo, render
-from paroctl.serve.runtime.base import Runtime, ServeSpec
+from paroctl.serve import engine, modelinfo, render
+from paroctl.serve.plan import ServePlan, plan_for
+from paroctl.serve.runtime.base import Runtime
 from paroctl.switch import adopt, journal, recovery
 from paroctl.switch.record import (
     Deps,
@@ -52,7 +53,7 @@ def default_runtime(kind: str, scope: str) -> Runtime:
 
     from paroctl.serve.runtime.systemd import SystemdRuntime
 
-    prefix = tuple(shlex.split(state.env("PAROCTL_SYSTEMCTL_PREFIX", "") or ""))
+    prefix = tuple(shlex.split(env.get("PAROCTL_SYSTEMCTL_PREFIX", "") or ""))
     return SystemdRuntime(scope=scope, prefix=prefix)  # type: ignore[arg-type]
 
 
@@ -140,7 +141,7 @@ def _preflight(target: Profile, deps: Deps) -> None:
 
     ref = target.body.image.ref
     try:
-        images.check_profile_image(target)
+        provenance.check_profile_image(target)
         result = doctor.doctor_once(ref, engine.api_for(target, doctor.RUN_TIMEOUT_S))
         result.raise_for_mismatch(ref)
     except ParoctlError as exc:
@@ -245,43 +246,43 @@ def stop_live(live: LiveRecord, deps: Deps) -> None:
 def boot(
     profile: Profile, deps: Deps, *, timeout_s: float | None, jr: journal.Journal
 ) -> BootRecord:
-    """Start a profile and prove it serves (journaled); on success it becomes the live pointer."""
-    cpu_plan = cpu.plan_for(profile)
-    if cpu_plan is not None:
-        profile = cpu.apply(profile, cpu_plan)
-        deps.events(Event("step", cpu_plan.summary()))
+    """Start a profile and prove it serves (journaled); on success it becomes the live pointer.
+    Its serve plan is derived here, once, and handed on: not at the switch's top, because a CPU
+    profile's KV space is a share of the memory available once the old serve is gone."""
+    serve = plan_for(profile)
+    if serve.cpu is not None:
+        deps.events(Event("step", serve.cpu.summary()))
+    profile, where = serve.profile, serve.layout
     body = profile.body
     runtime = deps.runtime_for(body.runtime.kind, body.runtime.scope)
-    where = engine.layout(profile)
     host, port = net.connect_host(body.serve.host), body.serve.port
     if net.port_open(host, port):
         raise RuntimeFailure(
             f"{host}:{port} is already in use by something paroctl does not run; free the port "
             "before switching (it could answer in the new serve's place)"
         )
-    images.check_profile_image(profile)
-    _prepare(profile, runtime)
+    provenance.check_profile_image(profile)
+    _prepare(serve, runtime)
     cache = Path(where.cache_dir)
     first_boot = not (cache.is_dir() and any(cache.iterdir()))
     cache.mkdir(parents=True, exist_ok=True)
-    modelinfo.seed(profile)  # after first_boot: a seeded file is not a compile cache
+    modelinfo.seed_cache(serve)  # after first_boot: a seeded file is not a compile cache
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     deps.events(
         Event("step", f"starting {profile.name}" + (" (fresh cache)" if first_boot else ""))
     )
     start = time.monotonic()
     jr.step("starting", serve=serve_ref(profile))
-    runtime.start(_spec(profile))
+    runtime.start(engine.serve_spec(serve))
     jr.step("starting", pid=runtime.main_pid(profile.name))
     journal.hold("starting")
     return verify_running(
-        profile,
+        serve,
         deps,
         runtime,
         jr=jr,
         start=start,
         timeout_s=timeout_s,
-        cpu_plan=cpu_plan,
         first_boot=first_boot,
         started_at=started_at,
     )
@@ -300,7 +301,7 @@ def resume(
     with state.locked():
         entry = journal.read()
         if entry is None:
-            raise StateError("no interrupted switch to resume: the journal is empty")
+            raise UsageError("no interrupted switch to resume: the journal is empty")
         if journal.owner_alive(entry.owner):
             raise StateError(
                 f"the switch is still running (paroctl pid {entry.owner.pid}); let it finish"
@@ -351,7 +352,7 @@ def _finish_boot(
     deps.events(Event("step", f"resuming: verifying {target.name} where it runs"))
     try:
         record = verify_where_it_runs(
-            target,
+            plan_for(target),  # the plan of the serve to verify, derived once for it
             deps,
             jr=jr,
             timeout_s=timeout_s,
@@ -373,10 +374,9 @@ def plan(
     target: Profile, live: LiveRecord | None, interrupted: journal.Entry | None = None
 ) -> list[str]:
     """The exact actions a switch would take, for --dry-run."""
-    cpu_plan = cpu.plan_for(target)
-    target = cpu.apply(target, cpu_plan)
+    serve = plan_for(target)
+    target, where = serve.profile, serve.layout
     body = target.body
-    where = engine.layout(target)
     host, port = net.connect_host(body.serve.host), body.serve.port
     lines = [f"lock {state.home() / 'locks' / 'box.lock'}"]
     if interrupted is not None:
@@ -402,11 +402,11 @@ def plan(
         ]
     else:
         lines.append("live: nothing")
-    if cpu_plan is not None:
-        lines.append(cpu_plan.summary())
+    if serve.cpu is not None:
+        lines.append(serve.cpu.summary())
     if body.runtime.kind == "systemd":
         lines.append(f"install {target.unit_name}.service and daemon-reload")
-    spec = _spec(target)
+    spec = engine.serve_spec(serve)
     lines += [
         f"write {where.env_file} ({len(spec.env)} variables)",
         f"start {target.name}: {' '.join(spec.argv)}",
@@ -426,21 +426,14 @@ def plan(
 # --- pieces --------------------------------------------------------------------------------------
 
 
-def _spec(profile: Profile) -> ServeSpec:
-    body = profile.body
-    argv = engine.run_argv(profile) if profile.uses_engine else engine.serve_argv(profile)
-    env = {} if profile.uses_engine else engine.forwarded_env(profile)
-    return ServeSpec(profile.name, tuple(argv), env, body.serve.port, body.serve.host, profile.hash)
-
-
-def _prepare(profile: Profile, runtime: Runtime) -> None:
+def _prepare(serve: ServePlan, runtime: Runtime) -> None:
     """Write the env-forwarding list (and, for systemd, the unit) the serve will read."""
-    env_art = render.render(profile, "env")
-    state.atomic_write(Path(engine.layout(profile).env_file), env_art.content)
-    if profile.body.runtime.kind == "systemd":
+    env_art = render.artefact(serve, "env")
+    state.atomic_write(Path(serve.layout.env_file), env_art.content)
+    if serve.profile.body.runtime.kind == "systemd":
         from paroctl.serve.runtime import systemd
 
-        systemd.install_apply(systemd.install_plan(profile, "service", reload=False))
+        systemd.install_apply(systemd.plan_install(serve, "service", reload=False))
         reload = getattr(runtime, "daemon_reload", None)
         if reload is not None:
             reload()

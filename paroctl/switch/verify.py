@@ -19,9 +19,10 @@ from paroctl import net, state
 from paroctl.client import Client
 from paroctl.errors import ParoctlError, RuntimeFailure
 from paroctl.events import Event, EventSink
-from paroctl.image import images
+from paroctl.image import provenance
 from paroctl.profile.profiles import Profile
-from paroctl.serve import cpu, engine, modelinfo
+from paroctl.serve import cpu, modelinfo
+from paroctl.serve.plan import ServePlan
 from paroctl.serve.runtime.base import Runtime
 from paroctl.switch import journal
 from paroctl.switch.record import BootRecord, Deps, api_key_for, serve_ref
@@ -42,28 +43,28 @@ PHASE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 
 POLL_S = 0.05
 RUNNING = "vllm:num_requests_running"
-# How a serve started with engine.LOAD_TRACKING_FLAG says so in its boot log (vLLM's
+# How a serve started with plan.LOAD_TRACKING_FLAG says so in its boot log (vLLM's
 # "non-default args: {...}" line): its drain may then read /load.
 LOAD_TRACKED = "'enable_server_load_tracking': True"
 ALIVE_CHECK_S = 0.25  # how often a boot's process is asked whether it still runs
 
 
 def verify_running(
-    profile: Profile,
+    serve: ServePlan,
     deps: Deps,
     runtime: Runtime,
     *,
     jr: journal.Journal | None,
     start: float,
     timeout_s: float | None,
-    cpu_plan: cpu.CpuPlan | None,
     first_boot: bool,
     started_at: str,
     origin: str = "switch",
 ) -> BootRecord:
-    """Prove a started serve is profile's (health, names, markers, CPU decision, provenance,
-    sanity) and make it the live pointer; `profile` is the one its unit or process was started
-    from (with the CPU decision applied). Also how `adopt` and `switch --resume` take a serve."""
+    """Prove a started serve is its plan's (health, names, markers, CPU decision, provenance,
+    sanity) and make it the live pointer; `serve` is the plan its unit or process was started
+    from (the CPU decision in it). Also how `adopt` and `switch --resume` take a serve."""
+    profile, cpu_plan = serve.profile, serve.cpu
     body = profile.body
     host, port = net.connect_host(body.serve.host), body.serve.port
     watcher = LogWatcher(runtime.logs(profile.name, follow=True), start, deps.events)
@@ -89,13 +90,13 @@ def verify_running(
         lines = watcher.snapshot()
         if cpu_plan is not None and (wrong := cpu.log_problems(cpu_plan, lines)):
             raise RuntimeFailure("the serve did not take the CPU decision: " + "; ".join(wrong))
-        images.check_boot_provenance(profile, lines)
-        images.check_boot_source(profile, lines)
+        provenance.check_boot_provenance(profile, lines)
+        provenance.check_boot_source(profile, lines)
         # Built while the completion runs: after it, only what needs its answer. (vLLM's worker
         # busy-polls its queue for 1 s after each message: on 2 cores that halves paroctl's.)
-        modelinfo.keep(profile)
+        modelinfo.keep_boot(serve)
         record = _boot_record(
-            profile, runtime, jr, watcher, cpu_plan,
+            serve, runtime, jr, watcher,
             first_boot=first_boot, started_at=started_at, health_s=health_s, drain=drain,
             origin=origin,
         )  # fmt: skip
@@ -132,7 +133,7 @@ def verify_running(
 
 
 def verify_where_it_runs(
-    target: Profile,
+    serve: ServePlan,
     deps: Deps,
     *,
     jr: journal.Journal | None,
@@ -141,18 +142,16 @@ def verify_where_it_runs(
     started_at: str,
     origin: str,
 ) -> BootRecord:
-    """The boot's verification of target's running serve, with the CPU decision it booted with
-    (how `adopt` and `switch --resume` take a serve that is already running)."""
-    plan = cpu.plan_for(target)
-    runtime = deps.runtime_for(target.body.runtime.kind, target.body.runtime.scope)
+    """The boot's verification of a running serve, by the plan it booted with (`plan_for` of its
+    profile: the CPU decision in it); how `adopt` and `switch --resume` take a running serve."""
+    runtime = deps.runtime_for(serve.profile.body.runtime.kind, serve.profile.body.runtime.scope)
     return verify_running(
-        cpu.apply(target, plan),
+        serve,
         deps,
         runtime,
         jr=jr,
         start=time.monotonic(),
         timeout_s=timeout_s,
-        cpu_plan=plan,
         first_boot=first_boot,
         started_at=started_at,
         origin=origin,
@@ -160,11 +159,10 @@ def verify_where_it_runs(
 
 
 def _boot_record(
-    profile: Profile,
+    serve: ServePlan,
     runtime: Runtime,
     jr: journal.Journal | None,
     watcher: LogWatcher,
-    cpu_plan: cpu.CpuPlan | None,
     *,
     first_boot: bool,
     started_at: str,
@@ -173,13 +171,14 @@ def _boot_record(
     origin: str,
 ) -> BootRecord:
     """The record of a verified boot (boot_s and since are set once the sanity answered)."""
+    profile, cpu_plan = serve.profile, serve.cpu
     body = profile.body
     return BootRecord(
         serve=serve_ref(profile),
         boot_id=jr.boot_id if jr is not None else journal.new_boot_id(),
         knobs=dict(profile.knobs),
-        image=body.image.ref if body.image else engine.serve_argv(profile)[0],
-        cache_dir=engine.layout(profile).cache_dir,
+        image=body.image.ref if body.image else serve.argv[0],
+        cache_dir=serve.layout.cache_dir,
         first_boot=first_boot,
         kv_tokens=watcher.kv_tokens,
         phases=dict(watcher.phases),
@@ -188,7 +187,7 @@ def _boot_record(
         health_s=round(health_s, 3),
         log=str(runtime.log_path(profile.name)),
         since="",
-        cpu=cpu_plan.as_dict() if cpu_plan else None,
+        cpu=cpu_plan,
         origin=origin,
         drain=drain,
     )

@@ -23,6 +23,7 @@ from paroctl.events import Event
 from paroctl.profile import profiles
 from paroctl.records import BootRecord
 from paroctl.serve import cpu, modelinfo
+from paroctl.serve.plan import ServePlan
 from paroctl.serve.runtime.local import LocalRuntime
 from paroctl.switch import switch as switch_mod
 
@@ -90,8 +91,8 @@ def test_a_then_b_then_a(box: dict[str, str]) -> None:
     assert first.kv_tokens and first.kv_tokens > 0
     # The CPU decision the boot was started and verified with is in the record and live.json.
     decided = cpu.decide(cpu.detect())
-    assert first.cpu is not None and first.cpu["dtype"] == decided.dtype
-    assert first.cpu["reserved"] == decided.reserved
+    assert first.cpu is not None and first.cpu.dtype == decided.dtype
+    assert first.cpu.reserved == decided.reserved
     shown = f"cpu: dtype {decided.dtype} ({decided.dtype_why}); engine on "
     assert any(e.message.startswith(shown) for e in events if e.kind == "step")
     assert {"starting", "loading weights", "kv cache sized", "ready"} <= set(first.phases)
@@ -101,7 +102,9 @@ def test_a_then_b_then_a(box: dict[str, str]) -> None:
     # vLLM's model-info file (paroctl/modelinfo.py): a verified boot keeps it in the seed. Rewritten
     # compact (valid for vLLM; vLLM itself writes indent=2), it must reach cpu-demo-alt's fresh
     # cache byte for byte: its vLLM read it and skipped the inspection subprocess (~20 s a boot).
-    seed_files = sorted(modelinfo.dirs(profiles.load("cpu-demo"))[1].glob("*.json"))
+    seed_files = sorted(
+        modelinfo.cache_dirs(ServePlan.of(profiles.load("cpu-demo")))[1].glob("*.json")
+    )
     assert seed_files, "the first verified boot kept no model-info file"
     for path in seed_files:
         path.write_text(json.dumps(json.loads(path.read_text()), separators=(",", ":")))
@@ -134,10 +137,10 @@ def test_a_then_b_then_a(box: dict[str, str]) -> None:
     assert drained and drained[0] == "draining: 1 requests in flight", drained
     assert len(answer) >= DRAINED_TOKENS, f"cut off after {len(answer)} chunks"
     assert answering(box["port"]) == ["smollm2-alt"]
-    alt_files = modelinfo.dirs(profiles.load("cpu-demo-alt"))[0].glob("*.json")
+    alt_files = modelinfo.cache_dirs(ServePlan.of(profiles.load("cpu-demo-alt")))[0].glob("*.json")
     assert sorted(p.read_text() for p in alt_files) == sorted(p.read_text() for p in seed_files)
     assert state.read_live().serve.profile == "cpu-demo-alt"  # type: ignore[union-attr]
-    assert state.read_live().cpu["dtype"] == decided.dtype  # type: ignore[union-attr,index]
+    assert state.read_live().cpu.dtype == decided.dtype  # type: ignore[union-attr]
     # The way back is the README's main job through the real CLI: `paroctl demo run` (setup finds
     # every part built, then the switch, the sanity gate against the new serve, the status).
     demo_run = subprocess.run(

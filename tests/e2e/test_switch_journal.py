@@ -22,7 +22,8 @@ import pytest
 from paroctl import net, state
 from paroctl.client import Client, metric_value
 from paroctl.errors import ParoctlError
-from paroctl.serve.runtime.local import LocalRuntime, group_members, read_proc
+from paroctl.procfs import group_members, read_proc
+from paroctl.serve.runtime.local import LocalRuntime
 from paroctl.switch import journal
 
 pytestmark = pytest.mark.e2e

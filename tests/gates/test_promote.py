@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from paroctl import state
-from paroctl.errors import ProfileError, StateError
+from paroctl.errors import ProfileError, UsageError
 from paroctl.gates.stats import mcnemar_exact, paired_noninferiority
 from paroctl.profile import profiles
 from paroctl.records import LiveRecord
@@ -79,7 +79,7 @@ def test_gates_run_cheapest_first_and_the_plan_says_so() -> None:
         "sanity", "decode", "kld", "gsm8k",
     )  # fmt: skip
     assert promote.gate_list("suite", profile)[0] == "sanity"
-    with pytest.raises(StateError, match="unknown gate kv"):
+    with pytest.raises(UsageError, match="unknown gate kv"):
         promote.gate_list("sanity,kv", profile)
     state.write_live(
         LiveRecord.from_dict(

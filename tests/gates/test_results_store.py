@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from paroctl.errors import StateError
+from paroctl.errors import DataError, StateError, UsageError
 from paroctl.store import results
 from paroctl.store.results import Provenance, open_store
 
@@ -68,7 +68,7 @@ def test_boots_round_trip_newest_first_and_by_profile(tmp_path: Path) -> None:
         assert first["first_boot"] is True and first["kv_tokens"] == 12345
         assert first["cache_dir"] == "/tmp/cache" and first["knobs"] == {"PARO_X": "1"}
         assert len(store.boots()) == 3 and len(store.boots(limit=1)) == 1
-        with pytest.raises(StateError, match="boot_id and profile"):
+        with pytest.raises(DataError, match="boot_id and profile"):
             store.record_boot({"profile": "x"})
 
 
@@ -108,7 +108,7 @@ def test_run_lookup_by_prefix(tmp_path: Path) -> None:
         store.start_run("20260101-gsm8k-bbbb", "gsm8k", PROV, {})
         assert store.run("20260101-gsm8k-a")["run_id"] == "20260101-gsm8k-aaaa"
         assert store.run("nope") is None
-        with pytest.raises(StateError, match="ambiguous"):
+        with pytest.raises(UsageError, match="ambiguous"):
             store.run("20260101")
 
 

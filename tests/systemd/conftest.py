@@ -32,7 +32,8 @@ import pytest
 from paroctl import demo, dockerhost, proc, state
 from paroctl.errors import RuntimeFailure
 from paroctl.profile import profiles
-from paroctl.serve.runtime.systemd import SystemdRuntime, install_apply, install_plan
+from paroctl.serve.plan import plan_for
+from paroctl.serve.runtime.systemd import SystemdRuntime, install_apply, plan_install
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = "local/paroctl-systemd-test:1"
@@ -67,7 +68,7 @@ class SystemdBox:
 
     def install(self, profile: profiles.Profile) -> None:
         """Render and install a profile's .service + env file, then daemon-reload the box."""
-        install_apply(install_plan(profile, "service", reload=False))
+        install_apply(plan_install(plan_for(profile), "service", reload=False))
         self.runtime.daemon_reload()
 
     def paroctl_units(self) -> list[str]:

@@ -21,7 +21,7 @@ import pytest
 
 from paroctl import net, proc, state
 from paroctl.client import Client
-from paroctl.serve.runtime.local import read_proc
+from paroctl.procfs import read_proc
 from paroctl.serve.runtime.systemd import unit_for
 from paroctl.switch import journal
 

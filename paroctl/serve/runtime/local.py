@@ -13,14 +13,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from paroctl import state
+from paroctl import env, state
 from paroctl.errors import RuntimeFailure
 from paroctl.procfs import alive as _alive
-from paroctl.procfs import group_members
-
-# Re-exported for switch/journal.py, which imports them from here until issue 48's integration.
-from paroctl.procfs import kernel_boot_id as kernel_boot_id
-from paroctl.procfs import read_proc as read_proc
+from paroctl.procfs import group_members, kernel_boot_id, read_proc
 from paroctl.serve.runtime.base import ServeSpec
 
 PID_FILE = "serve.pid"
@@ -147,8 +143,8 @@ class LocalRuntime:
         log = run_dir / LOG_FILE
         if log.exists():
             log.replace(run_dir / f"{LOG_FILE}.1")
-        env = dict(state.environ())
-        env.update(spec.env)
+        child_env = dict(env.environ())
+        child_env.update(spec.env)
         with open(log, "wb") as log_handle, open(os.devnull, "rb") as devnull:
             try:
                 # A new session makes the serve its own process-group leader: stop() signals the
@@ -158,7 +154,7 @@ class LocalRuntime:
                     stdin=devnull,
                     stdout=log_handle,
                     stderr=subprocess.STDOUT,
-                    env=env,
+                    env=child_env,
                     start_new_session=True,
                     close_fds=True,
                 )

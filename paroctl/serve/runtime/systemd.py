@@ -11,11 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from paroctl import proc, state
+from paroctl import env, proc, state
 from paroctl.errors import RuntimeFailure, StateError
-from paroctl.profile.profiles import Profile
 from paroctl.serve import render
-from paroctl.serve.plan import ServePlan, plan_for
+from paroctl.serve.plan import ServePlan
 from paroctl.serve.runtime.base import ServeSpec
 
 Scope = Literal["system", "user"]
@@ -28,11 +27,11 @@ def systemctl_argv(scope: Scope, *args: str) -> list[str]:
 
 def unit_dir(scope: Scope, quadlet: bool) -> Path:
     """Where unit (or Quadlet) files are installed; PAROCTL_UNIT_DIR overrides for tests/chroots."""
-    override = state.env("PAROCTL_UNIT_DIR")
+    override = env.get("PAROCTL_UNIT_DIR")
     if override:
         return Path(override)
     if scope == "user":
-        base = Path(state.env("XDG_CONFIG_HOME", "~/.config") or "~/.config").expanduser()
+        base = Path(env.get("XDG_CONFIG_HOME", "~/.config") or "~/.config").expanduser()
         return base / ("containers/systemd" if quadlet else "systemd/user")
     return Path("/etc/containers/systemd" if quadlet else "/etc/systemd/system")
 
@@ -72,12 +71,6 @@ def plan_install(serve: ServePlan, fmt: Literal["service", "quadlet"], reload: b
     )
     commands = (tuple(systemctl_argv(scope, "daemon-reload")),) if reload else ()
     return InstallPlan(files=files, commands=commands)
-
-
-def install_plan(profile: Profile, fmt: Literal["service", "quadlet"], reload: bool) -> InstallPlan:
-    """plan_install of a profile as this machine serves it (a CPU profile with this CPU's
-    dtype/cores/KV decision; idempotent on a profile the switch already resolved)."""
-    return plan_install(plan_for(profile), fmt, reload)
 
 
 def install_apply(plan: InstallPlan) -> None:
@@ -173,7 +166,7 @@ class SystemdRuntime:
     `prefix` goes in front of every command, to reach a systemd elsewhere: `("docker", "exec",
     "box")` for one inside a container, `("ssh", "box")` for another machine (the command is then
     shell-quoted into one word, as ssh wants). The units are
-    installed beforehand (install_plan/install_apply, then daemon_reload): a unit file, not the
+    installed beforehand (plan_install/install_apply, then daemon_reload): a unit file, not the
     ServeSpec, is what systemd runs, so start() uses only the spec's name.
     """
 
