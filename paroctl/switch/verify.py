@@ -104,6 +104,14 @@ def verify_running(
         metrics()
     finally:
         client.close()
+    return _make_live(record, deps, jr, start, first_boot=first_boot)
+
+
+def _make_live(
+    record: BootRecord, deps: Deps, jr: journal.Journal | None, start: float, *, first_boot: bool
+) -> BootRecord:
+    """Warn about the KV reading, stamp the record and make it the live pointer (and a stored
+    boot); the journal's entry goes once live.json describes the box."""
     if record.kv_tokens is None:
         deps.events(Event("warn", "no KV cache size line in the log"))
     elif first_boot:
@@ -128,7 +136,7 @@ def verify_running(
     if jr is not None:
         jr.clear()  # live.json describes the box now; every caller would clear it next
     stored()
-    deps.events(Event("step", f"{profile.name} is live", record.boot_s))
+    deps.events(Event("step", f"{record.serve.profile} is live", record.boot_s))
     return record
 
 
