@@ -77,35 +77,12 @@ def main() -> None:
                 f"format noise int8 {rel(ra['int8'], r16):.2e} fp8 {rel(ra['fp8'], r16):.2e}",
             ]
             for kind in ("int8", "fp8"):
-                y = dequant.w8_linear(
-                    x.cuda(),
-                    prep.qweight,
-                    prep.qweight_hi,
-                    prep.scales,
-                    prep.zeros,
-                    prep.rot_hi,
-                    prep.rot_lo,
-                    prep.bounds,
-                    g,
-                    prep.w8_amax,
-                    bias(parts).cuda(),
-                    kind,
-                )
+                y = dequant.w8_linear(prep, x.cuda(), bias(parts).cuda(), kind)
                 line.append(
                     f"{kind}: vs a8-int8 {rel(y, ra['int8']):.2e} vs a8-fp8 "
                     f"{rel(y, ra['fp8']):.2e} vs a16 {rel(y, r16):.2e}"
                 )
-            w = dequant.dequant_rotate(
-                prep.qweight,
-                prep.qweight_hi,
-                prep.scales,
-                prep.zeros,
-                prep.rot_hi,
-                prep.rot_lo,
-                prep.bounds,
-                g,
-                dtype=torch.bfloat16,
-            )
+            w = dequant.dequant_rotate(prep, dtype=torch.bfloat16)
             y = dequant.dequant_linear(x.cuda(), w, bias(parts).cuda())
             line.append(
                 f"bf16-dequant: vs a8-int8 {rel(y, ra['int8']):.2e} vs a16 {rel(y, r16):.2e}"

@@ -19,6 +19,7 @@ from paro_kernels.triton import aot, gemv_dot, gemv_fma, gemv_mma, launch, prolo
 
 _CHILD = """
 import torch
+from dataclasses import replace
 from _triton_cases import bias, merged_layer, packed, reference, rel, runs
 from paro_kernels.triton import gemv_dot, gemv_fma, prologue, repack, route
 out = []
@@ -44,9 +45,8 @@ for k, sizes, g, m, path in [(256, [96], 128, 1, "gemv"),
             cfg = gemv_fma.gemv2_config(m, sum(sizes), k, g, prep.bounds, 4)
             # with the tables: the Givens-inside GEMV at M = 1 (fourth pass), the sliced
             # prologue at M = 2; "gemv-prologue" without them
-            gv = (None, None) if path == "gemv-prologue" else (prep.gv_idx, prep.gv_coef)
-            args = (prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales, prep.zeros, *gv)
-            y = gemv_fma.gemv_w4a16(args, x, prep.bounds, g, bb, config=cfg)
+            w = replace(prep, gv_idx=None, gv_coef=None) if path == "gemv-prologue" else prep
+            y = gemv_fma.gemv_w4a16(w, x, bb, config=cfg)
         else:
             y = route.w4a16_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
                                   prep.zeros, prep.bounds, g, bb, path=path)
@@ -64,9 +64,7 @@ for k, sizes, g, m, path in [(256, [96], 128, 1, "gemv"),
             xg = prologue.rotate_givens_paired(x, prep.gv_idx, prep.gv_coef, g, paired=False)
             xs = prologue.rotate_slices(x, prep.rot_hi, prep.rot_lo, g, f16=True)[0]
             assert rel(xg, xs) <= 2e-3, rel(xg, xs)
-            y = gemv_dot.gemv3_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
-                                         prep.zeros, prep.bounds, g, bb, prep.gv_idx,
-                                         prep.gv_coef, prologue="givens")
+            y = gemv_dot.gemv3_linear(prep, x, bb, prologue="givens")
             out.append(rel(y, reference(x, parts, g)))
         if path == "gemv-mma" and m > 8:  # the records prologue in row blocks (twenty-fifth
             # pass, a ragged last block at 4 rows): the same xr as one program for all rows
@@ -83,9 +81,7 @@ for k, sizes, g, m, path in [(256, [96], 128, 1, "gemv"),
             xs = prologue.rotate_slices(x, prep.rot_hi, prep.rot_lo, g, paired=True)[0]
             assert xg.shape == xs.shape and xg.dtype == xs.dtype
             assert rel(xg, xs) <= 2e-3, rel(xg, xs)
-            y = gemv_fma.gemv_h2_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
-                                           prep.zeros, prep.bounds, g, bb,
-                                           gv=(prep.gv_idx, prep.gv_coef), prologue="givens")
+            y = gemv_fma.gemv_h2_linear(prep, x, bb, prologue="givens")
             out.append(rel(y, reference(x, parts, g)))
 print(max(out))
 """
@@ -110,6 +106,7 @@ def test_interpreter_every_path_matches_fp64_reference() -> None:
 
 
 _CHILD_INT5 = """
+from dataclasses import replace
 import torch
 from paro_kernels import reference as ref
 from _triton_cases import hi_planes, merged_layer_bits, packed, rel, runs
@@ -131,14 +128,9 @@ for k, sizes, m in [(384, [64, 32, 32], 1), (256, [96, 32], 2), (384, [64, 32, 3
         ys = [route.linear_a8(prep, x, b, "int8", "group", True)]
         if m <= 2:  # the HFMA2 GEMV's int5 variant (fifth bits, xr / 128), forced, with either
             # paired prologue (blocks, records)
-            ys.append(gemv_fma.gemv_h2_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight,
-                                                 prep.scales, prep.zeros, prep.bounds, 128, b,
-                                                 qweight_hi=prep.qweight_hi))
-            ys.append(gemv_fma.gemv_h2_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight,
-                                                 prep.scales, prep.zeros, prep.bounds, 128, b,
-                                                 qweight_hi=prep.qweight_hi,
-                                                 gv=(prep.gv_idx, prep.gv_coef),
-                                                 prologue="givens"))
+            blocks = replace(prep, gv_idx=None, gv_coef=None)
+            ys.append(gemv_fma.gemv_h2_linear(blocks, x, b))
+            ys.append(gemv_fma.gemv_h2_linear(prep, x, b, prologue="givens"))
         for y in ys:
             assert y.shape == (m, sum(sizes)) and y.dtype == torch.float16
             out.append(rel(y, want))
@@ -167,8 +159,7 @@ for k, sizes, g, m, bits in [(256, [96], 128, 33, 4), (384, [64, 32, 32], 64, 20
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.float16)
     b = torch.cat([p.bias for p in parts])
     for kind in ("int8", "fp8"):
-        y = dequant.w8_linear(x, prep.qweight, prep.qweight_hi, prep.scales, prep.zeros,
-                                prep.rot_hi, prep.rot_lo, prep.bounds, g, prep.w8_amax, b, kind)
+        y = dequant.w8_linear(prep, x, b, kind)
         e = rel(y, reference_a8(x, parts, g, bits, kind, "group"))
         # the interpreter's fp32 -> e4m3 cast is not RNE (randn * 50: 8.2e-2 relative against
         # torch's 2.7e-2), hence twice the H200 bound for fp8 here

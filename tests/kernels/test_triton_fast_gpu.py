@@ -104,10 +104,8 @@ def test_h2_prologues_match_fp64(k: int, sizes: list[int], scale: float, m: int,
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m + k)) * scale
     x = x.to(torch.bfloat16)
     bb = bias(parts)
-    y = gemv_fma.gemv_h2_linear(x.cuda(), prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
-                                   prep.zeros, prep.bounds, 128,
-                                   None if bb is None else bb.cuda(),
-                                   gv=(prep.gv_idx, prep.gv_coef), prologue=prologue)  # fmt: skip
+    y = gemv_fma.gemv_h2_linear(prep, x.cuda(), None if bb is None else bb.cuda(),
+                                prologue=prologue)  # fmt: skip
     assert y.dtype == torch.bfloat16 and torch.isfinite(y).all()
     assert rel(y, reference(x, parts, 128)) <= 2e-3
     xg = rotate_givens_paired(x.cuda(), prep.gv_idx, prep.gv_coef, 128)
@@ -161,13 +159,10 @@ def test_mma_gemv_matches_fp64(k: int, sizes: list[int], g: int, m: int,
     bb = bias(parts)
     c = gemv_mma.mma_config(m, sum(sizes), k, g, prep.bounds, 132, **cfg)
     want = reference(x, parts, g)
-    gv = (prep.gv_idx, prep.gv_coef)
     for prologue in ("givens", "slice"):
         for _ in range(2):  # the second call finds the split-K workspace and tickets zeroed
-            y = gemv_mma.gemv_mma_linear(x.cuda(), prep.rot_hi, prep.rot_lo, prep.qweight,
-                                            prep.scales, prep.zeros, prep.bounds, g,
-                                            None if bb is None else bb.cuda(), c, gv,
-                                            prologue=prologue)  # fmt: skip
+            y = gemv_mma.gemv_mma_linear(prep, x.cuda(), None if bb is None else bb.cuda(), c,
+                                         prologue=prologue)  # fmt: skip
             assert y.shape == (m, sum(sizes)) and y.dtype == torch.bfloat16
             assert torch.isfinite(y).all()
             assert rel(y, want) <= 2e-3, (prologue, rel(y, want))
@@ -209,10 +204,7 @@ def test_gemv_with_givens_inside(k: int, sizes: list[int], g: int, m: int) -> No
     parts, prep = _prep(k, sizes, g, b=True)
     assert prep.gv_idx is not None
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.bfloat16)
-    args = (prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales, prep.zeros, prep.gv_idx,
-            prep.gv_coef)  # fmt: skip
-    y = gemv_fma.gemv_w4a16(args, x.cuda(), prep.bounds, g, bias(parts).cuda(), fused=True,  # type: ignore[union-attr]
-                             h2=False)  # fmt: skip
+    y = gemv_fma.gemv_w4a16(prep, x.cuda(), bias(parts).cuda(), fused=True, h2=False)  # type: ignore[union-attr]
     assert rel(y, reference(x, parts, g)) <= 2e-3
 
 
@@ -238,10 +230,8 @@ def test_gemv3_configs_and_prologues(prologue: str, cfg: str, pdl: bool, m: int)
     c = gemv_dot.gemv3_config(m, sum(sizes), k, 128, prep.bounds, 132, **kw)
     bb = bias(parts)
     for _ in range(2):  # the second call finds the split-K workspace and tickets zeroed
-        y = gemv_dot.gemv3_linear(x.cuda(), prep.rot_hi, prep.rot_lo, prep.qweight,
-                                     prep.scales, prep.zeros, prep.bounds, 128,
-                                     None if bb is None else bb.cuda(), prep.gv_idx,
-                                     prep.gv_coef, prologue, c, pdl)  # fmt: skip
+        y = gemv_dot.gemv3_linear(prep, x.cuda(), None if bb is None else bb.cuda(), prologue,
+                                  c, pdl)  # fmt: skip
         assert rel(y, reference(x, parts, 128)) <= 2e-3
     assert_scratch_zeroed()
 
@@ -257,9 +247,7 @@ def test_dequant_int5(m: int) -> None:
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.bfloat16)
     want = torch.cat([ref.paro_linear_ref(x, *p.args(), 5, g, p.bias, **p.hi()) for p in parts], 1)
     for trans, dtype in ((True, torch.bfloat16), (False, torch.bfloat16), (True, torch.float16)):
-        w = dequant.dequant_rotate(prep.qweight, prep.qweight_hi, prep.scales, prep.zeros,
-                                     prep.rot_hi, prep.rot_lo, prep.bounds, g, dtype=dtype,
-                                     trans=trans)  # fmt: skip
+        w = dequant.dequant_rotate(prep, dtype=dtype, trans=trans)
         y = dequant.dequant_linear(x.cuda(), w, bias(parts).cuda())  # type: ignore[union-attr]
         tol = BF16_W_FLOOR if dtype == torch.bfloat16 else 2e-3
         assert y.dtype == torch.bfloat16 and rel(y, want) <= tol, (trans, dtype)
@@ -275,8 +263,7 @@ def test_dequant_kernels_agree(k: int, sizes: list[int], g: int) -> None:
     x = torch.randn(1030, k, generator=torch.Generator().manual_seed(k)).to(torch.bfloat16)
     want = reference(x, parts, g)
     for trans, dtype in ((True, torch.bfloat16), (False, torch.bfloat16), (True, torch.float16)):
-        w = dequant.dequant_rotate(prep.qweight, None, prep.scales, prep.zeros, prep.rot_hi,
-                                     prep.rot_lo, prep.bounds, g, dtype=dtype, trans=trans)  # fmt: skip
+        w = dequant.dequant_rotate(prep, dtype=dtype, trans=trans)
         y = dequant.dequant_linear(x.cuda(), w, bias(parts).cuda())  # type: ignore[union-attr]
         assert rel(y, want) <= (BF16_W_FLOOR if dtype == torch.bfloat16 else 2e-3), (trans, dtype)
 

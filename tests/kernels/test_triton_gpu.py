@@ -108,10 +108,7 @@ def test_zero_point_as_rowsum_correction(m: int) -> None:
     parts, prep = _prep(1024, [512, 128, 128], 128, torch.bfloat16, b=False)
     x = torch.randn(m, 1024, generator=torch.Generator().manual_seed(m)).to(torch.bfloat16)
     xr, rs = prologue.rotate_scale(x.cuda(), prep.rot_hi, prep.rot_lo, 128)
-    y = gemm.w4a16_gemm(
-        xr, rs, prep.qweight, prep.scales, prep.zeros, prep.bounds, 128, torch.bfloat16,
-        zp_rowsum=True,
-    )  # fmt: skip
+    y = gemm.w4a16_gemm(xr, rs, prep, torch.bfloat16, zp_rowsum=True)
     assert rel(y, reference(x, parts, 128)) <= 2e-3
 
 
@@ -161,8 +158,5 @@ def test_decode_configs_of_the_sweep_match(m: int) -> None:
     for bn in (64, 128, 256):
         for rowsum, planes in ((False, False), (True, False), (False, True), (True, True)):
             cfg = launch.Config(16, bn, 8, 8 if bn == 256 else 4, 4, rowsum=rowsum, planes=planes)
-            y = gemm.w4a16_gemm(
-                xr, rs, prep.qweight, prep.scales, prep.zeros, prep.bounds, 128, torch.bfloat16,
-                config=cfg,
-            )  # fmt: skip
+            y = gemm.w4a16_gemm(xr, rs, prep, torch.bfloat16, config=cfg)
             assert rel(y, r) <= 2e-3, cfg

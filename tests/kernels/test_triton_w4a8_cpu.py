@@ -38,8 +38,7 @@ prep = repack.prepare(*packed(parts), runs(parts), g, dtype=torch.float16, devic
                     **hi_planes(parts))
 x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.float16)
 q, asc, rs = prologue.rotate_quant(x, prep.rot_hi, prep.rot_lo, g, fmt, scale)
-y = gemm.w4a8_gemm(q, asc, rs, prep.qweight, prep.qweight_hi, prep.scales, prep.zeros,
-                   prep.bounds, g, torch.float16, bias(parts), token=scale == "token",
+y = gemm.w4a8_gemm(q, asc, rs, prep, torch.float16, bias(parts), token=scale == "token",
                    zp_epilogue=zpe)
 y2 = route.linear_a8(prep, x, bias(parts), fmt, scale, zpe)
 assert y.shape == (m, sum(sizes)) and y.dtype == torch.float16
@@ -224,7 +223,7 @@ def test_interpreter_sliced_token_prologue_matches_whole(case: tuple) -> None:  
 
 
 _MMA5_CHILD = """
-import sys, torch
+import dataclasses, sys, torch
 from _triton_cases import bias, hi_planes, merged_layer_bits, packed, rel, runs
 from paro_kernels import reference as ref
 from paro_kernels.triton import gemv_mma, repack
@@ -237,18 +236,13 @@ x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.float
 want = torch.cat([ref.paro_linear_ref(x, *p.args(), 5, g, p.bias, **p.hi()) for p in parts], 1)
 out = []
 for prologue in ("givens", "slice"):
-    y = gemv_mma.gemv_mma_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
-                                    prep.zeros, prep.bounds, g, bias(parts),
-                                    gv=(prep.gv_idx, prep.gv_coef), qweight_hi=prep.qweight_hi,
-                                    prologue=prologue)
+    y = gemv_mma.gemv_mma_linear(prep, x, bias(parts), prologue=prologue)
     assert y.shape == (m, sum(sizes)) and y.dtype == torch.float16
     out.append(rel(y, want))
 # the launcher's choice: small layers take the blocks past M = 8, else the records (here
 # records of another rotation, so that the two prologues' outputs differ)
-ys = {p: gemv_mma.gemv_mma_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
-                                     prep.zeros, prep.bounds, g, None,
-                                     gv=(prep.gv_idx, prep.gv_coef * 0.5),
-                                     qweight_hi=prep.qweight_hi, prologue=p)
+other = dataclasses.replace(prep, gv_coef=prep.gv_coef * 0.5)
+ys = {p: gemv_mma.gemv_mma_linear(other, x, None, prologue=p)
       for p in ("givens", "slice", "")}
 chosen = "slice" if m >= gemv_mma.MMA_BLOCKS_MIN_M else "givens"
 assert torch.equal(ys[""], ys[chosen]) and rel(ys["givens"], ys["slice"].double()) > 0.1

@@ -94,9 +94,8 @@ def test_w4a8_linear_matches_fp64(
         assert rel(rs[i], qi.view(m, k // g, g).sum(-1)) <= 1e-6
     # GEMM: exact arithmetic on the kernel's own codes, at the bf16 output floor
     y = gemm.w4a8_gemm(
-        q, asc, rs, prep.qweight, prep.qweight_hi, prep.scales, prep.zeros, prep.bounds, g,
-        torch.bfloat16, bb, token=scale == "token", zp_epilogue=zpe,
-    )  # fmt: skip
+        q, asc, rs, prep, torch.bfloat16, bb, token=scale == "token", zp_epilogue=zpe
+    )
     assert y.shape == (m, sum(sizes)) and y.dtype == torch.bfloat16
     assert rel(y, exact_gemm(q, asc, parts, g, bits)) <= 2e-3
     # end to end through the custom op vs the independent fp64 reference
@@ -129,8 +128,7 @@ def test_e4m3_from_bits_equals_the_converting_gemm(
     x = torch.randn(m, 1024, generator=torch.Generator().manual_seed(m)).to(torch.bfloat16).cuda()
     q, asc, rs = prologue.rotate_quant(x, prep.rot_hi, prep.rot_lo, 128, "fp8", "group")
     bb = bias(parts)  # exact_gemm adds the layer's bias (the int5 layers have one)
-    args = (q, asc, rs, prep.qweight, prep.qweight_hi, prep.scales, prep.zeros, prep.bounds, 128,
-            torch.bfloat16, None if bb is None else bb.cuda())  # fmt: skip
+    args = (q, asc, rs, prep, torch.bfloat16, None if bb is None else bb.cuda())
     y = gemm.w4a8_gemm(*args)
     monkeypatch.setattr(prologue, "e4m3_bits", lambda hip: True)
     y_bits = gemm.w4a8_gemm(*args)
@@ -232,9 +230,7 @@ def test_int5_gemv3_configs_match_fp64(cfg: str, m: int) -> None:
     bb = bias(parts).cuda()  # type: ignore[union-attr]
     want = _a16_reference(x, parts, g, 5)
     for _ in range(2):
-        y = gemv_dot.gemv3_linear(x.cuda(), prep.rot_hi, prep.rot_lo, prep.qweight,
-                                     prep.scales, prep.zeros, prep.bounds, g, bb, prep.gv_idx,
-                                     prep.gv_coef, "", c, None, prep.qweight_hi)  # fmt: skip
+        y = gemv_dot.gemv3_linear(prep, x.cuda(), bb, "", c, None)
         assert y.dtype == torch.bfloat16 and rel(y, want) <= 2e-3, cfg
     assert_scratch_zeroed()
 
@@ -255,10 +251,7 @@ def test_int5_h2_matches_fp64(scale: float, m: int, how: str) -> None:
     bb = bias(parts).cuda()  # type: ignore[union-attr]
     want = _a16_reference(x, parts, g, 5)
     for _ in range(2):
-        y = gemv_fma.gemv_h2_linear(x.cuda(), prep.rot_hi, prep.rot_lo, prep.qweight,
-                                       prep.scales, prep.zeros, prep.bounds, g, bb,
-                                       qweight_hi=prep.qweight_hi,
-                                       gv=(prep.gv_idx, prep.gv_coef), prologue=how)  # fmt: skip
+        y = gemv_fma.gemv_h2_linear(prep, x.cuda(), bb, prologue=how)
         assert y.dtype == torch.bfloat16 and torch.isfinite(y).all()
         assert rel(y, want) <= 2e-3
     assert_scratch_zeroed()
@@ -283,12 +276,9 @@ def test_int5_mma_gemv_matches_fp64(k: int, sizes: list[int], g: int, m: int,
     bb = bias(parts).cuda()  # type: ignore[union-attr]
     c = gemv_mma.mma_config(m, sum(sizes), k, g, prep.bounds, 132, 5, **cfg)
     want = _a16_reference(x, parts, g, 5)
-    gv = (prep.gv_idx, prep.gv_coef)
     for prologue in ("givens", "slice"):
         for _ in range(2):
-            y = gemv_mma.gemv_mma_linear(x.cuda(), prep.rot_hi, prep.rot_lo, prep.qweight,
-                                            prep.scales, prep.zeros, prep.bounds, g, bb, c, gv,
-                                            prep.qweight_hi, prologue)  # fmt: skip
+            y = gemv_mma.gemv_mma_linear(prep, x.cuda(), bb, c, prologue)
             assert y.shape == (m, sum(sizes)) and y.dtype == torch.bfloat16
             assert torch.isfinite(y).all()
             assert rel(y, want) <= 2e-3, (prologue, rel(y, want))
@@ -306,9 +296,7 @@ def test_w8_prefill_kinds(kind: str, bits: int) -> None:
     parts, prep = _prep(k, sizes, g, bits)
     x = torch.randn(300, k, generator=torch.Generator().manual_seed(bits)).to(torch.bfloat16)
     for b in (bias(parts), None):
-        y = dequant.w8_linear(x.cuda(), prep.qweight, prep.qweight_hi, prep.scales, prep.zeros,
-                                prep.rot_hi, prep.rot_lo, prep.bounds, g, prep.w8_amax,
-                                None if b is None else b.cuda(), kind)  # fmt: skip
+        y = dequant.w8_linear(prep, x.cuda(), None if b is None else b.cuda(), kind)
         r = reference_a8(x, parts, g, bits, "int8" if kind == "int8" else "fp8", "group")
         if b is None:
             r = r - bias(parts).double()  # type: ignore[union-attr]

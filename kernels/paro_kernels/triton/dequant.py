@@ -23,6 +23,7 @@ from .dequant_kernels import (
     int_mm_epilogue_kernel,
     quant_rows_kernel,
 )
+from .weights import Prepared
 
 DEQUANT_BLOCK_N = 64
 
@@ -63,14 +64,7 @@ DEQUANT_T_PROGRAMS_PER_SM = 4
 
 
 def dequant_rotate(
-    qweight: torch.Tensor,
-    qweight_hi: torch.Tensor | None,
-    scales: torch.Tensor,
-    zeros: torch.Tensor,
-    rot_hi: torch.Tensor,
-    rot_lo: torch.Tensor,
-    bounds: tuple[int, ...],
-    group_size: int,
+    w: Prepared,
     out: torch.Tensor | None = None,
     block_n: int = 0,
     num_warps: int = 0,
@@ -87,6 +81,8 @@ def dequant_rotate(
     weights (in the shared scratch); `trans` picks `dequant_rotate_t_kernel` (default: per
     platform, `dequant_trans`)."""
 
+    qweight, qweight_hi, scales, zeros = w.qweight, w.qweight_hi, w.scales, w.zeros
+    rot_hi, rot_lo, bounds, group_size = w.rot_hi, w.rot_lo, w.bounds, w.group_size
     k, n = qweight.shape[0] * 8, qweight.shape[1]
     g = group_size
     p = rot_hi.shape[0]
@@ -191,19 +187,11 @@ _W8_CODE = {"fp8": torch.float8_e4m3fn, "int8": torch.int8}
 _W8_TOP = {"fp8": 448.0, "int8": 127.0}
 
 
-def w8_amax(
-    qweight: torch.Tensor,
-    qweight_hi: torch.Tensor | None,
-    scales: torch.Tensor,
-    zeros: torch.Tensor,
-    rot_hi: torch.Tensor,
-    rot_lo: torch.Tensor,
-    bounds: tuple[int, ...],
-    group_size: int,
-    chunk: int = 8,
-) -> torch.Tensor:
+def w8_amax(w: Prepared, chunk: int = 8) -> torch.Tensor:
     """max over K of |W'[k, n]| per output channel, [N] fp32 (torch ops, on the tensors' device,
     `chunk` groups at a time): W'_g = (hi + lo)_g @ ((C_g - z) * s) per partition."""
+    qweight, qweight_hi, scales, zeros = w.qweight, w.qweight_hi, w.scales, w.zeros
+    rot_hi, rot_lo, bounds, group_size = w.rot_hi, w.rot_lo, w.bounds, w.group_size
     k, n = qweight.shape[0] * 8, qweight.shape[1]
     g = group_size
     ngroups = k // g
@@ -213,8 +201,8 @@ def w8_amax(
     sh = (torch.arange(8, device=dev, dtype=torch.int32) * 4).view(1, 8, 1)
     for g0 in range(0, ngroups, chunk):
         g1 = min(g0 + chunk, ngroups)
-        w = qweight[g0 * g // 8 : g1 * g // 8]
-        c = ((w.unsqueeze(1) >> sh) & 15).reshape(-1, n)
+        qw = qweight[g0 * g // 8 : g1 * g // 8]
+        c = ((qw.unsqueeze(1) >> sh) & 15).reshape(-1, n)
         if qweight_hi is not None:
             h = qweight_hi[g0 * g // 32 : g1 * g // 32]
             hs = torch.arange(32, device=dev, dtype=torch.int32).view(1, 32, 1)
@@ -247,28 +235,20 @@ def quant_rows(x: torch.Tensor, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def w8_linear(
-    x: torch.Tensor,
-    qweight: torch.Tensor,
-    qweight_hi: torch.Tensor | None,
-    scales: torch.Tensor,
-    zeros: torch.Tensor,
-    rot_hi: torch.Tensor,
-    rot_lo: torch.Tensor,
-    bounds: tuple[int, ...],
-    group_size: int,
-    amax: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    kind: str = "",
+    prep: Prepared, x: torch.Tensor, bias: torch.Tensor | None = None, kind: str = ""
 ) -> torch.Tensor:
-    """y = q8(x) @ q8(W') (+ bias) in x.dtype on the vendor 8-bit GEMM (section note above)."""
+    """y = q8(x) @ q8(W') (+ bias) in x.dtype on the vendor 8-bit GEMM (section note above);
+    `prep.w8_amax` set (`repack.prepare`)."""
 
+    amax = prep.w8_amax
+    require(amax is not None, "w8_amax", "set (repack.prepare)", None)
+    assert amax is not None
     kind = kind or W8_KIND
     require(kind in W8_KINDS, "kind", W8_KINDS, kind)
     m, k = x.shape
-    n = qweight.shape[1]
+    n = prep.qweight.shape[1]
     w = launch.scratch("w8_" + kind, k * n, _W8_CODE[kind], x.device)[: k * n].view(n, k)
-    dequant_rotate(qweight, qweight_hi, scales, zeros, rot_hi, rot_lo, bounds, group_size, out=w,
-                   trans=True, out8=1 if kind == "int8" else 2, amax=amax, nk=True)  # fmt: skip
+    dequant_rotate(prep, out=w, trans=True, out8=1 if kind == "int8" else 2, amax=amax, nk=True)
     xq, sa = quant_rows(x, kind)
     sw = amax * (1.0 / _W8_TOP[kind])
     if kind == "fp8":

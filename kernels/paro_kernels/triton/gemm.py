@@ -14,6 +14,7 @@ import torch
 
 from . import launch, prologue
 from .gemm_kernels import w4a8_gemm_kernel, w4a16_gemm_kernel
+from .weights import Prepared
 
 # Decode GEMM picks (H200 sweep, kernels/BENCH.md). The Givens prologue serves M <= GIVENS_MAX_M:
 # 0, because on the H200 (2026-11-29) it took 5.2-5.7 us against the blocks' 3.4-4.9 us at decode
@@ -76,11 +77,7 @@ def _decode_config(n: int, k: int, g: int, align: int, sms: int) -> launch.Confi
 def w4a16_gemm(
     xr: torch.Tensor,
     rs: torch.Tensor,
-    qweight: torch.Tensor,
-    scales: torch.Tensor,
-    zeros: torch.Tensor,
-    bounds: tuple[int, ...],
-    group_size: int,
+    w: Prepared,
     out_dtype: torch.dtype,
     bias: torch.Tensor | None = None,
     config: launch.Config | None = None,
@@ -92,6 +89,8 @@ def w4a16_gemm(
     `workspace`: an [M, N] fp32 buffer already zeroed (by the Givens prologue) for split-K.
     """
 
+    qweight, scales, zeros = w.qweight, w.scales, w.zeros
+    bounds, group_size = w.bounds, w.group_size
     _, m, k = xr.shape
     n = qweight.shape[1]
     cfg = config or pick_config(m, n, k, group_size, bounds, launch.sm_count(xr.device))
@@ -171,20 +170,18 @@ def w4a8_gemm(
     q: torch.Tensor,
     asc: torch.Tensor,
     rs: torch.Tensor,
-    qweight: torch.Tensor,
-    qweight_hi: torch.Tensor | None,
-    scales: torch.Tensor,
-    zeros: torch.Tensor,
-    bounds: tuple[int, ...],
-    group_size: int,
+    w: Prepared,
     out_dtype: torch.dtype,
     bias: torch.Tensor | None = None,
     config: launch.Config | None = None,
     token: bool = False,
     zp_epilogue: bool = False,
 ) -> torch.Tensor:
-    """The W4A8 (W5A8 with qweight_hi) group GEMM on `rotate_quant` outputs -> y [M, N]."""
+    """The W4A8 (W5A8 with `w.qweight_hi`) group GEMM on `rotate_quant` outputs -> y [M, N]."""
 
+    qweight, scales, zeros = w.qweight, w.scales, w.zeros
+    bounds, group_size = w.bounds, w.group_size
+    qweight_hi = w.qweight_hi
     _, m, k = q.shape
     n = qweight.shape[1]
     bits = 5 if qweight_hi is not None else 4

@@ -19,6 +19,7 @@ from .._contract import require
 from . import launch
 from .gemv_dot_kernels import gemv3_w4a16_kernel
 from .prologue import GEMV3_PROLOGUE, prologue16
+from .weights import Prepared
 
 # Configs from the fifth-pass sweeps (H200 2026-12-02, BENCH.md pass 5; `bench_decode`).
 # Run 2, stage 1 (the GEMV alone, 48 configs, qkv and gate_up at M = 1 and 16): 128 columns,
@@ -107,19 +108,18 @@ def gemv3_config(m: int, n: int, k: int, g: int, bounds: tuple[int, ...], sms: i
 
 def gemv3_w4a16(
     xr: torch.Tensor,
-    qweight: torch.Tensor,
-    scales: torch.Tensor,
-    zeros: torch.Tensor,
-    bounds: tuple[int, ...],
-    group_size: int,
+    w: Prepared,
     out_dtype: torch.dtype,
     bias: torch.Tensor | None = None,
     config: Gemv3Config | None = None,
     pdl: bool = False,
-    qweight_hi: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The GEMV on the prologue output xr [P, M <= 16, K] fp16 -> y [M, N] out_dtype; with
-    `qweight_hi` ([K/32, N] int32 fifth-bit planes) int5 weights, `zeros` their 5-bit zeros."""
+    `w.qweight_hi` ([K/32, N] int32 fifth-bit planes) int5 weights, `w.zeros` their 5-bit
+    zeros."""
+    qweight, scales, zeros = w.qweight, w.scales, w.zeros
+    bounds, group_size = w.bounds, w.group_size
+    qweight_hi = w.qweight_hi
 
     _, m, k = xr.shape
     n = qweight.shape[1]
@@ -142,27 +142,17 @@ def gemv3_w4a16(
 
 
 def gemv3_linear(
+    w: Prepared,
     x: torch.Tensor,
-    rot_hi: torch.Tensor,
-    rot_lo: torch.Tensor,
-    qweight: torch.Tensor,
-    scales: torch.Tensor,
-    zeros: torch.Tensor,
-    bounds: tuple[int, ...],
-    group_size: int,
     bias: torch.Tensor | None = None,
-    gv_idx: torch.Tensor | None = None,
-    gv_coef: torch.Tensor | None = None,
     prologue: str = "",
     config: Gemv3Config | None = None,
     pdl: bool | None = None,
-    qweight_hi: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The decode linear: prologue (`prologue16`) + GEMV, y [M, N] in x.dtype; PDL (default
-    `fast_host.GEMV_PDL`) with the sliced prologue only; `qweight_hi`: int5 weights."""
+    `launch.GEMV_PDL`) with the sliced prologue only; `w.qweight_hi`: int5 weights."""
     kind = prologue or GEMV3_PROLOGUE
     use = (launch.GEMV_PDL if pdl is None else pdl) and kind == "slice"
     use = use and launch.pdl_ok(launch.is_hip())
-    xr = prologue16(x, rot_hi, rot_lo, group_size, gv_idx, gv_coef, kind, use)
-    return gemv3_w4a16(xr, qweight, scales, zeros, bounds, group_size, x.dtype, bias, config,
-                       use, qweight_hi)  # fmt: skip
+    xr = prologue16(x, w.rot_hi, w.rot_lo, w.group_size, w.gv_idx, w.gv_coef, kind, use)
+    return gemv3_w4a16(xr, w, x.dtype, bias, config, use)

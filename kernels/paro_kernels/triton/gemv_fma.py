@@ -16,28 +16,28 @@ from .._contract import require
 from . import launch
 from .gemv_fma_kernels import H2_SHIFT, H2_SHIFT5, gemv2_w4a16_kernel, gemv_h2_kernel
 from .prologue import prologue_slice, rotate_givens_paired, rotate_scale, rotate_slices
+from .weights import Prepared
 
 
 def gemv_w4a16(
-    args: tuple[torch.Tensor | None, ...],
+    w: Prepared,
     x: torch.Tensor,
-    bounds: tuple[int, ...],
-    group_size: int,
-    bias: torch.Tensor | None,
+    bias: torch.Tensor | None = None,
     config: launch.GemvConfig | None = None,
     fused: bool | None = None,
     pdl: bool | None = None,
     h2: bool | None = None,
 ) -> torch.Tensor:
-    """The decode GEMV linear at M <= GEMV2_MAX_M; args = (rot_hi, rot_lo, qweight, scales,
-    zeros, gv_idx, gv_coef). The FMA GEMV (`gemv2_w4a16`, `config` a `gemv2_config`) after the
-    block prologue, or with the Givens layers inside (`gemv2_rot`), or the HFMA2 GEMV (`h2_ok`).
-    `fused` / `pdl` / `h2` override `gemv2_rot` / GEMV_PDL / `h2_ok` (the bench's forced paths).
+    """The decode GEMV linear at M <= GEMV2_MAX_M on the weights `w`: the FMA GEMV
+    (`gemv2_w4a16`, `config` a `gemv2_config`) after the block prologue, or with the Givens
+    layers inside (`gemv2_rot`), or the HFMA2 GEMV (`h2_ok`). `fused` / `pdl` / `h2` override
+    `gemv2_rot` / GEMV_PDL / `h2_ok` (the bench's forced paths).
     """
-    rot_hi, rot_lo, qweight, scales, zeros, gv_idx, gv_coef = args
+    rot_hi, rot_lo, gv_idx, gv_coef = w.rot_hi, w.rot_lo, w.gv_idx, w.gv_coef
+    bounds = w.bounds
     m, k = x.shape
-    n = qweight.shape[1]  # type: ignore[union-attr]
-    g = group_size
+    n = w.qweight.shape[1]
+    g = w.group_size
     require(m <= GEMV2_MAX_M, "x rows", f"<= {GEMV2_MAX_M} for the decode GEMVs", m)
     cfg2 = config or gemv2_config(m, n, k, g, bounds, launch.sm_count(x.device),
                                   hip=launch.is_hip())  # fmt: skip
@@ -46,21 +46,18 @@ def gemv_w4a16(
         fused = fused and not (H2_OVER_ROT and h2_ok(launch.is_hip(), m, g))
     pdl = launch.GEMV_PDL if pdl is None else pdl
     if fused and gv_idx is not None and gv_coef is not None:
-        return gemv2_w4a16_rot(x, gv_idx, gv_coef, qweight, scales, zeros, bounds, g, bias,  # type: ignore[arg-type]
-                               cfg2)  # fmt: skip
+        return gemv2_w4a16_rot(x, w, bias, cfg2)
     if h2 is None:
         h2 = config is None and not pdl and h2_ok(launch.is_hip(), m, g)
     if h2:
-        return gemv_h2_linear(x, rot_hi, rot_lo, qweight, scales, zeros, bounds,  # type: ignore[arg-type]
-                                          g, bias, gv=(gv_idx, gv_coef))  # fmt: skip
+        return gemv_h2_linear(w, x, bias)
     use_pdl = launch.pdl_ok(launch.is_hip()) and pdl
     if prologue_slice(launch.is_hip()):
-        xr, rs = rotate_slices(x, rot_hi, rot_lo, g, pdl=use_pdl)  # type: ignore[arg-type]
+        xr, rs = rotate_slices(x, rot_hi, rot_lo, g, pdl=use_pdl)
     else:
         use_pdl = False
-        xr, rs = rotate_scale(x, rot_hi, rot_lo, g, nibble_scaled=True)  # type: ignore[arg-type]
-    return gemv2_w4a16(xr, rs, qweight, scales, zeros, bounds, g, x.dtype, bias, cfg2,  # type: ignore[arg-type]
-                       pdl=use_pdl)  # fmt: skip
+        xr, rs = rotate_scale(x, rot_hi, rot_lo, g, nibble_scaled=True)
+    return gemv2_w4a16(xr, rs, w, x.dtype, bias, cfg2, pdl=use_pdl)
 
 
 # gemv2 (the second-pass GEMV, `fast_kernels.gemv2_w4a16_kernel`): FMA GEMV of up to
@@ -185,19 +182,19 @@ def gemv2_rot(hip: bool, n: int = 0, k: int = 0) -> bool:
 
 def gemv2_w4a16_rot(
     x: torch.Tensor,
-    gv_idx: torch.Tensor,
-    gv_coef: torch.Tensor,
-    qweight: torch.Tensor,
-    scales: torch.Tensor,
-    zeros: torch.Tensor,
-    bounds: tuple[int, ...],
-    group_size: int,
+    w: Prepared,
     bias: torch.Tensor | None = None,
     config: launch.GemvConfig | None = None,
     pre: bool | None = None,
 ) -> torch.Tensor:
-    """The FMA GEMV with the rotation inside: x [M <= 2, K] -> y [M, N] in x.dtype, one launch."""
+    """The FMA GEMV with the rotation inside (`w`'s Givens records, required): x [M <= 2, K]
+    -> y [M, N] in x.dtype, one launch."""
 
+    qweight, scales, zeros = w.qweight, w.scales, w.zeros
+    bounds, group_size = w.bounds, w.group_size
+    gv_idx, gv_coef = w.gv_idx, w.gv_coef
+    require(gv_idx is not None and gv_coef is not None, "gv_idx/gv_coef", "set", None)
+    assert gv_idx is not None and gv_coef is not None
     m, k = x.shape
     n = qweight.shape[1]
     g = group_size
@@ -221,11 +218,7 @@ def gemv2_w4a16_rot(
 def gemv2_w4a16(
     xr: torch.Tensor,
     rs: torch.Tensor,
-    qweight: torch.Tensor,
-    scales: torch.Tensor,
-    zeros: torch.Tensor,
-    bounds: tuple[int, ...],
-    group_size: int,
+    w: Prepared,
     out_dtype: torch.dtype,
     bias: torch.Tensor | None = None,
     config: launch.GemvConfig | None = None,
@@ -235,6 +228,8 @@ def gemv2_w4a16(
     `host.rotate_scale(nibble_scaled=True)` or `rotate_slices`), rs [P, M, K/G * RS] fp32 ->
     y [M, N] out_dtype."""
 
+    qweight, scales, zeros = w.qweight, w.scales, w.zeros
+    bounds, group_size = w.bounds, w.group_size
     _, m, k = xr.shape
     n = qweight.shape[1]
     cfg = config or gemv2_config(m, n, k, group_size, bounds, launch.sm_count(xr.device),
@@ -290,23 +285,21 @@ def h2_config(m: int, n: int, k: int, g: int, bounds: tuple[int, ...], sms: int,
 
 def gemv_h2(
     xr: torch.Tensor,
-    qweight: torch.Tensor,
-    scales: torch.Tensor,
-    zeros: torch.Tensor,
-    bounds: tuple[int, ...],
-    group_size: int,
+    w: Prepared,
     out_dtype: torch.dtype,
     bias: torch.Tensor | None = None,
     config: launch.GemvConfig | None = None,
     maxnreg: int = 0,
     pdl: bool = False,
-    qweight_hi: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The HFMA2 GEMV on the paired prologue output xr [P, M <= 2, K] fp16
     (`fast_host.rotate_slices(paired=True)`, / 2^h2_shift) -> y [M, N] out_dtype; `maxnreg`
-    caps its registers a thread (the bench's occupancy variants); with `qweight_hi` ([K/32, N]
-    int32 fifth-bit planes) int5 weights, `zeros` their 5-bit zeros."""
+    caps its registers a thread (the bench's occupancy variants); with `w.qweight_hi` ([K/32, N]
+    int32 fifth-bit planes) int5 weights, `w.zeros` their 5-bit zeros."""
 
+    qweight, scales, zeros = w.qweight, w.scales, w.zeros
+    bounds, group_size = w.bounds, w.group_size
+    qweight_hi = w.qweight_hi
     _, m, k = xr.shape
     n = qweight.shape[1]
     g = group_size
@@ -344,14 +337,8 @@ H2_PROLOGUE = "givens"
 
 
 def gemv_h2_linear(
+    w: Prepared,
     x: torch.Tensor,
-    rot_hi: torch.Tensor,
-    rot_lo: torch.Tensor,
-    qweight: torch.Tensor,
-    scales: torch.Tensor,
-    zeros: torch.Tensor,
-    bounds: tuple[int, ...],
-    group_size: int,
     bias: torch.Tensor | None = None,
     config: launch.GemvConfig | None = None,
     slice_: int = 0,
@@ -359,22 +346,21 @@ def gemv_h2_linear(
     maxnreg: int = 0,
     pdl: bool = False,
     one: bool = False,
-    qweight_hi: torch.Tensor | None = None,
-    gv: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None),
     prologue: str = "",
 ) -> torch.Tensor:
     """The decode linear on the HFMA2 GEMV: the paired prologue + `gemv_h2`, y [M, N] in
     x.dtype. `prologue` (default H2_PROLOGUE): "slice", the sliced blocks kernel (`slice_`
     channels a program, `prologue_warps`; 0: the shipped ones), or "givens", the records
-    kernel on `gv` = (gv_idx, gv_coef) (`prologue_warps` its warps; the blocks without the
-    records); `pdl` / `one` / `maxnreg`: the bench's variants (`fast_host.rotate_slices`);
-    `qweight_hi`: int5 weights."""
+    kernel on `w.gv_idx` / `w.gv_coef` (`prologue_warps` its warps; the blocks without the
+    records); `pdl` / `one` / `maxnreg`: the bench's variants (`prologue.rotate_slices`);
+    `w.qweight_hi`: int5 weights."""
+    rot_hi, rot_lo, group_size = w.rot_hi, w.rot_lo, w.group_size
 
     kind = prologue or H2_PROLOGUE
     require(kind in ("slice", "givens"), "prologue", ("slice", "givens"), kind)
     pdl = pdl and launch.pdl_ok(launch.is_hip())
-    shift = H2_SHIFT5 if qweight_hi is not None else H2_SHIFT
-    gv_idx, gv_coef = gv
+    shift = H2_SHIFT5 if w.qweight_hi is not None else H2_SHIFT
+    gv_idx, gv_coef = w.gv_idx, w.gv_coef
     if kind == "givens" and gv_idx is not None and gv_coef is not None and not (one or slice_):
         xr = rotate_givens_paired(x, gv_idx, gv_coef, group_size, shift,
                                             prologue_warps, pdl)  # fmt: skip
@@ -382,5 +368,4 @@ def gemv_h2_linear(
         xr, _ = rotate_slices(x, rot_hi, rot_lo, group_size, slice_,
                                         prologue_warps, pdl=pdl, paired=True, one=one,
                                         pair_shift=shift)  # fmt: skip
-    return gemv_h2(xr, qweight, scales, zeros, bounds, group_size, x.dtype, bias, config,
-                   maxnreg, pdl, qweight_hi)  # fmt: skip
+    return gemv_h2(xr, w, x.dtype, bias, config, maxnreg, pdl)

@@ -16,6 +16,7 @@ from .._contract import require
 from . import gemv_dot, gemv_fma, launch
 from .gemv_mma_kernels import gemv_mma_kernel
 from .prologue import rotate_givens_paired, rotate_slices
+from .weights import Prepared
 
 # Twelfth pass: the mma.sync GEMV (`decode_kernels.gemv_mma_kernel`, NVIDIA, M <= 16; int4, and
 # int5 from the thirteenth pass) on the paired prologue's output at pair shift 0 (fp32
@@ -144,21 +145,19 @@ def mma_ok(bounds: tuple[int, ...]) -> bool:
 
 def gemv_mma(
     xr: torch.Tensor,
-    qweight: torch.Tensor,
-    scales: torch.Tensor,
-    zeros: torch.Tensor,
-    bounds: tuple[int, ...],
-    group_size: int,
+    w: Prepared,
     out_dtype: torch.dtype,
     bias: torch.Tensor | None = None,
     config: launch.GemvConfig | None = None,
-    qweight_hi: torch.Tensor | None = None,
     maxnreg: int | None = None,
 ) -> torch.Tensor:
     """The mma GEMV on the paired prologue output xr [P, M <= 32, K] fp16 (pair shift 0)
-    -> y [M, N] out_dtype; `qweight_hi` [K/32, N]: int5 (I8 PG ZPE) weights' fifth bits;
+    -> y [M, N] out_dtype; `w.qweight_hi` [K/32, N]: int5 (I8 PG ZPE) weights' fifth bits;
     `maxnreg`: a register cap (0: none; default `mma_maxnreg`)."""
 
+    qweight, scales, zeros = w.qweight, w.scales, w.zeros
+    bounds, group_size = w.bounds, w.group_size
+    qweight_hi = w.qweight_hi
     _, m, k = xr.shape
     n = qweight.shape[1]
     g = group_size
@@ -190,34 +189,24 @@ def gemv_mma(
 
 
 def gemv_mma_linear(
+    w: Prepared,
     x: torch.Tensor,
-    rot_hi: torch.Tensor,
-    rot_lo: torch.Tensor,
-    qweight: torch.Tensor,
-    scales: torch.Tensor,
-    zeros: torch.Tensor,
-    bounds: tuple[int, ...],
-    group_size: int,
     bias: torch.Tensor | None = None,
     config: launch.GemvConfig | None = None,
-    gv: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None),
-    qweight_hi: torch.Tensor | None = None,
     prologue: str = "",
     maxnreg: int | None = None,
 ) -> torch.Tensor:
     """The decode linear on the mma GEMV: the paired prologue at pair shift 0 + `gemv_mma`,
-    y [M, N] in x.dtype; `qweight_hi`: int5. `prologue`: "givens", the records kernel on `gv`
-    (the blocks where `gv` has no records), or "slice", the sliced blocks; default the records,
-    but the blocks where `mma_blocks` says.
+    y [M, N] in x.dtype; `w.qweight_hi`: int5. `prologue`: "givens", the records kernel on
+    `w.gv_idx` / `w.gv_coef` (the blocks where `w` has no records), or "slice", the sliced
+    blocks; default the records, but the blocks where `mma_blocks` says.
     `maxnreg`: `gemv_mma`'s."""
     require(prologue in ("", "givens", "slice"), "prologue", ("givens", "slice"), prologue)
-    gv_idx, gv_coef = gv
+    gv_idx, gv_coef = w.gv_idx, w.gv_coef
     m, k = x.shape
-    kind = prologue or ("slice" if mma_blocks(m, qweight.shape[1] * k) else "givens")
+    kind = prologue or ("slice" if mma_blocks(m, w.qweight.shape[1] * k) else "givens")
     if gv_idx is not None and gv_coef is not None and kind == "givens":
-        xr = rotate_givens_paired(x, gv_idx, gv_coef, group_size, 0)
+        xr = rotate_givens_paired(x, gv_idx, gv_coef, w.group_size, 0)
     else:
-        xr, _ = rotate_slices(x, rot_hi, rot_lo, group_size, paired=True,
-                                        pair_shift=0)  # fmt: skip
-    return gemv_mma(xr, qweight, scales, zeros, bounds, group_size, x.dtype, bias, config,
-                    qweight_hi, maxnreg)  # fmt: skip
+        xr, _ = rotate_slices(x, w.rot_hi, w.rot_lo, w.group_size, paired=True, pair_shift=0)
+    return gemv_mma(xr, w, x.dtype, bias, config, maxnreg)

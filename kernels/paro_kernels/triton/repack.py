@@ -5,7 +5,7 @@ records and the 8-bit route's per-channel max, bundled in one `Prepared`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import replace
 
 import torch
 
@@ -13,24 +13,7 @@ from .. import reference as ref
 from .._contract import check_multiple, check_tensor, require
 from ..formats import unpack_awq, unpack_bitplane
 from . import dequant, launch
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """A layer repacked once at load for the Triton kernels (the contract's tensors)."""
-
-    rot_hi: torch.Tensor
-    rot_lo: torch.Tensor
-    qweight: torch.Tensor
-    scales: torch.Tensor
-    zeros: torch.Tensor
-    bounds: tuple[int, ...]
-    group_size: int
-    gv_idx: torch.Tensor | None = None
-    gv_coef: torch.Tensor | None = None
-    bits: int = 4
-    qweight_hi: torch.Tensor | None = None  # bits=5: [K/32, N] int32 fifth-bit planes
-    w8_amax: torch.Tensor | None = None  # [N] fp32 max |W'| per output channel (W4A8 prefill)
+from .weights import Prepared as Prepared
 
 
 def pack_k(codes: torch.Tensor) -> torch.Tensor:
@@ -171,7 +154,7 @@ def prepare(
     bounds = tuple(n0 for n0, _, _, _, _ in runs[1:])
     hi, lo, qw, sc, zp = hi.to(dev), lo.to(dev), qw.to(dev), sc.to(dev), zp.to(dev)
     qh = None if qh is None else qh.to(dev)
-    return Prepared(
+    prep = Prepared(
         hi,
         lo,
         qw,
@@ -183,5 +166,5 @@ def prepare(
         None if gv is None else gv[1].to(dev),
         bits,
         qh,
-        dequant.w8_amax(qw, qh, sc, zp, hi, lo, bounds, group_size),
     )
+    return replace(prep, w8_amax=dequant.w8_amax(prep))

@@ -38,7 +38,8 @@ from __future__ import annotations
 import torch
 
 from .._contract import check_multiple, check_tensor, require
-from . import dequant, gemm, gemv_dot, gemv_fma, gemv_mma, launch, prologue, repack
+from . import dequant, gemm, gemv_dot, gemv_fma, gemv_mma, launch, prologue
+from .weights import Prepared
 
 # Dispatch bands, from the H200 runs of 2026-12-01 (kernels/BENCH.md, issue 14 sections).
 # Second pass: the GEMV (`gemv2`: block prologue + FMA GEMV) serves M <= GEMV_MAX_M. Run 2 (as
@@ -245,8 +246,7 @@ W8_FORMATS = ("fp8",)  # the act formats whose calls take the 8-bit route
 GIVENS_MAX_M = 0
 
 
-def check_linear(
-    x: torch.Tensor,
+def bundle(
     rot_hi: torch.Tensor,
     rot_lo: torch.Tensor,
     qweight: torch.Tensor,
@@ -254,12 +254,22 @@ def check_linear(
     zeros: torch.Tensor,
     bounds: tuple[int, ...],
     group_size: int,
-    bias: torch.Tensor | None,
     gv_idx: torch.Tensor | None = None,
     gv_coef: torch.Tensor | None = None,
-) -> None:
+    qweight_hi: torch.Tensor | None = None,
+    w8_amax: torch.Tensor | None = None,
+) -> Prepared:
+    """The custom op's flat weight tensors as one `Prepared` (bits 5 with `qweight_hi`)."""
+    bits = 4 if qweight_hi is None else 5
+    return Prepared(rot_hi, rot_lo, qweight, scales, zeros, bounds, group_size, gv_idx,
+                    gv_coef, bits, qweight_hi, w8_amax)  # fmt: skip
+
+
+def check_linear(w: Prepared, x: torch.Tensor, bias: torch.Tensor | None) -> None:
     """Assert the module docstring's shape/dtype contract."""
-    g = group_size
+    rot_hi, rot_lo, qweight, scales, zeros = w.rot_hi, w.rot_lo, w.qweight, w.scales, w.zeros
+    bounds, gv_idx, gv_coef = w.bounds, w.gv_idx, w.gv_coef
+    g = w.group_size
     require(g in launch.GROUP_SIZES, "group_size", launch.GROUP_SIZES, g)
     check_tensor(x, "x", dtype=launch.ACT_DTYPES, ndim=2)
     m, k = x.shape
@@ -297,6 +307,12 @@ def check_linear(
         for t, name in ((gv_idx, "gv_idx"), (gv_coef, "gv_coef")):
             require(t.is_contiguous(), f"{name}", "contiguous", "strided")
 
+    if w.qweight_hi is not None:
+        check_multiple(k, 32, "K (x.shape[1]) for bits=5")
+        check_tensor(w.qweight_hi, "qweight_hi", dtype=torch.int32, shape=[k // 32, n])
+        require(w.qweight_hi.device == x.device and w.qweight_hi.is_contiguous(), "qweight_hi",
+                "contiguous on x's device", w.qweight_hi.device)  # fmt: skip
+
 
 def w4a16_linear(
     x: torch.Tensor,
@@ -313,62 +329,51 @@ def w4a16_linear(
     givens_max_m: int = GIVENS_MAX_M,
     path: str | None = None,
 ) -> torch.Tensor:
-    """y = ((x * cs_p) R_p^T) dequant(Q)^T (+ bias) per column run p; contract in module doc.
+    """`linear` on the custom op's flat tensors (`ops.w4a16_linear`); contract in module doc."""
+    w = bundle(rot_hi, rot_lo, qweight, scales, zeros, bounds, group_size, gv_idx, gv_coef)
+    return linear(w, x, bias, givens_max_m, path)
 
-    `path` ("gemv" | "gemv-h2" | "gemv-mma" | "gemv3" | "mma" | "dequant")
-    overrides the M-band dispatch of `fast_host.band` and `fast_host.mma_gemv_ok`
-    ("gemv-h2": the HFMA2 GEMV with its prologue, "gemv-mma": the twelfth pass's mma.sync
-    GEMV).
+
+def linear(
+    w: Prepared,
+    x: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    givens_max_m: int = GIVENS_MAX_M,
+    path: str | None = None,
+) -> torch.Tensor:
+    """y = ((x * cs_p) R_p^T) dequant(Q)^T (+ bias) per column run p of the int4 layer `w`.
+
+    `path` ("gemv" | "gemv-h2" | "gemv-mma" | "gemv3" | "mma" | "dequant") overrides the
+    M-band dispatch of `band` and `mma_gemv_ok` ("gemv-h2": the HFMA2 GEMV with its prologue,
+    "gemv-mma": the mma.sync GEMV).
     """
-
-    check_linear(
-        x, rot_hi, rot_lo, qweight, scales, zeros, bounds, group_size, bias, gv_idx, gv_coef
-    )
+    require(w.bits == 4, "prep.bits", "4 for bf16/fp16 activations (W4A16)", w.bits)
+    check_linear(w, x, bias)
     m, k = x.shape
-    n = qweight.shape[1]
+    n = w.qweight.shape[1]
+    group_size, bounds = w.group_size, w.bounds
     route = path or band(m, group_size)
     if path is None and mma_gemv_ok(launch.is_hip(), m, group_size, bounds):
         route = "gemv-mma"
     if route == "gemv3" and group_size != 128:
         route = "mma"  # the matrix-unit GEMV needs G = 128
     if route == "gemv":
-        args = (rot_hi, rot_lo, qweight, scales, zeros, gv_idx, gv_coef)
-        return gemv_fma.gemv_w4a16(args, x, bounds, group_size, bias)
+        return gemv_fma.gemv_w4a16(w, x, bias)
     if route == "gemv-h2":
-        return gemv_fma.gemv_h2_linear(x, rot_hi, rot_lo, qweight, scales, zeros, bounds,
-                                          group_size, bias, gv=(gv_idx, gv_coef))  # fmt: skip
+        return gemv_fma.gemv_h2_linear(w, x, bias)
     if route == "gemv3":
-        return gemv_dot.gemv3_linear(x, rot_hi, rot_lo, qweight, scales, zeros, bounds,
-                                        group_size, bias, gv_idx, gv_coef)  # fmt: skip
+        return gemv_dot.gemv3_linear(w, x, bias)
     if route == "gemv-mma":
-        return gemv_mma.gemv_mma_linear(x, rot_hi, rot_lo, qweight, scales, zeros, bounds,
-                                           group_size, bias, gv=(gv_idx, gv_coef))  # fmt: skip
+        return gemv_mma.gemv_mma_linear(w, x, bias)
     if route == "dequant":
-        w = dequant.dequant_rotate(
-            qweight, None, scales, zeros, rot_hi, rot_lo, bounds, group_size, dtype=x.dtype
-        )
-        return dequant.dequant_linear(x, w, bias)
+        return dequant.dequant_linear(x, dequant.dequant_rotate(w, dtype=x.dtype), bias)
     cfg = gemm.pick_config(m, n, k, group_size, bounds, launch.sm_count(x.device))
-    if m > givens_max_m:
-        gv_idx = gv_coef = None
+    gv_idx, gv_coef = (w.gv_idx, w.gv_coef) if m <= givens_max_m else (None, None)
     ws = None
     if gv_idx is not None and cfg.split_k > 1:
         ws = torch.empty(m, n, dtype=torch.float32, device=x.device)  # zeroed by the prologue
-    xr, rs = prologue.rotate_scale(x, rot_hi, rot_lo, group_size, gv_idx, gv_coef, ws)
-    return gemm.w4a16_gemm(
-        xr, rs, qweight, scales, zeros, bounds, group_size, x.dtype, bias, cfg, workspace=ws
-    )
-
-
-def linear(
-    prep: repack.Prepared, x: torch.Tensor, bias: torch.Tensor | None = None
-) -> torch.Tensor:
-    """`w4a16_linear` on a `Prepared` layer (int4 only: W5A16 has no kernel)."""
-    require(prep.bits == 4, "prep.bits", "4 for bf16/fp16 activations (W4A16)", prep.bits)
-    return w4a16_linear(
-        x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales, prep.zeros, prep.bounds,
-        prep.group_size, bias, prep.gv_idx, prep.gv_coef,
-    )  # fmt: skip
+    xr, rs = prologue.rotate_scale(x, w.rot_hi, w.rot_lo, group_size, gv_idx, gv_coef, ws)
+    return gemm.w4a16_gemm(xr, rs, w, x.dtype, bias, cfg, workspace=ws)
 
 
 def w4a8_linear(
@@ -389,65 +394,45 @@ def w4a8_linear(
     gv_coef: torch.Tensor | None = None,
     w8_amax: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """y = act_quant((x * cs_p) R_p^T) dequant(Q)^T (+ bias) per run; contract in module doc.
-
-    Two launches (+ a memset and cast under split-K): the fused prologue and the group GEMM;
-    on NVIDIA the bands of `fast_host.a8_route` take the 16-bit-activation paths instead (the
-    same weight tensors: no activation quantization there).
-    """
-    check_linear(x, rot_hi, rot_lo, qweight, scales, zeros, bounds, group_size, bias, gv_idx,
-                 gv_coef)  # fmt: skip
-    require(act_format in launch.ACT_FORMATS, "act_format", launch.ACT_FORMATS, act_format)
-    require(act_scale in launch.ACT_SCALES, "act_scale", launch.ACT_SCALES, act_scale)
-    k, n = x.shape[1], qweight.shape[1]
-    if qweight_hi is not None:
-        check_multiple(k, 32, "K (x.shape[1]) for bits=5")
-        check_tensor(qweight_hi, "qweight_hi", dtype=torch.int32, shape=[k // 32, n])
-        require(qweight_hi.device == x.device and qweight_hi.is_contiguous(), "qweight_hi",
-                "contiguous on x's device", qweight_hi.device)  # fmt: skip
-
-    route = a8_route(x.shape[0], group_size, qweight_hi is not None, launch.is_hip(),
-                               act_format, bounds)  # fmt: skip
-    if route == "gemv-mma":
-        return gemv_mma.gemv_mma_linear(x, rot_hi, rot_lo, qweight, scales, zeros, bounds,
-                                           group_size, bias, gv=(gv_idx, gv_coef),
-                                           qweight_hi=qweight_hi)  # fmt: skip
-    if route == "gemv":
-        args = (rot_hi, rot_lo, qweight, scales, zeros, gv_idx, gv_coef)
-        return gemv_fma.gemv_w4a16(args, x, bounds, group_size, bias)
-    if route == "gemv-h2":
-        return gemv_fma.gemv_h2_linear(x, rot_hi, rot_lo, qweight, scales, zeros, bounds,
-                                          group_size, bias, qweight_hi=qweight_hi,
-                                          gv=(gv_idx, gv_coef))  # fmt: skip
-    if route == "gemv3":
-        return gemv_dot.gemv3_linear(x, rot_hi, rot_lo, qweight, scales, zeros, bounds,
-                                        group_size, bias, gv_idx, gv_coef,
-                                        qweight_hi=qweight_hi)  # fmt: skip
-    if route == "w8" and w8_amax is not None and dequant.w8_ok(n, k, dequant.W8_KIND):
-        return dequant.w8_linear(x, qweight, qweight_hi, scales, zeros, rot_hi, rot_lo, bounds,
-                                   group_size, w8_amax, bias)  # fmt: skip
-    if route in ("dequant", "w8"):
-        w = dequant.dequant_rotate(qweight, qweight_hi, scales, zeros, rot_hi, rot_lo, bounds,
-                                     group_size, dtype=x.dtype)  # fmt: skip
-        return dequant.dequant_linear(x, w, bias)
-    q, asc, rs = prologue.rotate_quant(x, rot_hi, rot_lo, group_size, act_format, act_scale)
-    return gemm.w4a8_gemm(
-        q, asc, rs, qweight, qweight_hi, scales, zeros, bounds, group_size, x.dtype, bias,
-        token=act_scale == "token", zp_epilogue=zp_epilogue,
-    )  # fmt: skip
+    """`linear_a8` on the custom op's flat tensors (`ops.w4a8_linear`); contract in module doc."""
+    w = bundle(rot_hi, rot_lo, qweight, scales, zeros, bounds, group_size, gv_idx, gv_coef,
+               qweight_hi, w8_amax)  # fmt: skip
+    return linear_a8(w, x, bias, act_format, act_scale, zp_epilogue)
 
 
 def linear_a8(
-    prep: repack.Prepared,
+    w: Prepared,
     x: torch.Tensor,
     bias: torch.Tensor | None = None,
     act_format: str = "fp8",
     act_scale: str = "group",
     zp_epilogue: bool = False,
 ) -> torch.Tensor:
-    """`w4a8_linear` on a `Prepared` layer (int4 or int5)."""
-    return w4a8_linear(
-        x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.qweight_hi, prep.scales, prep.zeros,
-        prep.bounds, prep.group_size, act_format, act_scale, zp_epilogue, bias, prep.gv_idx,
-        prep.gv_coef, prep.w8_amax,
-    )  # fmt: skip
+    """y = act_quant((x * cs_p) R_p^T) dequant(Q)^T (+ bias) per run of the int4 / int5 layer.
+
+    Two launches (+ a memset and cast under split-K): the fused prologue and the group GEMM;
+    on NVIDIA the bands of `a8_route` take the 16-bit-activation paths instead (the same weight
+    tensors: no activation quantization there).
+    """
+    check_linear(w, x, bias)
+    require(act_format in launch.ACT_FORMATS, "act_format", launch.ACT_FORMATS, act_format)
+    require(act_scale in launch.ACT_SCALES, "act_scale", launch.ACT_SCALES, act_scale)
+    k, n = x.shape[1], w.qweight.shape[1]
+    int5 = w.qweight_hi is not None
+    route = a8_route(x.shape[0], w.group_size, int5, launch.is_hip(), act_format, w.bounds)
+    if route == "gemv-mma":
+        return gemv_mma.gemv_mma_linear(w, x, bias)
+    if route == "gemv":
+        return gemv_fma.gemv_w4a16(w, x, bias)
+    if route == "gemv-h2":
+        return gemv_fma.gemv_h2_linear(w, x, bias)
+    if route == "gemv3":
+        return gemv_dot.gemv3_linear(w, x, bias)
+    if route == "w8" and w.w8_amax is not None and dequant.w8_ok(n, k, dequant.W8_KIND):
+        return dequant.w8_linear(w, x, bias)
+    if route in ("dequant", "w8"):
+        return dequant.dequant_linear(x, dequant.dequant_rotate(w, dtype=x.dtype), bias)
+    q, asc, rs = prologue.rotate_quant(x, w.rot_hi, w.rot_lo, w.group_size, act_format,
+                                       act_scale)  # fmt: skip
+    return gemm.w4a8_gemm(q, asc, rs, w, x.dtype, bias, token=act_scale == "token",
+                          zp_epilogue=zp_epilogue)  # fmt: skip
