@@ -344,8 +344,7 @@ def sweep_a8(n: int, k: int, sizes: tuple[int, ...], m: int, reps: int) -> list[
             cfg = launch.Config(bm, bn, 1, nw, st)
             fns = [
                 functools.partial(
-                    gemm.w4a8_gemm, q, asc, rs, p.qweight, None, p.scales, p.zeros, p.bounds,
-                    G, torch.bfloat16, None, cfg,
+                    gemm.w4a8_gemm, q, asc, rs, p, torch.bfloat16, None, cfg,
                 )
                 for p in preps
             ]  # fmt: skip

@@ -6,7 +6,7 @@ GEMV (`gemv_mma`) against the shipped decode paths and the peers, in one run.
 
 Stage 1: the GEMV alone (its fp16 prologue output made once) over the config grid on the
 --stage1 shapes at each M; the --top configs by summed time go on. Stage 2, per (shape, M):
-cuBLAS bf16, `torch._weight_int4pack_mm` (g128), ours as served (`route.w4a16_linear`'s
+cuBLAS bf16, `torch._weight_int4pack_mm` (g128), ours as served (`route.linear`'s
 dispatch), the new GEMV as served with each prologue (`prologue.PROLOGUES`) at the best
 stage-1 config, the top configs with the shipped prologue, and the prologues alone. Timing as
 `time_us` (CUDA-graph replays over weight copies past 4x L2); % HBM against 4.3 TB/s.
@@ -75,8 +75,7 @@ def _compile_one(job: tuple[str, int, dict[str, int]]) -> str:
     xr = torch.zeros(len(sizes), m, k, device="cuda", dtype=torch.float16)
     cfg = gemv_dot.gemv3_config(m, n, k, G, bounds(sizes), 132, **kw)
     try:
-        gemv_dot.gemv3_w4a16(xr, p.qweight, p.scales, p.zeros, p.bounds, G, torch.bfloat16,
-                             None, cfg)  # fmt: skip
+        gemv_dot.gemv3_w4a16(xr, p, torch.bfloat16, None, cfg)
         torch.cuda.synchronize()
         return ""
     except Exception as e:
@@ -120,8 +119,7 @@ def stage1(shapes: list[str], ms: list[int], reps: int) -> list[dict[str, Any]]:
             xr = prologue.prologue16(x, p0.rot_hi, p0.rot_lo, G, None, None, "slice")
             for kw in GRID:
                 cfg = gemv_dot.gemv3_config(m, n, k, G, bounds(sizes), 132, **kw)
-                fns = [functools.partial(gemv_dot.gemv3_w4a16, xr, p.qweight, p.scales,
-                       p.zeros, p.bounds, G, torch.bfloat16, None, cfg)
+                fns = [functools.partial(gemv_dot.gemv3_w4a16, xr, p, torch.bfloat16, None, cfg)
                        for p in preps]  # fmt: skip
                 out.append(_row(name, m, n, k, "gemv3-alone " + str(kw), time_or_nan(fns, reps),
                                 cfg=dataclasses.asdict(cfg), kw=kw))  # fmt: skip
@@ -160,16 +158,13 @@ def stage2(shapes: list[str], ms: list[int], reps: int, cfgs: list[dict[str, int
             x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
             out += _peer_rows(name, m, n, k, x, reps)
             served = "ours-as-served (" + route.band(m) + ")"
-            out.append(_row(name, m, n, k, served, time_or_nan(
-                [functools.partial(route.w4a16_linear, x, p.rot_hi, p.rot_lo, p.qweight,
-                 p.scales, p.zeros, p.bounds, G, None, p.gv_idx, p.gv_coef)
-                 for p in preps], reps)))  # fmt: skip
+            fns = [functools.partial(route.linear, p, x) for p in preps]
+            out.append(_row(name, m, n, k, served, time_or_nan(fns, reps)))
             for i, kw in enumerate(cfgs):
                 cfg = gemv_dot.gemv3_config(m, n, k, G, bounds(sizes), 132, **kw)
                 for pro in prologue.PROLOGUES if i == 0 else (prologue.GEMV3_PROLOGUE,):
-                    fns = [functools.partial(gemv_dot.gemv3_linear, x, p.rot_hi, p.rot_lo,
-                           p.qweight, p.scales, p.zeros, p.bounds, G, None, p.gv_idx, p.gv_coef,
-                           pro, cfg) for p in preps]  # fmt: skip
+                    fns = [functools.partial(gemv_dot.gemv3_linear, p, x, None, pro, cfg)
+                           for p in preps]  # fmt: skip
                     out.append(_row(name, m, n, k, f"gemv3 {pro} {kw}", time_or_nan(fns, reps),
                                     cfg=dataclasses.asdict(cfg)))  # fmt: skip
             for pro in prologue.PROLOGUES:
@@ -190,23 +185,19 @@ def _gemv2(p: Any, x: torch.Tensor, fused: bool, pdl: bool) -> object:
     """The FMA GEMV (sliced prologue), or with `fused` the Givens-inside one; never the HFMA2."""
     from paro_kernels.triton import gemv_fma
 
-    args = (p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros, p.gv_idx, p.gv_coef)
-    return gemv_fma.gemv_w4a16(args, x, p.bounds, G, None, fused=fused, pdl=pdl, h2=False)
+    return gemv_fma.gemv_w4a16(p, x, None, fused=fused, pdl=pdl, h2=False)
 
 
 def _mma(p: Any, x: torch.Tensor) -> object:
     from paro_kernels.triton import route
 
-    return route.w4a16_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros, p.bounds, G,
-                              None, p.gv_idx, p.gv_coef, path="mma")  # fmt: skip
+    return route.linear(p, x, path="mma")
 
 
 def _gemv3(p: Any, x: torch.Tensor, cfg: Any, pdl: bool) -> object:
     from paro_kernels.triton import gemv_dot
 
-    return gemv_dot.gemv3_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
-                                 p.bounds, G, None, p.gv_idx, p.gv_coef, "slice", cfg,
-                                 pdl)  # fmt: skip
+    return gemv_dot.gemv3_linear(p, x, None, "slice", cfg, pdl)
 
 
 def ab(shapes: list[str], ms: list[int], reps: int, t0: float,
@@ -308,12 +299,17 @@ def _compile_h2(job: tuple[str, int, dict[str, int]]) -> str:
     p = random_prep(n, k, sizes, 4, torch.device("cuda"))
     xr = torch.zeros(len(sizes), m, k, device="cuda", dtype=torch.float16)
     try:
-        gemv_fma.gemv_h2(xr, p.qweight, p.scales, p.zeros, p.bounds, G, torch.bfloat16,
-                         None, _h2_cfg(name, m, kw), kw.get("maxnreg", 0))  # fmt: skip
+        gemv_fma.gemv_h2(xr, p, torch.bfloat16, None, _h2_cfg(name, m, kw), kw.get("maxnreg", 0))
         torch.cuda.synchronize()
         return ""
     except Exception as e:
         return f"{name} {m} {kw}: {type(e).__name__} {str(e)[:200]}"
+
+
+def _blocks(p: Any, **kw: Any) -> Any:
+    """Layer p without its Givens records (the HFMA2 op then runs the sliced blocks prologue,
+    as these cells measured before the ops read the records from the layer), kw replaced."""
+    return dataclasses.replace(p, gv_idx=None, gv_coef=None, **kw)
 
 
 def _h2_call(what: str, x: torch.Tensor, arg: Any, p: Any) -> object:
@@ -322,22 +318,19 @@ def _h2_call(what: str, x: torch.Tensor, arg: Any, p: Any) -> object:
     from paro_kernels.triton import gemv_fma, prologue, route
 
     if what == "served":
-        return route.w4a16_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros, p.bounds,
-                                  G, None, p.gv_idx, p.gv_coef)  # fmt: skip
+        return route.linear(p, x)
     if what == "h2":
         cfg, kw = arg
         hi = _ROT16[id(p)] if kw.get("one") else p.rot_hi
-        return gemv_fma.gemv_h2_linear(x, hi, p.rot_lo, p.qweight, p.scales, p.zeros,
-                                       p.bounds, G, None, cfg, kw.get("slice", 0),
-                                       kw.get("pwarps", 0), kw.get("maxnreg", 0),
-                                       bool(kw.get("pdl")), bool(kw.get("one")))  # fmt: skip
+        w = _blocks(p, rot_hi=hi)  # the sliced blocks prologue (no records), as measured
+        return gemv_fma.gemv_h2_linear(w, x, None, cfg, kw.get("slice", 0), kw.get("pwarps", 0),
+                                       kw.get("maxnreg", 0), bool(kw.get("pdl")),
+                                       bool(kw.get("one")))  # fmt: skip
     if what == "gemv2 alone":
         (xr32, rs), _ = arg
-        return gemv_fma.gemv2_w4a16(xr32, rs, p.qweight, p.scales, p.zeros, p.bounds, G,
-                                    torch.bfloat16)  # fmt: skip
+        return gemv_fma.gemv2_w4a16(xr32, rs, p, torch.bfloat16)
     if what == "h2 alone":
-        return gemv_fma.gemv_h2(arg[1], p.qweight, p.scales, p.zeros, p.bounds, G,
-                                torch.bfloat16)  # fmt: skip
+        return gemv_fma.gemv_h2(arg[1], p, torch.bfloat16)
     return prologue.rotate_slices(x, p.rot_hi, p.rot_lo, G, paired=what == "prologue paired")
 
 
@@ -397,15 +390,11 @@ def h2_int5(shapes: list[str], ms: list[int], reps: int, t0: float,
     not_run: list[str] = []
     for name, n, k, m, x, p4, p5 in decode_cells(shapes, ms, t0, budget, not_run, int5=True):
         y0 = route.linear_a8(p5[0], x, None, "int8", "group", True).float()
-        y1 = gemv_fma.gemv_h2_linear(x, p5[0].rot_hi, p5[0].rot_lo, p5[0].qweight,
-                                     p5[0].scales, p5[0].zeros, p5[0].bounds, G,
-                                     qweight_hi=p5[0].qweight_hi).float()  # fmt: skip
+        y1 = gemv_fma.gemv_h2_linear(_blocks(p5[0]), x).float()
         rel = float((y1 - y0).norm() / y0.norm())
         served = [functools.partial(route.linear_a8, p, x, None, "int8", "group", True)
                   for p in p5]  # fmt: skip
-        forced = [functools.partial(gemv_fma.gemv_h2_linear, x, p.rot_hi, p.rot_lo,
-                  p.qweight, p.scales, p.zeros, p.bounds, G, qweight_hi=p.qweight_hi)
-                  for p in p5]  # fmt: skip
+        forced = [functools.partial(gemv_fma.gemv_h2_linear, _blocks(p), x) for p in p5]
         out.append(_row(name, m, n, k, "int5 as served", time_or_nan(served, reps)))
         out.append(_row(name, m, n, k, "int5 h2", time_or_nan(forced, reps), rel=rel))
         int4 = [functools.partial(_h2_call, "served", x, None, p) for p in p4]
@@ -484,9 +473,7 @@ def _h2_op(name: str, m: int, x: torch.Tensor, p: Any,
     kw = kw or {}
     launch = {a: v for a, v in kw.items() if a not in ("gv", "pdl")}
     cfg = _h2_cfg(name, m, launch) if launch else None  # None: the shipped config
-    return gemv_fma.gemv_h2_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
-                                   p.bounds, G, None, cfg, qweight_hi=p.qweight_hi,
-                                   gv=(p.gv_idx, p.gv_coef),
+    return gemv_fma.gemv_h2_linear(p, x, None, cfg,
                                    prologue="givens" if "gv" in kw else "slice",
                                    prologue_warps=kw.get("gv", 0),
                                    pdl=bool(kw.get("pdl")))  # fmt: skip
@@ -592,7 +579,7 @@ def h2_mma(shapes: list[str], ms: list[int], reps: int, t0: float,
     return out, not_run
 
 
-# `--h2 mma5`: int5 (I8 PG ZPE) on the mma GEMV (`gemv_mma(qweight_hi=)`) at
+# `--h2 mma5`: int5 (I8 PG ZPE) on the mma GEMV (`gemv_mma` on a bits-5 layer) at
 # each config, against int5 as served and the path that served int5 before (the HFMA2 op at
 # M <= 2, the matrix-unit GEMV to 16), and int4 as served (the int5 / int4 goal: 1.24x).
 MMA5_GRID: dict[int, list[dict[str, int]]] = {
@@ -608,12 +595,8 @@ def _int5_before(x: torch.Tensor, p: Any) -> object:
     from paro_kernels.triton import gemv_dot, gemv_fma
 
     if x.shape[0] <= 2:
-        return gemv_fma.gemv_h2_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
-                                       p.bounds, G, qweight_hi=p.qweight_hi,
-                                       gv=(p.gv_idx, p.gv_coef))  # fmt: skip
-    return gemv_dot.gemv3_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
-                                 p.bounds, G, None, p.gv_idx, p.gv_coef,
-                                 qweight_hi=p.qweight_hi)  # fmt: skip
+        return gemv_fma.gemv_h2_linear(p, x)
+    return gemv_dot.gemv3_linear(p, x)
 
 
 def h2_mma5(shapes: list[str], ms: list[int], reps: int, t0: float,
@@ -640,9 +623,7 @@ def h2_mma5(shapes: list[str], ms: list[int], reps: int, t0: float,
         out += _cand_rows(name, m, n, k, cands, p5, reps, gemv_mma_kernels.gemv_mma_kernel)
         p0 = p5[0]
         xr = prologue.rotate_givens_paired(x, p0.gv_idx, p0.gv_coef, G, 0)
-        fns = [functools.partial(gemv_mma.gemv_mma, xr, p.qweight, p.scales, p.zeros,
-                                 p.bounds, G, torch.bfloat16, qweight_hi=p.qweight_hi)
-               for p in p5]  # fmt: skip
+        fns = [functools.partial(gemv_mma.gemv_mma, xr, p, torch.bfloat16) for p in p5]
         out.append(_row(name, m, n, k, "int5 mma alone", time_or_nan(fns, reps)))
     return out, not_run
 
@@ -704,8 +685,7 @@ def _mma_alone(name: str, m: int, n: int, k: int, x: torch.Tensor, p4: list[Any]
     from paro_kernels.triton import gemv_mma, prologue
 
     xr = prologue.rotate_givens_paired(x, p4[0].gv_idx, p4[0].gv_coef, G, 0)
-    fns = [functools.partial(gemv_mma.gemv_mma, xr, p.qweight, p.scales, p.zeros,
-                             p.bounds, G, torch.bfloat16) for p in p4]  # fmt: skip
+    fns = [functools.partial(gemv_mma.gemv_mma, xr, p, torch.bfloat16) for p in p4]
     return _row(name, m, n, k, "int4 mma alone", time_or_nan(fns, reps))
 
 
@@ -723,11 +703,10 @@ def _path_before(m: int) -> str:
 
 
 def _before(x: torch.Tensor, path: str, p: Any) -> object:
-    """`route.w4a16_linear` on layer p with `path` forced (with the layer's records)."""
+    """`route.linear` on layer p with `path` forced (with the layer's records)."""
     from paro_kernels.triton import route
 
-    return route.w4a16_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros, p.bounds, G,
-                              None, p.gv_idx, p.gv_coef, path=path)  # fmt: skip
+    return route.linear(p, x, path=path)
 
 
 def _mma_cfg(m: int, n: int, k: int, preps: list[Any], kw: dict[str, int], bits: int = 4) -> Any:
@@ -746,10 +725,7 @@ def _mma_op(x: torch.Tensor, cfg: Any, p: Any, blocks: bool = False,
     shipped one): the records prologue, or with `blocks` the sliced blocks one."""
     from paro_kernels.triton import gemv_mma
 
-    return gemv_mma.gemv_mma_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros,
-                                    p.bounds, G, None, cfg, (p.gv_idx, p.gv_coef),
-                                    p.qweight_hi, "slice" if blocks else "givens",
-                                    maxnreg)  # fmt: skip
+    return gemv_mma.gemv_mma_linear(p, x, None, cfg, "slice" if blocks else "givens", maxnreg)
 
 
 def main(argv: list[str] | None = None) -> None:

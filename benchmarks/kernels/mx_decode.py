@@ -6,7 +6,7 @@ M <= 4, the int4 W4A16 op as served, and the peers, in one run.
 
 Sweep: the GEMV alone (NVFP4 -> MXFP4, one plane) over block_n x warps x programs per SM on the
 --sweep shapes at each M; the best config by summed time goes on. Then per (shape, M): cuBLAS
-bf16, `torch._weight_int4pack_mm` (g128), the int4 W4A16 op as served (`route.w4a16_linear`, the
+bf16, `torch._weight_int4pack_mm` (g128), the int4 W4A16 op as served (`route.linear`, the
 Givens tables present), MXFP4 and MXFP4-PARO as served (`mx_route.mx_linear`, W4A8 act), the GEMM
 forced (`path="gemm"`, W4A8 and A16) and the GEMV at the best sweep config; each GEMV output is
 checked against an fp64 reference of the dequantized weight. Timing as `time_us` (CUDA-graph
@@ -353,8 +353,7 @@ def int5_cells(
 
             def a8(p: Any, x: torch.Tensor = x) -> object:
                 q, asc, rs = prologue.rotate_quant(x, p.rot_hi, p.rot_lo, G, "int8", "group")
-                return gemm.w4a8_gemm(q, asc, rs, p.qweight, p.qweight_hi, p.scales, p.zeros,
-                                      p.bounds, G, x.dtype, zp_epilogue=True)  # fmt: skip
+                return gemm.w4a8_gemm(q, asc, rs, p, x.dtype, zp_epilogue=True)
 
             taken = route.a8_route(m, G, True, False, "int8") or "a8"
             served = [functools.partial(route.linear_a8, p, x, None, "int8", "group", True)
@@ -372,9 +371,7 @@ def int5_cells(
                 bn, w, pps, gpi, st = cfg
                 c = gemv_dot.gemv3_config(m, n, k, G, i5[0].bounds, launch.sm_count(dev), bn, w,
                                           pps, gpi, st)  # fmt: skip
-                fns = [functools.partial(gemv_dot.gemv3_linear, x, p.rot_hi, p.rot_lo,
-                                         p.qweight, p.scales, p.zeros, p.bounds, G, config=c,
-                                         qweight_hi=p.qweight_hi) for p in i5]  # fmt: skip
+                fns = [functools.partial(gemv_dot.gemv3_linear, p, x, config=c) for p in i5]
                 out.append(_row(name, m, "int5 gemv3", time_or_nan(fns, reps), nb5, cfg=list(cfg)))
             a8_fns = [functools.partial(a8, p) for p in i5]
             out.append(_row(name, m, "int5 a8 forced", time_or_nan(a8_fns, reps), nb5))

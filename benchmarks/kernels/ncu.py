@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import torch
 
-from benchmarks.kernels.common import SHAPES, G, mx_gemv_old, random_prep, with_givens
+from benchmarks.kernels.common import SHAPES, mx_gemv_old, random_prep, with_givens
 
 
 def main(argv: list[str]) -> None:
@@ -52,21 +52,19 @@ def main(argv: list[str]) -> None:
     prep = dataclasses.replace(with_givens(prep, k, len(sizes), dev),
                                w8_amax=torch.rand(n, device=dev) + 0.5)  # fmt: skip
     x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-    gv = (None, None) if path == "gemv-prologue" else (prep.gv_idx, prep.gv_coef)
+    # gemv-prologue: the layer without the tables (the prologue GEMV)
+    plain = dataclasses.replace(prep, gv_idx=None, gv_coef=None)
+    served = plain if path == "gemv-prologue" else prep
     served_path = "gemv" if path == "gemv-prologue" else path
 
     def call() -> object:
         if path == "gemv3":  # the matrix-unit decode GEMV (sliced fp16 prologue + GEMV)
             from paro_kernels.triton import gemv_dot
 
-            return gemv_dot.gemv3_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight,
-                                         prep.scales, prep.zeros, prep.bounds, G, None,
-                                         prep.gv_idx, prep.gv_coef)  # fmt: skip
+            return gemv_dot.gemv3_linear(prep, x)
         if act != "bf16":
             return route.linear_a8(prep, x, None, act, "group", False)
-        return route.w4a16_linear(x, prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
-                                  prep.zeros, prep.bounds, G, None, gv[0], gv[1],
-                                  path=served_path)  # fmt: skip
+        return route.linear(served, x, path=served_path)
 
     _profile(call)
 

@@ -67,16 +67,14 @@ def _ours(n: int, k: int, sizes: tuple[int, ...], m: int, dev: torch.device, pat
     if fmt.startswith("w8-"):  # the 8-bit vendor GEMM path of W4A8 prefill, forced
 
         def w8(p: Any) -> object:
-            return dequant.w8_linear(x, p.qweight, None, p.scales, p.zeros, p.rot_hi, p.rot_lo,
-                                     p.bounds, G, p.w8_amax, None, fmt[3:])  # fmt: skip
+            return dequant.w8_linear(p, x, None, fmt[3:])
 
         return cycling([functools.partial(w8, p) for p in preps])
     if fmt.startswith("a8-"):  # the A8 kernels themselves (prologue + group GEMM), no route
 
         def a8(p: Any) -> object:
             q, asc, rs = prologue.rotate_quant(x, p.rot_hi, p.rot_lo, G, fmt[3:], "group")
-            return gemm.w4a8_gemm(q, asc, rs, p.qweight, None, p.scales, p.zeros, p.bounds, G,
-                                  x.dtype)  # fmt: skip
+            return gemm.w4a8_gemm(q, asc, rs, p, x.dtype)
 
         return cycling([functools.partial(a8, p) for p in preps])
     if fmt != "bf16":  # W4A8 int8 / fp8, or int5 (W5A8 I8 PG ZPE: int8 activations)
@@ -84,15 +82,15 @@ def _ours(n: int, k: int, sizes: tuple[int, ...], m: int, dev: torch.device, pat
         return cycling([functools.partial(route.linear_a8, p, x, None, act, "group", bits == 5)
                         for p in preps])  # fmt: skip
 
+    if path == "gemv":  # the prologue GEMV (blocks / sliced): the layers without the tables
+        preps = [dataclasses.replace(p, gv_idx=None, gv_coef=None) for p in preps]
+
     def call(p: Any) -> object:
-        if path == "gemv":  # the prologue GEMV (blocks / sliced)
-            args = (p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros, None, None)
-            return gemv_fma.gemv_w4a16(args, x, p.bounds, G, None)
+        if path == "gemv":
+            return gemv_fma.gemv_w4a16(p, x)
         if path == "gemv-rot2":
-            return gemv_fma.gemv2_w4a16_rot(x, p.gv_idx, p.gv_coef, p.qweight, p.scales,
-                                            p.zeros, p.bounds, G)  # fmt: skip
-        return route.w4a16_linear(x, p.rot_hi, p.rot_lo, p.qweight, p.scales, p.zeros, p.bounds,
-                                  G, None, p.gv_idx, p.gv_coef, path=path)  # fmt: skip
+            return gemv_fma.gemv2_w4a16_rot(x, p)
+        return route.linear(p, x, path=path)
 
     return cycling([functools.partial(call, p) for p in preps])
 
@@ -279,8 +277,8 @@ def sweep_gemv2(reps: int, shapes: tuple[str, ...] = ("qkv", "gate_up", "down"),
                 for kw in (table or GEMV2_SWEEP)[kind]:
                     cfg = gemv_fma.gemv2_config(m, n, k, G, bounds(sizes), 132, **kw)
                     fns = [functools.partial(
-                        gemv_fma.gemv2_w4a16, xr, rs, p.qweight, p.scales, p.zeros, p.bounds,
-                        G, torch.bfloat16, None, cfg) for p in preps]  # fmt: skip
+                        gemv_fma.gemv2_w4a16, xr, rs, p, torch.bfloat16, None, cfg)
+                        for p in preps]  # fmt: skip
                     try:
                         us = time_us(cycling(fns), reps)
                     except Exception as e:
@@ -334,15 +332,14 @@ def sweep_gemv2_rot(
                  for _ in range(copies(bytes_w4(n, k, 0)))]  # fmt: skip
         for m in ms:
             x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-            old = [functools.partial(gemv_fma.gemv_w4a16, (p.rot_hi, p.rot_lo, p.qweight,
-                   p.scales, p.zeros, None, None), x, p.bounds, G, None)
+            old = [functools.partial(gemv_fma.gemv_w4a16,
+                   dataclasses.replace(p, gv_idx=None, gv_coef=None), x)
                    for p in preps]  # fmt: skip
             cands: list[tuple[str, Any, list[Any]]] = [("prologue-gemv", None, old)]
             for kw in GEMV2_ROT_SWEEP:
                 kc = {a: v for a, v in kw.items() if a != "pre"}
                 cfg = gemv_fma.gemv2_config(m, n, k, G, bounds(sizes), 132, **kc)
-                fs = [functools.partial(gemv_fma.gemv2_w4a16_rot, x, p.gv_idx, p.gv_coef,
-                      p.qweight, p.scales, p.zeros, p.bounds, G, None, cfg, kw.get("pre"))
+                fs = [functools.partial(gemv_fma.gemv2_w4a16_rot, x, p, None, cfg, kw.get("pre"))
                       for p in preps]  # fmt: skip
                 cands.append((str(kw), cfg, fs))
             for label, cfg, fs in cands:
@@ -373,8 +370,7 @@ def sweep_dequant(reps: int) -> list[dict[str, Any]]:
         for bn, nw, ns in [(128, 8, 0), (128, 4, 0), (64, 4, 0), (256, 8, 0), (128, 8, 2),
                            (128, 8, 8), (64, 4, 8), (128, 4, 4)]:  # fmt: skip
             fns = [functools.partial(
-                dequant.dequant_rotate, p.qweight, None, p.scales, p.zeros, p.rot_hi, p.rot_lo,
-                p.bounds, G, w, bn, nw, ns) for p in preps]  # fmt: skip
+                dequant.dequant_rotate, p, w, bn, nw, ns) for p in preps]  # fmt: skip
             try:
                 us = time_us(cycling(fns), reps)
             except Exception as e:
@@ -422,8 +418,7 @@ def sweep_dequant_kernels(
         nb = k * n // 2 + (k // G) * n * 3 + 2 * k * n  # codes + scales + zeros in, W' out
         for kw in table or DEQUANT_KERNELS_SWEEP:
             fns = [functools.partial(
-                dequant.dequant_rotate, p.qweight, None, p.scales, p.zeros, p.rot_hi, p.rot_lo,
-                p.bounds, G, w, **kw) for p in preps]  # fmt: skip
+                dequant.dequant_rotate, p, w, **kw) for p in preps]  # fmt: skip
             try:
                 us = time_us(cycling(fns), reps)
             except Exception as e:
@@ -473,8 +468,8 @@ def sweep_prologue_slices(
                 ),
                 ("gemv-sliced", prologue.rotate_slices(x, p0.rot_hi, p0.rot_lo, G)),
             ):
-                gf = [functools.partial(gemv_fma.gemv2_w4a16, xr, rs, p.qweight, p.scales, p.zeros,
-                                        p.bounds, G, torch.bfloat16) for p in preps]  # fmt: skip
+                gf = [functools.partial(gemv_fma.gemv2_w4a16, xr, rs, p, torch.bfloat16)
+                      for p in preps]  # fmt: skip
                 us = time_us(cycling(gf), reps)
                 out.append({"shape": name, "m": m, "kind": "gemv", "variant": label, "us": us})
                 print(f"gemv2 {name} M={m} {label}: {us:.2f} us", flush=True)
@@ -526,9 +521,7 @@ def check(dev: str = "cuda") -> list[str]:
         for path in ("gemv", "mma", "dequant"):
             if path == "gemv" and m > gemv_fma.GEMV2_MAX_M:
                 continue
-            y = route.w4a16_linear(x.to(dev), prep.rot_hi, prep.rot_lo, prep.qweight, prep.scales,
-                                   prep.zeros, prep.bounds, g, bias(parts).to(dev), prep.gv_idx,
-                                   prep.gv_coef, path=path)  # type: ignore[union-attr]  # fmt: skip
+            y = route.linear(prep, x.to(dev), bias(parts).to(dev), path=path)
             out.append(f"check k={k} sizes={sizes} m={m} {path}: rel {rel(y, ref):.2e}")
             print(out[-1], flush=True)
     return out

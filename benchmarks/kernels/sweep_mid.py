@@ -86,12 +86,10 @@ def _cell(name: str, n: int, k: int, sizes: tuple[int, ...], m: int,
     bf = torch.bfloat16
 
     def w4a16(p: repack.Prepared, cfg: Any) -> object:
-        return gemm.w4a16_gemm(xr, rs, p.qweight, p.scales, p.zeros, p.bounds, G, bf,
-                               None, cfg)  # fmt: skip
+        return gemm.w4a16_gemm(xr, rs, p, bf, None, cfg)
 
     def w4a8(p: repack.Prepared, cfg: Any) -> object:
-        return gemm.w4a8_gemm(q, asc, qrs, p.qweight, None, p.scales, p.zeros, p.bounds,
-                              G, bf, None, cfg)  # fmt: skip
+        return gemm.w4a8_gemm(q, asc, qrs, p, bf, None, cfg)
 
     def mx(w: mx_repack.MxWeight, cfg: Any) -> object:
         return mx_gemm.mx_gemm(a8, s8, w, bounds, bf, None, cfg)
