@@ -1,13 +1,12 @@
-"""pytest plugin for the GPU suite (`kernels/gpushard.sh` loads it with `-p _compile_stats`):
+"""pytest plugin for the GPU suite (`benchmarks/gpu/shard.sh` loads it with `-p _compile_stats`):
 each test's Triton compiles, counted and timed, as JUnit properties of its test case.
 
-Why: the seventeenth pass's whole GPU suite took 1347 s of device time for 671 tests (about 30 s
-of a busy worker a test, 0.4-202 s), and the second shard, run on the warm machine with the
-first shard's Triton cache in place, took as long as the first. So either each shard compiles
-its own kernel specializations (the cache cannot help) or compiling is not where a test's time
-goes. These properties say which, per test, at no extra device time: `triton_compiles` (calls,
-kernels built, seconds in the compiler) and `cpu_s` (the test's CPU time, its own and its
-children's).
+Why: the whole GPU suite on the H200 (2026-12-05) took 1347 s of device time for 671 tests (about 30
+s of a busy worker a test, 0.4-202 s), and the second shard, run on the warm machine with the first
+shard's Triton cache in place, took as long as the first. So either each shard compiles its own
+kernel specializations (the cache cannot help) or compiling is not where a test's time goes. These
+properties say which, per test, at no extra device time: `triton_compiles` (calls, kernels built,
+seconds in the compiler) and `cpu_s` (the test's CPU time, its own and its children's).
 
 `triton.compiler.compile` is the one entry the JIT calls for every kernel it builds (it looks
 in the on-disk cache itself, so a cache hit is counted too, and takes milliseconds); the JIT

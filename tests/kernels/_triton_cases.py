@@ -8,11 +8,12 @@ from paro_kernels import reference as ref
 
 # (K, partition sizes, G): tile-boundary and odd N, K not a multiple of the split, 1-3 partitions.
 # The bf16 floor of a GEMM on bf16 weights: the dequant path's W' rounded to bf16 and y rounded
-# to bf16 (H200 2026-12-01, third pass: 2.2-2.7e-3 on the W4A16 cases; fp16 W' 1.7e-3).
+# to bf16 (H200 2026-12-01: 2.2-2.7e-3 on the W4A16 cases; fp16 W' 1.7e-3).
 BF16_W_FLOOR = 3.5e-3
-# W4A8 / W5A8 prefill on the vendor 8-bit GEMM (fourth pass, `dequant.w8_linear`): per-token
+# W4A8 / W5A8 prefill on the vendor 8-bit GEMM (H200 2026-12-02, `dequant.w8_linear`): per-token
 # 8-bit activations and W' requantized to 8 bits per output channel, against the format's fp64
-# reference (its own per-group activation quantization); measured on the H200, see BENCH.md.
+# reference (its own per-group activation quantization); measured on the H200, see
+# docs/notebook/kernels-2026-11-29-to-12-06.md.
 W8_TOL = {"int8": 2.5e-2, "fp8": 6e-2}
 
 W4A16_CASES = [
@@ -75,7 +76,7 @@ def merged_layer_bits(k: int, sizes: list[int], g: int, bits: int, seed: int) ->
 
 
 def hi_planes(parts: list[Layer]) -> dict[str, torch.Tensor]:
-    """The merged fifth-bit planes (keyword arguments of `host.prepare`), {} for int4."""
+    """The merged fifth-bit planes (keyword arguments of `repack.prepare`), {} for int4."""
     if parts[0].qweight_hi is None:
         return {}
     return {

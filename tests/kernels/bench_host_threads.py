@@ -2,7 +2,7 @@
 processes and torch threads each, to show what oversubscribing the cores costs.
 
 Each process repeats what `test_path_matches_fp64_reference` does on the CPU before and after
-its launches: draw a merged K = 2304, N = [2048, 256] ParoQuant layer, `host.prepare` it (on the
+its launches: draw a merged K = 2304, N = [2048, 256] ParoQuant layer, `repack.prepare` it (on the
 CPU here), and compute the fp64 reference at M = 17. It prints seconds an iteration per process.
 The GPU suite runs one worker a core; torch defaults to one thread a core in each of them.
 
@@ -20,14 +20,14 @@ import time
 def _work(threads: int, iters: int, out: mp.Queue) -> None:  # type: ignore[type-arg]
     import torch
     from _triton_cases import merged_layer, packed, reference, runs
-    from paro_kernels.triton import host
+    from paro_kernels.triton import repack
 
     torch.set_num_threads(threads)
     k, sizes, g = 2304, [2048, 256], 128
     start = time.perf_counter()
     for i in range(iters):
         parts = merged_layer(k, sizes, g, seed=k + i, bias=True)
-        host.prepare(*packed(parts), runs(parts), g, device="cpu")
+        repack.prepare(*packed(parts), runs(parts), g, device="cpu")
         reference(torch.randn(17, k).to(torch.bfloat16), parts, g)
     out.put((time.perf_counter() - start) / iters)
 

@@ -1,5 +1,5 @@
 """The GPU suite's pytest plugins, on CPU. The compile-stats plugin (`_compile_stats`, loaded by
-kernels/gpushard.sh) on CPU: a pytest run in a subprocess on two xdist workers (as the GPU
+benchmarks/gpu/shard.sh) on CPU: a pytest run in a subprocess on two xdist workers (as the GPU
 scripts run it), its tests building a kernel through `triton.compiler.compile` for the gfx1201 /
 sm_90 targets (Triton's AOT path needs no GPU), writes each test's compiles into its JUnit test
 case; a test that builds nothing says 0, and a cache hit is a call but not a build. The

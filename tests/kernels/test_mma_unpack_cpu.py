@@ -1,4 +1,4 @@
-"""The mma GEMV's PTX unpack (`decode_kernels.mma_word_asm`) run on the CPU, instruction by
+"""The mma GEMV's PTX unpack (`gemv_mma_kernels.mma_word_asm`) run on the CPU, instruction by
 instruction, against the codes it must produce.
 
 The GPU tests check the kernel end to end; this pins the bit placement of the unpack itself

@@ -1,4 +1,4 @@
-"""The MXFP4 mma GEMV's PTX (`mx_decode_kernels.mx_mma_asm`) run on the CPU for a whole warp,
+"""The MXFP4 mma GEMV's PTX (`mx_gemv_mma_kernels.mx_mma_asm`) run on the CPU for a whole warp,
 instruction by instruction, mma.sync included, against an fp64 product.
 
 The GPU tests check the kernel end to end on the H200; this pins, before any GPU run, the lane

@@ -55,10 +55,10 @@ def test_build_holds_every_config_the_launcher_picks(built: dict[str, Any]) -> N
 
 
 def test_every_shipped_kernel_is_spill_free_with_its_waves(built: dict[str, Any]) -> None:
-    # Issue 14, deliverable 5, on what the launcher really picks (not a hand-picked config): the
+    # On what the launcher really picks (not a hand-picked config): the
     # build reads each gfx1201 kernel's AMDGCN metadata. No VGPR or SGPR spill and no scratch in
     # any; 8+ waves a SIMD (Triton 3.9: rotate_quant 81 VGPRs, the W4A8 GEMM 116). Before its
-    # weights' e4m3 were built from bits (twentieth pass) the GEMM's M = 2..16 specializations
+    # weights' e4m3 were built from bits (2026-12-05) the GEMM's M = 2..16 specializations
     # spilled 27 SGPRs into VGPR lanes, around Triton's software e4m3 conversion.
     entries = precompile.inventory(built["cache"])
     assert entries and all(e.vgprs > 0 and e.vgpr_spills == 0 and e.scratch == 0 for e in entries)

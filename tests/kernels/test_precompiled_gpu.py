@@ -51,7 +51,7 @@ def test_shipped_cache_serves_every_launch_without_jit(tmp_path: Path) -> None:
         pytest.skip("needs a CUDA GPU to launch the kernels: torch.cuda.is_available() is False")
     root, plan_path = os.environ.get("PRECOMPILE_CACHE"), os.environ.get("PRECOMPILE_PLAN")
     if not root or not plan_path:
-        # No cache carried in (kernels/gputests17.sh carries the one built on another CPU):
+        # No cache carried in (benchmarks/gpu/gpu_tests.sh carries the one built on another CPU):
         # build the small plan's cache here on this machine's CPU, with the same walk.
         root, plan_path = str(tmp_path / "cache"), str(DATA / "precompile_h200_plan_fallback.json")
         build = subprocess.run(

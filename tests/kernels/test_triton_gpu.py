@@ -40,7 +40,7 @@ def test_w4a16_linear_matches_fp64_reference(k: int, sizes: list[int], g: int, m
     torch.cuda.synchronize()
     assert y.shape == (m, sum(sizes)) and y.dtype == torch.bfloat16
     # bf16 output rounding alone is ~1.7e-3 (test_triton notes); fp16 operands stay under it;
-    # the dequant band (M >= 256 since the fourth pass) has bf16 W': the bf16-weight floor.
+    # the dequant band (M >= 256 since 2026-12-02, H200) has bf16 W': the bf16-weight floor.
     from paro_kernels.triton import ops
 
     tol = BF16_W_FLOOR if route.band(m, g) == "dequant" else 2e-3
@@ -67,7 +67,7 @@ def test_every_output_written_and_no_spill_past_m() -> None:
     # Rows are independent: the first 3 rows alone give the same values (nothing leaks across M),
     # to one bf16 ulp of the rows' largest output: M = 9 and M = 3 may run other configs (tiles,
     # split-K, whose partial sums add in any order), so an output that cancels to near zero can
-    # land a few of its own ulps apart (seen once, in the seventeenth pass's GPU suite: 3.05e-5 on
+    # land a few of its own ulps apart (seen once, in the 2026-12-05 GPU suite: 3.05e-5 on
     # an output of about 1e-3); a row leaked into another would be O(|y|) off.
     y3 = y[:3].float()
     torch.testing.assert_close(route.linear(prep, x[:3].contiguous()).float(), y3, rtol=1.6e-2,

@@ -29,8 +29,8 @@ INTERP_CASES = [
 
 
 def test_aot_checks_run_the_triton_series_the_rocm_image_ships() -> None:
-    # The ROCm image's doctor fails a base whose Triton is not TRITON_SERIES (issue 14,
-    # deliverable 5): that holds only while these checks run on that series, which tests/run.sh
+    # The ROCm image's doctor fails a base whose Triton is not TRITON_SERIES: that
+    # holds only while these checks run on that series, which tests/run.sh
     # installs.
     assert triton.__version__.split(".")[:2] == TRITON_SERIES.split(".")
     run_sh = (Path(__file__).resolve().parents[1] / "run.sh").read_text()

@@ -172,9 +172,9 @@ GEMV_INTERP_CASES = [
     ("three_rows", 160, [72], 3, False),
     ("paro_planes", 128, [32, 16, 16], 4, True),
 ]
-# The mma GEMV (fourteenth pass; plain ops in the interpreter): (name, K, partition sizes, M,
+# The mma GEMV (H200 2026-12-04; plain ops in the interpreter): (name, K, partition sizes, M,
 # rotated) with one and two activation tiles, a padded last pair (544), 2 planes; four tiles
-# (twenty-fourth pass: M = 17..32) with the last one partial, plain and rotated.
+# (H100 2026-12-05: M = 17..32) with the last one partial, plain and rotated.
 MMA_INTERP_CASES = [
     ("mma_one_row", 96, [40], 1, False),
     ("mma_odd_pairs", 544, [64], 5, False),
@@ -183,7 +183,7 @@ MMA_INTERP_CASES = [
     ("mma_four_tiles", 224, [40], 27, False),
     ("mma_paro_four_tiles", 128, [32, 32], 19, True),
 ]
-# The prefill dequant (fifteenth pass): (name, K, partition sizes, rotated, out dtype) with K/32
+# The prefill dequant (H200 2026-12-04): (name, K, partition sizes, rotated, out dtype) with K/32
 # odd (a padded last pair), N off the 128-column tile, 3 planes, planes narrower than the tile.
 DEQUANT_INTERP_CASES = [
     ("dq_odd_pairs", 544, [40], False, "bfloat16"),
@@ -192,7 +192,7 @@ DEQUANT_INTERP_CASES = [
     ("dq_paro_ragged", 128, [96, 32], True, "float16"),
     ("dq_paro_g64", 192, [48, 32], True, "bfloat16"),
 ]
-# The W4A8 prefill on the 8-bit vendor GEMM (sixteenth pass): (name, K, partition sizes, M,
+# The W4A8 prefill on the 8-bit vendor GEMM (H200 2026-12-04): (name, K, partition sizes, M,
 # rotated, G) with K/32 odd, 1-3 planes, G 64 / 128; fp16 activations (the interpreter's bf16
 # rotation prologue is not the GPUs': the GPU test runs bf16).
 W8_INTERP_CASES = [
@@ -426,7 +426,7 @@ def interp_results() -> dict[str, dict]:
 
 @pytest.mark.parametrize("case", DEQUANT_INTERP_CASES, ids=[c[0] for c in DEQUANT_INTERP_CASES])
 def test_interpreter_dequant_matches_fp64(interp_results: dict, case: tuple) -> None:
-    # The fifteenth pass's prefill path: W'^T [N, K] in the activations' dtype. Unrotated it is
+    # The 2026-12-04 prefill path: W'^T [N, K] in the activations' dtype. Unrotated it is
     # the checkpoint's values exactly (e2m1 x 2^(e - 127): exact in bf16, and in fp16 for the
     # 2^-14 .. 2^-3 scales here); rotated (MXFP4-PARO) W'_g = B_g W_g within the output
     # dtype's rounding (B_g in fp16: 11 bits), twice the bf16 floor here: the interpreter's
@@ -449,7 +449,7 @@ ROT_DEQUANT_CASES = [c for c in DEQUANT_INTERP_CASES if c[3]]
 
 @pytest.mark.parametrize("case", ROT_DEQUANT_CASES, ids=[c[0] for c in ROT_DEQUANT_CASES])
 def test_interpreter_dequant_fold_matches_fp64(interp_results: dict, case: tuple) -> None:
-    # The sixteenth pass's rotated dequant with the block scales folded into the values (one dot
+    # The 2026-12-04 rotated dequant with the block scales folded into the values (one dot
     # chain a group): the same bound as the per-block form, and the same W' to within the output
     # rounding (the products are the same, exactly scaled: only the fp32 sums may differ).
     name, _, _, rotated, dt = case
@@ -483,7 +483,7 @@ def test_interpreter_w8_route_matches_its_operands(interp_results: dict, case: t
 
 def test_w8_scale_vectors_are_16_byte_aligned() -> None:
     # cuBLASLt refuses a rowwise scale vector that is not 16-byte aligned (the H200 GPU suite,
-    # seventeenth pass: plane 1's slice of the [P, M] token scales at M = 257 starts 1028 bytes in).
+    # H200 2026-12-05: plane 1's slice of the [P, M] token scales at M = 257 starts 1028 bytes in).
     # w8_linear hands it an aligned copy of such a slice, and an aligned one as it is.
     sa = torch.arange(3 * 257, dtype=torch.float32).view(3, 257)
     for p in range(3):
@@ -511,7 +511,7 @@ def test_interpreter_reserve_scratch_leaves_nothing_to_grow(interp_results: dict
 
 
 def test_w8_route_dispatch_follows_the_measurement() -> None:
-    # The H100 measurements in mx_host's W8 notes: the 8-bit route serves fp8 bf16 layers on
+    # The H100 measurements in mx_gemm's W8 notes: the 8-bit route serves fp8 bf16 layers on
     # NVIDIA from M = 17 (past the decode GEMVs), rotated ones (MXFP4-PARO) from M = 17 where
     # every plane is at least 4096 wide and from M = 96 where it is at least 2048 (in_proj's
     # 2048-column plane lost to the GEMM at M = 24..64, qkv's 512-column planes to the dequant
@@ -545,10 +545,10 @@ def test_w8_route_dispatch_follows_the_measurement() -> None:
 
 
 def test_decode_chunks_dispatch() -> None:
-    # The twenty-third pass: past the mma GEMV's rows, to MMA_CHUNK_MAX_M, MMA_MAX_M-row chunks on
+    # H100 2026-12-05: past the mma GEMV's rows, to MMA_CHUNK_MAX_M, MMA_MAX_M-row chunks on
     # it (NVIDIA, where it takes the layer: N % 4, plane bounds % 32), 16-bit activations as it
     # takes them; past 64 rows, or where the mma GEMV declines the layer, the prefill routes. The
-    # twenty-fourth pass: the mma GEMV itself to 32 rows (four tiles, measured), the chunks 32.
+    # H100 2026-12-05: the mma GEMV itself to 32 rows (four tiles, measured), the chunks 32.
     from paro_kernels.triton import mx_repack
 
     ok, served, mma = mx_gemv_mma.chunks_ok, mx_route.served_act, mx_gemv_mma.mma_ok
@@ -680,8 +680,8 @@ def test_aot_mx_gemv_isa(target: str, m: int, n: int, k: int, max_vgprs: int) ->
         assert 0 < rep.vgprs <= max_vgprs, rep  # type: ignore[attr-defined]
 
 
-# (rotated, folded, out dtype): the fifteenth pass's plain and per-block rotated forms, the
-# sixteenth pass's folded rotated form and the 8-bit route's e4m3 codes.
+# (rotated, folded, out dtype): the 2026-12-04 plain and per-block rotated forms, the
+# H200 2026-12-04's folded rotated form and the 8-bit route's e4m3 codes.
 DEQUANT_AOT_FORMS = [(False, False, "bf16"), (False, False, "fp16"), (True, False, "bf16"),
                      (True, False, "fp16"), (True, True, "bf16"), (True, True, "fp16"),
                      (False, False, "fp8")]  # fmt: skip
@@ -722,7 +722,7 @@ def test_aot_fp8_quant(target: str, monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("act", [0, 1], ids=["paired", "bf16"])
 @pytest.mark.parametrize("m", [1, 2, 8, 9, 16, 17, 32])
 def test_aot_mx_gemv_mma_sm90(m: int, act: int) -> None:
-    # The fourteenth-pass MXFP4 mma GEMV at its launcher's config (NVIDIA only): per block pair
+    # The MXFP4 mma GEMV at its launcher's config (NVIDIA only): per block pair
     # 4 mmas a tile (two chains of 2, one a block), 4 8-byte word loads, 2 scale words and 2
     # 16-byte activation loads a tile; with 2 pairs an iteration (M = 2..8) every word load of
     # both issued before the first mma (one memory round trip); 2 PRMT a column's word pair, no

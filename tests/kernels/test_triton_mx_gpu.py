@@ -198,7 +198,7 @@ def test_every_config_of_the_sweep_matches(m: int) -> None:
             assert rel(y, r) <= BF16_FLOOR, (cfg, fold)
 
 
-# The decode GEMV (sixth pass): K/32 odd (a padded last pair), N ragged against every tile,
+# The decode GEMV (H200 2026-12-02): K/32 odd (a padded last pair), N ragged against every tile,
 # N = 1000 / 5120 at the real K; M = 1..4 (M = 3 pads to the 4-row variant).
 GEMV_CASES = [(544, 384), (1024, 320), (5120, 1000), (96, 40)]
 # The GEMV's products (bf16 x by an fp16-exact e2m1 code, times a power of two) are exact in
@@ -269,7 +269,7 @@ def test_gemv_every_e2m1_code_and_sign() -> None:
             assert torch.equal(y[0].cpu().double(), want), (col, asm)
 
 
-# The mma GEMV (fourteenth pass): fp16 activations (bf16 x paired and cast: exact for these
+# The mma GEMV (H200 2026-12-04): fp16 activations (bf16 x paired and cast: exact for these
 # magnitudes), exact products, fp32 matrix-unit sums.
 MMA_FP32 = 2e-5
 MMA_CONFIGS = [{}, {"split_k": 1}, {"split_k": 3}, {"unroll": 1}, {"unroll": 2},
@@ -351,7 +351,7 @@ def test_mma_gemv_served_route() -> None:
 
 
 def test_mma_gemv_four_tiles_forced() -> None:
-    # Twenty-fourth pass: the mma GEMV's four tiles (M = 17..32) forced through mx_linear, its
+    # H100 2026-12-05: the mma GEMV's four tiles (M = 17..32) forced through mx_linear, its
     # prologues included (MXFP4-PARO: the sliced blocks or the Givens records at 32 rows), against
     # fp64 (plain) and against the 16-row chunks (rotated: the same fp16 operands, rows apart).
     from paro_kernels.triton import mx_route
@@ -400,7 +400,7 @@ def test_custom_op_compiles_and_graphs(act: str, m: int) -> None:
     torch.testing.assert_close(static_y, mx_ops.linear(prep, static_x, None, act))
 
 
-# The prefill dequant (fifteenth pass): (K, partition sizes, G; G 0 = NVFP4 -> MXFP4, unrotated)
+# The prefill dequant (H200 2026-12-04): (K, partition sizes, G; G 0 = NVFP4 -> MXFP4, unrotated)
 # with K/32 odd (544), N ragged, 2-3 planes off the tile, G = 64 and 128.
 DEQUANT_CASES = [(544, [1000], 0), (5120, [384], 0), *PARO_CASES, (2048, [2560, 2560], 128)]
 
@@ -421,7 +421,7 @@ def test_dequant_matches_fp64(k: int, sizes: list[int], g: int, dtype: torch.dty
     w = mx.mxfp4_dequantize(weight, scale)
     want = paro_ref(torch.eye(k, dtype=torch.float64), w, runs, g, "a16").t() if g else w
     floor = (BF16_W_FLOOR if dtype == torch.bfloat16 else 1e-3) if g else 0.0
-    # sixteenth pass: the rotated form with the block scales folded (one dot chain a group)
+    # H200 2026-12-04: the rotated form with the block scales folded (one dot chain a group)
     for bn, pps, fold in ((0, 0, False), (16, 1, False), (32, 64, False), (0, 0, True),
                           (16, 1, True)):  # fmt: skip
         out = torch.full((n, k), float("nan"), device="cuda", dtype=dtype)
@@ -451,7 +451,7 @@ W8_CASES = [(544, [1008], 0), (5120, [384], 0), *PARO_CASES, (2048, [2560, 2560]
 
 @pytest.mark.parametrize(("k", "sizes", "g"), W8_CASES)
 def test_w8_route_matches_fp64(k: int, sizes: list[int], g: int) -> None:
-    # The sixteenth pass's W4A8 prefill on the 8-bit vendor GEMM: the unrotated e4m3 codes x
+    # The 2026-12-04 W4A8 prefill on the 8-bit vendor GEMM: the unrotated e4m3 codes x
     # column scales are the checkpoint's values exactly; the layer (per-token e4m3 of the
     # rotated activations, rowwise `_scaled_mm` per plane, bias) against the format's fp64 W4A8
     # reference (the plugin's quantizer rule) at the MXFP4 GEMM's bounds, and against that GEMM's

@@ -250,7 +250,7 @@ print(*out)
 """
 
 
-# int5 (I8 PG ZPE) on the mma GEMV (thirteenth pass) through the interpreter, which runs the
+# int5 (I8 PG ZPE) on the mma GEMV (H200 2026-12-04) through the interpreter, which runs the
 # kernel's plain-op unpack (the same fifth-bit byte a word row); the GPU test runs its PTX.
 @pytest.mark.parametrize(
     "case",

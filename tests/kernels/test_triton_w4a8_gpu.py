@@ -187,7 +187,7 @@ def test_a16_bands_serve_w4a8(m: int, bits: int) -> None:
         big = "w8" if w8 else "dequant" if m >= route.DEQUANT_MIN_M else None
         small = "gemv" if m <= route.GEMV_MAX_M and bits == 4 else "gemv3"  # int5: gemv3
         if bits == 5 and route.INT5_H2 and m <= gemv_fma.H2_MAX_M:
-            small = "gemv-h2"  # int5 decode at M <= 2: the HFMA2 GEMV (tenth pass)
+            small = "gemv-h2"  # int5 decode at M <= 2: the HFMA2 GEMV (H200 2026-12-04)
         if route.mma_gemv_ok(launch.is_hip(), m, g, prep.bounds, bits):
             small = "gemv-mma"  # decode on the mma GEMV (int4 from M = 2, int5 from its min)
         decode = m <= route.MMA_GEMV_MAX_M  # the decode GEMVs' band
@@ -239,10 +239,10 @@ def test_int5_gemv3_configs_match_fp64(cfg: str, m: int) -> None:
 @pytest.mark.parametrize("scale", [1.0, 1e3])
 @pytest.mark.parametrize("m", [1, 2])
 def test_int5_h2_matches_fp64(scale: float, m: int, how: str) -> None:
-    # int5 on the HFMA2 GEMV (ninth pass; its PTX ORs the fifth bits into the fp16 pairs, the
+    # int5 on the HFMA2 GEMV (H200 2026-12-04; its PTX ORs the fifth bits into the fp16 pairs, the
     # prologue writes xr / 128): 3 partitions, 5 groups (odd split-K tails), activations in the
     # thousands too (its fp16 range argument, |c - z| <= 31); twice (workspace left zeroed);
-    # with either paired prologue (blocks or the eleventh pass's records).
+    # with either paired prologue (blocks or the 2026-12-04 records).
     from paro_kernels.triton import gemv_fma
 
     k, sizes, g = 640, [512, 256, 128], 128
@@ -262,11 +262,12 @@ def test_int5_h2_matches_fp64(scale: float, m: int, how: str) -> None:
 @pytest.mark.parametrize("cfg", [{}, {"block_n": 64, "programs_per_sm": 2}])
 def test_int5_mma_gemv_matches_fp64(k: int, sizes: list[int], g: int, m: int,
                                     cfg: dict[str, int]) -> None:  # fmt: skip
-    # int5 (I8 PG ZPE) on the mma.sync GEMV (thirteenth pass: the fifth bits, byte tig of the
+    # int5 (I8 PG ZPE) on the mma.sync GEMV (H200 2026-12-04: the fifth bits, byte tig of the
     # 4 columns' fifth-bit words, OR-ed into each pair before the zero's subtraction) across
     # the tile-boundary cases (odd N, 1-3 partitions, G = 64 and 128), one, two and four
-    # (twenty-fourth pass, forced) activation tiles, 2- and 4-warp tiles, both paired prologues (records, blocks) at pair shift 0,
-    # activations in the thousands at even M; twice (split-K workspace and tickets left zeroed).
+    # (H100 2026-12-05, forced) activation tiles, 2- and 4-warp tiles, both paired prologues
+    # (records, blocks) at pair shift 0, activations in the thousands at even M; twice (split-K
+    # workspace and tickets left zeroed).
     from paro_kernels.triton import gemv_mma
 
     parts, prep = _prep(k, sizes, g, 5)

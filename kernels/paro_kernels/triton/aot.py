@@ -263,7 +263,7 @@ def compile_gemm(target: str, m: int, n: int, k: int, g: int, zp_rowsum: bool = 
 
 def compile_prologue(target: str, m: int, g: int) -> Report:
     """Build the rotate + scale prologue at the block the launcher picks for M rows (at the
-    GEMV's M, `fast_host.band`, its fp32 nibble-scaled output)."""
+    GEMV's M, `route.band`, its fp32 nibble-scaled output)."""
 
     block_m = prologue_block_m(m, hip=target == "gfx1201")
     scaled = route.band(m, g) == "gemv"
@@ -294,8 +294,8 @@ def compile_givens(target: str, m: int, g: int, krot: int = 8) -> Report:
 
 def compile_givens_paired(target: str, m: int, g: int = 128, krot: int = 8,
                           rows: int = -1) -> tuple[Report, object]:  # fmt: skip
-    """Build the paired records prologue (`fast_kernels.givens_paired_kernel`, NVIDIA's mma
-    and HFMA2 GEMVs' input) at the rows a program `fast_host.givens_block_m` picks for M
+    """Build the paired records prologue (`prologue_kernels.givens_paired_kernel`, NVIDIA's mma
+    and HFMA2 GEMVs' input) at the rows a program `prologue.givens_block_m` picks for M
     (`rows` as its); no matrix instruction. Also returns the compiled kernel."""
 
     block_m = prologue.givens_block_m(m, rows)
@@ -381,7 +381,7 @@ def compile_dequant(target: str, n: int, k: int, g: int, bits: int = 4,
 
 def compile_gemv2(target: str, m: int, n: int, k: int, g: int,
                   bounds: tuple[int, ...] = ()) -> Report:  # fmt: skip
-    """Build the second-pass decode GEMV (M <= 2) at the config its launcher picks; `mma`
+    """Build the FMA decode GEMV (M <= 2) at the config its launcher picks; `mma`
     reports that the loop stayed free of a matrix instruction, as designed (FMAs)."""
 
     hip = target == "gfx1201"
@@ -407,7 +407,7 @@ def compile_gemv2(target: str, m: int, n: int, k: int, g: int,
 
 def compile_gemv2_rot(target: str, m: int, n: int, k: int, g: int, bounds: tuple[int, ...] = (),
                       krot: int = 8) -> tuple[Report, object]:  # fmt: skip
-    """Build the decode GEMV with the Givens layers inside (fourth pass; NVIDIA's pick) at the
+    """Build the decode GEMV with the Givens layers inside (H200 2026-12-02; NVIDIA's pick) at the
     config its launcher picks; `mma` reports that the loop stayed free of a matrix instruction.
     Also returns the compiled kernel (its PTX, `cubin_usage`)."""
 
@@ -440,7 +440,7 @@ _PAIRED_GEMV_SIG = {
 
 def compile_gemv_h2(target: str, m: int, n: int, k: int, g: int, bounds: tuple[int, ...] = (),
                     hi: bool = False) -> tuple[Report, object]:  # fmt: skip
-    """Build the ninth-pass HFMA2 decode GEMV (NVIDIA only: packed-fp16 PTX; `hi`: int5) at the
+    """Build the HFMA2 decode GEMV (NVIDIA only: packed-fp16 PTX; `hi`: int5) at the
     config its launcher picks; `mma` reports that the loop stayed free of a matrix instruction.
     Also returns the compiled kernel (its `asm` for instruction counts)."""
 
@@ -464,9 +464,9 @@ def compile_gemv_h2(target: str, m: int, n: int, k: int, g: int, bounds: tuple[i
 def compile_gemv_mma(target: str, m: int, n: int, k: int, g: int, bounds: tuple[int, ...] = (),
                      hi: bool = False, maxnreg: int | None = None,
                      **kw: int) -> tuple[Report, object]:  # fmt: skip
-    """Build the twelfth-pass mma.sync decode GEMV (NVIDIA only; `hi`: int5, the thirteenth
-    pass) at its launcher's config (`decode_host.mma_config`, kw overriding it) and register
-    cap (`decode_host.mma_maxnreg`, or `maxnreg`); `mma` reports the matrix instruction in the
+    """Build the mma.sync decode GEMV (NVIDIA only; `hi`: int5, since
+    2026-12-04) at its launcher's config (`gemv_mma.mma_config`, kw overriding it) and register
+    cap (`gemv_mma.mma_maxnreg`, or `maxnreg`); `mma` reports the matrix instruction in the
     loop. Also returns the compiled kernel (its `asm`)."""
 
     bits = 5 if hi else 4
@@ -489,8 +489,8 @@ def compile_gemv_mma(target: str, m: int, n: int, k: int, g: int, bounds: tuple[
 
 def compile_mx_gemv_mma(target: str, m: int, n: int, k: int, bounds: tuple[int, ...] = (),
                         act: int = 0, **kw: int) -> tuple[Report, object]:  # fmt: skip
-    """Build the fourteenth-pass MXFP4 mma.sync decode GEMV (NVIDIA only) at its launcher's
-    config (`mx_decode_host.mma_config`, kw overriding it) on activations `act` (the kernel's
+    """Build the MXFP4 mma.sync decode GEMV (NVIDIA only) at its launcher's
+    config (`mx_gemv_mma.mma_config`, kw overriding it) on activations `act` (the kernel's
     ACT: paired fp16, plain bf16 or fp16 rows); `mma` reports the matrix instruction in the
     loop. Also returns the compiled kernel (its `asm`)."""
 

@@ -37,16 +37,16 @@ DEQUANT_STAGES = 3
 DEQUANT_PROGRAMS_PER_SM = 2
 
 
-# Third pass: the transposed kernel (codes in the dot's register operand, the block in shared
+# H200 2026-12-01: the transposed kernel (codes in the dot's register operand, the block in shared
 # memory) and W' in x.dtype (no fp16 casts of x and y); the configs below are the sweep's.
-# Sweep (H200 2026-12-01, run 1 of pass 3, the weight pass alone, bf16 W'; one split count per
-# partition then): the old kernel 121.7 / 31.4 / 137.0 / 83.1 / 94.7 us (qkv / o_proj / gate_up /
-# down / in_proj), the transposed one at 64 columns, 4 warps, 3 stages, 4 programs per SM 72.6 /
+# Sweep (H200 2026-12-01, run 1, the weight pass alone, bf16 W'; one split count
+# per partition then): the old kernel 121.7 / 31.4 / 137.0 / 83.1 / 94.7 us (qkv / o_proj / gate_up
+# / down / in_proj), the transposed one at 64 columns, 4 warps, 3 stages, 4 programs per SM 72.6 /
 # 27.7 / 115.4 / 65.5 / 67.1 (best or within 12% of the best of 9 configs on every shape: 128
 # columns or 8 warps 1.1-2x slower, 2 stages +5-18%, 1 stage +12-30%).
 # Run 3 (balanced split, as served, bf16 x / W' / y, cuBLAS bf16 in the same run): M = 2048
 # qkv 268.6 us vs cuBLAS 208.4 (0.78x), o_proj 0.77x, gate_up 0.77x, down 0.75x, in_proj 0.77x;
-# M = 8192 0.84-0.93x (pass 2's fp16 path: 0.53-0.73x). ncu (qkv M = 2048): 55.9 us, 158
+# M = 8192 0.84-0.93x (H200 2026-12-01's fp16 path: 0.53-0.73x). ncu (qkv M = 2048): 55.9 us, 158
 # registers, 15.5% achieved occupancy, DRAM 29% (the old kernel 119.6 us, 168, 13%, 13%).
 DEQUANT_TRANS = True
 

@@ -114,7 +114,7 @@ def dequant_rotate_t_kernel(
 ):
     """`dequant_rotate_kernel` transposed: W'_g^T = ((C_g - z)^T @ B_g^T) * s per column block.
 
-    Why transposed (issue 14, third pass): there the G x G block was the dot's register operand
+    Why transposed (H200 2026-12-01): there the G x G block was the dot's register operand
     (64 registers a thread at 4 warps) and each freshly unpacked code tile went through shared
     memory as the other operand (ncu: 168 registers, 13% occupancy, DRAM 13%). Here the codes
     are unpacked straight into the register operand and the loop-invariant block is the shared

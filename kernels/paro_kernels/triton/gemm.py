@@ -16,9 +16,10 @@ from . import launch, prologue
 from .gemm_kernels import w4a8_gemm_kernel, w4a16_gemm_kernel
 from .weights import Prepared
 
-# Decode GEMM picks (H200 sweep, kernels/BENCH.md). The Givens prologue serves M <= GIVENS_MAX_M:
-# 0, because on the H200 (2026-11-29) it took 5.2-5.7 us against the blocks' 3.4-4.9 us at decode
-# (8 dependent in-register gathers: latency, not bytes), which its saved memset does not repay.
+# Decode GEMM picks (H200 sweep, docs/notebook/kernels-2026-11-29-to-12-06.md). The Givens prologue
+# serves M <= GIVENS_MAX_M: 0, because on the H200 (2026-11-29) it took 5.2-5.7 us against the
+# blocks' 3.4-4.9 us at decode (8 dependent in-register gathers: latency, not bytes), which its
+# saved memset does not repay.
 DECODE_BLOCK_N = 128
 
 
@@ -60,9 +61,9 @@ def pick_config(
 def _decode_config(n: int, k: int, g: int, align: int, sms: int) -> launch.Config:
     """Decode (M <= 16) on NVIDIA: the weights are the traffic and the unpack the ALU work.
 
-    H200 sweep (kernels/BENCH.md): 128-wide tiles, the zero point as the row-sum correction and
-    split-K until about 8 programs per SM are in flight (enough loads in flight to cover DRAM
-    latency); splits of fewer than 2 groups lose to the atomics.
+    H200 sweep (docs/notebook/kernels-2026-11-29-to-12-06.md): 128-wide tiles, the zero point as the
+    row-sum correction and split-K until about 8 programs per SM are in flight (enough loads in
+    flight to cover DRAM latency); splits of fewer than 2 groups lose to the atomics.
     """
     block_n = launch.fit_block_n(DECODE_BLOCK_N, align or DECODE_BLOCK_N)
     tiles = -(-n // block_n)

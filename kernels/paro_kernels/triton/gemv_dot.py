@@ -21,17 +21,17 @@ from .gemv_dot_kernels import gemv3_w4a16_kernel
 from .prologue import GEMV3_PROLOGUE, prologue16
 from .weights import Prepared
 
-# Configs from the fifth-pass sweeps (H200 2026-12-02, BENCH.md pass 5; `bench_decode`).
-# Run 2, stage 1 (the GEMV alone, 48 configs, qkv and gate_up at M = 1 and 16): 128 columns,
-# 4 warps, 8 programs per SM, 1 group per iteration, 3 stages best or within 3% of the best
-# (qkv M = 16 22.2-23.1 us; 256 columns / 8 warps 1.6-1.8x slower: 180+ registers); run 3 (as
-# served, both with PDL): that config on every shape at M = 16 but o_proj, where 64 columns, 4
-# per SM, 2 groups an iteration, 2 stages took 16.0 us against 18.7 (also at M = 2-8: 14.9-15.7
-# against 15.2-17.9), and lost 1.3-1.7x on the large shapes: so it serves layers of at most
-# GEMV3_SMALL_WEIGHTS (o_proj 15.7 M; qkv 36.7 M takes the large config).
-# Prologue (run 2, as served at M = 16): sliced 28.4-30.7 us on qkv against the block kernel's
-# 31.1 and the Givens-records kernel's 30.6; alone the records kernel took 6.3-12.1 us against
-# the sliced one's 4.0-7.9 on every shape, so the sliced fp16 prologue serves.
+# Configs from the `gemv_dot` sweeps (H200 2026-12-02,
+# docs/notebook/kernels-2026-11-29-to-12-06.md; `bench_decode`). Run 2, stage 1 (the
+# GEMV alone, 48 configs, qkv and gate_up at M = 1 and 16): 128 columns, 4 warps, 8 programs per SM,
+# 1 group per iteration, 3 stages best or within 3% of the best (qkv M = 16 22.2-23.1 us; 256
+# columns / 8 warps 1.6-1.8x slower: 180+ registers); run 3 (as served, both with PDL): that config
+# on every shape at M = 16 but o_proj, where 64 columns, 4 per SM, 2 groups an iteration, 2 stages
+# took 16.0 us against 18.7 (also at M = 2-8: 14.9-15.7 against 15.2-17.9), and lost 1.3-1.7x on the
+# large shapes: so it serves layers of at most GEMV3_SMALL_WEIGHTS (o_proj 15.7 M; qkv 36.7 M takes
+# the large config). Prologue (run 2, as served at M = 16): sliced 28.4-30.7 us on qkv against the
+# block kernel's 31.1 and the Givens-records kernel's 30.6; alone the records kernel took 6.3-12.1
+# us against the sliced one's 4.0-7.9 on every shape, so the sliced fp16 prologue serves.
 GEMV3_BLOCK_N = 128
 
 
@@ -53,19 +53,20 @@ GEMV3_SMALL_WEIGHTS = 20 << 20
 GEMV3_SMALL = dict(block_n=64, num_warps=4, programs_per_sm=4, gpi=2, num_stages=2)
 
 
-# int5 above GEMV3_SMALL_WEIGHTS (eighth pass, H200, BENCH.md run 2, same run, M = 1 / 4 / 16):
-# 64 columns, 4 warps, 8 programs per SM, 1 group an iteration, 3 stages took qkv 33.2 / 34.6 /
-# 36.3 us against the int4 config's 36.3 / 37.2 / 38.2, gate_up 62.7 / 66.5 / 70.9 against 75.1 /
-# 76.8 / 80.7, down 34.9 / 36.9 / 39.4 against 44.4 / 45.1 / 47.0, in_proj 31.9 / 34.9 / 36.5
-# against 44.1 / 45.5 / 47.3 (run 1, 8 configs: the best on each at M = 1 and 16). Of the 7
-# configs around it in run 2, 32 columns / 2 warps / 16 per SM won at M = 1 (gate_up 48.8) but
-# lost at M = 16 (75.8): one config for the band.
+# int5 above GEMV3_SMALL_WEIGHTS (H200 2026-12-03,
+# docs/notebook/kernels-2026-11-29-to-12-06.md, run 2, same run, M = 1 / 4 / 16): 64 columns, 4
+# warps, 8 programs per SM, 1 group an iteration, 3 stages took qkv 33.2 / 34.6 / 36.3 us against
+# the int4 config's 36.3 / 37.2 / 38.2, gate_up 62.7 / 66.5 / 70.9 against 75.1 / 76.8 / 80.7, down
+# 34.9 / 36.9 / 39.4 against 44.4 / 45.1 / 47.0, in_proj 31.9 / 34.9 / 36.5 against 44.1 / 45.5 /
+# 47.3 (run 1, 8 configs: the best on each at M = 1 and 16). Of the 7 configs around it in run 2, 32
+# columns / 2 warps / 16 per SM won at M = 1 (gate_up 48.8) but lost at M = 16 (75.8): one config
+# for the band.
 GEMV3_INT5 = dict(block_n=64, num_warps=4, programs_per_sm=8, gpi=1, num_stages=3)
 
 
 @dataclass(frozen=True)
 class Gemv3Config:
-    """One launch configuration of the fifth-pass GEMV."""
+    """One launch configuration of the `gemv_dot` GEMV."""
 
     block_n: int
     split_k: int

@@ -162,7 +162,7 @@ def _planes5_ops_t(q, zi, hx):
 
 @triton.jit
 def gemv3_w4a16_kernel(
-    a_ptr,  # [P, M, K] fp16 prologue output (host.rotate_scale / rotate_slices(f16=True))
+    a_ptr,  # [P, M, K] fp16 prologue output (prologue.rotate_scale / rotate_slices(f16=True))
     qw_ptr,  # [K/8, N] int32 codes packed along K (nibble s of word r = row 8r + s)
     sc_ptr,  # [K/G, N] fp16 scales
     zp_ptr,  # [K/G, N] uint8 zero codes

@@ -60,18 +60,19 @@ def gemv_w4a16(
     return gemv2_w4a16(xr, rs, w, x.dtype, bias, cfg2, pdl=use_pdl)
 
 
-# gemv2 (the second-pass GEMV, `fast_kernels.gemv2_w4a16_kernel`): FMA GEMV of up to
+# gemv2 (the FMA GEMV, `gemv_fma_kernels.gemv2_w4a16_kernel`): FMA GEMV of up to
 # GEMV2_MAX_M rows; its tile and split rule (`gemv2_config`) also sizes the HFMA2 and mma GEMVs.
-# Sweeps (second pass, GEMV alone; BENCH.md): 4 warps x 4 columns per thread (512 columns) won
-# (run 1: 2 warps / 256 columns 20.7 vs 15.7 us on qkv M = 1; 8 warps 16.9); more programs won
-# (8 per SM: qkv 13.1 vs 15.7; ncu at 4 per SM: 0.45 waves, 10.5% achieved occupancy); the
-# pipelining depth did not matter. Run 2 (8 per SM): 8 word rows per chunk at M = 1 (qkv 12.6,
-# gate_up 22.7, down 15.1 us; kw 4 within +-4%), 4 at M = 2 (qkv 16.5 vs 17.8 at kw 8, gate_up
-# 31.8 vs 39.2, down 19.8 vs 22.1).
-# Nineteenth pass: the FMA GEMV's 4-row form (M = 3..4) and its 16-row matrix-unit form are
+# Sweeps (H200 2026-12-01, GEMV alone; docs/notebook/kernels-2026-11-29-to-12-06.md): 4 warps x 4
+# columns per thread (512 columns) won (run 1: 2 warps / 256 columns 20.7 vs 15.7 us on qkv M = 1; 8
+# warps 16.9); more programs won (8 per SM: qkv 13.1 vs 15.7; ncu at 4 per SM: 0.45 waves, 10.5%
+# achieved occupancy); the pipelining depth did not matter. Run 2 (8 per SM): 8 word rows per chunk
+# at M = 1 (qkv 12.6, gate_up 22.7, down 15.1 us; kw 4 within +-4%), 4 at M = 2 (qkv 16.5 vs 17.8 at
+# kw 8, gate_up 31.8 vs 39.2, down 19.8 vs 22.1).
+# 2026-12-05: the FMA GEMV's 4-row form (M = 3..4) and its 16-row matrix-unit form are
 # gone: no dispatch picked them (NVIDIA serves M = 2..16 on the mma GEMV, gfx1201 M >= 3 on the
-# tile kernels: the second pass's run 1 had the GEMV's best at M = 4 behind them), and the
-# 4-row form cost Triton's coalesce pass 11.7 s a build (BENCH.md eighteenth pass).
+# tile kernels: the 2026-12-01 run 1 had the GEMV's best at M = 4 behind them), and the
+# 4-row form cost Triton's coalesce pass 11.7 s a build
+# (2026-12-05, docs/notebook/kernels-2026-11-29-to-12-06.md).
 GEMV2_MAX_M = 2
 
 
@@ -94,7 +95,7 @@ def gemv2_config(m: int, n: int, k: int, g: int, bounds: tuple[int, ...], sms: i
                  num_warps: int = 0, block_n: int = 0, kw: int = 0,
                  programs_per_sm: int = 0, num_stages: int = 0,
                  hip: bool = False) -> launch.GemvConfig:  # fmt: skip
-    """Tile and split of the second-pass GEMV (the section note in fast_kernels):
+    """Tile and split of the FMA GEMV (the section note in gemv_fma_kernels):
     BLOCK_N / (32 num_warps) adjacent columns per thread (16-byte loads), narrower where a
     partition boundary needs it; split-K until about `programs_per_sm` programs per SM. The
     HFMA2 and mma GEMVs size theirs here too (their M past GEMV2_MAX_M: block_m unused)."""
@@ -118,12 +119,12 @@ def gemv2_config(m: int, n: int, k: int, g: int, bounds: tuple[int, ...], sms: i
     return launch.GemvConfig(block_m, bn, -(-ngroups // per), nw, num_stages or GEMV2_STAGES, kw_)
 
 
-# Fourth pass: the Givens layers inside the FMA GEMV (`gemv2_w4a16_kernel(ROT=True)`): no
+# H200 2026-12-02: the Givens layers inside the FMA GEMV (`gemv2_w4a16_kernel(ROT=True)`): no
 # prologue launch; each program rotates its own 128-channel groups from the records (partner,
 # cos, signed sin per channel and layer: 12 KB a group at krot 8 against the 32 KB of int4 words
 # a 512-column program reads per group), while its first chunk of words is in flight.
-# Sweep (H200 2026-12-02, pass 4 runs 2-3, the op alone, same run; sliced prologue + GEMV as
-# served before vs the fused kernel at the shipped kw, 8 programs per SM): with the records
+# Sweep (H200 2026-12-02, runs 2-3, the op alone, same run; sliced prologue + GEMV
+# as served before vs the fused kernel at the shipped kw, 8 programs per SM): with the records
 # loaded before the gathers (run 3) o_proj M = 1 9.37 vs 10.86 us, M = 2 11.38 vs 12.16 (kw 4);
 # qkv M = 1 18.56 vs 18.30, M = 2 23.69 vs 22.48; gate_up M = 1 36.69 vs 29.38, M = 2 45.29
 # vs 36.82. Run 2 (records loaded per layer): down M = 1 24.1 vs 20.2, in_proj 23.5 vs 18.5.
@@ -141,25 +142,26 @@ GEMV2_ROT_PRE = True  # every layer's records loaded before the first gather
 GEMV2_ROT_MAX_WEIGHTS = 20 << 20
 
 
-# Ninth pass (H200 2026-12-04, BENCH.md run 1, same run): at M = 2 the HFMA2 GEMV took o_proj
-# 10.2 us against the fused kernel's 12.0; at M = 1 10.0 against 9.7 (a tie), so the fused
-# kernel keeps M = 1 only.
+# H200 2026-12-04 (docs/notebook/kernels-2026-11-29-to-12-06.md run 1, same run): at M = 2 the HFMA2
+# GEMV took o_proj 10.2 us against the fused kernel's 12.0; at M = 1 10.0 against 9.7 (a tie), so
+# the fused kernel keeps M = 1 only.
 GEMV2_ROT_MAX_M = 1
 
 
-# Tenth pass: where the HFMA2 GEMV serves (`h2_ok`), it takes the fused kernel's M = 1 layers
+# H200 2026-12-04: where the HFMA2 GEMV serves (`h2_ok`), it takes the fused kernel's M = 1 layers
 # too. o_proj M = 1, same run each (H200 2026-12-04, us, HFMA2 op against the fused kernel as
 # served): run 3 8.92 / 9.97, run 4 8.71 / 9.12, run 6 8.65 / 9.01, run 7 (one-wave grid)
 # 8.83 / 10.11. The fused kernel keeps the layers the HFMA2 GEMV cannot take (G = 64).
 H2_OVER_ROT = True
 
 
-# Ninth pass: the HFMA2 GEMV (`decode_kernels.gemv_h2_kernel`) serves the decode band (M <= 2,
-# NVIDIA) where the FMA GEMV served with the sliced prologue. H200 2026-12-04 (BENCH.md ninth
-# pass, run 1, as served by path in the same run, M = 1): qkv 17.0 us against 17.5, gate_up
-# 24.4 / 30.8, down 17.9 / 20.7, in_proj 16.3 / 17.5; M = 2: 22.8 / 23.4, 34.2 / 38.1, 21.9 /
-# 23.1, 21.6 / 22.2 (`decode_host.H2_CONFIG`); run 3, as served: M = 1 1.04-1.29x the FMA op,
-# M = 2 1.03-1.12x. gfx1201 keeps the FMA GEMV (no packed-fp16 PTX).
+# H200 2026-12-04: the HFMA2 GEMV (`gemv_fma_kernels.gemv_h2_kernel`) serves the decode band (M <=
+# 2, NVIDIA) where the FMA GEMV served with the sliced prologue. H200 2026-12-04
+# (docs/notebook/kernels-2026-11-29-to-12-06.md, run 1, as served by path in the same
+# run, M = 1): qkv 17.0 us against 17.5, gate_up 24.4 / 30.8, down 17.9 / 20.7, in_proj 16.3 / 17.5;
+# M = 2: 22.8 / 23.4, 34.2 / 38.1, 21.9 / 23.1, 21.6 / 22.2 (`gemv_fma.H2_CONFIG`); run 3, as
+# served: M = 1 1.04-1.29x the FMA op, M = 2 1.03-1.12x. gfx1201 keeps the FMA GEMV (no packed-fp16
+# PTX).
 GEMV_H2 = True
 
 
@@ -224,8 +226,8 @@ def gemv2_w4a16(
     config: launch.GemvConfig | None = None,
     pdl: bool = False,
 ) -> torch.Tensor:
-    """The second-pass GEMV on the prologue outputs xr [P, M <= 2, K] (fp32 nibble-scaled:
-    `host.rotate_scale(nibble_scaled=True)` or `rotate_slices`), rs [P, M, K/G * RS] fp32 ->
+    """The FMA GEMV on the prologue outputs xr [P, M <= 2, K] (fp32 nibble-scaled:
+    `prologue.rotate_scale(nibble_scaled=True)` or `rotate_slices`), rs [P, M, K/G * RS] fp32 ->
     y [M, N] out_dtype."""
 
     qweight, scales, zeros = w.qweight, w.scales, w.zeros
@@ -249,16 +251,17 @@ def gemv2_w4a16(
     return out
 
 
-# Ninth pass: the HFMA2 GEMV (`decode_kernels.gemv_h2_kernel`, NVIDIA, M <= 2) on the sliced
-# prologue's paired fp16 output; its tile and split through `fast_host.gemv2_config`.
-# Config (H200 2026-12-04, BENCH.md ninth pass, run 1: 9 configs, the op on every 27B shape
-# at M = 1, 2): 512 columns, 4 warps (16-byte word loads), all 16 word rows of a group in one
-# chunk, ~8 programs per SM: second by summed normalized time at both M (1.3% / 0.6% behind
-# each M's best, which differed), within 1 us of the best cell but gate_up M = 2 (34.2 / 32.4).
+# H200 2026-12-04: the HFMA2 GEMV (`gemv_fma_kernels.gemv_h2_kernel`, NVIDIA, M <= 2) on the sliced
+# prologue's paired fp16 output; its tile and split through `gemv_fma.gemv2_config`.
+# Config (H200 2026-12-04, docs/notebook/kernels-2026-11-29-to-12-06.md, run 1: 9 configs, the op on
+# every 27B shape at M = 1, 2): 512 columns, 4 warps (16-byte word loads), all 16 word rows of a
+# group in one chunk, ~8 programs per SM: second by summed normalized time at both M (1.3% / 0.6%
+# behind each M's best, which differed), within 1 us of the best cell but gate_up M = 2 (34.2 /
+# 32.4).
 H2_CONFIG = dict(block_n=512, num_warps=4, kw=16, programs_per_sm=8)
 
 
-# Tenth pass, by (weight bits, M) over H2_CONFIG. At 158 registers (int4 M = 1; Triton 3.6) the
+# H200 2026-12-04, by (weight bits, M) over H2_CONFIG. At 158 registers (int4 M = 1; Triton 3.6) the
 # GEMV holds 3 programs an SM and the ~8-per-SM grid ran 1.72 waves (ncu, gate_up); a grid of
 # one wave won at M = 1 on every 27B shape (run 6, same run, us: qkv 15.54 against 16.85,
 # o_proj 8.53 / 8.65, gate_up 22.29 / 23.18, down 15.50 / 16.42, in_proj 14.78 / 16.07) and lost
@@ -293,7 +296,7 @@ def gemv_h2(
     pdl: bool = False,
 ) -> torch.Tensor:
     """The HFMA2 GEMV on the paired prologue output xr [P, M <= 2, K] fp16
-    (`fast_host.rotate_slices(paired=True)`, / 2^h2_shift) -> y [M, N] out_dtype; `maxnreg`
+    (`prologue.rotate_slices(paired=True)`, / 2^h2_shift) -> y [M, N] out_dtype; `maxnreg`
     caps its registers a thread (the bench's occupancy variants); with `w.qweight_hi` ([K/32, N]
     int32 fifth-bit planes) int5 weights, `w.zeros` their 5-bit zeros."""
 
@@ -323,12 +326,12 @@ def gemv_h2(
     return out
 
 
-# Eleventh pass: the paired prologue the HFMA2 op runs where the layer has Givens records:
-# "slice" (`fast_host.rotate_slices`, the folded blocks) or "givens" (the records kernel,
-# `fast_host.rotate_givens_paired`). H200 run 2 (BENCH.md eleventh pass, same run, us, records
-# at 4 warps / blocks): int4 M = 1 qkv 13.48 / 16.11, o_proj 9.67 / 9.51, gate_up 21.42 /
-# 22.51, down 15.14 / 15.79, in_proj 13.70 / 14.99; M = 2 18.26 / 21.18, 9.86 / 10.13, 30.74 /
-# 31.74, 20.48 / 21.17, 19.22 / 21.07; int5 M = 1 and 2: the blocks' time over the records'
+# H200 2026-12-04: the paired prologue the HFMA2 op runs where the layer has Givens records:
+# "slice" (`prologue.rotate_slices`, the folded blocks) or "givens" (the records kernel,
+# `prologue.rotate_givens_paired`). H200 run 2 (docs/notebook/kernels-2026-11-29-to-12-06.md, same
+# run, us, records at 4 warps / blocks): int4 M = 1 qkv 13.48 / 16.11, o_proj 9.67 / 9.51, gate_up
+# 21.42 / 22.51, down 15.14 / 15.79, in_proj 13.70 / 14.99; M = 2 18.26 / 21.18, 9.86 / 10.13, 30.74
+# / 31.74, 20.48 / 21.17, 19.22 / 21.07; int5 M = 1 and 2: the blocks' time over the records'
 # 0.99-1.09 on every shape; the prologue alone 2.6-3.7 us against 3.6-4.3 at M = 1 (1, 2, 4
 # warps within 0.5 us in the op). Run 3 agrees (int4 M = 1 qkv 13.76 / 15.39, gate_up 21.62 /
 # 22.38).

@@ -88,7 +88,7 @@ def _row_sum2(rs_ptr, row0, row: tl.constexpr, M, ngroups, g, RS: tl.constexpr,
 
 @triton.jit
 def gemv2_w4a16_kernel(
-    a_ptr,  # [P, M, K] fp32 prologue output, NIBBLE_SCALED (host.rotate_scale, rotate_slices)
+    a_ptr,  # [P, M, K] fp32 prologue output, NIBBLE_SCALED (prologue.rotate_scale, rotate_slices)
     rs_ptr,  # [P, M, K/G, RS] fp32 row sums of the fp16 values per group (the FMA zero point)
     qw_ptr,  # [K/8, N] int32 codes packed along K (nibble s of word r = row 8r + s)
     sc_ptr,  # [K/G, N] fp16 scales
@@ -111,7 +111,7 @@ def gemv2_w4a16_kernel(
     RS: tl.constexpr = 1,  # partial row sums per group in rs (the sliced prologue's)
     ROT: tl.constexpr = False,  # a_ptr is x [M, K]; the Givens layers run in the kernel
     KROT: tl.constexpr = 1,  # ROT: Givens layers per group
-    gi_ptr=None,  # ROT: [P, KROT, K] int32 group-local partners (host.givens_tables)
+    gi_ptr=None,  # ROT: [P, KROT, K] int32 group-local partners (repack.givens_tables)
     gc_ptr=None,  # ROT: [P, 2 KROT + 1, K] fp32 channel scales, cos, signed sin
     xs_ptr=None,  # ROT: [programs, BLOCK_M, G] fp32 scratch (each program's rotated group)
     stride_xm=0,  # ROT: x's row stride

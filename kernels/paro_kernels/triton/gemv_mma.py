@@ -18,51 +18,52 @@ from .gemv_mma_kernels import gemv_mma_kernel
 from .prologue import rotate_givens_paired, rotate_slices
 from .weights import Prepared
 
-# Twelfth pass: the mma.sync GEMV (`decode_kernels.gemv_mma_kernel`, NVIDIA, M <= 16; int4, and
-# int5 from the thirteenth pass) on the paired prologue's output at pair shift 0 (fp32
+# H200 2026-12-04: the mma.sync GEMV (`gemv_mma_kernels.gemv_mma_kernel`, NVIDIA, M <= 16; int4, and
+# int5 from 2026-12-04) on the paired prologue's output at pair shift 0 (fp32
 # accumulation: no range scaling). One column quad a gid (4 lanes): block_n = 32 num_warps
-# columns (num_warps follows block_n). Config (H200 2026-12-04, BENCH.md twelfth pass, run 2,
-# the op on every 27B shape at M = 1, 2, 4, 8, same run): 128 columns (4 warps), ~8 programs
-# an SM (56 registers: 9 fit) best or within 4% on 15 of 20 cells; 64 columns / 2 warps / 16 an
-# SM within 1 us everywhere (o_proj M = 1 9.59 us against 10.16, in_proj M = 2 16.03 / 15.09);
-# 12 an SM 1.0-4.3 us slower on gate_up / down. The split: below (thirteenth pass).
-MMA_MAX_M = 16  # the twelfth pass's rows, 8 a tile: 2 tiles past M = 8 (4 past 16: MMA_TILE_MAX_M)
+# columns (num_warps follows block_n). Config (H200 2026-12-04,
+# docs/notebook/kernels-2026-11-29-to-12-06.md, run 2, the op on every 27B shape at M = 1, 2, 4, 8,
+# same run): 128 columns (4 warps), ~8 programs an SM (56 registers: 9 fit) best or within 4% on 15
+# of 20 cells; 64 columns / 2 warps / 16 an SM within 1 us everywhere (o_proj M = 1 9.59 us against
+# 10.16, in_proj M = 2 16.03 / 15.09); 12 an SM 1.0-4.3 us slower on gate_up / down. The split:
+# below.
+MMA_MAX_M = 16  # the 2026-12-04 rows, 8 a tile: 2 tiles past M = 8 (4 past 16: MMA_TILE_MAX_M)
 
 
 MMA_CONFIG = dict(block_n=128)
 
 
-# Thirteenth pass: the split from the grid's one wave, not a programs-per-SM target: the
+# H200 2026-12-04: the split from the grid's one wave, not a programs-per-SM target: the
 # largest split-K whose programs all fit the SMs' resident slots at once (SMs x MMA_FIT:
 # programs of 4 warps an SM that the registers allow, by (activation tiles, bits); sm_90,
 # Triton 3.6 and 3.9: 56 / 71 / 96 / 97 registers, 64 for int5 at M = 1;
 # `test_aot_gemv_mma_sm90` holds the table to the compiled counts). A grid past the slots ran a
-# partial second wave: H200 2026-12-04 (BENCH.md thirteenth pass, run 1, same run, us): int5
-# gate_up M = 1..8 at 816 programs (one wave of 7 an SM) 29.0-31.8 against 1088 (1.18 waves)
-# 33.0-35.7; int4 past M = 8 (5 fit) at 5 an SM: qkv 20.5 / 22.4 against 23.5 / 25.5 (1.19
+# partial second wave: H200 2026-12-04 (docs/notebook/kernels-2026-11-29-to-12-06.md, run 1, same
+# run, us): int5 gate_up M = 1..8 at 816 programs (one wave of 7 an SM) 29.0-31.8 against 1088 (1.18
+# waves) 33.0-35.7; int4 past M = 8 (5 fit) at 5 an SM: qkv 20.5 / 22.4 against 23.5 / 25.5 (1.19
 # waves), in_proj 21.0 / 22.5 against 24.9 / 27.2, o_proj 14.6 / 16.1 against 16.8 / 19.3,
 # but gate_up 45.0 / 47.0 (680 programs: 20 in a second wave, 8 groups each) against 35.9 /
 # 37.4 (1088).
 MMA_FIT = {(1, 4): 9, (1, 5): 7, (2, 4): 5, (2, 5): 4, (4, 4): 3, (4, 5): 3}
 
 
-# (four tiles, twenty-fourth pass: 168 / 166 registers uncapped, sm_90 Triton 3.9; 128 costs 16 /
+# (four tiles, H100 2026-12-05: 168 / 166 registers uncapped, sm_90 Triton 3.9; 128 costs 16 /
 # 120 bytes of stack for a fourth program an SM: the bench's MMA_GRID[4] times both.)
-# Fifteenth pass: a register cap (ptxas maxnreg) by (activation tiles, bits), with the programs
+# H200 2026-12-04: a register cap (ptxas maxnreg) by (activation tiles, bits), with the programs
 # an SM it buys for the split (absent: uncapped, MMA_FIT), as the MXFP4 mma GEMV's cap
-# (`mx_decode_host.MMA_BANDS`). H200 2026-12-04 (BENCH.md fifteenth pass, run 1, same run, us,
-# as shipped -> capped): int5 two tiles at 80 registers, 6 an SM (Triton 3.6: 80 + 88 bytes of
-# stack, from 100): gate_up M = 16 45.9 -> 41.4, qkv / down / in_proj within 1% (25.2 / 27.3 /
-# 26.2). Not capped: int4 two tiles (80 / 72 / 64: equal or up to 1.29x slower), int4 and int5
-# one tile (int5 at 64 / 56: within 3% at 64, 1.1x slower at 56).
+# (`mx_gemv_mma.MMA_BANDS`). H200 2026-12-04 (docs/notebook/kernels-2026-11-29-to-12-06.md, run 1,
+# same run, us, as shipped -> capped): int5 two tiles at 80 registers, 6 an SM (Triton 3.6: 80 + 88
+# bytes of stack, from 100): gate_up M = 16 45.9 -> 41.4, qkv / down / in_proj within 1% (25.2 /
+# 27.3 / 26.2). Not capped: int4 two tiles (80 / 72 / 64: equal or up to 1.29x slower), int4 and
+# int5 one tile (int5 at 64 / 56: within 3% at 64, 1.1x slower at 56).
 MMA_CAP: dict[tuple[int, int], tuple[int, int]] = {(2, 5): (80, 6)}
 
 
 # The prologue past M = 8 on layers of at most MMA_BLOCKS_MAX_WEIGHTS weights (o_proj): the
 # sliced blocks, not the records (the records kernel runs its rows one after another, 6.4-8.8
-# us alone at M = 9-16). H200 2026-12-04 (BENCH.md thirteenth pass, run 2, same run, one-wave
-# split, us): o_proj M = 9 / 16 12.19 / 13.39 against the records' 14.03 / 15.72 and the
-# matrix-unit GEMV's 15.44 / 15.94 (served there before); on the large layers within 1.5 us
+# us alone at M = 9-16). H200 2026-12-04 (docs/notebook/kernels-2026-11-29-to-12-06.md, run 2, same
+# run, one-wave split, us): o_proj M = 9 / 16 12.19 / 13.39 against the records' 14.03 / 15.72 and
+# the matrix-unit GEMV's 15.44 / 15.94 (served there before); on the large layers within 1.5 us
 # either way (qkv M = 9 21.63 / 20.20, gate_up M = 16 35.76 / 37.77), so they keep the records.
 MMA_BLOCKS_MIN_M = 9
 
@@ -70,10 +71,10 @@ MMA_BLOCKS_MIN_M = 9
 MMA_BLOCKS_MAX_WEIGHTS = gemv_dot.GEMV3_SMALL_WEIGHTS
 
 
-# Twenty-fourth pass: from 17 rows (four tiles) the blocks on every layer. H100 (BENCH.md
-# twenty-fourth pass, same run, us, the four tiles on the records / on the blocks, M = 24):
-# qkv 32.4 / 31.2, gate_up 57.5 / 53.6, down 33.6 / 31.5, o_proj 23.2 / 17.2, in_proj 33.3 /
-# 32.5 (M = 32 alike; the records kernel alone 12-15 us at 24 rows).
+# H100 2026-12-05: from 17 rows (four tiles) the blocks on every layer. H100
+# (docs/notebook/kernels-2026-11-29-to-12-06.md, same run, us, the four tiles on the
+# records / on the blocks, M = 24): qkv 32.4 / 31.2, gate_up 57.5 / 53.6, down 33.6 / 31.5, o_proj
+# 23.2 / 17.2, in_proj 33.3 / 32.5 (M = 32 alike; the records kernel alone 12-15 us at 24 rows).
 MMA_BLOCKS_ALL_MIN_M = 17
 
 
@@ -84,8 +85,8 @@ def mma_blocks(m: int, weights: int) -> bool:
     return m >= MMA_BLOCKS_ALL_MIN_M or (m >= MMA_BLOCKS_MIN_M and small)
 
 
-# Twenty-fourth pass: four tiles (M = 17..MMA_TILE_MAX_M: a program's words unpacked once for
-# 32 rows) built; the dispatch serves them only where measured (fast_host.MMA_GEMV_MAX_M).
+# H100 2026-12-05: four tiles (M = 17..MMA_TILE_MAX_M: a program's words unpacked once for
+# 32 rows) built; the dispatch serves them only where measured (route.MMA_GEMV_MAX_M).
 MMA_TILE_MAX_M = 32
 
 
@@ -106,7 +107,7 @@ def one_wave_split(tiles: int, ngroups: int, slots: int) -> int:
 def mma_config(m: int, n: int, k: int, g: int, bounds: tuple[int, ...], sms: int,
                bits: int = 4, **kw: int) -> launch.GemvConfig:  # fmt: skip
     """The mma GEMV's tile and split for an N x K layer at M (MMA_CONFIG, overridden by kw:
-    block_n, and programs_per_sm for the twelfth pass's split toward that many programs an SM;
+    block_n, and programs_per_sm for the 2026-12-04 split toward that many programs an SM;
     without it `one_wave_split` at `mma_fit` programs an SM of `bits`, or kw fit)."""
     c = {**MMA_CONFIG, **kw}
     require(c["block_n"] in (32, 64, 128, 256, 512), "block_n", "32 x (1, 2, 4, 8 or 16)",

@@ -226,7 +226,7 @@ def _mma_act(a_rows, ok, g, G: tl.constexpr, tig, i: tl.constexpr):
 @triton.jit
 def _mma_step4(q, a, ah, a2, a3, za0, za1, za2, za3, zb0, zb1, zb2, zb3, acc, T: tl.constexpr,
                hq, sel, HI: tl.constexpr):  # fmt: skip
-    """`_mma_step` against four activation tiles (`mma_word_asm(4)`, twenty-fourth pass): acc
+    """`_mma_step` against four activation tiles (`mma_word_asm(4)`, H100 2026-12-05): acc
     the 32 running sums in the asm's output order (tile t: rows 8 t + 2 tig, 8 t + 2 tig + 1),
     one unpack for all four."""
     q0, q1, q2, q3 = _split4(q, T)

@@ -168,7 +168,7 @@ def gemv_buffers(
     return out, ws, scratch("gemv_cnt", tiles, torch.int32, device), tiles
 
 
-# Fifth pass: the GEMV launched programmatically dependent on its prologue (PDL, sm_90): the
+# H200 2026-12-02: the GEMV launched programmatically dependent on its prologue (PDL, sm_90): the
 # prologue lets it launch at once, the GEMV prefetches its word rows into L2 (`prefetch_l2`) and
 # waits (`gdc_wait`) only before reading the prologue's output, so the weight stream could
 # overlap the prologue. Run 3 (H200 2026-12-02, sliced prologue + FMA GEMV as served, same run,

@@ -25,7 +25,7 @@ def nibble_pair_asm(high_magic: str) -> str:
     """The PTX of the 8-plane nibble unpack: per nibble pair one lop3 into an fp16 pair (low
     nibbles of each byte with 0x64006400, high nibbles with `high_magic`) and one sub.f16x2 of
     the column's zero pair. 0x64006400 leaves the high planes x16; 0x54005400 (ulp 1/16) does not
-    (`decode_kernels._unpack`)."""
+    (`gemv_dot_kernels._unpack`)."""
     return f"""
 {{
 .reg .b32 t, u;

@@ -139,15 +139,16 @@ def mx_gemm(
     return out.to(out_dtype) if cfg.split_k > 1 else out
 
 
-# Fifteenth pass (issue 14, deliverable 2 for MXFP4): prefill on the layer dequantized to
+# H200 2026-12-04: prefill on the layer dequantized to
 # x.dtype (`mx_dequant`: the rotation folded in for MXFP4-PARO) and the vendor GEMM, from
-# DEQUANT_MIN_M rows. Before it the MXFP4 GEMM served every prefill row: H200 (BENCH.md
-# fifteenth pass, run 2, bench14, us) M = 2048 qkv 798 / gate_up 1844 / down 1003 against
-# cuBLAS bf16's 201 / 477 / 229 (0.23-0.26x). Run 3 (same run per cell, the GEMM / the dequant
-# path forced, MXFP4 and MXFP4-PARO): M = 2048 down 1026 / 281 and 1066 / 315, in_proj 913 /
-# 267 and 959 / 300 (0.72-0.81x cuBLAS); M = 128 1.2-3.2x on every shape (qkv 176 / 76, gate_up
-# 250 / 174, PARO gate_up 258 / 220); M = 64 the GEMM on 6 of 10 cells (PARO qkv 82 / 96, in_proj
-# 74 / 82; gate_up 200 / 174 the other way). 65..127 is interpolated (the GEMM's M = 128 tiles).
+# DEQUANT_MIN_M rows. Before it the MXFP4 GEMM served every prefill row: H200
+# (docs/notebook/kernels-2026-11-29-to-12-06.md, run 2, us) M = 2048 qkv
+# 798 / gate_up 1844 / down 1003 against cuBLAS bf16's 201 / 477 / 229 (0.23-0.26x). Run 3 (same run
+# per cell, the GEMM / the dequant path forced, MXFP4 and MXFP4-PARO): M = 2048 down 1026 / 281 and
+# 1066 / 315, in_proj 913 / 267 and 959 / 300 (0.72-0.81x cuBLAS); M = 128 1.2-3.2x on every shape
+# (qkv 176 / 76, gate_up 250 / 174, PARO gate_up 258 / 220); M = 64 the GEMM on 6 of 10 cells (PARO
+# qkv 82 / 96, in_proj 74 / 82; gate_up 200 / 174 the other way). 65..127 is interpolated (the
+# GEMM's M = 128 tiles).
 DEQUANT = True
 
 
@@ -171,8 +172,8 @@ DEQUANT_WARPS = 4
 DEQUANT_PROGRAMS_PER_SM = 4
 
 
-# Sixteenth pass: the rotated dequant with the block scales folded into the values (one dot
-# chain a group, `mx_dequant_kernel` FOLD). Twenty-second pass (H100, kernels/device49.sh, the
+# H200 2026-12-04: the rotated dequant with the block scales folded into the values (one dot
+# chain a group, `mx_dequant_kernel` FOLD). H100 2026-12-05 (the
 # W8 note's JSONs): within 3% of the per-block form alone and on the path on every 27B shape
 # but o_proj (5-6% faster), its W' 2.1-2.4e-5 off the per-block one's: off (no gain worth a
 # numerics change).
@@ -267,15 +268,15 @@ def dequant8(prep: mx_repack.Prepared, block_n: int = 0,
     return codes, scales
 
 
-# Sixteenth pass (issue 14): W4A8 (fp8) prefill on the 8-bit vendor GEMM, as int4's w8 route
-# (fast_host, W4A8 prefill): the activations as the MXFP4 GEMM's fp8 mode takes them (`activations`:
+# H200 2026-12-04: W4A8 (fp8) prefill on the 8-bit vendor GEMM, as int4's w8 route
+# (route.py, W4A8 prefill): the activations as the MXFP4 GEMM's fp8 mode takes them (`activations`:
 # each plane rotated for MXFP4-PARO, per-token e4m3), the weight unrotated as that GEMM's own
 # e4m3 operand with a scale a column (`dequant8`: 1 byte a weight written, no rotation dots), then
 # `torch._scaled_mm` rowwise per plane with fp32 accumulation. The same operands as the GEMM's fp8
 # mode, so the box's W4A8 numerics (gfx1201's fp8 WMMA), where the dequant path serves 16-bit
 # activations. cuBLASLt's rowwise epilogue writes bf16: bf16 layers only (forced on fp16, the
 # output is cast).
-# Twenty-second pass, measured (H100, `bash kernels/device49.sh 0 300` and `... 0 200 64,96,128`:
+# H100 2026-12-05, measured (M = 64..8192 and M = 64, 96, 128:
 # benchmarks/results/bench-2026-12-05-h100-issue14-pass22-mx-prefill{,-small}.json, us, the route /
 # as
 # served before, 27B TP=2 shapes; the w8 output within 8.2e-4 of the GEMM's fp8 mode):
@@ -286,14 +287,14 @@ def dequant8(prep: mx_repack.Prepared, block_n: int = 0,
 #   gate_up 537 / 657, down 286 / 321, in_proj (6144 + 2048) 289 / 305; M = 96 in_proj 92 / 119,
 #   gate_up 150 / 238), at M = 8192 in_proj ties (996 / 995); loses at M = 64 on in_proj (91 / 81,
 #   the GEMM) and on qkv's 512-column planes from M = 2048 (322 / 265, 1057 / 847; ties at 96-256).
-# Twenty-third pass, measured below M = 64 (H100, `bash kernels/device50.sh 200 100`: the
+# H100 2026-12-05, measured below M = 64 (the
 # MXFP4 half, M = 16..48, benchmarks/results/bench-2026-12-05-h100-issue14-pass23-mx-small-m.json,
 # us, the
 # route / the GEMM that served, same run): from M = 24 the route wins on every unrotated shape
 # but in_proj, where it ties to M = 32 (M = 24 qkv 69.3 / 73.2, gate_up 142 / 190, down 86 / 95,
 # o_proj 34.3 / 37.0, in_proj 73.5 / 73.5; M = 48 in_proj 72.4 / 74.6), so it serves from the
 # row after the decode GEMVs' last (M = 16: the mma GEMV's 11-35 us against the route's
-# 34-140) where the decode chunks (`mx_decode_host.chunks_ok`) do not. Rotated, it wins from
+# 34-140) where the decode chunks (`mx_gemv_mma.chunks_ok`) do not. Rotated, it wins from
 # M = 24 where every plane is at least 4096 wide (M = 24..48 gate_up 152-154 / 193-198, down 90-92 /
 # 98-102, o_proj 37-38 / 40-41) and loses on in_proj's 2048-column plane (91-92 / 77-80) until
 # M = 96, where the GEMM's 64-row tiles give way to the dequant path (92 / 119).
@@ -328,10 +329,10 @@ def reserve_scratch(prep: mx_repack.Prepared, dtype: torch.dtype = torch.bfloat1
     (the dequant path's W' in `dtype`, the model's activation dtype; the 8-bit route's codes and
     column scales where the layer can take that route), so that no later call grows them.
 
-    Since the twenty-second pass one MXFP4-PARO model takes the dequant path at some M (its
+    Since 2026-12-05 (H100) one MXFP4-PARO model takes the dequant path at some M (its
     layers with a plane under 4096 columns at 65..95, thin-plane ones beyond) and the 8-bit
     route at others, so vLLM's profile run at the largest M no longer grows the dequant scratch
-    to its largest layer: the CUDA graph captures after it would. `fast_host._scratch` keeps a
+    to its largest layer: the CUDA graph captures after it would. `launch.scratch` keeps a
     captured buffer alive when it grows (correct either way); sizing it here makes the memory
     part of the model's, before vLLM sizes its KV cache, and leaves no retired copies. NVIDIA
     only (gfx1201 serves neither route)."""
@@ -351,7 +352,7 @@ def reserve_scratch(prep: mx_repack.Prepared, dtype: torch.dtype = torch.bfloat1
 def _aligned(t: torch.Tensor) -> torch.Tensor:
     """t, or a copy of it where its data is not 16-byte aligned: cuBLASLt answers
     CUBLAS_STATUS_NOT_SUPPORTED for a rowwise scale vector that is not (H200, torch 2.11: a
-    plane's slice of the [P, M] token scales at odd M, the seventeenth pass's GPU suite)."""
+    plane's slice of the [P, M] token scales at odd M, the 2026-12-05 GPU suite)."""
     return t if t.data_ptr() % 16 == 0 else t.clone()
 
 
@@ -385,8 +386,8 @@ def activations(
     """The GEMM's A operand(s) for x [M, K]: (a [P, M, K],) or (a fp8, a_scale [P, M]).
 
     MXFP4-PARO, fp8: fused=True is the int4 kernels' one-launch rotate + scale + per-token e4m3
-    prologue (`host.rotate_quant`); fused=False composes `host.rotate_scale` (fp16 out) and
-    `fp8_quant` (two launches). None = PARO_FUSED_PROLOGUE. a16: `host.rotate_scale`, fp16 out.
+    prologue (`prologue.rotate_quant`); fused=False composes `prologue.rotate_scale` (fp16 out) and
+    `fp8_quant` (two launches). None = PARO_FUSED_PROLOGUE. a16: `prologue.rotate_scale`, fp16 out.
     NVFP4 -> MXFP4: x itself (a16) or its per-token e4m3 (fp8), one plane.
     """
     require(act in mx_repack.ACT_MODES, "act", " or ".join(mx_repack.ACT_MODES), act)

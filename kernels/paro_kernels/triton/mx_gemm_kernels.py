@@ -249,7 +249,7 @@ def mx_dequant_kernel(
     FOLD: tl.constexpr = False,  # ROT: the block scales folded into the values (one chain)
     OUT8: tl.constexpr = False,  # not ROT: e4m3 codes + a scale a column (the 8-bit GEMM's W)
 ):
-    """Fifteenth pass (issue 14, deliverable 2 for MXFP4): the layer dequantized for the vendor
+    """Prefill (H200 2026-12-04): the layer dequantized for the vendor
     GEMM, W'^T [N, K] = (e2m1 x 2^(e - 127)) per 32-block, with ROT each partition's rotation
     folded in: W'_g = B_g @ W_g per G-channel group (x_rot = x B, so x_rot W = x W').
 
@@ -260,7 +260,7 @@ def mx_dequant_kernel(
     never passes through fp16. Without ROT the scaled values are stored as they are (exact in
     bf16 for every e8m0 a checkpoint holds; e8m0 code 0 flushes, as in the GEMM).
 
-    Sixteenth pass: FOLD (ROT) builds each block's values pre-scaled by 2^(e - cmax) in fp16
+    2026-12-04: FOLD (ROT) builds each block's values pre-scaled by 2^(e - cmax) in fp16
     (the GEMM's fold: exact within 13 binades of the column's largest block, `fold_ok(1)`), so
     the G / 32 dots chain in one accumulator with no fp32 pass between them, and the column's
     2^(cmax - 127) is applied once. OUT8 (not ROT) stores the GEMM's folded e4m3 operand, e2m1

@@ -26,11 +26,11 @@ from .mx_gemm import check_gemm
 from .mx_gemv_kernels import mx_gemv_kernel
 from .mx_repack import MxWeight, _align, _block_n
 
-# H200 (BENCH.md seventh pass, run 1; sweep over qkv and gate_up at M = 1, 2, 4, 24 configs,
-# the 3d7c87d kernel beside each): the least summed time is 128 columns, 4 warps, 16 programs
-# per SM, unroll 1, no prefetch (within 9% of each shape's best; the prefetch lost 0-9% at every
-# M, so it is off). gate_up at M = 1 / 2 / 4: 29.4 / 37.8 / 52.4 us against the 3d7c87d
-# kernel's best 34.4 / 68.5 / 135.8 and the A16 GEMM's 91.5 at M = 4 (sixth pass) : the GEMV
+# H200 (docs/notebook/kernels-2026-11-29-to-12-06.md, run 1; sweep over qkv and gate_up at M = 1, 2,
+# 4, 24 configs, the 3d7c87d kernel beside each): the least summed time is 128 columns, 4 warps, 16
+# programs per SM, unroll 1, no prefetch (within 9% of each shape's best; the prefetch lost 0-9% at
+# every M, so it is off). gate_up at M = 1 / 2 / 4: 29.4 / 37.8 / 52.4 us against the 3d7c87d
+# kernel's best 34.4 / 68.5 / 135.8 and the A16 GEMM's 91.5 at M = 4 (H200 2026-12-02) : the GEMV
 # now serves M <= 4, the GEMM from M = 5 (A16_MAX_M keeps its 16-bit activations to M = 4 where
 # the GEMV is off: GEMV = False, or gfx1201).
 GEMV = True

@@ -1,8 +1,9 @@
 """Triton kernel of the MXFP4 FMA decode GEMV: M <= 4 rows on the FMA units, not 16-row tiles.
 
 Why: the MXFP4 GEMM (`mx_gemm_kernels.mx_gemm_kernel`) serves decode with 16-row matrix-unit tiles,
-15 of 16 rows padding at M = 1. It reached 9-12% of the HBM roofline (BENCH.md, 2026-11-29 run
-3: 41-108 us at M = 1), 2.2-3.6x the int4 GEMV's time for about the same weight bytes.
+15 of 16 rows padding at M = 1. It reached 9-12% of the HBM roofline
+(docs/notebook/kernels-2026-11-29-to-12-06.md, 2026-11-29 run 3: 41-108 us at M = 1), 2.2-3.6x the
+int4 GEMV's time for about the same weight bytes.
 
 Layout (the MXFP4 GEMM's, `mx_repack.repack`, read as int32): row n holds 8 words per 64-column
 block pair j; byte b of word w holds K column 64 j + 4 w + b in its low nibble (block 2 j) and

@@ -19,8 +19,8 @@ from .mx_gemm import check_gemm
 from .mx_gemv_mma_kernels import ACT_BF16, ACT_F16, ACT_PAIRED, mx_gemv_mma_kernel, pair_fp16_kernel
 from .mx_repack import MxWeight, _align, _block_n
 
-# Fourteenth pass: the mma.sync GEMV (`mx_decode_kernels.mx_gemv_mma_kernel`, NVIDIA, M <= 16;
-# M <= 32 since the twenty-fourth pass)
+# H200 2026-12-04: the mma.sync GEMV (`mx_gemv_mma_kernels.mx_gemv_mma_kernel`, NVIDIA, M <= 16;
+# M <= 32 since 2026-12-05, H100)
 # on paired fp16 activations (the MXFP4-PARO prologue's `rotate_slices(paired=True)` output),
 # or on x itself (NVFP4 -> MXFP4), paired in the kernel. Config as the int4 mma GEMV's: 128
 # columns (4 warps, a column quad a thread), the split from one wave of the programs an SM
@@ -31,10 +31,10 @@ MMA = True
 MMA_MIN_M = 1
 
 
-# Twenty-fourth pass: to M = 32 on four activation tiles (MMA_BANDS). H100 (BENCH.md twenty-fourth
-# pass, `bash kernels/device54.sh 270 130 110`,
-# benchmarks/results/bench-2026-12-05-h100-issue14-pass24-
-# mma4.json, same run, us, the 16-row chunks as served / four tiles forced at M = 24): MXFP4 qkv
+# H100 2026-12-05: to M = 32 on four activation tiles (MMA_BANDS). H100
+# (docs/notebook/kernels-2026-11-29-to-12-06.md,
+# benchmarks/results/bench-2026-12-05-h100-issue14-pass24-mma4.json, same run, us, the 16-row
+# chunks as served / four tiles forced at M = 24): MXFP4 qkv
 # 32.7 / 22.3, gate_up 67.1 / 52.5, down 38.2 / 26.1, o_proj 20.0 / 14.0, in_proj 37.0 / 25.3;
 # MXFP4-PARO 42.3 / 35.4, 73.8 / 57.9, 46.6 / 34.3, 26.6 / 18.4, 45.9 / 35.6 (M = 32 alike:
 # the four tiles 1.19-1.50x the chunks on every cell; the 8-bit route 34-153 there).
@@ -44,15 +44,15 @@ MMA_MAX_M = 32
 MMA_BLOCK_N = 128
 
 
-# The bands' (unroll, programs an SM for the split, register cap) by their last M. H200 (BENCH.md
-# fourteenth pass, run 3: gate_up, qkv, down at M = 1 / 4 / 16, same run, us): M = 1 one block
-# pair an iteration at 10 an SM (48 registers) 26.2 / 12.3 / 14.9 against two at 6 an SM (72-76)
-# 28.2 / 13.6 / 15.9; M = 2..8 two pairs, 6 an SM (M = 4: one pair at 10 an SM within 4% either
-# way); two tiles (M = 9..16) capped at 72 registers, 7 an SM: 34.0 / 16.7 / 19.0 against 46.0 /
-# 18.0 / 23.1 uncapped at 6 (64 registers there on Triton 3.6, ncu) and 42.9 / 17.9 / 21.3
-# uncapped at 7. sm_90 register counts (Triton 3.9, `test_aot_mx_gemv_mma_sm90`): 48 / 72-76 /
-# 72-77, or 72 capped (16 bytes of stack there).
-# Twenty-fourth pass: four tiles (M = 17..MMA_TILE_MAX_M: a program's words unpacked once for 32
+# The bands' (unroll, programs an SM for the split, register cap) by their last M. H200
+# (docs/notebook/kernels-2026-11-29-to-12-06.md, run 3: gate_up, qkv, down at M = 1
+# / 4 / 16, same run, us): M = 1 one block pair an iteration at 10 an SM (48 registers) 26.2 / 12.3
+# / 14.9 against two at 6 an SM (72-76) 28.2 / 13.6 / 15.9; M = 2..8 two pairs, 6 an SM (M = 4: one
+# pair at 10 an SM within 4% either way); two tiles (M = 9..16) capped at 72 registers, 7 an SM:
+# 34.0 / 16.7 / 19.0 against 46.0 / 18.0 / 23.1 uncapped at 6 (64 registers there on Triton 3.6,
+# ncu) and 42.9 / 17.9 / 21.3 uncapped at 7. sm_90 register counts (Triton 3.9,
+# `test_aot_mx_gemv_mma_sm90`): 48 / 72-76 / 72-77, or 72 capped (16 bytes of stack there).
+# H100 2026-12-05: four tiles (M = 17..MMA_TILE_MAX_M: a program's words unpacked once for 32
 # rows, 32 mmas a block pair) at 4 programs an SM under a 128-register cap (sm_90, Triton 3.9:
 # 127 uncapped on paired fp16, 130 on bf16 rows, which would fit 3; capped 8 bytes of stack).
 # Same run, the kernel alone at M = 24 / 32 on bf16 rows: this band best or within 3% on every
@@ -83,16 +83,16 @@ def mma_ok(m: int, n: int, bounds: tuple[int, ...], hip: bool) -> bool:
             and n % 4 == 0 and all(b % 32 == 0 for b in bounds))  # fmt: skip
 
 
-# Twenty-third pass: past MMA_MAX_M rows, to MMA_CHUNK_MAX_M, the mma GEMV in MMA_MAX_M-row
-# chunks, each chunk its own call (`mx_host.mx_linear`, path "chunks"; the last chunk takes the
+# H100 2026-12-05: past MMA_MAX_M rows, to MMA_CHUNK_MAX_M, the mma GEMV in MMA_MAX_M-row
+# chunks, each chunk its own call (`mx_route.mx_linear`, path "chunks"; the last chunk takes the
 # path of its own rows). Built at 16-row chunks from the parts' times (the MXFP4 GEMM's 64-row
 # tiles and the 8-bit route served M = 17..32 about 4x slower a call than the mma GEMV at 16);
-# timed in the twenty-fourth pass (the run above, us, at M = 24: the chunks as served / the
+# timed on 2026-12-05 (the H100 run above, us, at M = 24: the chunks as served / the
 # 8-bit route forced): MXFP4 qkv 32.7 / 67.7, gate_up 67.1 / 141.7, down 38.2 / 87.2, o_proj
 # 20.0 / 34.9, in_proj 37.0 / 72.8; MXFP4-PARO 42.3 / 103.5, 73.8 / 152.8, 46.6 / 90.8, 26.6 /
 # 37.2, 45.9 / 91.3. With the four tiles the chunks are 32 rows: to M = 64 two calls cost, from
 # the four tiles' times, 0.40-0.86x the 8-bit route's (MXFP4-PARO o_proj at 64: 39.1 / 38.4,
-# a tie); the composed call at 33..64 is timed by kernels/device54.sh's second step.
+# a tie); the composed call at 33..64 is timed by the same run's second step.
 # Decode numerics: the chunks take 16-bit activations, as the mma GEMV does.
 MMA_CHUNK_MAX_M = 64
 
@@ -106,7 +106,7 @@ def chunks_ok(m: int, n: int, bounds: tuple[int, ...], hip: bool) -> bool:
 def mma_config(m: int, n: int, k: int, bounds: tuple[int, ...], sms: int, block_n: int = 0,
                split_k: int = 0, unroll: int = 0, fit: int = 0) -> mx_gemv.GemvConfig:  # fmt: skip
     """The mma GEMV's tile (block_n columns = 32 num_warps threads, a column quad for each gid's
-    4 lanes; narrower at plane boundaries) and split (`decode_host.one_wave_split` over steps
+    4 lanes; narrower at plane boundaries) and split (`gemv_mma.one_wave_split` over steps
     of `unroll` block pairs; `fit`: programs an SM for it; defaults: MMA_BANDS)."""
 
     require(1 <= m <= MMA_TILE_MAX_M, "x rows", f"1..{MMA_TILE_MAX_M} for the MXFP4 mma GEMV", m)

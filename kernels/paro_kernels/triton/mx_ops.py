@@ -45,7 +45,7 @@ def mx_gemm(
     out_dtype: torch.dtype,
     bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The MXFP4 GEMM (contract: `paro_kernels.triton.mx_host`) on the MxWeight's fields."""
+    """The MXFP4 GEMM (contract: `paro_kernels.triton.mx_gemm`) on the MxWeight's fields."""
     w = mx_repack.MxWeight(qw, sc, cmax, k, span, cmax_min)
     return mx_gemm_host.mx_gemm(a, a_scale, w, tuple(bounds), out_dtype, bias)
 

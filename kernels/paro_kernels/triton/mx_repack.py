@@ -56,7 +56,7 @@ QUANT_BLOCK_K = 1024
 
 
 # MXFP4-PARO W4A8 prologue: the two-launch rotate_scale + fp8_quant measured faster than the
-# fused host.rotate_quant on the H200 (2026-11-29, with the GEMM: qkv M=1 53 vs 230 us, M=16 54
+# fused prologue.rotate_quant on the H200 (2026-11-29, with the GEMM: qkv M=1 53 vs 230 us, M=16 54
 # vs 157, M=2048 1039 vs 1246): the fused one's per-token pass is latency-bound at decode.
 PARO_FUSED_PROLOGUE = False
 
@@ -111,7 +111,7 @@ class Prepared:
     rot_hi: torch.Tensor | None = None  # [P, K/G, G, G] fp16: diag(cs_g) R_g^T, hi part
     rot_lo: torch.Tensor | None = None
     group_size: int = 0
-    # the Givens records (`host.givens_tables`) for the decode prologue of the mma GEMV
+    # the Givens records (`repack.givens_tables`) for the decode prologue of the mma GEMV
     gv_idx: torch.Tensor | None = None  # [P, krot, K] int32
     gv_coef: torch.Tensor | None = None  # [P, 2 krot + 1, K] fp32
 

@@ -20,7 +20,7 @@ from .mx_repack import ActMode, MxWeight
 def _mma_prologue(prep: mx_repack.Prepared, x: torch.Tensor, rh: torch.Tensor,
                   rl: torch.Tensor) -> torch.Tensor:  # fmt: skip
     """MXFP4-PARO's paired fp16 activations (pair shift 0) for the mma GEMV, by the int4 mma
-    GEMV's rule (`decode_host.mma_blocks`): the Givens records, or the sliced blocks (also
+    GEMV's rule (`gemv_mma.mma_blocks`): the Givens records, or the sliced blocks (also
     without records)."""
 
     m, k = x.shape
@@ -40,7 +40,7 @@ def mx_linear(
 ) -> torch.Tensor:  # fmt: skip
     """y [M, N] in x.dtype = act_quant(rot(x)) W^T (+ bias) for x [M, K] bf16/fp16.
 
-    Decode rows take 16-bit activations, either `act`: the mma GEMV (`mx_decode_host.mma_ok`;
+    Decode rows take 16-bit activations, either `act`: the mma GEMV (`mx_gemv_mma.mma_ok`;
     MXFP4-PARO on the paired prologue, NVFP4 -> MXFP4 on x; a few rows more in MMA_MAX_M-row
     chunks, `chunks_ok`, each chunk its own call), else the FMA GEMV (`gemv_ok`),
     and a few more rows the GEMM on them (`served_act`); prefill from DEQUANT_MIN_M rows the
@@ -93,8 +93,8 @@ def served_act(m: int, act: ActMode, hip: bool, n: int = 0, bounds: tuple[int, .
     on: decode rows take 16-bit ones on NVIDIA, where it was measured (the mma GEMV's to
     MMA_MAX_M where it takes the layer, and its chunks to MMA_CHUNK_MAX_M, the FMA GEMV's, or
     the GEMM's A16 up to A16_MAX_M), and so do prefill rows on the dequant path
-    (`mx_host.dequant_ok`: the vendor GEMM on x itself) unless the 8-bit vendor GEMM takes them
-    (`mx_host.w8_ok`, for a bf16 layer in the e4m3 fold; rot: the layer is rotated,
+    (`mx_gemm.dequant_ok`: the vendor GEMM on x itself) unless the 8-bit vendor GEMM takes them
+    (`mx_gemm.w8_ok`, for a bf16 layer in the e4m3 fold; rot: the layer is rotated,
     MXFP4-PARO; w: its weight, None to take the fold as given; dtype: x's)."""
     mma = mx_gemv_mma.mma_ok(m, n, bounds, hip) or mx_gemv_mma.chunks_ok(m, n, bounds, hip)
     plane = narrowest_plane(n, bounds) if rot and n else 0

@@ -1,6 +1,6 @@
 """Kernels compiled ahead of time into Triton's OWN cache layout, and the cache the runtime reads.
 
-Design (issue 17 part 2). A shipped kernel cache is a directory in Triton's file-cache layout
+Design. A shipped kernel cache is a directory in Triton's file-cache layout
 (`<base32 key>/<kernel>.json|.hsaco|.cubin|...` + `__grp__<kernel>.json`), filled by running the
 launcher's real host code under a compile-only stand-in for the Triton driver (`standin`):
 
@@ -26,7 +26,7 @@ this resolves them inside the shipped key directory) and falls back to the writa
 TRITON_CACHE_DIR, where run-time compiles land. `STATS` counts shipped hits and compiles per
 kernel; the first compile of each kernel is logged by name.
 
-Measured (H200, 2026-12-01, kernels/gputests17.sh): the sm_90 cache of the 27B TP=2 plans
+Measured (H200, 2026-12-01): the sm_90 cache of the 27B TP=2 plans
 (tests/kernels/data/precompile_h200_plan.json: W4A8 fp8/token, W4A16, MXFP4 fp8; 80
 specializations, 43 MB, built on the CPU dev machine by Triton 3.6 in 348 s) served 10,370
 linear calls through the plugin's Triton entry points with 80 shipped hits and 0 JIT compiles,

@@ -81,7 +81,7 @@ def rotate_scale(
 
     With the Givens tables it applies the pair rotations (and zeroes `workspace` on the way);
     otherwise the folded blocks (and `workspace` must be None). `nibble_scaled` (blocks only):
-    xr fp32 with each channel times its nibble's 2^-e (the issue-14 GEMV's input).
+    xr fp32 with each channel times its nibble's 2^-e (the FMA GEMV's input).
     """
 
     m, k = x.shape
@@ -145,9 +145,9 @@ def rotate_quant(
 
 # The fp8 kernels build their e4m3 bytes with integer ops where Triton converts to e4m3 in
 # software (gfx1201: ~33 instructions a value); NVIDIA keeps the hardware cvt (one PTX cvt per
-# two values). The W4A8 GEMM's weights (`_e4m3_exact`, twentieth pass: 7291 -> 3752
+# two values). The W4A8 GEMM's weights (`_e4m3_exact`, 2026-12-05: 7291 -> 3752
 # instructions in the 27B qkv decode build) and the activation quantizers' rounded codes
-# (`_e4m3_from_grid`: `rotate_quant_kernel`, `fp8_token_quant_kernel`, twenty-first pass).
+# (`_e4m3_from_grid`: `rotate_quant_kernel`, `fp8_token_quant_kernel`, H100 2026-12-05).
 # The AMDGCN of the loops, not a timing: the box has not run either form.
 E4M3_BITS_HIP = True
 
@@ -158,8 +158,8 @@ def e4m3_bits(hip: bool) -> bool:
 
 
 # The decode prologue (FMA GEMV's input), sliced: G / PROLOGUE_SLICE programs per group.
-# Sweep (H200 2026-12-01, pass 3 run 1, prologue alone, M = 1 / 2): the block kernel qkv 5.21 /
-# 8.08, o_proj 4.21 / 9.53, gate_up 4.13 / 3.94, down 3.97 / 3.85, in_proj 4.07 / 3.93 us; 64
+# Sweep (H200 2026-12-01, run 1, prologue alone, M = 1 / 2): the block kernel qkv
+# 5.21 / 8.08, o_proj 4.21 / 9.53, gate_up 4.13 / 3.94, down 3.97 / 3.85, in_proj 4.07 / 3.93 us; 64
 # channels, 4 warps 5.02 / 5.30, 3.20 / 9.40, 4.00 / 3.89, 3.54 / 3.77, 3.76 / 3.87 (16 channels
 # 4.3-8.2: too little work per program; 32: within noise of 64 but 4 partial sums per group,
 # which cost the GEMV 0.1-1.0 us at M = 1). As served (A/B in one run, twice each, M = 1):
@@ -171,12 +171,12 @@ PROLOGUE_SLICE = 64
 PROLOGUE_SLICE_WARPS = 4
 
 
-# Eleventh pass: the HFMA2 GEMV's prologue from the Givens records (`rotate_givens_paired`),
+# H200 2026-12-04: the HFMA2 GEMV's prologue from the Givens records (`rotate_givens_paired`),
 # warps a program.
 GIVENS_PAIRED_WARPS = 4
 
 
-# Twenty-fifth pass: rows a program of it (0: all M rows in one program, as before; the kernel
+# 2026-12-06: rows a program of it (0: all M rows in one program, as before; the kernel
 # runs a program's rows one after another). `bench_decode --h2 gvrows` times 4 / 8 / 16.
 GIVENS_ROWS = 0
 
@@ -201,11 +201,11 @@ def rotate_slices(
     pair_shift: int = 6,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The sliced decode prologue: x [M <= 32, K] -> (xr [P, M, K] fp32 nibble-scaled,
-    rs [P, M, K/G * G/slice] fp32 partial row sums), as `host.rotate_scale(nibble_scaled=True)`
+    rs [P, M, K/G * G/slice] fp32 partial row sums), as `prologue.rotate_scale(nibble_scaled=True)`
     but with the row sums split per slice (the GEMV's RS); `f16`: xr fp16 as
-    `host.rotate_scale` writes it, no row sums (rs is xr then); `paired`: fp16 as the HFMA2
-    GEMV reads it (/ 2^pair_shift, pairs (8r + j, 8r + j + 4) side by side; `decode_kernels`);
-    `one`: rot_hi holds fp16 blocks (hi + lo rounded once; the ninth pass's bench), rot_lo
+    `prologue.rotate_scale` writes it, no row sums (rs is xr then); `paired`: fp16 as the HFMA2
+    GEMV reads it (/ 2^pair_shift, pairs (8r + j, 8r + j + 4) side by side; `gemv_mma_kernels`);
+    `one`: rot_hi holds fp16 blocks (hi + lo rounded once; the 2026-12-04 bench), rot_lo
     unread."""
 
     m, k = x.shape
@@ -237,9 +237,9 @@ def rotate_givens_paired(
     rows: int = -1,
 ) -> torch.Tensor:
     """The HFMA2 GEMV's prologue from the Givens records: x [M <= 32, K] -> xr [P, M, K] fp16,
-    as `rotate_slices(paired=True)` writes it (`fast_kernels.givens_paired_kernel`; `pdl`: it
+    as `rotate_slices(paired=True)` writes it (`prologue_kernels.givens_paired_kernel`; `pdl`: it
     lets a dependent launch start at once); `paired=False`: as `rotate_slices(f16=True)`, the
-    fifth-pass GEMV's input (`decode_host.prologue16`). `rows`: rows a program (a power of
+    `gemv_dot` GEMV's input (`prologue.prologue16`). `rows`: rows a program (a power of
     two; 0: all M; default GIVENS_ROWS)."""
 
     m, k = x.shape
@@ -266,9 +266,9 @@ def givens_block_m(m: int, rows: int = -1) -> int:
     return min(rows or 32, 1 << max(0, (m - 1).bit_length()))
 
 
-# "givens" runs the eleventh pass's records kernel since that pass (not yet measured at M = 3-16;
-# pass 5's numbers above are the old per-layer-round-trip kernel's).
-GEMV3_PROLOGUE = "slice"  # "slice" (fast_host.rotate_slices) | "block" | "givens"
+# "givens" runs the records kernel of 2026-12-04 (H200) since then (not yet measured at M = 3-16;
+# the 2026-12-02 numbers above are the old per-layer-round-trip kernel's).
+GEMV3_PROLOGUE = "slice"  # "slice" (prologue.rotate_slices) | "block" | "givens"
 
 
 PROLOGUES = ("slice", "block", "givens")
@@ -282,8 +282,8 @@ def prologue16(x: torch.Tensor, rot_hi: torch.Tensor, rot_lo: torch.Tensor, g: i
     kind = kind or GEMV3_PROLOGUE
     require(kind in PROLOGUES, "prologue", PROLOGUES, kind)
     if kind == "givens" and gv_idx is not None and gv_coef is not None:
-        # eleventh pass: the records kernel that loads every layer before its first gather
-        # (`fast_host.rotate_givens_paired`), not `host.rotate_scale`'s one round trip a layer
+        # H200 2026-12-04: the records kernel that loads every layer before its first gather
+        # (`prologue.rotate_givens_paired`), not `prologue.rotate_scale`'s one round trip a layer
         return rotate_givens_paired(x, gv_idx, gv_coef, g, paired=False)
     if kind == "block":
         return rotate_scale(x, rot_hi, rot_lo, g)[0]

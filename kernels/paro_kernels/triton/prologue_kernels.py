@@ -51,8 +51,8 @@ def rotate_scale_kernel(
 ):
     """One program per (row block, group, partition): xr = x_g @ (hi + lo), then the row sums.
 
-    NIBBLE_SCALED (the issue-14 GEMV's input): xr is fp32, channel k times 2^-e with e the
-    offset of its nibble field in `fast_kernels._nibble` (exact), so the GEMV multiplies raw
+    NIBBLE_SCALED (the FMA GEMV's input): xr is fp32, channel k times 2^-e with e the
+    offset of its nibble field in `prologue_kernels._nibble` (exact), so the GEMV multiplies raw
     magic-number floats; the row sums stay those of the fp16 values.
     """
     pid_m = tl.program_id(0)
@@ -386,17 +386,17 @@ def rotate_slice_kernel(
     G: tl.constexpr,
     BLOCK_M: tl.constexpr,
     SLICE: tl.constexpr,
-    F16: tl.constexpr = False,  # xr fp16, not nibble-scaled, no row sums (the fifth-pass GEMV)
+    F16: tl.constexpr = False,  # xr fp16, not nibble-scaled, no row sums (the `gemv_dot` GEMV)
     PDL: tl.constexpr = False,  # let the dependent GEMV launch now (it waits before reading xr)
     PAIRED: tl.constexpr = False,  # F16 for the HFMA2 GEMV: times PSCALE, channels 8r + j and
-    # 8r + j + 4 side by side (`decode_kernels` ninth-pass note)
+    # 8r + j + 4 side by side (`gemv_fma_kernels` HFMA2 note)
     ONE: tl.constexpr = False,  # rot_hi holds fp16 blocks (hi + lo rounded once), no lo pass
-    PSCALE: tl.constexpr = 0.015625,  # PAIRED: 2^-6 (int4), 2^-7 (int5): `decode_kernels`
+    PSCALE: tl.constexpr = 0.015625,  # PAIRED: 2^-6 (int4), 2^-7 (int5): `gemv_fma_kernels`
 ):
     """The decode GEMV's prologue, one program per (group, partition, slice of SLICE output
     channels): xr[:, slice] = x_g @ (hi + lo)[:, slice].
 
-    Why sliced (issue 14, third pass): one program per 128-channel group read the whole 64 KB
+    Why sliced (H200 2026-12-01): one program per 128-channel group read the whole 64 KB
     G x G block pair and did the 16 x 128 x 128 dots alone (ncu, gate_up M = 1: 151 registers,
     6% achieved occupancy, 5.0 us for 22% of DRAM); G / SLICE programs per group each read a
     column slice of the blocks, so the same bytes come with G / SLICE times the loads in flight.
@@ -414,7 +414,7 @@ def rotate_slice_kernel(
     x = tl.load(x_ptr + offs_m[:, None] * stride_xm + g * G + offs_g[None, :],
                 mask=m_mask[:, None], other=0.0)  # fmt: skip
     rot_off = ((p * ngroups + g) * G + offs_g[:, None]) * G + offs_j[None, :]
-    if ONE:  # half the block bytes; x rounded to fp16 as xr is (ninth pass, bench only)
+    if ONE:  # half the block bytes; x rounded to fp16 as xr is (H200 2026-12-04, bench only)
         acc = tl.dot(tl.clamp(x.to(tl.float32), -65504.0, 65504.0).to(tl.float16),
                      tl.load(rot_hi_ptr + rot_off))  # fmt: skip
     else:
@@ -460,14 +460,14 @@ def givens_paired_kernel(
     BLOCK_M: tl.constexpr,  # rows a program (grid axis 2: cdiv(M, BLOCK_M))
     PSCALE: tl.constexpr,
     PDL: tl.constexpr = False,  # let the dependent GEMV launch now (it waits before reading xr)
-    PAIRED: tl.constexpr = True,  # else plain fp16 in channel order (the fifth-pass GEMV's xr)
+    PAIRED: tl.constexpr = True,  # else plain fp16 in channel order (the `gemv_dot` GEMV's xr)
 ):
-    """The HFMA2 GEMV's prologue from the Givens records (eleventh pass), one program per
+    """The HFMA2 GEMV's prologue from the Givens records (H200 2026-12-04), one program per
     (group, partition, BLOCK_M rows): every layer's records loaded before the first gather
     (`_rotated_group_pre`), so the program waits on one memory round trip, not KROT of them,
     and reads ~12.5 KB a group (records) instead of the blocks' 64 KB.
 
-    The rows axis (twenty-fifth pass): one program for all rows ran them one after another in
+    The rows axis (2026-12-06): one program for all rows ran them one after another in
     its 4 warps (the gathers' warp shuffles scale with the rows: 1024 a thread at 32 rows, sm_90
     PTX), 12-17 us at 24-32 rows (H100) against 3-6 us at 1-8 (H200); row blocks run them on
     more SMs, each program reading the group's records again (from L2)."""

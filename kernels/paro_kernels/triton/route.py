@@ -41,23 +41,23 @@ from .._contract import check_multiple, check_tensor, require
 from . import dequant, gemm, gemv_dot, gemv_fma, gemv_mma, launch, prologue
 from .weights import Prepared
 
-# Dispatch bands, from the H200 runs of 2026-12-01 (kernels/BENCH.md, issue 14 sections).
-# Second pass: the GEMV (`gemv2`: block prologue + FMA GEMV) serves M <= GEMV_MAX_M. Run 2 (as
-# served, M = 1): qkv 19.9 / o_proj 10.5 / gate_up 27.9 / down 19.4 / in_proj 18.6 us against the
-# tile kernels' 25.4 / 15.5 / 42.8 / 28.5 / 28.2 in the same run. M = 2 as served was cut by the
-# budget: the GEMV alone took 16.5 / 10.1 / 31.8 / 19.8 / 17.7 us there (+ a 4.6-9.0 us prologue)
-# against the 16-row tile kernels' M = 1 times (interpolated: o_proj may lose by ~3 us). At M = 4
-# the GEMV's best (run 1: the matrix-unit path 24.0 / - / 51.6 / 28.0 us + prologue) loses to the
-# tile kernels (qkv 27.5 as served), and at M = 16 it ties them (run 2: within 0-5%), so M >= 3
-# stays on the tile kernels. The dequant path wins at M = 2048 on every 27B shape (qkv 381 us
-# against the tile kernels' 595, gate_up 731 / 1324) and loses at M = 256 (qkv 162 / 111): its
-# ~70-120 us weight pass is fixed per call. 1024 is the interpolated crossover (not measured).
-# Third pass: the weight pass + casts went from ~170 to ~60 us on qkv (see DEQUANT_TRANS), and
-# the crossover moved: run 5 (H200 2026-12-01, as served by path) dequant + cuBLAS beats the tile
-# kernels at M = 256 on every 27B shape (qkv 90.4 vs 111.5 us, o_proj 42.9 / 70.1, gate_up
-# 190.6 / 257.7, down 107.4 / 185.3, in_proj 97.2 / 112.1; at 512 and 1024 by 1.5-2.3x).
-# Below 256 not measured (pass 1 had the tile kernels ahead at M = 64).
-# Fourth pass: the band starts at 256, run 5's measurement above (test_triton_gpu.py's M = 300
+# Dispatch bands, from the H200 runs of 2026-12-01 (docs/notebook/kernels-2026-11-29-to-12-06.md).
+# H200 2026-12-01: the GEMV (`gemv2`: block prologue + FMA GEMV) serves M <=
+# GEMV_MAX_M. Run 2 (as served, M = 1): qkv 19.9 / o_proj 10.5 / gate_up 27.9 / down 19.4 / in_proj
+# 18.6 us against the tile kernels' 25.4 / 15.5 / 42.8 / 28.5 / 28.2 in the same run. M = 2 as
+# served was cut by the budget: the GEMV alone took 16.5 / 10.1 / 31.8 / 19.8 / 17.7 us there (+ a
+# 4.6-9.0 us prologue) against the 16-row tile kernels' M = 1 times (interpolated: o_proj may lose
+# by ~3 us). At M = 4 the GEMV's best (run 1: the matrix-unit path 24.0 / - / 51.6 / 28.0 us +
+# prologue) loses to the tile kernels (qkv 27.5 as served), and at M = 16 it ties them (run 2:
+# within 0-5%), so M >= 3 stays on the tile kernels. The dequant path wins at M = 2048 on every 27B
+# shape (qkv 381 us against the tile kernels' 595, gate_up 731 / 1324) and loses at M = 256 (qkv 162
+# / 111): its ~70-120 us weight pass is fixed per call. 1024 is the interpolated crossover (not
+# measured). H200 2026-12-01: the weight pass + casts went from ~170 to ~60 us on qkv (see
+# DEQUANT_TRANS), and the crossover moved: run 5 (H200 2026-12-01, as served by path) dequant +
+# cuBLAS beats the tile kernels at M = 256 on every 27B shape (qkv 90.4 vs 111.5 us, o_proj 42.9 /
+# 70.1, gate_up 190.6 / 257.7, down 107.4 / 185.3, in_proj 97.2 / 112.1; at 512 and 1024 by
+# 1.5-2.3x). Below 256 not measured (H200 2026-12-01 had the tile kernels ahead at M = 64).
+# H200 2026-12-02: the band starts at 256, run 5's measurement above (test_triton_gpu.py's M = 300
 # cases now hold the bf16-W' floor, `_triton_cases.BF16_W_FLOOR`).
 GEMV_MAX_M = 2  # at most GEMV2_MAX_M, the FMA GEMV's rows
 
@@ -65,26 +65,26 @@ GEMV_MAX_M = 2  # at most GEMV2_MAX_M, the FMA GEMV's rows
 DEQUANT_MIN_M = 256
 
 
-# Twelfth pass: int4 decode at MMA_GEMV_MIN_M <= M <= MMA_GEMV_MAX_M on the mma.sync GEMV
-# (`decode_host.gemv_mma_linear`: the records prologue at pair shift 0, fp32 accumulation on the
-# matrix unit). H200 2026-12-04 (BENCH.md twelfth pass, runs 3 and 4, the path served before
-# forced against the mma op as served, same run, us):
+# H200 2026-12-04: int4 decode at MMA_GEMV_MIN_M <= M <= MMA_GEMV_MAX_M on the mma.sync GEMV
+# (`gemv_mma.gemv_mma_linear`: the records prologue at pair shift 0, fp32 accumulation on the
+# matrix unit). H200 2026-12-04 (docs/notebook/kernels-2026-11-29-to-12-06.md, runs 3 and 4, the
+# path served before forced against the mma op as served, same run, us):
 # - M = 2 (the HFMA2 op) qkv 18.78 / 14.63, gate_up 31.32 / 25.34, down 21.02 / 16.94, in_proj
 #   20.02 / 15.66, o_proj 11.18 / 10.94; M = 4 (the FMA GEMV) 32.71 / 14.68, 55.78 / 24.18,
 #   33.40 / 16.86, 33.48 / 16.13, 14.50 / 10.80; M = 8 (the tile kernels) 29.72 / 15.67,
 #   50.77 / 27.11, 31.96 / 18.07, 31.04 / 17.84, 16.93 / 12.76;
-# - M = 9 / 16 (two activation tiles; the matrix-unit GEMV of pass 5 before): qkv 28.93 / 23.09
+# - M = 9 / 16 (two activation tiles; the matrix-unit GEMV served before): qkv 28.93 / 23.09
 #   and 30.24 / 24.92, gate_up 52.40 / 35.44 and 59.42 / 38.50, down 35.97 / 25.79 and 36.90 /
 #   26.65, in_proj 35.32 / 24.10 and 36.02 / 26.40; o_proj 15.47 / 16.46 and 16.58 / 18.06 (the
-#   twelfth pass kept that GEMV past M = 8 on layers of at most
-#   `decode_host.GEMV3_SMALL_WEIGHTS`; the thirteenth pass's one-wave split and blocks prologue
-#   took them: `decode_host.MMA_BLOCKS_MIN_M`);
+#   H200 2026-12-04 kept that GEMV past M = 8 on layers of at most
+#   `gemv_dot.GEMV3_SMALL_WEIGHTS`; the 2026-12-04 one-wave split and blocks prologue
+#   took them: `gemv_mma.MMA_BLOCKS_MIN_M`);
 # - M = 1: it lost on 4 of 5 shapes (gate_up 22.97 against the HFMA2 op's 21.99, o_proj 10.16 /
 #   8.80; run 2): M = 1 keeps the HFMA2 op.
-# Twenty-fourth pass: to M = 32 on four activation tiles (`decode_host.mma_tiles`), the sliced
-# blocks prologue on every layer there (`decode_host.MMA_BLOCKS_ALL_MIN_M`). H100 (BENCH.md
-# twenty-fourth pass, benchmarks/results/bench-2026-12-05-h100-issue14-pass24-int4-mma4.json, same
-# run, us,
+# H100 2026-12-05: to M = 32 on four activation tiles (`gemv_mma.mma_tiles`), the sliced
+# blocks prologue on every layer there (`gemv_mma.MMA_BLOCKS_ALL_MIN_M`). H100
+# (docs/notebook/kernels-2026-11-29-to-12-06.md,
+# benchmarks/results/bench-2026-12-05-h100-issue14-pass24-int4-mma4.json, same run, us,
 # the tile kernels as served before / four tiles on the blocks prologue, M = 24): qkv 44.6 /
 # 31.2, gate_up 104.8 / 53.6, down 54.4 / 31.5, o_proj 27.7 / 17.2, in_proj 44.8 / 32.5; M = 32
 # 44.7 / 34.1, 105.2 / 57.5, 53.7 / 35.2, 25.6 / 19.7, 43.0 / 33.9. int5 keeps 16
@@ -98,7 +98,7 @@ MMA_GEMV_MIN_M = 2
 MMA_GEMV_MAX_M = 32
 
 
-# Thirteenth pass: int5 (I8 PG ZPE) on the same GEMV (`gemv_mma(qweight_hi=)`: the fifth bits
+# H200 2026-12-04: int5 (I8 PG ZPE) on the same GEMV (`gemv_mma(qweight_hi=)`: the fifth bits
 # OR-ed into each pair before the zero's subtraction) from MMA_GEMV5_MIN_M rows.
 MMA_GEMV5 = True
 
@@ -112,7 +112,7 @@ MMA_GEMV5_MAX_M = 16
 def mma_gemv_ok(hip: bool, m: int, g: int, bounds: tuple[int, ...] = (), bits: int = 4) -> bool:
     """The mma GEMV serves an M-row decode call of a `bits` (4 or 5) layer: NVIDIA, compiled
     code, MMA_GEMV_MIN_M <= M <= MMA_GEMV_MAX_M (int5: MMA_GEMV5_*), G a multiple of 32,
-    partition bounds on the 32-column grid (`decode_host.mma_ok`)."""
+    partition bounds on the 32-column grid (`gemv_mma.mma_ok`)."""
 
     interp = launch.interpreted()
     lo = MMA_GEMV5_MIN_M if bits == 5 else MMA_GEMV_MIN_M
@@ -122,9 +122,9 @@ def mma_gemv_ok(hip: bool, m: int, g: int, bounds: tuple[int, ...] = (), bits: i
             and gemv_mma.mma_ok(bounds))  # fmt: skip
 
 
-# Fifth pass: the matrix-unit GEMV with the weights as the register operand
-# (`decode_host.gemv3_linear`, sliced fp16 prologue) serves GEMV3_MIN_M <= M <= 16 at G = 128 on
-# NVIDIA. Pass 5 run 4 (H200 2026-12-02, as served, same run): M = 16 qkv 29.7 us vs the tile
+# H200 2026-12-02: the matrix-unit GEMV with the weights as the register operand
+# (`gemv_dot.gemv3_linear`, sliced fp16 prologue) serves GEMV3_MIN_M <= M <= 16 at G = 128 on
+# NVIDIA. H200 2026-12-02 run 4 (as served, same run): M = 16 qkv 29.7 us vs the tile
 # kernels' 36.7, o_proj 15.8 / 19.4, gate_up 54.0 / 65.2, down 36.5 / 39.4, in_proj 36.1 / 37.5.
 # Run 3 (same run per cell): at M = 8 it lost on 3 of 5 shapes (gate_up 51.1 / 49.3, down 35.5 /
 # 31.5, in_proj 34.8 / 30.3), at M = 4 on 4 of 5, and at M = 1-2 to the FMA GEMV by 1.4-1.9x
@@ -153,35 +153,36 @@ def band(m: int, group_size: int = 128, hip: bool | None = None) -> str:
 # W4A8 / W5A8 on NVIDIA (the same Prepared weights: int4 codes, fp16 scales, u8 zeros, blocks):
 # where the 16-bit-activation paths are faster they serve the layer unquantized-activation (more
 # accurate than A8, the same weight bytes). H200 2026-12-01, as served: W4A8 int8 at M = 1 took
-# qkv 35.7 us against the W4A16 GEMV's 19.9 (BENCH.md, pass 2), and in prefill 0.26-0.29x
-# cuBLAS against dequant + cuBLAS's 0.53-0.73x (pass 1). Pass 3, run 3 (same run): the A8
-# kernels at M = 1 34.9 / 22.5 / 59.7 / 38.0 / 37.1 us (qkv / o_proj / gate_up / down / in_proj)
-# against the routed op's 18.0 / 9.8 / 29.4 / 19.7 / 21.2; at M = 2048 the routed op 0.75-0.77x
-# cuBLAS. gfx1201 keeps A8 (its fp8/int8 WMMA runs at twice bf16; not measured here).
+# qkv 35.7 us against the W4A16 GEMV's 19.9 (docs/notebook/kernels-2026-11-29-to-12-06.md, H200
+# 2026-12-01), and in prefill 0.26-0.29x cuBLAS against dequant + cuBLAS's 0.53-0.73x (H200
+# 2026-12-01). H200 2026-12-01, run 3 (same run): the A8 kernels at M = 1 34.9 / 22.5 / 59.7 / 38.0
+# / 37.1 us (qkv / o_proj / gate_up / down / in_proj) against the routed op's 18.0 / 9.8 / 29.4 /
+# 19.7 / 21.2; at M = 2048 the routed op 0.75-0.77x cuBLAS. gfx1201 keeps A8 (its fp8/int8 WMMA runs
+# at twice bf16; not measured here).
 A8_ROUTE = True
 
 
-# Sixth pass: M = 9..16 (int4 weights) on the fifth pass's matrix-unit GEMV too; pass 5, run 4
-# (H200, as served, same run): the A8 kernels took 1.01-1.43x the W4A16 op's time at M = 16
+# H200 2026-12-02: M = 9..16 (int4 weights) on the 2026-12-02 matrix-unit GEMV too; H200 2026-12-02,
+# run 4 (H200, as served, same run): the A8 kernels took 1.01-1.43x the W4A16 op's time at M = 16
 # (fp8 37.5 / 22.6 / 67.8 / 41.4 / 41.0 us against 29.7 / 15.8 / 54.0 / 36.5 / 36.1).
 A8_GEMV3 = True
 
 
-# Seventh pass: int5 (W5A8, I8 PG ZPE) at M <= 16 on the same matrix-unit GEMV, its fifth bits
-# OR-ed into the fp16 pairs (`decode_kernels._UNPACK5_ASM`), 16-bit activations. H200 BENCH.md
-# seventh pass, run 1 (same run, as served against the A8 kernels that served before, M = 1 /
-# 4 / 16): qkv 37.1 / 36.8 / 39.3 us against 43.9 / 44.9 / 43.7, o_proj 15.5 / 19.8 / 20.6
-# against 27.0 / 27.5 / 26.1, down 42.6 / 44.0 / 45.6 against 49.1 / 48.6 / 46.6, in_proj
-# 43.5 / 43.9 / 46.3 against 48.8 / 48.5 / 47.7; gate_up (89 M weights) 74.3 / 76.7 / 79.8
-# against 75.9 / 75.8 / 75.7. Eighth pass: on int5's own GEMV config (`decode_host.GEMV3_INT5`)
-# gate_up took 62.7 / 66.5 / 70.9 us against the A8 kernels' 75.9 / 76.8 / 76.0 (run 2, same
-# run), so every int5 layer takes the GEMV in the decode band.
+# H200 2026-12-03: int5 (W5A8, I8 PG ZPE) at M <= 16 on the same matrix-unit GEMV, its fifth bits
+# OR-ed into the fp16 pairs (`gemv_dot_kernels._UNPACK5_ASM`), 16-bit activations. H200
+# docs/notebook/kernels-2026-11-29-to-12-06.md H200 2026-12-03, run 1 (same run, as served against
+# the A8 kernels that served before, M = 1 / 4 / 16): qkv 37.1 / 36.8 / 39.3 us against 43.9 / 44.9
+# / 43.7, o_proj 15.5 / 19.8 / 20.6 against 27.0 / 27.5 / 26.1, down 42.6 / 44.0 / 45.6 against 49.1
+# / 48.6 / 46.6, in_proj 43.5 / 43.9 / 46.3 against 48.8 / 48.5 / 47.7; gate_up (89 M weights) 74.3
+# / 76.7 / 79.8 against 75.9 / 75.8 / 75.7. H200 2026-12-03: on int5's own GEMV config
+# (`gemv_dot.GEMV3_INT5`) gate_up took 62.7 / 66.5 / 70.9 us against the A8 kernels' 75.9 / 76.8 /
+# 76.0 (run 2, same run), so every int5 layer takes the GEMV in the decode band.
 INT5_GEMV3 = True
 
 
-# Ninth pass: int5 at M <= 2 on the HFMA2 GEMV (`decode_kernels.gemv_h2_kernel(HI=True)`: the
+# H200 2026-12-04: int5 at M <= 2 on the HFMA2 GEMV (`gemv_fma_kernels.gemv_h2_kernel(HI=True)`: the
 # fifth bits OR-ed into the fp16 pairs, xr / 128; 28 instructions a word against int4's 17).
-# Tenth pass, run 1 (H200 2026-12-04, kernels/device30.sh, same run, as served on the
+# H200 2026-12-04, run 1 (same run, as served on the
 # matrix-unit GEMV against the HFMA2 GEMV, M = 1 / 2, us): qkv 33.3 / 33.7 against 27.9 / 30.0,
 # o_proj 14.5 / 19.6 against 12.3 / 13.2, gate_up 61.2 / 63.7 against 44.8 / 49.6, down
 # 34.8 / 35.4 against 29.9 / 31.2, in_proj 31.3 / 32.7 against 29.1 / 31.6 (1.03-1.48x; error
@@ -213,13 +214,13 @@ def a8_route(m: int, group_size: int, int5: bool, hip: bool, act_format: str = "
 
 
 # --------------------------------------------------------------------------- W4A8 prefill, 8-bit
-# Fourth pass: W4A8 / W5A8 at M >= W8_MIN_M on NVIDIA on the vendor 8-bit GEMM. The weight pass
+# H200 2026-12-02: W4A8 / W5A8 at M >= W8_MIN_M on NVIDIA on the vendor 8-bit GEMM. The weight pass
 # writes W' (rotated, dequantized) as 8-bit codes with one scale per output channel, max |W'| over
 # K (a load-time constant: `w8_amax`, `Prepared.w8_amax`), stored [N, K] (the GEMM's column-major
 # operand); the activations are quantized per token by one row pass (`quant_rows_kernel`); then
 # fp8: `torch._scaled_mm` rowwise (both scales and the bias in its epilogue), int8:
 # `torch._int_mm` (int32 out) and one epilogue pass.
-# Pass 4, run 1 (H200 2026-12-02, M = 2048, same run): fp8 171.4 / 398.5 / 211.7 us (qkv /
+# H200 2026-12-02, run 1 (M = 2048, same run): fp8 171.4 / 398.5 / 211.7 us (qkv /
 # gate_up / down) = 1.18-1.21x cuBLAS bf16 (203.8 / 483.2 / 249.2), int8 299.1 / 695.0 / 364.0
 # (0.68-0.70x: slower than the bf16 dequant path's 264.6 / 605.7 / 292.3), so fp8 ships. Error
 # (fp64, K = 128 case): the fp8 route 3.7e-2 vs the W4A16 reference and 4.4e-2 vs the W4A8 fp8
@@ -227,7 +228,7 @@ def a8_route(m: int, group_size: int, int5: bool, hip: bool, act_format: str = "
 # So the format's fp8 checkpoints take the fp8 route (about its own noise level, 1.2x faster
 # than cuBLAS); int8 ones stay on the bf16 dequant path (more accurate than their format, and
 # faster than the int8 route).
-# Twenty-third pass, measured below 256 (H100, `bash kernels/device50.sh 200 100`: the int4 half,
+# H100 2026-12-05, measured below 256 (the int4 half,
 # benchmarks/results/bench-2026-12-05-h100-issue14-pass23-int4-mid.json, every route forced, same
 # run, us,
 # the route / the A8 tile kernels (W4A8 fp8) that served): at M = 192 the route wins on four of

@@ -1,5 +1,5 @@
-"""CPU checks of the issue-14 kernels: the interpreter at small shapes (every path the dispatch
-can be forced to), and gfx1201 ahead-of-time builds of the kernels the launcher picks.
+"""CPU checks of the int4 / int5 decode and prefill kernels: the interpreter at small shapes
+(every path the dispatch can be forced to), and gfx1201 ahead-of-time builds of the kernels the launcher picks.
 
 gfx1201 budget: RDNA4 gives a SIMD 1536 VGPRs per lane in wave32, so a kernel of V VGPRs keeps
 min(16, 1536 // V) waves per SIMD; the asserted ceilings keep the occupancy these kernels were
@@ -41,9 +41,9 @@ for k, sizes, g, m, path in [(256, [96], 128, 1, "gemv"),
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.float16)
     bb = bias(parts)
     for _ in range(2):  # the second call finds the split-K workspace and tickets zeroed
-        if path in ("gemv", "gemv-prologue"):  # the second-pass FMA GEMV, 4 SMs' split
+        if path in ("gemv", "gemv-prologue"):  # the FMA GEMV, 4 SMs' split
             cfg = gemv_fma.gemv2_config(m, sum(sizes), k, g, prep.bounds, 4)
-            # with the tables: the Givens-inside GEMV at M = 1 (fourth pass), the sliced
+            # with the tables: the Givens-inside GEMV at M = 1 (H200 2026-12-02), the sliced
             # prologue at M = 2; "gemv-prologue" without them
             w = replace(prep, gv_idx=None, gv_coef=None) if path == "gemv-prologue" else prep
             y = gemv_fma.gemv_w4a16(w, x, bb, config=cfg)
@@ -59,21 +59,21 @@ for k, sizes, g, m, path in [(256, [96], 128, 1, "gemv"),
                 raise AssertionError("the GEMV took 4 rows")
             except ValueError as e:
                 assert "x rows: expected <= 2" in str(e), e
-        if path == "gemv3":  # the records kernel unpaired (eleventh pass) as its prologue
+        if path == "gemv3":  # the records kernel unpaired (H200 2026-12-04) as its prologue
             from paro_kernels.triton import gemv_dot, gemv_fma, prologue, repack, route
             xg = prologue.rotate_givens_paired(x, prep.gv_idx, prep.gv_coef, g, paired=False)
             xs = prologue.rotate_slices(x, prep.rot_hi, prep.rot_lo, g, f16=True)[0]
             assert rel(xg, xs) <= 2e-3, rel(xg, xs)
             y = gemv_dot.gemv3_linear(prep, x, bb, prologue="givens")
             out.append(rel(y, reference(x, parts, g)))
-        if path == "gemv-mma" and m > 8:  # the records prologue in row blocks (twenty-fifth
-            # pass, a ragged last block at 4 rows): the same xr as one program for all rows
+        if path == "gemv-mma" and m > 8:  # the records prologue in row blocks (2026-12-06,
+            # a ragged last block at 4 rows): the same xr as one program for all rows
             assert prep.gv_idx is not None and prep.gv_coef is not None
             xa = prologue.rotate_givens_paired(x, prep.gv_idx, prep.gv_coef, g, 0, rows=0)
             for r in (4, 8):
                 xb = prologue.rotate_givens_paired(x, prep.gv_idx, prep.gv_coef, g, 0, rows=r)
                 assert torch.equal(xa, xb), (m, r)
-        if path == "gemv-h2":  # the records prologue (eleventh pass), forced: the same xr as
+        if path == "gemv-h2":  # the records prologue (H200 2026-12-04), forced: the same xr as
             # the blocks' up to fp16 rounding, and the op against fp64
             from paro_kernels.triton import gemv_dot, gemv_fma, prologue, repack, route
             assert prep.gv_idx is not None and prep.gv_coef is not None
@@ -142,7 +142,7 @@ def test_interpreter_int5_decode_matches_fp64_reference() -> None:
     # int5 (W5A8) decode rows on the matrix-unit GEMV's plain-op twin of the int5 unpack (the
     # fifth bits of each word row from byte r % 4 of the K-packed plane), 16-bit activations:
     # against the fp64 W5A16 reference at the fp16 output floor, 1-3 partitions, M = 1-16; at
-    # M <= 2 also the HFMA2 GEMV's int5 variant (ninth pass) with either paired prologue.
+    # M <= 2 also the HFMA2 GEMV's int5 variant (H200 2026-12-04) with either paired prologue.
     out = _interpret(_CHILD_INT5)
     assert float(out.strip().splitlines()[-1]) <= 1e-3
 
@@ -170,7 +170,7 @@ print(max(out))
 
 
 def test_interpreter_w8_prefill_matches_fp64_reference() -> None:
-    # The W4A8 prefill route's 8-bit weight pass and row quantizer (fourth pass), both kinds.
+    # The W4A8 prefill route's 8-bit weight pass and row quantizer (H200 2026-12-02), both kinds.
     _interpret(_CHILD_W8)
 
 
@@ -182,7 +182,7 @@ def test_aot_dequant_gfx1201(bits: int) -> None:
 
 @pytest.mark.parametrize(("m", "max_vgprs"), [(1, 160), (2, 224)])
 def test_aot_gemv2_gfx1201(m: int, max_vgprs: int) -> None:
-    # The second-pass GEMV at the M the dispatch gives it (route.GEMV_MAX_M): FMA loop,
+    # The FMA GEMV at the M the dispatch gives it (route.GEMV_MAX_M): FMA loop,
     # no spills; M = 1 keeps >= 9 waves per SIMD (149 VGPRs with Triton 3.9), M = 2 >= 6 (218).
     from paro_kernels.triton import aot
 
@@ -193,7 +193,7 @@ def test_aot_gemv2_gfx1201(m: int, max_vgprs: int) -> None:
 
 @pytest.mark.parametrize("m", [1, 2])
 def test_aot_gemv_h2_sm90(m: int) -> None:
-    # The ninth-pass HFMA2 GEMV at the config its launcher picks (NVIDIA only: the packed-fp16
+    # The HFMA2 GEMV at the config its launcher picks (NVIDIA only: the packed-fp16
     # PTX; gfx1201 keeps the FMA GEMV above). Its multiply-adds really are packed fp16 pairs:
     # per word 4 SUB.F16X2 and, per activation row, 1 MUL + 3 FMA.F16X2; no matrix instruction,
     # no spills.
@@ -211,12 +211,12 @@ def test_aot_gemv_h2_sm90(m: int) -> None:
 
 
 def test_aot_gemv2_rot_sm90() -> None:
-    # The fourth-pass FMA GEMV with the Givens layers inside, as NVIDIA serves it: M = 1 on a
+    # The FMA GEMV with the Givens layers inside, as NVIDIA serves it: M = 1 on a
     # layer the HFMA2 GEMV does not take (G = 64) within GEMV2_ROT_MAX_WEIGHTS (o_proj, 15.7 M
     # weights); gfx1201 keeps the block prologue. The launcher's config; an FMA loop (no matrix
     # instruction), no local memory or stack, at most 128 registers (Triton 3.9's ptxas: 128, 4
-    # programs of 4 warps an SM). Until now no AOT check held this served form (the nineteenth
-    # pass's `asm_same.py` showed its machine code unchanged by that pass's removals).
+    # programs of 4 warps an SM). Until then no AOT check held this served form (on 2026-12-05
+    # `asm_same.py` showed its machine code unchanged by that day's removals).
     from paro_kernels.triton import aot
 
     n, k = 5120, 3072
@@ -232,7 +232,7 @@ def test_aot_gemv2_rot_sm90() -> None:
 
 
 def test_aot_givens_row_blocks_sm90() -> None:
-    # The records prologue in row blocks (twenty-fifth pass), sm_90, M = 32: a program's
+    # The records prologue in row blocks (2026-12-06), sm_90, M = 32: a program's
     # cross-lane work (the gathers' shuffles) and its stores scale with its rows, so 8-row
     # programs do a quarter of a 32-row one's, on fewer registers (more programs an SM at
     # once); no spills at any rows; the rows rule (`givens_block_m`) clamps to M's power of two.
@@ -261,17 +261,17 @@ def test_aot_givens_row_blocks_sm90() -> None:
 @pytest.mark.parametrize("hi", [False, True], ids=["int4", "int5"])
 @pytest.mark.parametrize("m", [1, 2, 8, 16, 24])
 def test_aot_gemv_mma_sm90(m: int, hi: bool) -> None:
-    # The twelfth-pass mma.sync GEMV at its launcher's config (NVIDIA only): per group 4 word rows
+    # The mma.sync GEMV at its launcher's config (NVIDIA only): per group 4 word rows
     # a thread, each 4 words (one 16-byte load) and its activation pairs (one 16-byte load), all
     # 8 loads issued before the group's 16 mmas (one memory round trip a group: the first cut
     # interleaved them); 4 LOP3 a word; the same kernel at every M <= 8 (no per-row work); past
     # M = 8 a second activation tile: its 4 more loads and 16 more mmas on the same unpack. No
     # layout conversion of data (the lanes hold what the mma fragments need; only masks), no
     # spills, and at most 64 registers at M <= 8 (9 programs of 4 warps an SM; the HFMA2 GEMV
-    # took 158), 104 with two tiles. int5 (thirteenth pass): a 16-byte load of the 4 columns'
+    # took 158), 104 with two tiles. int5 (H200 2026-12-04): a 16-byte load of the 4 columns'
     # fifth-bit words a word row, in the same round trip; one PRMT (the thread's byte), one
     # multiply and 4 shift + LOP3 pairs a word (8 lop3 in all); <= 80 / 104 registers.
-    # Twenty-fourth pass: four tiles (M = 17..32), 8 more activation loads and 32 more mmas on
+    # H100 2026-12-05: four tiles (M = 17..32), 8 more activation loads and 32 more mmas on
     # the same unpack (the LOP3 count does not grow), <= 176 registers (3 programs an SM).
 
     from paro_kernels.triton import aot
@@ -298,7 +298,7 @@ def test_aot_gemv_mma_sm90(m: int, hi: bool) -> None:
     usage = aot.cubin_usage(c)
     regs = usage["REG"]
     assert 0 < regs <= (cap or {1: 80 if hi else 64, 2: 104, 4: 176}[tiles]), usage
-    # stack only where the launcher caps the registers (fifteenth pass: int5 two tiles at 80)
+    # stack only where the launcher caps the registers (H200 2026-12-04: int5 two tiles at 80)
     assert usage.get("STACK", 0) == 0 or cap, usage
     assert cap == (80 if hi and tiles == 2 else 0)
     # the launcher's one-wave split counts on `mma_fit` programs an SM: never more than fit
@@ -307,7 +307,7 @@ def test_aot_gemv_mma_sm90(m: int, hi: bool) -> None:
 
 
 def test_mma_one_wave_split() -> None:
-    # The mma GEMV's split (thirteenth pass): the most splits whose programs fit the resident
+    # The mma GEMV's split (H200 2026-12-04): the most splits whose programs fit the resident
     # slots at once, trimmed to splits that get groups; 1 where the tiles alone overflow.
 
     ws = gemv_mma.one_wave_split
@@ -339,7 +339,7 @@ def _check(rep: aot.Report, max_vgprs: int) -> None:
 
 
 def test_gemv3_shipped_configs_by_size_and_bits() -> None:
-    # The decode GEMV's shipped configs (decode_host, eighth pass): o_proj (15.7 M weights) the
+    # The decode GEMV's shipped configs (gemv_dot, H200 2026-12-03): o_proj (15.7 M weights) the
     # small one whatever the bits; qkv (36.7 M) int4's 128 columns, int5 its own 64.
 
     qkv, o_proj = (7168, 5120, (6144, 6656)), (5120, 3072, ())
@@ -381,7 +381,7 @@ def test_scratch_that_a_graph_captured_outlives_its_growth(monkeypatch: pytest.M
 
 
 def test_w8_prefill_route_follows_the_measurement() -> None:
-    # The twenty-third pass's H100 measurement (fast_host's W8_MIN_M note): W4A8 fp8 calls take
+    # The H100 measurement of 2026-12-05 (route.W8_MIN_M's note): W4A8 fp8 calls take
     # the 8-bit vendor GEMM from the row after 128 (where the A8 tile kernels take a third 64-row tile),
     # int8 ones the dequant path from DEQUANT_MIN_M, W5A8 the same; gfx1201 the A8 kernels.
 

@@ -1,11 +1,12 @@
-"""The issue-14 paths on the GPU against the fp64 reference (marked gpu: never in CI).
+"""The int4 / int5 decode and prefill paths on the GPU against the fp64 reference (marked gpu:
+never in CI).
 
 Every path the M-band dispatch can pick, forced one at a time (`path=`), across tile
 boundaries, odd N and K, 1-3 partitions and both group sizes: the decode GEMV (block prologue:
-the second-pass FMA path at M <= 4, its 16-row matrix-unit path at M = 16 (G = 64 goes to the
-tile kernels there); and the first pass's Givens layers inside), the tile kernels with the in-kernel split-K finish, the fifth
-pass's matrix-unit GEMV (weights as the register operand; G = 64 goes to the tile kernels), and
-the prefill dequantize + rotate + cuBLAS (int4, and int5's fifth bits).
+the FMA path at M <= 4, its 16-row matrix-unit path at M = 16 (G = 64 goes to the
+tile kernels there); and the 2026-12-01 Givens layers inside), the tile kernels with the in-kernel
+split-K finish, the `gemv_dot` matrix-unit GEMV (weights as the register operand; G = 64 goes to
+the tile kernels), and the prefill dequantize + rotate + cuBLAS (int4, and int5's fifth bits).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def test_path_matches_fp64_reference(k: int, sizes: list[int], g: int, path: str
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m + k)).to(torch.bfloat16)
     bb = bias(parts)
     xd, bd = x.cuda(), None if bb is None else bb.cuda()
-    # as served: with the Givens tables (the GEMV rotates inside, fourth pass); "gemv-prologue":
+    # as served: with the Givens tables (the GEMV rotates inside, H200 2026-12-02); "gemv-prologue":
     # the GEMV without them (the sliced prologue; what gfx1201 and table-less layers run)
     gv = (None, None) if path == "gemv-prologue" else (prep.gv_idx, prep.gv_coef)
     forced = "gemv" if path == "gemv-prologue" else path
@@ -61,7 +62,7 @@ def test_path_matches_fp64_reference(k: int, sizes: list[int], g: int, path: str
     torch.cuda.synchronize()
     assert y.shape == (m, sum(sizes)) and y.dtype == torch.bfloat16
     want = reference(x, parts, g)
-    tol = BF16_W_FLOOR if path == "dequant" else 2e-3  # dequant: bf16 W' (third pass)
+    tol = BF16_W_FLOOR if path == "dequant" else 2e-3  # dequant: bf16 W' (H200 2026-12-01)
     assert rel(y, want) <= tol
     # The split-K workspace and tickets were left zeroed, so a second call is as good (its
     # atomics may add in another order: bf16 ties may flip, hence not bit-equal).
@@ -73,7 +74,7 @@ def test_path_matches_fp64_reference(k: int, sizes: list[int], g: int, path: str
 @pytest.mark.parametrize("scale", [1e3, 1e-3])
 @pytest.mark.parametrize("m", [1, 2])
 def test_h2_gemv_range(scale: float, m: int) -> None:
-    # The HFMA2 GEMV's fp16 products and pair sums (decode_kernels' ninth-pass note): rotated
+    # The HFMA2 GEMV's fp16 products and pair sums (`gemv_fma_kernels`' note): rotated
     # activations in the thousands (|x| ~ 1e3, 4 sigma 4e3) neither overflow nor
     # lose precision, and small ones (|x| ~ 1e-3: subnormal after the 2^-6) keep the bf16 floor.
     from paro_kernels.triton import route
@@ -93,7 +94,7 @@ def test_h2_gemv_range(scale: float, m: int) -> None:
 @pytest.mark.parametrize("prologue", ["slice", "givens"])
 def test_h2_prologues_match_fp64(k: int, sizes: list[int], scale: float, m: int,
                                  prologue: str) -> None:  # fmt: skip
-    # The HFMA2 op with either paired prologue (the folded blocks, or the eleventh pass's
+    # The HFMA2 op with either paired prologue (the folded blocks, or the 2026-12-04
     # records kernel, forced whatever gemv_fma.H2_PROLOGUE says) across the tile-boundary
     # cases, activations in the thousands too; the two prologues' xr agree to fp16 rounding.
     from paro_kernels.triton import gemv_fma
@@ -142,11 +143,11 @@ def test_mma_gemv_refuses_bounds_off_its_grid() -> None:
 )
 def test_mma_gemv_matches_fp64(k: int, sizes: list[int], g: int, m: int,
                                cfg: dict[str, int]) -> None:  # fmt: skip
-    # The twelfth pass's mma.sync GEMV (decode_kernels): its lane mapping, split-K finish and
+    # The mma.sync GEMV (`gemv_mma_kernels`, 2026-12-04): its lane mapping, split-K finish and
     # both paired prologues (records, blocks) at pair shift 0, across the tile-boundary cases
     # the GEMV takes (odd N, 1-3 partitions, G = 64 and 128), every output row a thread can own
-    # (M <= 8: one 8-row activation tile; M = 9, 16: two; M = 17..32: four, the twenty-fourth
-    # pass's, forced: the dispatch serves them only where measured), and 2- and 8-warp tiles;
+    # (M <= 8: one 8-row activation tile; M = 9, 16: two; M = 17..32: four, since 2026-12-05,
+    # forced: the dispatch serves them only where measured), and 2- and 8-warp tiles;
     # activations in the thousands at even M (fp32 accumulation: no fp16 range). (The case off
     # its grid: the refusal test above, once rather than at each M and config.)
     from paro_kernels.triton import gemv_mma
@@ -173,7 +174,7 @@ def test_mma_gemv_matches_fp64(k: int, sizes: list[int], g: int, m: int,
 @pytest.mark.parametrize("m", [3, 9, 16, 17, 24, 32])
 @pytest.mark.parametrize("rows", [4, 8, 16])
 def test_givens_prologue_row_blocks(k: int, sizes: list[int], g: int, m: int, rows: int) -> None:
-    # The records prologue in blocks of `rows` rows (twenty-fifth pass; ragged last blocks at
+    # The records prologue in blocks of `rows` rows (2026-12-06; ragged last blocks at
     # M = 9, 17, 24 / 16): bit for bit the one-program-for-all-rows output, paired (both
     # shifts) and plain, and the paired one against the blocks prologue to fp16 rounding.
     from paro_kernels.triton import prologue
@@ -197,7 +198,7 @@ def test_givens_prologue_row_blocks(k: int, sizes: list[int], g: int, m: int, ro
 @pytest.mark.parametrize(("k", "sizes", "g"), CASES[3:])
 @pytest.mark.parametrize("m", [1, 2])
 def test_gemv_with_givens_inside(k: int, sizes: list[int], g: int, m: int) -> None:
-    # The FMA GEMV with the Givens layers inside (fourth pass), forced at both of its row
+    # The FMA GEMV with the Givens layers inside (H200 2026-12-02), forced at both of its row
     # counts: as served it takes only M = 1 layers the HFMA2 GEMV cannot (G = 64).
     from paro_kernels.triton import gemv_fma
 
@@ -214,9 +215,9 @@ def test_gemv_with_givens_inside(k: int, sizes: list[int], g: int, m: int) -> No
 @pytest.mark.parametrize("cfg", ["big", "small"])
 @pytest.mark.parametrize("m", [1, 16])
 def test_gemv3_configs_and_prologues(prologue: str, cfg: str, pdl: bool, m: int) -> None:
-    # The fifth-pass matrix-unit GEMV at both shipped configs (the small-layer one serves every
-    # test shape as served), each prologue; PDL with the sliced prologue, the only one it applies
-    # to (`gemv_dot.gemv3_linear`: the block and records prologues launch plain either way,
+    # The `gemv_dot` matrix-unit GEMV at both shipped configs (the small-layer one serves
+    # every test shape as served), each prologue; PDL with the sliced prologue, the only one it
+    # applies to (`gemv_dot.gemv3_linear`: the block and records prologues launch plain either way,
     # so their PDL cases ran the same launches twice); 5 groups: odd split-K tails.
     from paro_kernels.triton import gemv_dot
 
