@@ -535,7 +535,7 @@ def h2_variants(shapes: list[str], ms: list[int], reps: int, t0: float, budget: 
 # shipped: no programs_per_sm) at 4 and 2 warps against 8 programs an SM, then register caps
 # (`gemv_mma.MMA_CAP`: maxnreg, with the programs an SM the split counts on, fit), by
 # activation tiles ({} = as shipped); the four-tile row (M = 17..32) ran on the H100
-# (2026-12-05, results/bench-2026-12-05-h100-issue14-pass24-int4-mma4.json).
+# (2026-12-05, results/bench-2026-12-05-h100-int4-mma4.json).
 MMA_GRID: dict[int, list[dict[str, int]]] = {
     1: [{}, dict(maxnreg=48, fit=10)],
     2: [{}, dict(maxnreg=80, fit=6), dict(maxnreg=72, fit=7), dict(maxnreg=64, fit=8)],

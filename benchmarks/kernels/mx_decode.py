@@ -245,7 +245,7 @@ MMA_GRID: list[dict[str, int]] = [
     {"unroll": 2, "fit": 6, "maxnreg": 0}, {"unroll": 1, "fit": 7, "maxnreg": 72},
     {"fit": 7, "maxnreg": 0}, {"fit": 8, "maxnreg": 64},
 ]  # fmt: skip
-# Four tiles (M = 17..32; H100, 2026-12-05, results/bench-2026-12-05-h100-issue14-pass24-mma4.json):
+# Four tiles (M = 17..32; H100, 2026-12-05, results/bench-2026-12-05-h100-mma4.json):
 # around the band's (unroll 1, 4 an SM, cap 128).
 MMA_GRID4: list[dict[str, int]] = [
     {}, {"fit": 4, "maxnreg": 0}, {"fit": 3, "maxnreg": 0}, {"fit": 5, "maxnreg": 112},

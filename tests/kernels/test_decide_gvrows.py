@@ -93,7 +93,7 @@ def test_non_monotone_blocks_wins_count_only_from_the_top() -> None:
 def test_the_rule_rederives_the_blocks_threshold_from_the_run_that_set_it() -> None:
     # The H100 run of 2026-12-05 (committed, benchmarks/results/) set MMA_BLOCKS_ALL_MIN_M = 17 from the int4
     # mma op on the records (one program for all rows: "int4 mma {}") and on the blocks.
-    run = json.loads((RESULTS / "bench-2026-12-05-h100-issue14-pass24-int4-mma4.json").read_text())
+    run = json.loads((RESULTS / "bench-2026-12-05-h100-int4-mma4.json").read_text())
     for row in run["h2"]:
         if row["variant"] == "int4 mma {}":
             row["variant"] = d.RECORDS.format(0)

@@ -277,7 +277,7 @@ def dequant8(prep: mx_repack.Prepared, block_n: int = 0,
 # activations. cuBLASLt's rowwise epilogue writes bf16: bf16 layers only (forced on fp16, the
 # output is cast).
 # H100 2026-12-05, measured (M = 64..8192 and M = 64, 96, 128:
-# benchmarks/results/bench-2026-12-05-h100-issue14-pass22-mx-prefill{,-small}.json, us, the route /
+# benchmarks/results/bench-2026-12-05-h100-mx-prefill{,-small}.json, us, the route /
 # as
 # served before, 27B TP=2 shapes; the w8 output within 8.2e-4 of the GEMM's fp8 mode):
 # - MXFP4 (no rotation) wins on every shape at every M measured, 64..8192: M = 64 qkv 63.6 / 74.0,
@@ -288,7 +288,7 @@ def dequant8(prep: mx_repack.Prepared, block_n: int = 0,
 #   gate_up 150 / 238), at M = 8192 in_proj ties (996 / 995); loses at M = 64 on in_proj (91 / 81,
 #   the GEMM) and on qkv's 512-column planes from M = 2048 (322 / 265, 1057 / 847; ties at 96-256).
 # H100 2026-12-05, measured below M = 64 (the
-# MXFP4 half, M = 16..48, benchmarks/results/bench-2026-12-05-h100-issue14-pass23-mx-small-m.json,
+# MXFP4 half, M = 16..48, benchmarks/results/bench-2026-12-05-h100-mx-small-m.json,
 # us, the
 # route / the GEMM that served, same run): from M = 24 the route wins on every unrotated shape
 # but in_proj, where it ties to M = 32 (M = 24 qkv 69.3 / 73.2, gate_up 142 / 190, down 86 / 95,

@@ -33,7 +33,7 @@ MMA_MIN_M = 1
 
 # H100 2026-12-05: to M = 32 on four activation tiles (MMA_BANDS). H100
 # (docs/notebook/kernels-2026-11-29-to-12-06.md,
-# benchmarks/results/bench-2026-12-05-h100-issue14-pass24-mma4.json, same run, us, the 16-row
+# benchmarks/results/bench-2026-12-05-h100-mma4.json, same run, us, the 16-row
 # chunks as served / four tiles forced at M = 24): MXFP4 qkv
 # 32.7 / 22.3, gate_up 67.1 / 52.5, down 38.2 / 26.1, o_proj 20.0 / 14.0, in_proj 37.0 / 25.3;
 # MXFP4-PARO 42.3 / 35.4, 73.8 / 57.9, 46.6 / 34.3, 26.6 / 18.4, 45.9 / 35.6 (M = 32 alike:

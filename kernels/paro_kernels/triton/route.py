@@ -84,7 +84,7 @@ DEQUANT_MIN_M = 256
 # H100 2026-12-05: to M = 32 on four activation tiles (`gemv_mma.mma_tiles`), the sliced
 # blocks prologue on every layer there (`gemv_mma.MMA_BLOCKS_ALL_MIN_M`). H100
 # (docs/notebook/kernels-2026-11-29-to-12-06.md,
-# benchmarks/results/bench-2026-12-05-h100-issue14-pass24-int4-mma4.json, same run, us,
+# benchmarks/results/bench-2026-12-05-h100-int4-mma4.json, same run, us,
 # the tile kernels as served before / four tiles on the blocks prologue, M = 24): qkv 44.6 /
 # 31.2, gate_up 104.8 / 53.6, down 54.4 / 31.5, o_proj 27.7 / 17.2, in_proj 44.8 / 32.5; M = 32
 # 44.7 / 34.1, 105.2 / 57.5, 53.7 / 35.2, 25.6 / 19.7, 43.0 / 33.9. int5 keeps 16
@@ -229,7 +229,7 @@ def a8_route(m: int, group_size: int, int5: bool, hip: bool, act_format: str = "
 # than cuBLAS); int8 ones stay on the bf16 dequant path (more accurate than their format, and
 # faster than the int8 route).
 # H100 2026-12-05, measured below 256 (the int4 half,
-# benchmarks/results/bench-2026-12-05-h100-issue14-pass23-int4-mid.json, every route forced, same
+# benchmarks/results/bench-2026-12-05-h100-int4-mid.json, every route forced, same
 # run, us,
 # the route / the A8 tile kernels (W4A8 fp8) that served): at M = 192 the route wins on four of
 # the five 27B shapes and ties o_proj (qkv 79.4 / 113.5, gate_up 177.5 / 189.4, down 100.5 /
