@@ -20,7 +20,7 @@ TORCH_CPU = "2.13.0+cpu"
 # fp8 WMMA lowering the kernels rely on.
 TRITON_MIN = "3.9"
 # The Triton series CI's gfx1201 AOT checks run on (tests/run.sh installs triton==<series>.*; a test
-# holds the two together), and so the one the ROCm image must ship (issue 14, deliverable 5): the
+# holds the two together), and so the one the ROCm image must ship: the
 # image builds its kernel cache with its own Triton, and the checks' WMMA-in-the-loop, no-spill and
 # VGPR-budget findings hold for what this series emits, not for whatever a newer base brings.
 TRITON_SERIES = TRITON_MIN

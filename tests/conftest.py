@@ -178,7 +178,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return GroupScheduling(config, log)
 
 
-# --- per-module wall times (CI prints them: tests/run.sh, issue 19) --------------------------------
+# --- per-module wall times (CI prints them: tests/run.sh) ----------------------------------------
 # Summed from the reports (setup + call + teardown, module fixtures included), which reach the
 # controlling process under xdist too; the worker that ran the module is shown beside it.
 

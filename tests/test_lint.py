@@ -1,4 +1,4 @@
-"""CI runs the linters and the type checker as configured in pyproject.toml (issue 13 part 8)."""
+"""CI runs the linters and the type checker as configured in pyproject.toml."""
 
 from __future__ import annotations
 
