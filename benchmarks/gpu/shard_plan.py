@@ -34,11 +34,11 @@ def _node_id(case: ET.Element) -> str:
 
 
 def _run_key(path: str) -> tuple[str, int]:
-    """(date, run) of a JUnit file named gpu-<date>-...-<pass|run><N>-shard<K>.xml (else run 0):
+    """(date, run) of a JUnit file named gpu-<date>-...-run<N>-shard<K>.xml (else run 0):
     the newest date wins, and within a day the highest run number."""
     name = Path(path).name
     date = re.search(r"\d{4}-\d\d-\d\d", name)
-    run = re.search(r"(?:pass|run)(\d+)-shard", name)
+    run = re.search(r"run(\d+)-shard", name)
     return (date.group(0) if date else "", int(run.group(1)) if run else 0)
 
 

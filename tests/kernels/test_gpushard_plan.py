@@ -24,7 +24,7 @@ def test_shards_balance_the_recorded_times_longest_first(tmp_path: Path, script:
     _xml(tmp_path / "gpu-2026-12-05-h200-run17-shard1.xml", times, ("test_a[3]",))
     # an older run with other times is ignored: the newest by date and run number counts
     # (the committed runs say pass<N>, later ones run<N>: both count)
-    _xml(tmp_path / "gpu-2026-12-05-h200-pass9-shard1.xml", dict.fromkeys(times, 1.0))
+    _xml(tmp_path / "gpu-2026-12-05-h200-run9-shard1.xml", dict.fromkeys(times, 1.0))
     rec, failed = g.recorded([str(tmp_path / "gpu-*-shard*.xml")])
     node = "tests/kernels/test_x_gpu.py::"
     assert rec[node + "test_a[8]"] == 200.0 and failed == {node + "test_a[3]"}

@@ -180,7 +180,7 @@ def quant_rows_kernel(
     BLOCK: tl.constexpr,
 ):
     """Per-token 8-bit activations, one program per row: max |x| over the row, then the codes
-    (int8 round half away from zero, +-127; e4m3 RNE, +-448); the second pass re-reads the row
+    (int8 round half away from zero, +-127; e4m3 RNE, +-448); the second sweep re-reads the row
     from L2."""
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)

@@ -71,7 +71,7 @@ def gemv_w4a16(
 # 2026-12-05: the FMA GEMV's 4-row form (M = 3..4) and its 16-row matrix-unit form are
 # gone: no dispatch picked them (NVIDIA serves M = 2..16 on the mma GEMV, gfx1201 M >= 3 on the
 # tile kernels: the 2026-12-01 run 1 had the GEMV's best at M = 4 behind them), and the
-# 4-row form cost Triton's coalesce pass 11.7 s a build
+# 4-row form cost 11.7 s a build in Triton's coalescing
 # (2026-12-05, docs/notebook/kernels-2026-11-29-to-12-06.md).
 GEMV2_MAX_M = 2
 

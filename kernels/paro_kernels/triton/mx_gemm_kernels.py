@@ -198,7 +198,7 @@ def fp8_token_quant_kernel(
 ):
     """One program per row: amax pass, then q = e4m3(x / s) with s = amax / 448 (fp32).
 
-    The second pass re-reads the row from L1/L2; the per-token scale needs the whole row before
+    The second sweep re-reads the row from L1/L2; the per-token scale needs the whole row before
     the first code can be written (seed log 2026-09-08: the same two phases in one launch).
     """
     r = tl.program_id(0).to(tl.int64)

@@ -250,12 +250,13 @@ def rotate_quant_kernel(
     Per group (TOKEN false): one program per (row block, group, partition), a single pass.
     Per token (TOKEN true): the scale needs the row's amax over all of K after the rotation, and
     a cross-program reduction would need a second launch or a grid-wide sync. So one program
-    owns a row block of one partition and loops over the groups twice: pass 1 rotates and keeps
-    only the running amax, pass 2 rotates again and quantizes. The rotation is a pair of tensor-
-    core dots (cheap); the second read of x and the blocks comes from L2, and a rotated row is
-    never parked (BLOCK_M x K fp32 fits neither registers nor LDS at K = 5120). COLS > 0 (per
-    token only) walks each group's rotation COLS output columns at a time: one [G, COLS] slice of
-    the hi and lo blocks live instead of the whole [G, G] pair (gfx1201: G / 2, no spills).
+    owns a row block of one partition and loops over the groups twice: the first sweep rotates
+    and keeps only the running amax, the second rotates again and quantizes. The rotation is a
+    pair of tensor-core dots (cheap); the second read of x and the blocks comes from L2, and a
+    rotated row is never parked (BLOCK_M x K fp32 fits neither registers nor LDS at K = 5120).
+    COLS > 0 (per token only) walks each group's rotation COLS output columns at a time: one
+    [G, COLS] slice of the hi and lo blocks live instead of the whole [G, G] pair (gfx1201: G / 2,
+    no spills).
     E4M3_BITS (fp8, gfx1201): the e4m3 bytes built from the rounded values' bits
     (`_e4m3_from_grid`), not by Triton's software conversion.
     """
