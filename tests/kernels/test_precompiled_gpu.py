@@ -1,7 +1,7 @@
 """The kernel cache built on CPU, used on the GPU: zero JIT compiles over the plan's shapes.
 
-PRECOMPILE_CACHE names the cache root (its `sm90/` built on CPU by kernels/precompile_h200.py)
-and PRECOMPILE_PLAN the plan it was built from; unset, the test builds the small plan's cache
+PRECOMPILE_CACHE names the cache root (its `sm90/` built on CPU by
+benchmarks/gpu/precompile_check.py) and PRECOMPILE_PLAN the plan it was built from; unset, the test builds the small plan's cache
 itself on this machine's CPU first. Every layer of the plan runs through the
 plugin's real Triton entry point (custom ops, real launches) at every M bucket; Triton's cache is
 routed through `ShippedCacheManager` with an empty writable cache, so each specialization is
@@ -55,7 +55,7 @@ def test_shipped_cache_serves_every_launch_without_jit(tmp_path: Path) -> None:
         # build the small plan's cache here on this machine's CPU, with the same walk.
         root, plan_path = str(tmp_path / "cache"), str(DATA / "precompile_h200_plan_fallback.json")
         build = subprocess.run(
-            [sys.executable, str(REPO / "kernels" / "precompile_h200.py"), "--plan", plan_path,
+            [sys.executable, str(REPO / "benchmarks" / "gpu" / "precompile_check.py"), "--plan", plan_path,
              "--out", str(Path(root) / "sm90")],
             capture_output=True, text=True, timeout=900,
             env={**os.environ, "PYTHONPATH": os.pathsep.join(
