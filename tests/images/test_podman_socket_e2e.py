@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from paroctl import dockerhost
-from paroctl.image import doctor, images
+from paroctl.image import base, doctor, images
 from paroctl.serve import engine
 
 pytestmark = pytest.mark.e2e
@@ -31,7 +31,7 @@ DOCKER_TAG = "localhost/paroctl-cpu:test"  # test_cpu_image_e2e's image
 def podman_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[engine.Api]:
     """A podman API service of our own on a scratch socket, the Debian base copied from docker."""
     dockerhost.ensure_docker()
-    dockerhost.ensure_base_image()
+    base.ensure_base_image()
     socket = tmp_path_factory.mktemp("podman") / "api.sock"
     start = time.monotonic()
     url, pid = dockerhost.start_podman_service(socket)
@@ -40,7 +40,7 @@ def podman_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[engine.Api]
         if not dockerhost.image_exists(DOCKER_TAG):  # run alone, without the docker module
             images.build(images.request("cpu", tag=DOCKER_TAG))
         conf = socket.with_name("containers.conf")
-        for ref in (dockerhost.BASE_IMAGE, DOCKER_TAG):
+        for ref in (base.BASE_IMAGE, DOCKER_TAG):
             dockerhost.copy_image_to_podman(ref, conf)
         print(f"\npodman service + base image: {time.monotonic() - start:.1f} s")
         yield api
