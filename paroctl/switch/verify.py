@@ -78,14 +78,16 @@ def verify_running(
         if jr is not None:
             jr.step("verifying")
             journal.hold("verifying")
+        _check_identity(profile, client)
+        # The log can trail the HTTP server: read the args line (load tracking) once the log
+        # has caught up with health, so the drain is decided on what the serve was started with.
+        watcher.wait_for("ready", timeout_s=5.0)
         drain = "load" if any(LOAD_TRACKED in line for line in watcher.snapshot()) else "metrics"
         metrics = (
             _in_background(lambda: _read_metrics(client, deps), "paroctl-metrics")
             if drain == "metrics"
             else lambda: None
         )
-        _check_identity(profile, client)
-        watcher.wait_for("ready", timeout_s=5.0)
         _check_markers(profile, watcher)
         lines = watcher.snapshot()
         if cpu_plan is not None and (wrong := cpu.log_problems(cpu_plan, lines)):
