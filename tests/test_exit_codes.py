@@ -80,7 +80,7 @@ def test_an_unwritable_out_dir_is_named_not_a_crash(
     out = tmp_path / "plain" / "sub"
     result = CliRunner().invoke(cli, [*argv, str(out)])
     assert result.exit_code == 2
-    assert result.stderr.splitlines()[-1].startswith(f"Error: {out}")
+    assert result.stderr.splitlines()[-1].startswith(f"Error: cannot write {out}")
     assert result.stderr.splitlines()[-1].endswith(": Not a directory")
     assert "crashed" not in result.output
     assert not (isolated_home / "logs").exists()

@@ -155,7 +155,7 @@ def test_write_is_atomic_and_fsynced(monkeypatch: pytest.MonkeyPatch) -> None:
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "replace", torn)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(StateError, match=r"^cannot write .*/journal.json: disk full$"):
         journal.write(replace(first, step="verifying"))
     assert journal.read() == replace(first, step="starting")  # the old entry, whole
     assert [p.name for p in journal.path().parent.iterdir()] == ["journal.json"]
@@ -165,7 +165,7 @@ def test_unreadable_or_foreign_journal_is_a_clear_error() -> None:
     journal.path().parent.mkdir(parents=True)
     journal.path().write_text("{not json")
     with pytest.raises(
-        StateError, match=r"journal.json: unreadable .*`paroctl repair` moves it aside"
+        StateError, match=r"journal.json: damaged: not JSON .*`paroctl repair` moves it aside"
     ):
         journal.read()
     journal.path().write_text(json.dumps({"version": 99}))
@@ -177,6 +177,36 @@ def test_unreadable_or_foreign_journal_is_a_clear_error() -> None:
         journal.read()
     with pytest.raises(ValueError, match="unknown journal step"):
         journal.Journal(entry("old-gone", None, journal.me())).step("dancing")
+
+
+def _serve_entry() -> dict[str, object]:
+    ref = ServeRef(profile="cpu-demo-alt", hash="bbbb", runtime="local", scope="system",
+                   host="127.0.0.1", port=8123, served_names=("smollm2-alt",), grace_s=5)  # fmt: skip
+    return json.loads(json.dumps(entry("starting", Stub(ref, 4242), journal.me()).as_dict()))
+
+
+@pytest.mark.parametrize(
+    "change,problem",
+    [
+        (lambda d: [d], "expected a JSON object, got list"),
+        (lambda d: "starting", "expected a JSON object, got str"),
+        (lambda d: d | {"to_profile": "../x"}, "to_profile: '../x' is not a profile name"),
+        (lambda d: d | {"from_profile": "A/B"}, "from_profile: 'A/B' is not a profile name"),
+        (lambda d: d | {"boot_id": 7}, "boot_id: unexpected value '7'"),
+        (lambda d: d | {"rolling_back": "no"}, "rolling_back: unexpected value 'no'"),
+        (lambda d: d | {"owner": {**d["owner"], "cmdline": "paroctl"}}, "owner.cmdline: unexp"),
+        (lambda d: d | {"owner": {**d["owner"], "pid": True}}, "owner.pid: unexpected value"),
+        (lambda d: d | {"serve": {**d["serve"], "profile": "../x"}}, "serve.profile: '../x'"),
+        (lambda d: d | {"serve": {**d["serve"], "runtime": "k8s"}}, "serve.runtime: 'k8s' is"),
+        (lambda d: d | {"serve": {**d["serve"], "pid": -3}}, "serve.pid: unexpected value '-3'"),
+        (lambda d: d | {"serve": {**d["serve"], "grace_s": "30"}}, "serve.grace_s: unexpected"),
+        (lambda d: {k: v for k, v in d.items() if k != "owner"}, "owner: missing"),
+    ],
+)
+def test_an_entry_the_switch_did_not_write_is_named_precisely(change, problem) -> None:  # type: ignore[no-untyped-def]
+    sound = _serve_entry()
+    assert journal.entry_problem(sound) is None
+    assert journal.entry_problem(change(json.loads(json.dumps(sound)))).startswith(problem)
 
 
 # --- the owner: alive, dead, or its pid reused -----------------------------------------------------

@@ -33,7 +33,10 @@ def results() -> None:
 @results.command("list")
 @click.option("--profile", help="Only this profile's runs.")
 @click.option("--gate", "gate_name", help="Only this gate's runs.")
-@click.option("--limit", default=20, show_default=True)
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=20, show_default=True,
+    help="At most this many runs (a number past the store's size lists them all).",
+)  # fmt: skip
 def results_list(profile: str | None, gate_name: str | None, limit: int) -> None:
     """List runs, newest first."""
     from rich.console import Console

@@ -8,10 +8,14 @@ a newer paroctl is refused rather than misread.
 from __future__ import annotations
 
 import json
+import math
+import os
 import sqlite3
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import closing as contextlib_closing
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -78,7 +82,11 @@ MIGRATIONS: tuple[str, ...] = (
 SCHEMA_VERSION = len(MIGRATIONS)
 BUSY_TIMEOUT_S = 10.0
 # A run is "running" until finish(); one left "running" by a dead process is resumable.
-RUN_STATUSES = ("running", "pass", "fail", "unjudged", "error")
+# "interrupted": a signal stopped the gate (what it measured is kept, resumable like "error").
+RUN_STATUSES = ("running", "pass", "fail", "unjudged", "error", "interrupted")
+# sqlite's largest integer: a larger LIMIT is "all of them", not an OverflowError.
+MAX_LIMIT = (1 << 63) - 1
+SQLITE_HEADER = b"SQLite format 3\x00"
 
 
 def now_iso() -> str:
@@ -123,6 +131,11 @@ class Store:
                 "PAROCTL_HOME at a writable directory"
             ) from exc
         self._lock = threading.RLock()
+        # Links are refused (-wal/-shm too); finish_run checks the path still names this file.
+        for extra in ("-wal", "-shm"):
+            if (link := path.with_name(path.name + extra)).is_symlink():
+                raise StateError(state.damaged(link, state.SYMLINK))
+        self._identity = state.claim_file(path)
         try:
             # timeout: concurrent first opens wait for each other's schema transaction.
             self._conn = sqlite3.connect(
@@ -231,7 +244,7 @@ class Store:
         where, params = ("WHERE profile = ?", [profile]) if profile else ("", [])
         rows = self._query(
             f"SELECT * FROM boots {where} ORDER BY recorded_at DESC, rowid DESC LIMIT ?",
-            [*params, limit],
+            [*params, min(limit, MAX_LIMIT)],
         )
         return [_boot_dict(row) for row in rows]
 
@@ -273,12 +286,15 @@ class Store:
     def add_item(
         self, run_id: str, key: str, outcome: str, record: Mapping[str, Any], seq: int = 0
     ) -> None:
-        """Store one per-item record as it arrives (a retried key replaces its earlier record)."""
+        """Store one per-item record as it arrives (a retried key replaces its earlier record).
+        seq orders the items; one at or below a seq the run already holds (a resumed run's count
+        starts again at 1) is stored after them instead, so a run's seqs never repeat."""
         with self._tx() as conn:
             conn.execute(
                 "INSERT OR REPLACE INTO items (run_id, key, seq, outcome, record, recorded_at) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (run_id, key, seq, outcome, _dumps(dict(record)), now_iso()),
+                "SELECT ?, ?, MAX(?, COALESCE(MAX(seq), 0) + 1), ?, ?, ? FROM items "
+                "WHERE run_id = ? AND key != ?",
+                (run_id, key, seq, outcome, _dumps(dict(record)), now_iso(), run_id, key),
             )
 
     def finish_run(
@@ -307,12 +323,76 @@ class Store:
                     run_id,
                 ),
             )
+        self._check_kept(run_id, status)
+
+    def _check_kept(self, run_id: str, status: str) -> None:
+        """The run just finished is in the file at self.path, or a StateError naming what
+        happened to the store and where the run is kept."""
+        what = self._moved()
+        if what is None:  # what another paroctl reads there, through a connection of its own
+            try:
+                with contextlib_closing(
+                    sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
+                ) as c:
+                    row = c.execute(
+                        "SELECT status FROM runs WHERE run_id = ?", (run_id,)
+                    ).fetchone()
+            except sqlite3.Error as exc:
+                row, what = None, f"damaged while this run was being recorded (sqlite: {exc})"
+            if row is not None and row[0] == status:
+                return
+            what = what or "rewritten while this run was being recorded"
+        raise StateError(f"{self.path}: {what}; run {run_id} is not in it; {self._rescue(run_id)}")
+
+    def _moved(self) -> str | None:
+        """Whether the path still names the file this store opened: why not, or None."""
+        try:
+            info = os.lstat(self.path)
+            if (info.st_dev, info.st_ino) != self._identity:
+                return "replaced by another file while this run was being recorded"
+            with open(self.path, "rb") as handle:  # every store has its header from its open on
+                header = handle.read(len(SQLITE_HEADER))
+        except FileNotFoundError:
+            return "deleted while this run was being recorded"
+        except OSError as exc:
+            return f"unreadable while this run was being recorded ({exc.strerror})"
+        return None if header == SQLITE_HEADER else "emptied while this run was being recorded"
+
+    def _rescue(self, run_id: str) -> str:
+        """Copy what this store holds open (a deleted, replaced or emptied file stays readable
+        through it) beside the path: all of it if sound, else the run; say where, or that not."""
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        target = self.path.with_name(f"{self.path.name}.rescued-{stamp}-{run_id}")
+        try:
+            state.claim_file(target, fresh=True)
+            with self._lock:
+                with contextlib_closing(sqlite3.connect(target)) as copy:
+                    self._conn.backup(copy)
+                    copy.execute("PRAGMA journal_mode=DELETE")  # one file, no -wal/-shm beside it
+                    whole = store_problem(target) is None
+                if not whole:
+                    os.unlink(target)  # our own broken copy: the run alone instead
+                    run = self._conn.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,))
+                    row = tuple(run.fetchone())
+                    items = self._conn.execute("SELECT * FROM items WHERE run_id = ?", (run_id,))
+                    with Store(target) as fresh, fresh._tx() as conn:
+                        conn.execute(f"INSERT INTO runs VALUES ({','.join('?' * len(row))})", row)
+                        conn.executemany("INSERT INTO items VALUES (?, ?, ?, ?, ?, ?)", items)
+        except (sqlite3.Error, StateError, OSError, TypeError) as exc:
+            return f"what it measured could not be kept ({exc}); run the gate again"
+        return (
+            f"what it measured is kept in {target} (a results store: move it to {self.path} "
+            f"to read it with `paroctl results show {run_id}`)"
+        )
 
     def run(self, run_id: str) -> dict[str, Any] | None:
-        """One run (with provenance and summary), or None; a unique prefix of the id is enough."""
+        """One run (with provenance and summary), or None; a unique prefix of the id is enough
+        (taken literally: `%` and `_` are characters of an id, not patterns)."""
+        if not run_id:
+            return None
         rows = self._query(
-            "SELECT * FROM runs WHERE run_id = ? OR run_id LIKE ? ORDER BY run_id",
-            (run_id, f"{run_id}%"),
+            "SELECT * FROM runs WHERE substr(run_id, 1, ?) = ? ORDER BY run_id",
+            (len(run_id), run_id),
         )
         exact = [row for row in rows if row["run_id"] == run_id]
         if exact:
@@ -337,7 +417,7 @@ class Store:
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         rows = self._query(
             f"SELECT * FROM runs {where} ORDER BY started_at DESC, rowid DESC LIMIT ?",
-            [*params, limit],
+            [*params, min(limit, MAX_LIMIT)],
         )
         return [_run_dict(row) for row in rows]
 
@@ -365,40 +445,21 @@ class Store:
             "SELECT run_id, gate, status, headline_name, headline, finished_at, boot_id "
             "FROM runs WHERE profile = ? AND status != 'running' "
             "ORDER BY finished_at DESC, rowid DESC LIMIT ?",
-            (profile, limit),
+            (profile, min(limit, MAX_LIMIT)),
         )
+        keys = ("run_id", "gate", "status", "headline_name", "headline", "boot_id")
         return [
-            {
-                "run_id": row["run_id"],
-                "gate": row["gate"],
-                "status": row["status"],
-                "passed": row["status"] in ("pass", "unjudged"),
-                "headline_name": row["headline_name"],
-                "headline": row["headline"],
-                "when": row["finished_at"],
-                "boot_id": row["boot_id"],
-            }
+            {**{key: row[key] for key in keys}, "when": row["finished_at"],
+             "passed": row["status"] in ("pass", "unjudged")}
             for row in rows
-        ]
+        ]  # fmt: skip
 
 
 def _boot_dict(row: sqlite3.Row) -> dict[str, Any]:
     out = dict(json.loads(row["record"]))
-    out.update(
-        boot_id=row["boot_id"],
-        profile=row["profile"],
-        hash=row["hash"],
-        knobs=json.loads(row["knobs"]),
-        image=row["image"],
-        cache_dir=row["cache_dir"],
-        first_boot=None if row["first_boot"] is None else bool(row["first_boot"]),
-        kv_tokens=row["kv_tokens"],
-        phases=json.loads(row["phases"]),
-        started_at=row["started_at"],
-        ok=bool(row["ok"]),
-        cause=row["cause"],
-        recorded_at=row["recorded_at"],
-    )
+    out.update((key, value) for key, value in zip(row.keys(), row, strict=True) if key != "record")
+    out.update(knobs=json.loads(row["knobs"]), phases=json.loads(row["phases"]), ok=bool(row["ok"]))
+    out["first_boot"] = None if row["first_boot"] is None else bool(row["first_boot"])
     return out
 
 
@@ -413,8 +474,6 @@ def _run_dict(row: sqlite3.Row) -> dict[str, Any]:
 
 def _set_wal(conn: sqlite3.Connection) -> None:
     """WAL: a report can read while a gate writes; a crash loses at most the last item."""
-    import time
-
     # Switching a fresh file to WAL takes an exclusive lock, and sqlite answers "database is
     # locked" at once (no busy wait) when another process is switching it too: retry until the
     # timeout. Seen in 1 of ~20 rounds of 6 concurrent first opens (test_state_repair).
@@ -479,48 +538,51 @@ def open_store(path: Path | None = None) -> Store:
 # --- comparison (pure) ---------------------------------------------------------------------------
 
 
+def _number(data: Any, *keys: str) -> float | None:
+    """data[k1][k2]... when every step is there and the end is a finite number, else None: a
+    stored summary is whatever its gate (of any paroctl version) wrote."""
+    for key in keys:
+        data = data.get(key) if isinstance(data, Mapping) else None
+    number = isinstance(data, (int, float)) and not isinstance(data, bool)
+    return float(data) if number and math.isfinite(data) else None
+
+
+_GATE_NUMBERS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
+    "decode": (("ms_per_step", ("ms_per_step", "median")),
+               ("decode_tok_s", ("decode_tok_s", "median")), ("ttft_ms", ("ttft_ms", "median")),
+               ("acc/draft", ("acceptance", "accepted_per_draft"))),
+    "prefill": (("prefill_tok_s", ("prefill_tok_s", "median")),
+                ("ttft_ms", ("ttft_ms", "median"))),
+    "concurrency": (("tok/s", ("aggregate_tok_s",)),),
+}  # fmt: skip
+_TOP_NUMBERS = {
+    "gsm8k": ("answered", "truncated", "invalid", "errors"),
+    "kld": ("kl", "kl_median", "kl_p99", "same_top"),
+    "greedy": ("self_consistent", "prompts", "passed", "required"),
+    "sanity": ("self_consistent", "prompts", "passed", "required"),
+}
+
+
 def headline_numbers(run: Mapping[str, Any]) -> dict[str, float]:
-    """A run's comparable numbers, flattened to 'name -> value' from its gate's summary."""
-    summary, gate = run.get("summary") or {}, run.get("gate")
-    out: dict[str, float] = {}
+    """A run's comparable numbers, flattened to 'name -> value' from its gate's summary (a
+    number the summary lacks, or holds as something else, is left out)."""
+    summary, gate = run.get("summary") or {}, str(run.get("gate"))
+    found: dict[str, float | None] = {}
     if gate == "gsm8k":
         for metric in ("strict-match", "flexible-extract"):
-            if metric in summary:
-                out[f"{metric} acc"] = summary[metric]["acc"]
-                out[f"{metric} low"] = summary[metric]["low"]
-        for key in ("answered", "truncated", "invalid", "errors"):
-            if key in summary:
-                out[key] = summary[key]
-    elif gate in ("decode", "prefill"):
-        fields = (
-            ("ms_per_step", "decode_tok_s", "ttft_ms")
-            if gate == "decode"
-            else (
-                "prefill_tok_s",
-                "ttft_ms",
-            )
-        )
-        for point, values in (summary.get("points") or {}).items():
-            for field in fields:
-                if values.get(field):
-                    out[f"{field} @{point}"] = values[field]["median"]
-            acc = values.get("acceptance")
-            if acc:
-                out[f"acc/draft @{point}"] = acc["accepted_per_draft"]
-    elif gate == "concurrency":
-        for point, values in (summary.get("points") or {}).items():
-            if "aggregate_tok_s" in values:
-                out[f"tok/s @{point} streams"] = values["aggregate_tok_s"]
-    elif gate == "kld":
-        for key in ("kl", "kl_median", "kl_p99", "same_top"):
-            if key in summary:
-                out[key] = summary[key]
-    elif gate in ("greedy", "sanity"):
-        for key in ("self_consistent", "prompts", "passed", "required"):
-            if key in summary:
-                out[key] = summary[key]
-    if run.get("headline") is not None and run.get("headline_name"):
-        out.setdefault(str(run["headline_name"]), float(run["headline"]))
+            for stat_name in ("acc", "low"):
+                found[f"{metric} {stat_name}"] = _number(summary, metric, stat_name)
+    for key in _TOP_NUMBERS.get(gate, ()):
+        found[key] = _number(summary, key)
+    points = summary.get("points") if isinstance(summary, Mapping) else None
+    for point, values in (points or {}).items() if isinstance(points, Mapping) else ():
+        for name, keys in _GATE_NUMBERS.get(gate, ()):
+            label = f"{name} @{point} streams" if gate == "concurrency" else f"{name} @{point}"
+            found[label] = _number(values, *keys)
+    out = {name: value for name, value in found.items() if value is not None}
+    headline = _number(run, "headline")
+    if headline is not None and run.get("headline_name"):
+        out.setdefault(str(run["headline_name"]), headline)
     return out
 
 

@@ -119,25 +119,106 @@ def write(entry: Entry) -> None:
 
 
 def read() -> Entry | None:
-    """The journal's entry, or None when no switch is recorded as under way."""
+    """The journal's entry, or None when no switch is recorded as under way; a journal that
+    cannot be acted on is a StateError naming it and `paroctl repair`."""
+    entry, problem = _load()
+    if problem:
+        raise StateError(state.damaged(path(), problem))
+    return entry
+
+
+def damage() -> str | None:
+    """Why the journal cannot be acted on, or None when it is sound or absent."""
+    return _load()[1]
+
+
+def _load() -> tuple[Entry | None, str | None]:
+    raw, problem = state.read_state_file(path())
+    if raw is None:
+        return None, problem
     try:
-        data = json.loads(path().read_text())
-    except FileNotFoundError:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return None, f"not JSON ({exc})"
+    problem = entry_problem(data)
+    if problem:
+        return None, f"not a journal entry ({problem})"
+    return from_dict(data), None
+
+
+# Every key write() puts in the file, with its JSON type (None where the key may be null).
+_ENTRY_KEYS: dict[str, tuple[type, ...]] = {
+    "version": (int,),
+    "boot_id": (str,),
+    "from_profile": (str, type(None)),
+    "from_hash": (str, type(None)),
+    "to_profile": (str,),
+    "owner": (dict,),
+    "step": (str,),
+    "serve": (dict, type(None)),
+    "rolling_back": (bool,),
+    "started_at": (str,),
+    "updated_at": (str,),
+}
+_OWNER_KEYS: dict[str, tuple[type, ...]] = {
+    "pid": (int,),
+    "start_ticks": (int,),
+    "host_boot": (str,),
+    "cmdline": (list,),
+}
+_SERVE_KEYS = ("profile", "hash", "runtime", "scope", "host", "port", "served_names", "grace_s")
+
+
+def _key_problem(data: Mapping[str, Any], keys: Mapping[str, tuple[type, ...]], where: str) -> str:
+    for key, kinds in keys.items():
+        if key not in data:
+            return f"{where}{key}: missing"
+        value = data[key]
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            return f"{where}{key}: unexpected value {str(value)[:60]!r}"
+    return ""
+
+
+def entry_problem(data: Any) -> str | None:
+    """Why parsed JSON is not a journal entry this paroctl can act on, or None: every key
+    write() puts there with its type, a known step, names that are profile names, and a serve
+    whose runtime can exist on this box (state.serve_problem)."""
+    if not isinstance(data, dict):
+        return f"expected a JSON object, got {type(data).__name__}"
+    if data.get("version") != VERSION:
+        return f"version {repr(data.get('version'))[:40]}, expected {VERSION}"
+    problem = _key_problem(data, _ENTRY_KEYS, "")
+    if problem:
+        return problem
+    if data["step"] not in STEPS:
+        return f"step: unknown step {data['step'][:40]!r}"
+    for key in ("to_profile", "from_profile"):
+        name = data[key]
+        if name is not None and not state.PROFILE_NAME.fullmatch(name):
+            return f"{key}: {name[:80]!r} is not a profile name"
+    owner = data["owner"]
+    problem = _key_problem(owner, _OWNER_KEYS, "owner.")
+    if problem:
+        return problem
+    if not all(isinstance(part, str) for part in owner["cmdline"]):
+        return "owner.cmdline: expected a list of strings"
+    serve = data["serve"]
+    if serve is None:
         return None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise StateError(_unreadable(f"unreadable ({exc})")) from exc
-    try:
-        return from_dict(data)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise StateError(_unreadable(f"not a journal entry ({exc})")) from exc
-
-
-def _unreadable(why: str) -> str:
-    return f"{path()}: {why}; `paroctl repair` moves it aside (then `paroctl status`)"
+    missing = [key for key in _SERVE_KEYS if key not in serve]
+    if missing:
+        return f"serve: lacks {', '.join(missing)}"
+    if serve_problem := state.serve_problem(serve):
+        return f"serve.{serve_problem}"
+    pid = serve.get("pid")
+    if pid is not None and not (isinstance(pid, int) and not isinstance(pid, bool) and pid > 0):
+        return f"serve.pid: unexpected value {str(pid)[:60]!r}"
+    return None
 
 
 def from_dict(data: Mapping[str, Any]) -> Entry:
-    """Parse a journal entry as written by write(); raise KeyError/TypeError/ValueError if not."""
+    """Parse a journal entry as written by write() (entry_problem() has checked it; raise
+    KeyError/TypeError/ValueError if it was not)."""
     if data.get("version") != VERSION:
         raise ValueError(f"version {data.get('version')!r}, expected {VERSION}")
     if data["step"] not in STEPS:
@@ -179,12 +260,9 @@ def _serve(data: Mapping[str, Any]) -> ServeRef:
 
 
 def clear() -> None:
-    """Remove the journal: the switch ended in a state live.json describes."""
-    try:
-        path().unlink()
-    except FileNotFoundError:
-        return  # cleared already (verify_running clears it right after live.json is written)
-    state.fsync_dir(path().parent)
+    """Remove the journal: the switch ended in a state live.json describes (cleared already is
+    fine: verify_running clears it right after live.json is written)."""
+    state.remove(path())
 
 
 _KEEP: Any = object()
