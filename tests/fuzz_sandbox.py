@@ -4,6 +4,10 @@ A case that hangs (a FIFO, an exponential `extends:` graph) or blows up (an alia
 test with the case named, instead of hanging CI or taking the machine's memory: the parent waits
 at most CASE_TIMEOUT_S for each answer, then kills the worker and starts a fresh one.
 
+A profile that validates must render, and its env file must read back through systemd's own
+parser (tests/env_readers.py) as exactly the environment the serve is meant to get, where systemd
+is its reader (runtime.engine: none): a case that breaks either fails like a crash.
+
 Protocol: one JSON line per case in ({"dir": ..., "text": ...}), one JSON line out ({"outcome":
 "refused" | "rendered"} or {"error": traceback}). Run as a script, this file is the worker.
 """
@@ -102,11 +106,12 @@ def _limit_memory() -> None:
 
 
 def _case(directory: Path, text: str) -> str:
-    import contextlib
+    from env_readers import systemd_library, systemd_reads
 
     from paroctl.errors import ParoctlError, ProfileError
     from paroctl.profile import profiles
     from paroctl.serve import render
+    from paroctl.serve.plan import ServePlan
 
     # The KLD reference of the paro-int5 seed: without it every such case stops at that key.
     (directory / "bf16-ref.yaml").write_text((REPO / "profiles" / "bf16-ref.yaml").read_text())
@@ -118,8 +123,21 @@ def _case(directory: Path, text: str) -> str:
         if not exc.problems or not all(p.startswith(str(directory)) for p in exc.problems):
             return f"bad-message: {exc.problems[:3]!r}"
         return "refused"
-    with contextlib.suppress(ParoctlError):
-        render.render_all(prof)
+    plan = ServePlan.of(prof)
+    try:
+        artefacts = render.artefacts(plan)
+    except ParoctlError as exc:
+        return f"bad-render: validated, then the render refused it: {exc.message[:300]}"
+    if prof.uses_engine or systemd_library() is None:
+        return "rendered"
+    env_file = directory / "fuzz.env"
+    env_file.write_text(next(a.content for a in artefacts if a.filename.endswith(".env")))
+    got, wanted = systemd_reads(env_file), dict(plan.env)
+    if got != wanted:
+        changed = {
+            k: (wanted.get(k), got.get(k)) for k in {*got, *wanted} if got.get(k) != wanted.get(k)
+        }
+        return f"bad-env: systemd reads the env file differently: {sorted(changed.items())[:4]!r}"
     return "rendered"
 
 
@@ -137,8 +155,11 @@ def _answer(request: dict[str, Any]) -> str:
 def _serve() -> None:
     import traceback
 
+    from env_readers import systemd_library
+
     from paroctl.serve import render  # noqa: F401  imported before the limit applies
 
+    systemd_library()  # loaded before the limit applies too
     _limit_memory()
     sys.stdout.write("ready\n")
     sys.stdout.flush()
@@ -146,9 +167,7 @@ def _serve() -> None:
         request = json.loads(line)
         try:
             outcome = _answer(request)
-            answer = (
-                {"error": outcome} if outcome.startswith("bad-message") else {"outcome": outcome}
-            )
+            answer = {"error": outcome} if outcome.startswith("bad-") else {"outcome": outcome}
         except BaseException:  # a MemoryError under the limit too: the case fails, not the worker
             answer = {"error": traceback.format_exc(limit=-8)}
         sys.stdout.write(json.dumps(answer) + "\n")

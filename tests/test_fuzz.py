@@ -191,3 +191,64 @@ def test_yaml_features_fail_cleanly_and_quickly(
     sandbox: Sandbox, profile_dir: Path, text: str
 ) -> None:
     sandbox.check(profile_dir, text)
+
+
+# --- what the real tools read: `!!binary` in every string field; env values through systemd ----
+
+
+def _string_locations(node: Any, loc: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    if isinstance(node, str):
+        return [loc]
+    if isinstance(node, dict):
+        return [x for k, v in node.items() for x in _string_locations(v, (*loc, k))]
+    if isinstance(node, list):
+        return [x for i, v in enumerate(node) for x in _string_locations(v, (*loc, i))]
+    return []
+
+
+@st.composite
+def binary_field(draw: st.DrawFn) -> str:
+    """A seed profile with one string field (any depth) replaced by a `!!binary` value."""
+    doc = copy.deepcopy(SEEDS[draw(st.sampled_from(sorted(SEEDS)))])
+    loc = draw(st.sampled_from(_string_locations(doc)))
+    parent = doc
+    for part in loc[:-1]:
+        parent = parent[part]
+    parent[loc[-1]] = draw(st.binary(max_size=16))
+    return yaml.safe_dump(doc)
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(text=binary_field())
+def test_binary_yaml_in_any_string_field_is_refused(
+    sandbox: Sandbox, profile_dir: Path, text: str
+) -> None:
+    assert "!!binary" in text
+    assert sandbox.check(profile_dir, text) == "refused"
+
+
+# The characters env-file parsers treat specially (quotes, escapes, expansion, comments, blanks),
+# a few plain ones and one outside ASCII.
+ENV_TEXT = st.text(alphabet=list("\"'\\$ #;=`{}()*!abc0é"), max_size=10)
+
+
+def _env_profile(values: list[str]) -> str:
+    """cpu-demo (engine none: systemd reads its env file) with the values as HF_FUZZ_<i>."""
+    doc = copy.deepcopy(SEEDS["cpu-demo"])
+    doc.setdefault("env", {}).update({f"HF_FUZZ_{i}": v for i, v in enumerate(values)})
+    return yaml.safe_dump(doc, allow_unicode=True)
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(values=st.lists(ENV_TEXT, min_size=1, max_size=8))
+def test_env_values_read_back_through_systemds_parser(
+    sandbox: Sandbox, profile_dir: Path, values: list[str]
+) -> None:
+    # The worker reads every rendered env file of a systemd-read profile back with systemd's
+    # load_env_file and fails the case on any difference (fuzz_sandbox._case).
+    outcome = sandbox.check(profile_dir, _env_profile(values))
+    assert outcome == ("refused" if "" in values else "rendered")

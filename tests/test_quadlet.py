@@ -32,7 +32,7 @@ ENGINE_PROFILES = [n for n in profiles.list_names() if profiles.load(n).uses_eng
 VALUED = {
     "--name", "--cidfile", "--cgroups", "--sdnotify", "--device", "--volume", "--publish",
     "--label", "--env-file", "--env", "--group-add", "--security-opt", "--ipc", "--shm-size",
-    "--cap-drop", "--cap-add", "--user",
+    "--cap-drop", "--cap-add", "--user", "--stop-timeout",
 }  # fmt: skip
 SWITCHES = {"--replace", "--rm", "-d", "--privileged"}
 ALIASES = {"-v": "--volume", "-p": "--publish", "-e": "--env", "-l": "--label"}
@@ -218,6 +218,23 @@ def test_generated_service_passes_systemd_analyze_verify(
     unit = f"{prof.unit_name}.service"
     done = verify(unit, generated.units[unit], tmp_path, engine.ENGINE_PATHS["podman"])
     assert (done.returncode, done.stdout + done.stderr) == (0, "")
+
+
+@pytest.mark.parametrize("name", ENGINE_PROFILES)
+def test_generated_service_stops_with_the_plain_services_grace(
+    name: str, generated: Generated
+) -> None:
+    # Before: no StopTimeout=, so podman's 10 s default killed a serve the .service gives 30 s.
+    prof = profiles.load(name)
+    text = generated.units[f"{prof.unit_name}.service"]
+    (exec_start,) = service_values(text, "ExecStart")
+    grace = prof.body.container.stop_grace_s
+    assert parse_run(exec_start).options["--stop-timeout"] == [str(grace)]
+    (plain_stop,) = service_values(render.render(prof, "service").content, "ExecStop")
+    assert shlex.split(plain_stop)[1:4] == ["stop", "--time", str(grace)]
+    # systemd waits longer than podman does, so podman's own kill comes first.
+    (timeout,) = service_values(text, "TimeoutStopSec")
+    assert int(timeout) > grace
 
 
 def test_a_bad_key_fails_the_generator(quadlet: Path, tmp_path: Path) -> None:

@@ -87,7 +87,7 @@ def test_one_unit_command_derives_once(
 ) -> None:
     monkeypatch.setenv("PAROCTL_UNIT_DIR", str(tmp_path))
     done = CliRunner().invoke(cli, [*args, name])
-    assert done.exit_code == 0, done.output
+    assert done.exit_code == (1 if args == ["unit", "diff"] else 0), done.output  # not installed
     # Before: `unit render paro-int4` derived the layout 9 times, the serve argv 4 times.
     assert dict(derivations) == ONCE
 

@@ -53,13 +53,20 @@ def unit_render(name: str, out: Path | None, fmt: str) -> None:
     show_default=True,
 )
 def unit_diff(name: str, fmt: str) -> None:
-    """Show how the installed files differ from what the profile renders now."""
+    """Show how the installed files differ from what the profile renders now; exit 1 when they
+    differ or are missing (as diff does), so cron and CI can catch drift."""
     from paroctl.profile import profiles
+    from paroctl.serve import render
     from paroctl.serve.plan import plan_for
     from paroctl.serve.runtime import systemd
 
-    text = systemd.install_diff(plan_for(profiles.load(name)), fmt)  # type: ignore[arg-type]
-    click.echo(text or f"{name}: installed files match the profile", nl=not text.endswith("\n"))
+    install = systemd.plan_install(plan_for(profiles.load(name)), fmt, reload=False)  # type: ignore[arg-type]
+    text = render.installed_diff((path, content) for path, content, _mode in install.files)
+    if not text:
+        click.echo(f"{name}: installed files match the profile")
+        return
+    click.echo(text, nl=not text.endswith("\n"))
+    raise click.exceptions.Exit(1)
 
 
 @unit.command(name="install")

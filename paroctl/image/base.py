@@ -15,11 +15,21 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from paroctl import proc
-from paroctl.errors import RuntimeFailure
+from paroctl.errors import RuntimeFailure, UsageError
+from paroctl.profile import checks
 
 BASE_IMAGE = "local/debian:bookworm"
 SUITE = "bookworm"
 DEBOOTSTRAP_TIMEOUT_S = 1200.0
+
+
+def checked_ref(ref: str) -> str:
+    """A base image reference fit for a Containerfile's FROM line, or UsageError saying why (a
+    line break in it would add an instruction of its own, such as a RUN, to the build)."""
+    try:
+        return checks.image_ref(ref)
+    except ValueError as exc:
+        raise UsageError(f"base image {checks.short(ref)}: {exc}") from exc
 
 
 @contextlib.contextmanager
@@ -43,7 +53,7 @@ def image_exists(ref: str) -> bool:
 
 def ensure_base_image(ref: str = BASE_IMAGE, suite: str = SUITE) -> bool:
     """Build the Debian base image (debootstrap + `docker import`) unless present; True if built."""
-    if image_exists(ref):
+    if image_exists(checked_ref(ref)):
         return False
     with host_lock("image-build"):
         return _build_base_image(ref, suite)

@@ -37,7 +37,7 @@ HostDir = Annotated[str, Field(min_length=1, max_length=4096), AfterValidator(ch
 def label_key(value: str) -> str:
     """A label or node-selector key: an optional DNS-name prefix, '/', a 63-character name."""
     prefix, _, name = value.rpartition("/")
-    if (prefix and not re.match(_DNS_NAME, prefix)) or not _LABEL_NAME.match(name):
+    if (prefix and not re.fullmatch(_DNS_NAME, prefix)) or not _LABEL_NAME.fullmatch(name):
         raise ValueError("expected a label key such as kubernetes.io/hostname or gpu-node")
     return value
 

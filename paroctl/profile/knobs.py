@@ -57,6 +57,7 @@ DERIVED_ENV = frozenset(
     }
 )
 _ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+MAX_ENV_VALUE = 4096
 
 
 class Knob(BaseModel):
@@ -90,6 +91,8 @@ class Knob(BaseModel):
             return "empty value (VAR= is set-but-empty, not unset); remove the key for the default"
         if "\n" in value or "\r" in value:
             return "value contains a line break"
+        if len(value) > MAX_ENV_VALUE:
+            return f"{len(value)} characters (at most {MAX_ENV_VALUE})"
         if self.type == "bool" and value not in ("0", "1"):
             return f"expected '0' or '1', got {short(value)}"
         if self.type == "enum" and value not in self.values:
@@ -148,7 +151,7 @@ def load_registry(path: Path | None = None) -> Registry:
         ]
         raise RegistryError("\n".join(lines)) from exc
     for name in registry.knobs:
-        if not _ENV_NAME.match(name) or not name.startswith("PARO_"):
+        if not _ENV_NAME.fullmatch(name) or not name.startswith("PARO_"):
             raise RegistryError(f"{path}: knobs.{name}: knob names are PARO_[A-Z0-9_]+")
     digest = hashlib.sha256(raw_text).hexdigest()
     return registry.model_copy(update={"path": path, "digest": digest})
@@ -196,13 +199,14 @@ def check_env(given: Mapping[str, KnobValue], vllm_names: frozenset[str] | None)
             errors.append(f"{where}: empty value (VAR= is set-but-empty, not unset)")
         elif "\n" in value:
             errors.append(f"{where}: value contains a line break")
-        elif value.endswith("\\"):
-            errors.append(f"{where}: ends in a backslash (systemd joins the next line to it)")
+        elif len(value) > MAX_ENV_VALUE:
+            # podman and docker read an env file line by line, a line at most 64 KiB.
+            errors.append(f"{where}: {len(value)} characters (at most {MAX_ENV_VALUE})")
         if name in DERIVED_ENV:
             errors.append(f"{where}: derived by paroctl (from box.gpus / the cache dir); remove it")
         elif name.startswith("PARO_"):
             errors.append(f"{where}: plugin knobs belong in the `knobs` section")
-        elif not _ENV_NAME.match(name) or not name.startswith(ENV_PREFIXES):
+        elif not _ENV_NAME.fullmatch(name) or not name.startswith(ENV_PREFIXES):
             errors.append(
                 f"{where}: not a vLLM/runtime variable (allowed prefixes: "
                 f"{', '.join(ENV_PREFIXES)})"

@@ -44,7 +44,7 @@ def list_names(directory: Path | None = None) -> list[str]:
 def load(name: str, directory: Path | None = None) -> Profile:
     """Load, merge and validate one profile; raise ProfileError listing every problem."""
     directory = directory or profiles_dir()
-    if len(name) > MAX_NAME or not NAME_RE.match(name):
+    if len(name) > MAX_NAME or not NAME_RE.fullmatch(name):
         raise ProfileError(
             [
                 f"{checks.short(name)}: profile names are lowercase letters, digits and '-' "
@@ -148,7 +148,7 @@ def _parents(path: Path, parents: Any, directory: Path) -> list[Path]:
     for parent in parents:
         base = directory / f"{parent}.yaml"
         # The length check first: an over-long name makes exists() raise, not return False.
-        if len(parent) > MAX_NAME or not NAME_RE.match(parent.lstrip("_")) or not base.exists():
+        if len(parent) > MAX_NAME or not NAME_RE.fullmatch(parent.lstrip("_")) or not base.exists():
             raise ProfileError(
                 [
                     f"{path}: extends: no such base profile {checks.short(parent)} "
@@ -264,6 +264,15 @@ def _cross_checks(body: ProfileBody, knobs: Mapping[str, str]) -> list[tuple[tup
         )
     if box.accelerator == "cpu" and box.gpus:
         problems.append((("box", "gpus"), f"expected none on a cpu box, got {list(box.gpus)}"))
+    if box.accelerator == "cpu" and serve.tensor_parallel_size > 1:
+        # serve/cpu.py plans one engine's cores and KV space; ranks would share and oversubscribe.
+        problems.append(
+            (
+                ("serve", "tensor_parallel_size"),
+                f"expected 1 on a cpu box (one engine binds the cores), got "
+                f"{serve.tensor_parallel_size}",
+            )
+        )
     if box.accelerator != "cpu":
         if not box.gpus:
             problems.append((("box", "gpus"), f"a {box.accelerator} box needs at least one GPU"))
@@ -318,7 +327,7 @@ def _reference_checks(
     where = ("gates", "kld", "reference")
     if kld.reference == name:
         return [(where, "is this profile itself (its KL against itself is always 0)")]
-    if not NAME_RE.match(kld.reference) or kld.reference not in list_names(directory):
+    if not NAME_RE.fullmatch(kld.reference) or kld.reference not in list_names(directory):
         return [(where, f"no such profile {checks.short(kld.reference)} in {directory}")]
     return []
 

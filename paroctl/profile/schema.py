@@ -102,10 +102,13 @@ class Container(_Strict):
         return self
 
 
+ModelPath = Annotated[NonEmpty, AfterValidator(checks.relative_model_path)]
+
+
 class Model(_Strict):
     """What is served and under which names."""
 
-    path: NonEmpty
+    path: ModelPath
     served_names: tuple[Word, ...] = Field(min_length=1, max_length=16)
     quantization: Word | None = None
 
@@ -121,7 +124,7 @@ class Speculative(_Strict):
     """Speculative decoding: the drafter and its draft length."""
 
     method: Word
-    model: NonEmpty
+    model: ModelPath
     num_speculative_tokens: Small
 
 
@@ -152,16 +155,49 @@ class Serve(_Strict):
     extra_args: tuple[NonEmpty, ...] = Field((), max_length=128)
     boot_timeout_s: Seconds = 1800
 
+    @field_validator("entrypoint")
+    @classmethod
+    def _plain_program(cls, entry: tuple[str, ...]) -> tuple[str, ...]:
+        try:
+            checks.executable(entry[0])
+        except ValueError as exc:
+            raise ValueError(f"[0]: {exc}") from exc
+        return entry
+
     @field_validator("generation_override", mode="before")
     @classmethod
-    def _finite_numbers(cls, values: Any) -> Any:
+    def _known_in_range(cls, values: Any) -> Any:
         # Before the type check: the float | int union would report inf once per member, under
         # keys like `temperature.int` that name nothing in the file.
         for key, value in values.items() if isinstance(values, dict) else ():
+            if key not in GENERATION_RANGES:
+                known = ", ".join(GENERATION_RANGES)
+                raise ValueError(f"{checks.short(key)}: not a generation key vLLM reads ({known})")
+            low, high, integer = GENERATION_RANGES[key]
             number = isinstance(value, int | float) and not isinstance(value, bool)
-            if not number or not math.isfinite(value) or abs(value) > 1e9:
-                raise ValueError(f"{checks.short(key)}: expected a finite number within +-1e9")
+            if not number or not math.isfinite(value) or not low <= value <= high:
+                kind = "an integer" if integer else "a number"
+                raise ValueError(f"{key}: expected {kind} in [{low:g}, {high:g}], got {value!r}")
+            if integer and not isinstance(value, int):
+                raise ValueError(f"{key}: expected an integer, got {value!r}")
+            if key in ("top_p", "repetition_penalty") and value <= 0:
+                raise ValueError(f"{key}: expected a number above 0, got {value!r}")
         return values
+
+
+# The keys vLLM takes from --override-generation-config (ModelConfig.get_diff_sampling_param, vllm
+# 0.32) and the ranges SamplingParams._verify_args accepts: (low, high, integer). A value outside
+# them fails every request of the serve, not the boot.
+GENERATION_RANGES: dict[str, tuple[float, float, bool]] = {
+    "temperature": (0.0, 2.0, False),
+    "top_p": (0.0, 1.0, False),  # (0, 1]
+    "top_k": (-1, 2**31 - 1, True),  # 0 or -1 disable
+    "min_p": (0.0, 1.0, False),
+    "repetition_penalty": (0.0, 1e9, False),  # above 0
+    "presence_penalty": (-2.0, 2.0, False),
+    "frequency_penalty": (-2.0, 2.0, False),
+    "max_new_tokens": (1, MAX_TOKENS, True),
+}
 
 
 class Boot(_Strict):
@@ -180,7 +216,12 @@ class Boot(_Strict):
     @field_validator("expect", "forbid")
     @classmethod
     def _regexes_compile(cls, lines: tuple[str, ...]) -> tuple[str, ...]:
-        return tuple(_check_regex(line) for line in lines)
+        for index, line in enumerate(lines):
+            try:
+                _check_regex(line)
+            except ValueError as exc:
+                raise ValueError(f"[{index}]: {exc}") from exc
+        return lines
 
     @field_validator("sanity_expect")
     @classmethod
@@ -189,7 +230,9 @@ class Boot(_Strict):
 
 
 def _check_regex(line: str) -> str:
-    """A `re:` marker must compile and must not match everything; else it is a plain substring."""
+    """A `re:` marker must compile, match in bounded time and not match everything; else it is a
+    plain substring, which must not be blank."""
+    checks.blank(line.removeprefix("re:"))
     if line.startswith("re:"):
         try:
             pattern = re.compile(line[3:])
@@ -199,6 +242,12 @@ def _check_regex(line: str) -> str:
         # sanity_expect that always passes, a forbid that always fails.
         if pattern.search("") is not None:
             raise ValueError(f"regex {checks.short(line[3:])} matches any text (even an empty one)")
+        slow = checks.backtracking(line[3:])
+        if slow:
+            raise ValueError(
+                f"regex {checks.short(line[3:])} has {slow}: it can backtrack for minutes on one "
+                "line; write the repeated part without its own quantifier or alternatives"
+            )
     return line
 
 

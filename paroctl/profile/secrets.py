@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 import stat
 from collections.abc import Iterable
 from pathlib import Path
@@ -75,15 +76,96 @@ def file_problems(path: str, names: Iterable[str] = (), owner_uid: int = 0) -> l
 
 
 def parse_env_file(text: str) -> dict[str, str]:
-    """KEY=VALUE lines as systemd's EnvironmentFile reads them (comments, optional quotes)."""
-    values: dict[str, str] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith(("#", ";")) or "=" not in line:
-            continue
-        key, _, value = line.partition("=")
-        value = value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        values[key.strip()] = value
-    return values
+    """KEY=VALUE assignments exactly as systemd's EnvironmentFile= reads them: a port of
+    load_env_file (systemd 252, basic/env-file.c), keeping what PID 1 then passes on (a valid
+    name; `KEY=` sets KEY to empty); tests hold it equal to the real parser over fuzzed files
+    (tests/test_env_files.py)."""
+    return {key: value for key, value in _env_file_pairs(text) if _ENV_NAME.fullmatch(key)}
+
+
+def _env_file_pairs(text: str) -> list[tuple[str, str]]:
+    """(key, value) in file order, as systemd's parser yields them."""
+    pairs: list[tuple[str, str]] = []
+    state = "pre_key"
+    key: list[str] = []
+    value: list[str] = []
+    key_blank = value_blank = -1  # where trailing blanks start (-1: none)
+
+    def push(chomp: bool) -> None:
+        name = "".join(key[:key_blank] if key_blank >= 0 else key)
+        pairs.append((name, "".join(value[:value_blank] if chomp and value_blank >= 0 else value)))
+
+    for char in text:
+        if state == "pre_key":
+            if char in "#;":
+                state = "comment"
+            elif char not in _BLANKS:
+                state, key, value, key_blank = "key", [char], [], -1
+        elif state == "key":
+            if char in "\n\r":
+                state = "pre_key"
+            elif char == "=":
+                state, value_blank = "pre_value", -1
+            else:
+                if char not in _BLANKS:
+                    key_blank = -1
+                elif key_blank < 0:
+                    key_blank = len(key)
+                key.append(char)
+        elif state == "pre_value":
+            if char in "\n\r":
+                push(chomp=False)
+                state = "pre_key"
+            elif char in "'\"\\":
+                state = {"'": "single", '"': "double", "\\": "value_escape"}[char]
+            elif char not in _BLANKS:
+                state = "value"
+                value.append(char)
+        elif state == "value":
+            if char in "\n\r":
+                push(chomp=True)
+                state = "pre_key"
+            elif char == "\\":
+                state, value_blank = "value_escape", -1
+            else:
+                if char not in _BLANKS:
+                    value_blank = -1
+                elif value_blank < 0:
+                    value_blank = len(value)
+                value.append(char)
+        elif state == "value_escape":
+            state = "value"
+            if char not in "\n\r":  # an escaped line break is a continuation: eaten
+                value.append(char)
+        elif state == "single":
+            if char == "'":
+                state = "pre_value"
+            else:
+                value.append(char)
+        elif state == "double":
+            if char == '"':
+                state = "pre_value"
+            elif char == "\\":
+                state = "double_escape"
+            else:
+                value.append(char)
+        elif state == "double_escape":
+            state = "double"
+            if char in '"\\`$':
+                value.append(char)
+            elif char != "\n":
+                value += ["\\", char]
+        elif state == "comment":
+            if char == "\\":
+                state = "comment_escape"
+            elif char in "\n\r":
+                state = "pre_key"
+        else:  # comment_escape: systemd 252 continues a comment past an escaped line break
+            state = "comment"
+    if state in ("pre_value", "value", "value_escape", "single", "double", "double_escape"):
+        push(chomp=state == "value")
+    return pairs
+
+
+_BLANKS = " \t\n\r"
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

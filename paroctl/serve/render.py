@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from paroctl import state
-from paroctl.errors import RenderError
+from paroctl.errors import RenderError, StateError
 from paroctl.profile import checks, knobs
 from paroctl.profile.profiles import Profile, expand, list_names
 from paroctl.serve import engine
 from paroctl.serve.plan import ServePlan
 
 Format = Literal["service", "quadlet", "env"]
+# Who parses a rendered env file: systemd's EnvironmentFile= (engine none) or the engine's
+# --env-file (podman and docker, Quadlet's EnvironmentFile= included).
+EnvReader = Literal["systemd", "engine"]
 FORMATS: tuple[Format, ...] = ("service", "quadlet", "env")
 
 # Characters systemd passes through an ExecStart word unquoted.
@@ -52,6 +56,7 @@ class UnitContext:
     mkdir: str
     chown: str
     timeout_start_s: int
+    stop_grace_s: int
     timeout_stop_s: int
     wanted_by: str
     labels: tuple[str, ...]
@@ -69,6 +74,7 @@ class EnvContext:
     name: str
     hash: str
     registry: str
+    reader: EnvReader
     derived: tuple[tuple[str, str], ...]
     env: tuple[tuple[str, str], ...]
     knobs_set: tuple[tuple[str, str], ...]
@@ -83,6 +89,17 @@ def systemd_join(argv: list[str]) -> str:
             word = '"' + _C_ESCAPE.sub(_c_escape, word) + '"'
         words.append(word.replace("%", "%%").replace("$", "$$"))
     return " ".join(words)
+
+
+def exec_line(argv: list[str]) -> str:
+    """An ExecStart= value: systemd_join, with a program that systemd would read as a prefix
+    refused (@-:+!| before the program; '+' runs it with full privileges)."""
+    # Belt and braces: profiles.load refuses such a serve.entrypoint[0] first. A quoted program
+    # word cannot hide a prefix: systemd reads prefixes before it unquotes.
+    if not argv or not argv[0] or argv[0][0] in "@-:+!|":
+        program = checks.short(argv[0] if argv else "")
+        raise RenderError(f"refusing to render {program} as the program of an ExecStart= line")
+    return systemd_join(argv)
 
 
 # Inside a quoted Exec word systemd undoes C escapes: a control character written as \xNN stays
@@ -102,11 +119,38 @@ def unit_value(value: object) -> str:
     return text.replace("%", "%%")
 
 
-def env_value(value: object) -> str:
-    """An env-file key or value; a control character is refused (it would split the line)."""
+def env_value(value: object, reader: EnvReader = "engine") -> str:
+    """An env-file value written so that its reader reads back exactly `value`; a control
+    character is refused (it would split the line, and systemd drops such a value)."""
     text = str(value)
-    _refuse_line_breaks(text, "env file")
+    found = checks.control_char(text)
+    if found:
+        raise RenderError(f"refusing to render {checks.short(text)} into an env file: {found}")
+    # podman's and docker's --env-file take everything after the first '=' literally (podman
+    # 4.3-5.x, pkg/env; 4.7.x alone parsed dotenv quoting and was reverted in 4.8).
+    return systemd_env_value(text) if reader == "systemd" else text
+
+
+def systemd_env_value(text: str) -> str:
+    """A value as systemd's env-file parser (load_env_file) reads it back unchanged: as is where
+    that is already so, else double-quoted with backslash and quote escaped."""
+    # Unquoted, systemd strips blanks around the value and reads a backslash as an escape; a
+    # leading quote opens a quoted value that runs over the following lines until it closes
+    # (`"ab` swallowed every knob after it).
+    if not text or (text[0] not in "\"'" and "\\" not in text and text == text.strip(" \t\n\r")):
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def env_key(value: object) -> str:
+    """An env-file key: a variable name (profiles.load and the knob registry check it first)."""
+    text = str(value)
+    if not _ENV_KEY.fullmatch(text):
+        raise RenderError(f"refusing to render {checks.short(text)} as an env-file variable name")
     return text
+
+
+_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _refuse_line_breaks(text: str, where: str) -> None:
@@ -179,7 +223,7 @@ def unit_context(plan: ServePlan) -> UnitContext:
         env_file=where.env_file,
         secrets_file=expand(container.secrets_env_file) if container.secrets_env_file else "",
         cache_dir=where.cache_dir,
-        exec_start=systemd_join(engine.exec_argv(plan)),
+        exec_start=exec_line(engine.exec_argv(plan)),
         exec_stop=systemd_join(engine.stop_command(plan)) if uses_engine else "",
         exec_cleanup=systemd_join(engine.rm_command(plan)) if uses_engine else "",
         exec_args=systemd_join(list(plan.argv)),
@@ -191,6 +235,7 @@ def unit_context(plan: ServePlan) -> UnitContext:
             else ""
         ),
         timeout_start_s=body.serve.boot_timeout_s,
+        stop_grace_s=container.stop_grace_s,
         timeout_stop_s=container.stop_grace_s + 15,
         wanted_by="multi-user.target" if body.runtime.scope == "system" else "default.target",
         labels=(f"paroctl.profile={profile.name}", f"paroctl.profile-hash={profile.hash}"),
@@ -218,6 +263,7 @@ def env_context(plan: ServePlan) -> EnvContext:
         name=profile.name,
         hash=profile.hash,
         registry=registry.digest[:12],
+        reader="engine" if profile.uses_engine else "systemd",
         derived=derived,
         env=tuple(profile.env.items()),
         knobs_set=tuple((k, v) for k, v in profile.knobs.items() if k in raw_knobs),
@@ -225,6 +271,36 @@ def env_context(plan: ServePlan) -> EnvContext:
             (k, v) for k, v in profile.knobs.items() if k in knob_names and k not in raw_knobs
         ),
     )
+
+
+def installed_diff(files: Iterable[tuple[Path, str]]) -> str:
+    """How installed files differ from their renders, as a unified diff ('' when all match):
+    a missing file, or one that is not UTF-8 text, is one line saying so."""
+    import difflib
+
+    chunks: list[str] = []
+    for path, rendered in files:
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            chunks.append(f"{path}: not installed\n")
+            continue
+        except OSError as exc:
+            raise StateError(f"cannot read the installed {path}: {exc.strerror}") from exc
+        try:
+            installed = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            chunks.append(f"{path}: installed file is not UTF-8 text (byte {exc.start}); differs\n")
+            continue
+        chunks.extend(
+            difflib.unified_diff(
+                installed.splitlines(keepends=True),
+                rendered.splitlines(keepends=True),
+                fromfile=f"{path} (installed)",
+                tofile=f"{path} (rendered)",
+            )
+        )
+    return "".join(chunks)
 
 
 @functools.cache
@@ -243,6 +319,7 @@ def _environment(directory: str) -> Any:
     )
     env.filters["unit_value"] = unit_value
     env.filters["env_value"] = env_value
+    env.filters["env_key"] = env_key
     return env
 
 
