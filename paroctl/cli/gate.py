@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from paroctl.cli.gate_lmeval import GateCli, lm_eval_command
 from paroctl.errors import GateFailed, ParoctlError, RuntimeFailure
 
 if TYPE_CHECKING:
@@ -66,6 +67,8 @@ def _http_url(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 
 
 PATH = click.Path(path_type=Path)
+# Off a terminal, one progress line per this many seconds (and one per phase start and end).
+LOG_INTERVAL_S = 30.0
 CORPUS_HELP = "WikiText-2 wiki.test.raw (or its directory) the prompts are cut from."
 # Every gate option once; each gate's command takes the subset GATE_OPTIONS names.
 OPTIONS: dict[str, Decorator] = {
@@ -235,6 +238,10 @@ class _Bar:
         if self._task is not None:
             self._progress.advance(self._task, steps)
 
+    def note(self, message: str) -> None:
+        """Print a line above the bar."""
+        self._progress.console.print(message, markup=False, highlight=False)
+
 
 def _run_one(
     name: str,
@@ -253,6 +260,8 @@ def _run_one(
         TimeRemainingColumn,
     )
 
+    from paroctl.cli.serve import interrupt_on_signals
+    from paroctl.events import ProgressLines
     from paroctl.gates import run_gate
     from paroctl.switch import promote
 
@@ -260,18 +269,23 @@ def _run_one(
     run = promote.run_kld if name == "kld" and endpoint is None else _bind(run_gate, name)
     console = Console(stderr=True)
     if not console.is_terminal:
-        # A log file or a test runner gets the result lines only, not bar redraws.
-        return run(options, resume=resume, endpoint=endpoint, key=key)
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-        console=console,
-        transient=True,
-    ) as progress:
+        # A log (systemd, CI, a pipe) gets a progress line at a bounded rate, not bar redraws.
+        lines = ProgressLines(lambda line: click.echo(line, err=True), interval_s=LOG_INTERVAL_S)
+        with interrupt_on_signals():
+            return run(options, progress=lines, resume=resume, endpoint=endpoint, key=key)
+    with (
+        interrupt_on_signals(),
+        Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=console,
+            transient=True,
+        ) as progress,
+    ):
         return run(options, progress=_Bar(progress), resume=resume, endpoint=endpoint, key=key)
 
 
@@ -385,3 +399,6 @@ def _report(result: GateResult) -> None:
         raise GateFailed(f"{result.gate} failed: {result.message}")
     if result.status == "error":
         raise RuntimeFailure(f"{result.gate} could not run: {result.message}")
+
+
+gate.add_command(lm_eval_command(GateCli(_target_options, _endpoint, _live_key, _run_one, _report)))

@@ -100,3 +100,24 @@ def results_compare(run_a: str, run_b: str) -> None:
     for name, va, vb, delta, rel in compare(a, b):
         table.add_row(name, _fmt(va), _fmt(vb), _fmt(delta), "-" if rel is None else f"{rel:+.1%}")
     Console(width=200).print(table)
+    if a["gate"] == "lm-eval":
+        _lm_eval_compare(a, b)
+
+
+def _lm_eval_compare(a: dict[str, Any], b: dict[str, Any]) -> None:
+    """lm-eval runs: every task metric A -> B, then each task paired sample by sample."""
+    from paroctl.gates.lmeval_scoring import comparable_numbers, paired_runs
+    from paroctl.store.results import open_store
+
+    left, right = comparable_numbers(a["summary"]), comparable_numbers(b["summary"])
+    for name in sorted(set(left) | set(right)):
+        va, vb = left.get(name), right.get(name)
+        delta = "" if va is None or vb is None else f" ({vb - va:+.4g})"
+        click.echo(f"{name}: {_fmt(va)} -> {_fmt(vb)}{delta}")
+    with open_store() as store:
+        pairs = paired_runs(store.items(a["run_id"]), store.items(b["run_id"]), {}, margin=0.0)
+    for task, p in pairs.items():
+        click.echo(
+            f"{task} {p['metric']},{p['filter']}: paired on {p['n']} samples, {p['old_only']} "
+            f"right only in A, {p['new_only']} right only in B, McNemar p {p['p_value']:.3g}"
+        )

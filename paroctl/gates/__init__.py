@@ -23,6 +23,7 @@ from paroctl.gates.base import (
     read_target_record,
     wrap_failure,
 )
+from paroctl.gates.watch import ServeChanged, ServeWatch
 
 if TYPE_CHECKING:
     from paroctl.profile.profiles import Profile
@@ -38,6 +39,7 @@ GATES = {
     "concurrency": "paroctl.gates.concurrency",
     "greedy": "paroctl.gates.greedy",
     "kld": "paroctl.gates.kld",
+    "lm-eval": "paroctl.gates.lmeval",
 }
 # The suite runs cheap, mechanical gates first: a broken serve fails in seconds, not after GSM8K.
 SUITE = ("sanity", "greedy", "gsm8k", "decode", "prefill", "concurrency")
@@ -117,6 +119,8 @@ def run_gate(
         url = base_url_of(live)
     else:
         url = endpoint.url
+    # Taken before the first request: a switch from here on stops the run (ServeChanged).
+    watch = ServeWatch(live)
     with open_store(store_path) as store:
         if resume:
             run_id, opts = _resumable(store, resume, name, live, opts)
@@ -143,6 +147,7 @@ def run_gate(
                 profile=profile,
                 progress=progress or NoProgress(),
                 kld_reference=kld_reference,
+                watch=watch,
             )
             if resume:
                 ctx.done = {item["key"]: item for item in store.items(run_id)}
@@ -192,15 +197,46 @@ def new_run(store: Store, name: str, target: Target, opts: Mapping[str, Any]) ->
     return run_id
 
 
+class GateInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM stopped a gate; its run is stored as interrupted, every answer kept."""
+
+    def __init__(self, message: str, run_id: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+
+
+def _measured(ctx: GateContext, why: str) -> dict[str, Any]:
+    """The summary of a run that stopped early: what it measured, and why it stopped."""
+    outcomes: dict[str, int] = {}
+    for item in ctx.done.values():
+        outcomes[str(item["outcome"])] = outcomes.get(str(item["outcome"]), 0) + 1
+    return {"stopped": why, "items": len(ctx.done), "outcomes": outcomes}
+
+
 def _run_module(name: str, ctx: GateContext) -> Outcome:
     module = importlib.import_module(GATES[name])
     gate_run: Callable[[GateContext], Outcome] = module.run
     try:
         outcome = gate_run(ctx)
+    except KeyboardInterrupt as exc:
+        why = str(exc) or "Ctrl-C"
+        message = (
+            f"interrupted ({why}) after {len(ctx.done)} items, every answer kept; "
+            f"`paroctl gate {name} --resume {ctx.run_id}` finishes it"
+        )
+        ctx.store.finish_run(ctx.run_id, "interrupted", _measured(ctx, why), message=message)
+        raise GateInterrupted(f"{name} run {ctx.run_id} {message}", ctx.run_id) from exc
     except Exception as exc:
         error = wrap_failure(exc)
-        # Items stay stored; the run is marked error and can be finished with --resume.
-        ctx.store.finish_run(ctx.run_id, "error", {}, message=error.message)
+        # Items stay stored (every one from the serve the run names: ServeChanged stops before
+        # storing one that may not be); the run is marked error and can be finished with --resume.
+        summary = _measured(ctx, error.message)
+        ctx.store.finish_run(ctx.run_id, "error", summary, message=error.message)
+        if isinstance(exc, ServeChanged):
+            raise ServeChanged(
+                f"{name} stopped: {exc.message}; its {len(ctx.done)} items before that are stored "
+                f"as run {ctx.run_id} ({ctx.target.profile})"
+            ) from exc
         raise error from exc
     ctx.store.finish_run(
         ctx.run_id,
@@ -225,7 +261,7 @@ def _resumable(
         raise UsageError(f"no run {run_id!r} in the results store; see `paroctl results list`")
     if run["gate"] != name:
         raise UsageError(f"run {run['run_id']} is a {run['gate']} run, not {name}")
-    if run["status"] not in ("running", "error"):
+    if run["status"] not in ("running", "error", "interrupted"):
         raise UsageError(f"run {run['run_id']} already finished ({run['status']}); nothing to do")
     if live is None:
         stored = (run["profile"], run["options"].get("url"), run["options"].get("model"))

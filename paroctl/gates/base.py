@@ -6,14 +6,17 @@ too and records each fault it retried on the reply, so a run can account for eve
 
 from __future__ import annotations
 
+import queue
 import threading
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from paroctl import __version__, state
 from paroctl.client import Client, Metrics
 from paroctl.errors import ParoctlError, RuntimeFailure, StateError, UsageError
+from paroctl.gates.watch import ServeWatch
 from paroctl.records import LiveRecord
 
 if TYPE_CHECKING:
@@ -141,6 +144,9 @@ class Progress(Protocol):
     def advance(self, steps: int = 1) -> None:
         """Mark steps done."""
 
+    def note(self, message: str) -> None:
+        """Say what the gate is about to do that the operator must know (it switches the serve)."""
+
 
 class NoProgress:
     """A progress sink that shows nothing."""
@@ -150,6 +156,9 @@ class NoProgress:
 
     def advance(self, steps: int = 1) -> None:
         """Mark steps done (ignored)."""
+
+    def note(self, message: str) -> None:
+        """Say something (ignored)."""
 
 
 @dataclass
@@ -176,6 +185,8 @@ class GateContext:
     progress: Progress = field(default_factory=NoProgress)
     # The KLD gate's source for a reference the store lacks (paroctl.switch.promote supplies one).
     kld_reference: Callable[..., Any] | None = None
+    # The serve the run started on; every item is checked against it before it is stored.
+    watch: ServeWatch = field(default_factory=lambda: ServeWatch(None))
     done: dict[str, dict[str, Any]] = field(default_factory=dict)
     _seq: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -186,7 +197,9 @@ class GateContext:
         return default if value is None else value
 
     def record(self, key: str, outcome: str, record: Mapping[str, Any]) -> None:
-        """Store one item as it arrives (so a crash keeps it) and remember it for the summary."""
+        """Store one item as it arrives (so a crash keeps it) and remember it for the summary;
+        ServeChanged, and the item is not stored, when the serve is no longer the run's."""
+        self.watch.check()
         with self._lock:
             self._seq += 1
             seq = self._seq
@@ -200,6 +213,93 @@ class GateContext:
     def max_len(self, default: int = 2048) -> int:
         """The serve's max model length (from /v1/models), or default when it does not say."""
         return self.target.max_model_len or default
+
+
+Item = TypeVar("Item")
+Answer = TypeVar("Answer")
+
+
+@dataclass(frozen=True)
+class Finished(Generic[Item, Answer]):
+    """One item of a fan_out: its answer, or the exception its request raised."""
+
+    item: Item
+    answer: Answer | None
+    error: Exception | None
+
+
+class FanOut(Generic[Item, Answer]):
+    """work(item) for every item, at most `workers` at once; iterate to get each as it finishes.
+
+    Leaving the `with` block (done, Ctrl-C, SIGTERM, a changed serve raised in the consumer)
+    stops sending at once: no item not yet started is sent. Requests in flight are abandoned, not
+    joined: daemon threads, where a `ThreadPoolExecutor` joins its workers (after Ctrl-C it sent
+    every remaining question of a run before it let go). `ready()` hands over the answers that
+    have arrived, so an interrupted run keeps every answer it received.
+    """
+
+    # After a stop, how long ready() waits for answers already on their way (a reply being read
+    # when Ctrl-C came is an answer received); nothing new is sent meanwhile.
+    GRACE_S = 2.0
+
+    def __init__(self, work: Callable[[Item], Answer], items: Sequence[Item], workers: int) -> None:
+        self._work = work
+        self._todo: queue.SimpleQueue[Item] = queue.SimpleQueue()
+        for item in items:
+            self._todo.put(item)
+        self._finished: queue.SimpleQueue[Finished[Item, Answer]] = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._total = len(items)
+        self._consumed = 0  # finished items handed to the consumer
+        self._taken = 0  # items a worker has taken: sent, or being sent
+        self._workers = min(workers, len(items))
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> FanOut[Item, Answer]:
+        for _ in range(self._workers):
+            threading.Thread(target=self._worker, name="gate-request", daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._stop.set()
+
+    def _worker(self) -> None:
+        while not self._stop.is_set():
+            try:
+                item = self._todo.get_nowait()
+            except queue.Empty:
+                return
+            with self._lock:
+                if self._stop.is_set():
+                    return  # stopped while this worker took the item: it is not sent
+                self._taken += 1
+            try:
+                self._finished.put(Finished(item, self._work(item), None))
+            except Exception as exc:  # the consumer decides what a failed item means
+                self._finished.put(Finished(item, None, exc))
+
+    def __iter__(self) -> Iterator[Finished[Item, Answer]]:
+        while self._consumed < self._total:
+            done = self._finished.get()
+            self._consumed += 1
+            yield done
+
+    def ready(self) -> list[Finished[Item, Answer]]:
+        """Stop sending; the items finished and not taken yet, and those in flight that finish
+        within GRACE_S."""
+        with self._lock:
+            self._stop.set()
+        deadline = time.monotonic() + self.GRACE_S
+        out: list[Finished[Item, Answer]] = []
+        while True:
+            with self._lock:
+                in_flight = self._taken - (len(out) + self._consumed)
+            wait = deadline - time.monotonic()
+            try:
+                out.append(self._finished.get(block=in_flight > 0 and wait > 0, timeout=wait))
+            except queue.Empty:
+                return out
 
 
 def counters(metrics: Metrics, names: tuple[str, ...]) -> dict[str, float]:

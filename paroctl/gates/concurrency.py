@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from paroctl.client import RequestFailed, StreamReply
 from paroctl.gates import data
-from paroctl.gates.base import GateContext, Outcome
+from paroctl.gates.base import FanOut, GateContext, Outcome
 from paroctl.gates.prompts import corpus_ids, seeded, tokenize
 from paroctl.gates.stats import stream_timing
 from paroctl.gates.timing import capped, judge, spread_of, warm_up, with_note
@@ -26,7 +26,7 @@ def aggregate_tok_s(replies: list[StreamReply]) -> float:
     return sum(r.completion_tokens for r in replies) / (end - start)
 
 
-def _stream(ctx: GateContext, prompt: list[int], gen: int, barrier: threading.Barrier) -> Any:
+def _stream(ctx: GateContext, gen: int, barrier: threading.Barrier, prompt: list[int]) -> Any:
     payload = {
         "model": ctx.target.model,
         "prompt": prompt,
@@ -56,14 +56,15 @@ def run(ctx: GateContext) -> Outcome:
             nonce = tokenize(ctx, f"[{ctx.run_id} {n} {i}]\n", special=True)
             prompts.append(nonce + corpus_ids(ctx, corpus, seeded(seed, "conc", n, i), length))
         barrier = threading.Barrier(n)
-        with ThreadPoolExecutor(max_workers=n) as pool:
-            futures = [pool.submit(_stream, ctx, p, gen, barrier) for p in prompts]
-            replies, errors = [], []
-            for future in futures:
-                try:
-                    replies.append(future.result())
-                except RequestFailed as exc:
-                    errors.append(exc.message)
+        replies, errors = [], []
+        with FanOut(functools.partial(_stream, ctx, gen, barrier), prompts, n) as streams_done:
+            for done in streams_done:
+                if done.answer is not None:
+                    replies.append(done.answer)
+                elif isinstance(done.error, RequestFailed):
+                    errors.append(done.error.message)
+                else:
+                    raise done.error or AssertionError("a stream without reply or error")
         record: dict[str, Any] = {"streams": n, "errors": errors}
         if replies and not errors:
             per = [stream_timing(r.start, r.arrivals, r.completion_tokens) for r in replies]

@@ -1,8 +1,11 @@
-"""Gate data: GSM8K (test + train for few-shot) and WikiText-2, from a path, the cache, or online.
+"""Gate data: GSM8K (test + train for few-shot) and WikiText-2, from a path, the copy paroctl
+ships, the cache, or online.
 
-Lookup order: an explicit path; PAROCTL_DATA_DIR (a directory holding gsm8k/ and wikitext2/, the
-layout CI and air-gapped boxes provide); the download cache under PAROCTL_CACHE; otherwise one
-download from the public source into that cache.
+Lookup order: an explicit path (--data, --corpus); PAROCTL_DATA_DIR (a directory holding gsm8k/
+and wikitext2/, the layout CI and air-gapped boxes provide); the download cache under
+PAROCTL_CACHE (a box that fetched once keeps gating the same bytes); the copy shipped with paroctl
+(the repository's tests/data, with its licences: no flag and no network needed, so the README's
+demo gates an offline box); otherwise one download from the public source into that cache.
 """
 
 from __future__ import annotations
@@ -30,16 +33,28 @@ class Question:
     answer: str
 
 
-def _data_dir() -> Path | None:
+# The flag that names each data set's path, for the hint when it cannot be found.
+FLAGS = {"gsm8k": "--data", "wikitext2": "--corpus"}
+# Where the shipped copy sits: `data` in a wheel, `tests/data` in a checkout (the same files).
+SHIPPED = ("data", "tests/data")
+
+
+def _data_dirs() -> list[Path]:
+    """Directories holding gsm8k/ and wikitext2/: PAROCTL_DATA_DIR, the cache, the shipped copy."""
     value = env.get("PAROCTL_DATA_DIR")
-    return Path(value).expanduser() if value else None
+    dirs = [Path(value).expanduser()] if value else []
+    return [*dirs, _cache(), *(state.resource_path(name) for name in SHIPPED)]
+
+
+def _found(relative: str) -> Path | None:
+    return next((d / relative for d in _data_dirs() if (d / relative).is_file()), None)
 
 
 def _cache() -> Path:
     return state.cache_dir() / "data"
 
 
-def _download(url: str) -> bytes:
+def _download(url: str, dataset: str) -> bytes:
     import requests
 
     try:
@@ -47,7 +62,8 @@ def _download(url: str) -> bytes:
         response.raise_for_status()
     except requests.RequestException as exc:
         raise DataError(
-            f"cannot download {url} ({exc}); offline? pass --data PATH or set PAROCTL_DATA_DIR"
+            f"cannot download {url} ({exc}); offline? pass {FLAGS[dataset]} PATH or set "
+            f"PAROCTL_DATA_DIR to a directory holding {dataset}/"
         ) from exc
     return response.content
 
@@ -64,12 +80,11 @@ def gsm8k_file(split: str, path: Path | None = None) -> Path:
         if not path.is_file():
             raise DataError(f"{path}: no GSM8K {split} split there")
         return path
-    shared = _data_dir()
-    if shared is not None and (shared / "gsm8k" / f"{split}.jsonl").is_file():
-        return shared / "gsm8k" / f"{split}.jsonl"
+    found = _found(f"gsm8k/{split}.jsonl")
+    if found is not None:
+        return found
     cached = _cache() / "gsm8k" / f"{split}.jsonl"
-    if not cached.is_file():
-        state.atomic_write(cached, _download(GSM8K_URL.format(split=split)))
+    state.atomic_write(cached, _download(GSM8K_URL.format(split=split), "gsm8k"))
     return cached
 
 
@@ -98,13 +113,12 @@ def wikitext2_file(path: Path | None = None) -> Path:
         if not path.is_file():
             raise DataError(f"{path}: no WikiText-2 text there")
         return path
-    shared = _data_dir()
-    if shared is not None and (shared / "wikitext2" / "wiki.test.raw").is_file():
-        return shared / "wikitext2" / "wiki.test.raw"
+    found = _found("wikitext2/wiki.test.raw")
+    if found is not None:
+        return found
     cached = _cache() / "wikitext2" / "wiki.test.raw"
-    if not cached.is_file():
-        with zipfile.ZipFile(io.BytesIO(_download(WIKITEXT2_URL))) as archive:
-            state.atomic_write(cached, archive.read(WIKITEXT2_MEMBER))
+    with zipfile.ZipFile(io.BytesIO(_download(WIKITEXT2_URL, "wikitext2"))) as archive:
+        state.atomic_write(cached, archive.read(WIKITEXT2_MEMBER))
     return cached
 
 

@@ -8,18 +8,19 @@ number from this gate can be compared with a number from `lm_eval --tasks gsm8k`
 
 from __future__ import annotations
 
+import contextlib
 import random
 import re
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from paroctl.client import RequestFailed
 from paroctl.gates import data
-from paroctl.gates.base import GateContext, Outcome
+from paroctl.gates.base import FanOut, Finished, GateContext, Outcome
 from paroctl.gates.stats import wilson
+from paroctl.gates.watch import ServeChanged
 
 # --- scoring (pure) --------------------------------------------------------------------------
 
@@ -213,26 +214,40 @@ def run(ctx: GateContext) -> Outcome:
     pending = [q for q in questions if ctx.done.get(f"q{q.index}", {}).get("outcome") not in _FINAL]
     ctx.progress.start("gsm8k", len(questions), completed=len(questions) - len(pending))
     shots = fewshot_indices(len(train), len(questions))
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        futures = {
-            pool.submit(_ask, ctx, q, [train[i] for i in shots[q.index]]): q for q in pending
-        }
-        for future in as_completed(futures):
-            question = futures[future]
-            try:
-                record = future.result()
-                outcome = outcome_of(record, metric)
-            except RequestFailed as exc:
-                # Never abort the run for one item: record it and carry on.
-                record = {"index": question.index, "error": exc.message, "faults": exc.faults}
-                outcome = "error"
-            ctx.record(f"q{question.index}", outcome, record)
-            ctx.progress.advance()
+
+    def ask(question: data.Question) -> dict[str, Any]:
+        return _ask(ctx, question, [train[i] for i in shots[question.index]])
+
+    with FanOut(ask, pending, concurrency) as answers:
+        try:
+            for done in answers:
+                _keep(ctx, done, metric)
+        except KeyboardInterrupt:
+            # Ctrl-C or SIGTERM: send nothing more, keep what has already arrived.
+            with contextlib.suppress(ServeChanged):  # not the run's serve: not its answers
+                for done in answers.ready():
+                    _keep(ctx, done, metric)
+            raise
     items = [ctx.done[f"q{q.index}"] for q in questions if f"q{q.index}" in ctx.done]
     return _verdict(tally(items, metric), metric, band.min_lower_bound if band else None, ctx)
 
 
 _FINAL = ("correct", "wrong", "invalid", "truncated")
+
+
+def _keep(ctx: GateContext, done: Finished[data.Question, dict[str, Any]], metric: str) -> None:
+    """Store one finished question: its scored answer, or the failure of its request."""
+    question = done.item
+    if done.answer is not None:
+        record, outcome = done.answer, outcome_of(done.answer, metric)
+    elif isinstance(done.error, RequestFailed):
+        # Never abort the run for one item: record it and carry on.
+        record = {"index": question.index, "error": done.error.message, "faults": done.error.faults}
+        outcome = "error"
+    else:
+        raise done.error or AssertionError("a finished item without answer or error")
+    ctx.record(f"q{question.index}", outcome, record)
+    ctx.progress.advance()
 
 
 def _verdict(t: Tally, metric: str, floor: float | None, ctx: GateContext) -> Outcome:

@@ -293,6 +293,26 @@ class KldBand(_Strict):
     min_top1: Fraction
 
 
+class LmEvalTask(_Strict):
+    """One lm-eval task's band: the 95% lower bound of `metric` (lm-eval's name) under `filter`
+    must reach min_lower_bound (Wilson for 0/1 samples, else a seeded bootstrap)."""
+
+    metric: Word = "acc"
+    filter: Word = "none"
+    min_lower_bound: Fraction | None = None  # None: run and record, do not judge
+
+
+class LmEvalBand(_Strict):
+    """`paroctl gate lm-eval`: lm-eval tasks, run by lm-eval itself against the serve."""
+
+    tasks: dict[Word, LmEvalTask] = Field(min_length=1, max_length=64)
+    limit: Annotated[int, Field(gt=0, le=100_000, strict=True)] | None = None  # None: all
+    concurrency: Streams = 8
+    num_fewshot: Annotated[int, Field(ge=0, le=64, strict=True)] | None = None  # None: the task's
+    # The accuracy a task may give up against the run named by --against (paired, per sample).
+    margin: Fraction = 0.02
+
+
 GateName = Literal["sanity", "greedy", "gsm8k", "decode", "prefill", "concurrency", "kld"]
 
 
@@ -315,6 +335,7 @@ class Gates(_Strict):
     concurrency: ConcurrencyBand | None = None
     kv: KvBand | None = None
     kld: KldBand | None = None
+    lm_eval: LmEvalBand | None = None
 
 
 class ProfileBody(_Strict):

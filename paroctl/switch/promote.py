@@ -36,9 +36,8 @@ def switch_to(
     from paroctl.profile import profiles
     from paroctl.switch.switch import default_deps, switch
 
-    progress.start(f"switch to {profile.name}", 1)
+    progress.note(f"switching the live serve to {profile.name}")
     switch(profile, default_deps(events), load_profile=profiles.load, timeout_s=timeout_s)
-    progress.advance()
     live = state.read_live()
     if live is None:
         raise StateError(f"the switch to {profile.name} left nothing live")
@@ -60,6 +59,12 @@ def kld_reference_by_switching(ctx: GateContext, request: Request) -> Reference:
         )
     switches: list[str] = []
     live = ctx.target.live
+    if not same:
+        # It takes the candidate off the air for two boots: say so before, not after.
+        ctx.progress.note(
+            f"kld: no stored reference fits ({request.why}); switching the live serve to "
+            f"{plan.reference.name} to collect one, then back to {plan.candidate.name}"
+        )
     try:
         if not same:
             live = switch_to(plan.reference, ctx.progress)
@@ -74,6 +79,7 @@ def kld_reference_by_switching(ctx: GateContext, request: Request) -> Reference:
         if not same:
             live = switch_to(plan.candidate, ctx.progress)  # back to what was live at the start
             switches.append(plan.candidate.name)
+            ctx.watch.rebind(live)  # the gate's own switches: its candidate now has a new boot
     return kld.Reference(
         rows=rows,
         note=request.why,
@@ -94,9 +100,19 @@ def run_kld(options: Mapping[str, Any], **kwargs: Any) -> GateResult:
 
 # Cheapest and most decisive first: a broken serve fails in seconds, not after GSM8K.
 ORDER = ("sanity", "greedy", "decode", "prefill", "concurrency", "kld", "gsm8k")
-# A promotion's gates are short versions unless the caller's options say otherwise.
+# A promotion's gates are short versions unless the band or the caller's options say otherwise.
 SHORT = {"gsm8k": {"limit": 200}, "kld": {"chunks": 32}}
-DECISIONS = {"promoted": "pass", "rolled back": "fail", "inconclusive": "unjudged"}
+# What `switch --gate-limit N` bounds, per gate.
+LIMITED = {"gsm8k": "limit"}
+DECISIONS = {
+    "promoted": "pass",
+    "rolled back": "fail",
+    "inconclusive": "unjudged",
+    "interrupted": "interrupted",
+}
+# Promotion progress goes to the switch's display: on a terminal its live line, in a log one
+# line each; at most one per this many seconds (GSM8K on the CPU box: ~2 h for 200 questions).
+PROGRESS_INTERVAL_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -128,8 +144,8 @@ class Decision:
 
     @property
     def exit_code(self) -> int:
-        """0 promoted (or planned), 1 a gate failed, 2 the gates could not decide."""
-        return {"rolled back": 1, "inconclusive": 2}.get(self.decision, 0)
+        """0 promoted (or planned), 1 a gate failed, 2 the gates could not decide, 130 stopped."""
+        return {"rolled back": 1, "inconclusive": 2, "interrupted": 130}.get(self.decision, 0)
 
     def lines(self) -> list[str]:
         """The decision and each gate's verdict with its evidence, for the CLI to print."""
@@ -174,6 +190,37 @@ def plan_lines(target: Profile, previous: str | None, gates: Sequence[str]) -> l
     ]
 
 
+def gate_options(
+    name: str, target: Profile, options: Mapping[str, Any] | None, limit: int | None
+) -> dict[str, Any]:
+    """One gate's options in a promotion: the short version, unless the profile's band sets its
+    own (`gates.gsm8k.limit`), then the caller's options, then `--gate-limit`."""
+    opts = dict(SHORT.get(name, {}))
+    band = getattr(target.body.gates, name, None)
+    fields_set: set[str] = set(getattr(band, "model_fields_set", ()))
+    for key in [key for key in opts if key in fields_set]:
+        opts[key] = getattr(band, key)  # the band's own value, stored with the run
+    opts.update(dict((options or {}).get(name) or {}))
+    if limit is not None and name in LIMITED:
+        opts[LIMITED[name]] = limit
+    return opts
+
+
+def _progress(events: EventSink | None) -> Progress:
+    """Gate progress for the switch's display: counts as "progress" events, notes as steps."""
+    from paroctl.events import Event, ProgressLines
+    from paroctl.gates.base import NoProgress
+
+    if events is None:
+        return NoProgress()
+    sink = events
+    return ProgressLines(
+        lambda line: sink(Event("progress", line)),
+        interval_s=PROGRESS_INTERVAL_S,
+        say=lambda line: sink(Event("step", line)),
+    )
+
+
 def run(
     profile_name: str,
     gates: str,
@@ -183,8 +230,15 @@ def run(
     store_path: Path | None = None,
     events: EventSink | None = None,
     timeout_s: float | None = None,
+    limit: int | None = None,
+    keep_on_interrupt: bool = False,
 ) -> Decision:
-    """`paroctl switch NAME --gate GATES`: switch, gate, and keep the new build only if it holds."""
+    """`paroctl switch NAME --gate GATES`: switch, gate, and keep the new build only if it holds.
+
+    limit: `--gate-limit`, the questions GSM8K asks (else the band's, else 200). Ctrl-C or
+    SIGTERM during a gate stops it at once (its answers kept), rolls back (or keeps NAME live
+    with keep_on_interrupt), records the decision, then raises KeyboardInterrupt saying so.
+    """
     from paroctl import state
     from paroctl.profile import profiles
 
@@ -195,36 +249,86 @@ def run(
     if dry_run:
         lines = plan_lines(target, previous, names)
         return Decision(target.name, previous, "planned", (), None, "\n".join(lines))
-    from paroctl.gates.base import NoProgress
-
-    progress = NoProgress()
+    progress = _progress(events)
     candidate = switch_to(target, progress, events, timeout_s)
+    # Opened before the first gate: a promotion killed outright leaves a record that says so.
+    run_id = _open_record(target, candidate, names, store_path)
     verdicts: list[Verdict] = []
-    for name in names:
-        verdict = _gate(name, dict((options or {}).get(name) or {}), target, live, store_path)
-        verdicts.append(verdict)
-        if verdict.verdict == "fail":
-            break
+    name = names[0]
+    try:
+        for name in names:
+            opts = gate_options(name, target, options, limit)
+            verdict = _gate(name, opts, target, live, store_path, progress)
+            verdicts.append(verdict)
+            if verdict.verdict == "fail":
+                break
+    except KeyboardInterrupt as exc:
+        verdicts.append(
+            Verdict(name, "interrupted", getattr(exc, "run_id", None), str(exc) or "Ctrl-C")
+        )
+        back = _Back(progress, events, keep_on_interrupt)
+        stopped = _interrupted(target, candidate, live, verdicts, run_id, back, store_path)
+        raise KeyboardInterrupt(f"{stopped.message}; decision record {stopped.run_id}") from exc
     decision = decide(verdicts, target.body.gates.inconclusive)
     if decision != "promoted":
         _roll_back(previous, progress, events)
-    return _record(target, candidate, live, decision, verdicts, store_path)
+    return _record(run_id, target, candidate, live, decision, verdicts, store_path)
+
+
+@dataclass(frozen=True)
+class _Back:
+    """How an interrupted promotion goes back: its display, and whether to keep the candidate."""
+
+    progress: Progress
+    events: EventSink | None
+    keep: bool
+
+
+def _interrupted(
+    target: Profile,
+    candidate: LiveRecord,
+    previous: LiveRecord | None,
+    verdicts: Sequence[Verdict],
+    run_id: str,
+    how: _Back,
+    store_path: Path | None,
+) -> Decision:
+    """Ctrl-C or SIGTERM during a gate: roll back (or keep the candidate), record why."""
+    from paroctl.errors import ParoctlError
+
+    back = previous.serve.profile if previous else None
+    if how.keep:
+        what = "kept live as asked"
+    else:
+        how.progress.note(f"interrupted: rolling back to {back or 'nothing live'}")
+        try:
+            _roll_back(back, how.progress, how.events)
+            what = f"rolled back to {back}" if back else "stopped (nothing was live before)"
+        except ParoctlError as exc:
+            what = f"the rollback to {back} FAILED ({exc.message}); see `paroctl status`"
+    return _record(
+        run_id, target, candidate, previous, "interrupted", verdicts, store_path, what=what
+    )
 
 
 def _gate(
     name: str,
-    options: dict[str, Any],
+    opts: dict[str, Any],
     target: Profile,
     previous: LiveRecord | None,
     store_path: Path | None,
+    progress: Progress,
 ) -> Verdict:
     from paroctl.errors import ParoctlError
     from paroctl.gates import run_gate
 
-    opts = {**SHORT.get(name, {}), **options}
     try:
         result = run_gate(
-            name, opts, kld_reference=kld_reference_by_switching, store_path=store_path
+            name,
+            opts,
+            kld_reference=kld_reference_by_switching,
+            store_path=store_path,
+            progress=progress,
         )
     except ParoctlError as exc:
         # The gate could not measure: neither a pass nor a fail; the profile's rule decides.
@@ -295,40 +399,60 @@ def _roll_back(previous: str | None, progress: Progress, events: EventSink | Non
     switch_to(profiles.load(previous), progress, events)
 
 
+def _provenance(candidate: LiveRecord, target: Profile) -> Any:
+    from paroctl.gates.base import paroctl_version
+    from paroctl.store.results import Provenance
+
+    return Provenance(
+        profile=target.name,
+        profile_hash=candidate.serve.hash or None,
+        knobs=dict(candidate.knobs),
+        image=candidate.image,
+        boot_id=candidate.boot_id,
+        first_boot=candidate.first_boot,
+        paroctl_version=paroctl_version(),
+        server_version=None,
+    )
+
+
+def _open_record(
+    target: Profile, candidate: LiveRecord, names: Sequence[str], store_path: Path | None
+) -> str:
+    """The decision record, opened as running (with this process's pid) before the gates."""
+    import os
+
+    from paroctl.store.results import new_run_id, open_store
+
+    run_id = new_run_id("promote")
+    with open_store(store_path) as store:
+        options = {"gates": list(names), "pid": os.getpid()}
+        store.start_run(run_id, "promote", _provenance(candidate, target), options)
+    return run_id
+
+
 def _record(
+    run_id: str,
     target: Profile,
     candidate: LiveRecord,
     previous: LiveRecord | None,
     decision: str,
     verdicts: Sequence[Verdict],
     store_path: Path | None,
+    what: str | None = None,
 ) -> Decision:
-    """One decision record in the results store: decision, every gate's evidence, the old runs."""
+    """Close the decision record: decision, every gate's evidence, the old runs."""
     from dataclasses import asdict
 
-    from paroctl.gates.base import paroctl_version
-    from paroctl.store.results import Provenance, new_run_id, open_store
+    from paroctl.store.results import open_store
 
-    run_id = new_run_id("promote")
     gates_text = "; ".join(f"{v.gate} {v.verdict}" for v in verdicts)
-    message = f"{decision}: {target.name} ({gates_text})"
+    message = f"{decision}: {target.name}{f', {what}' if what else ''} ({gates_text})"
     with open_store(store_path) as store:
         old_runs = (
             [r["run_id"] for r in store.last_gate_results(previous.serve.profile)]
             if previous
             else []
         )
-        provenance = Provenance(
-            profile=target.name,
-            profile_hash=candidate.serve.hash or None,
-            knobs=dict(candidate.knobs),
-            image=candidate.image,
-            boot_id=candidate.boot_id,
-            first_boot=candidate.first_boot,
-            paroctl_version=paroctl_version(),
-            server_version=None,
-        )
-        store.start_run(run_id, "promote", provenance, {"gates": [v.gate for v in verdicts]})
         summary = {
             "decision": decision,
             "rule": target.body.gates.inconclusive,
@@ -340,6 +464,44 @@ def _record(
                 "run_ids": old_runs,
             },
         }
+        if what:
+            summary["outcome"] = what
         store.finish_run(run_id, DECISIONS[decision], summary, message=message)
     prev_name = previous.serve.profile if previous else None
     return Decision(target.name, prev_name, decision, tuple(verdicts), run_id, message)
+
+
+def last_decision_line(store_path: Path | None = None) -> str | None:
+    """The newest promotion as `status` shows it; None when there is none.
+
+    A promotion still "running" whose process is gone was killed outright (SIGKILL): its
+    candidate may be live with no decision taken.
+    """
+    from paroctl.store.results import open_store
+
+    with open_store(store_path) as store:
+        runs = store.runs(gate="promote", limit=1)
+    if not runs:
+        return None
+    run = runs[0]
+    if run["status"] != "running":
+        return f"promote: {run['message']} ({run['finished_at']}; {run['run_id']})"
+    pid = int(run["options"].get("pid") or 0)
+    if pid > 0 and _alive(pid):
+        return f"promote: {run['profile']} being gated (paroctl pid {pid}; {run['run_id']})"
+    return (
+        f"promote: {run['profile']} INTERRUPTED with no decision (paroctl pid {pid} is gone; "
+        f"{run['run_id']}): it may be live ungated; `paroctl switch NAME` to choose"
+    )
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process holds that pid: it exists
+    return True
