@@ -1,22 +1,27 @@
 """Our ops as served and by path, against every W4 peer, in one run.
 
     python -m benchmarks.kernels.peers --out DIR/peers.json [--shapes qkv,gate_up] [--ms 1,16]
-        [--budget-s 300] [--sweep-dequant|--sweep-dequant-prologue|--ab-prologue] [--skip V,..]
-        [--skip-prefill V,..] [--gemlite-config FILE] [--only-check]
+        [--budget-s 300] [--m-major] [--precompile N [--precompile-only]] [--skip V,..]
+        [--skip-prefill V,..] [--skip-decode V,..]
+        [--sweep-dequant-prologue|--sweep-gemv2-rot] [--gemlite-config FILE] [--only-check]
 
-Per (shape, M): cuBLAS bf16, `torch._weight_int4pack_mm` (g128), GemLite A16W4 / A8W4 g128 (when
-importable; autotune pinned by --gemlite-config, written back after the run), fp8
-`torch._scaled_mm` rowwise (activations pre-quantized: the GEMM alone), ours as served
-(`route.linear`: the M-band dispatch, prologue included) and each of our paths (gemv with the
-block prologue, gemv with the Givens layers inside, the tile kernels, dequant + cuBLAS), and the
-W4A8 ops as served. Timing and DRAM feeding: `time_us` (CUDA-graph replays over weight copies
-past 4x L2). Roofline: format-minimal bytes over the copy bandwidth this run measured.
+Per (shape, M): cuBLAS bf16, Marlin (`benchmarks.kernels.marlin`: built from `.peers/marlin`, the
+no-hint build at M <= 64 and the published one above, each cell checked against fp32 before and
+after its timing; a failed check is an error row, not a time), `torch._weight_int4pack_mm`
+(g128), GemLite A16W4 / A8W4 g128 (when importable; autotune pinned by --gemlite-config, written
+back after the run), fp8 `torch._scaled_mm` rowwise (activations pre-quantized: the GEMM
+alone), ours as served (`route.linear`: the M-band dispatch, prologue included) and each of our
+paths (gemv with the block prologue, gemv with the Givens layers inside, the tile kernels,
+dequant + cuBLAS), and the W4A8 ops as served. Timing and DRAM feeding: `time_us` (CUDA-graph
+replays over weight copies past 4x L2; each shape's layers made once for every M). Roofline:
+format-minimal bytes over the copy bandwidth this run measured.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import fnmatch
 import functools
 import json
 import sys
@@ -26,6 +31,7 @@ from typing import Any
 
 import torch
 
+from benchmarks.kernels import marlin
 from benchmarks.kernels.common import (
     SHAPES,
     G,
@@ -42,7 +48,7 @@ from benchmarks.kernels.common import (
     with_givens,
 )
 
-W4_PEERS = ("int4pack", "gemlite-a16w4", "gemlite-a8w4")
+W4_PEERS = ("marlin", "int4pack", "gemlite-a16w4", "gemlite-a8w4")
 
 
 def _rot_bytes(k: int, parts: int, krot: int = 8) -> int:
@@ -56,13 +62,8 @@ def _ours(n: int, k: int, sizes: tuple[int, ...], m: int, dev: torch.device, pat
 
     if fmt.startswith("mxfp4"):
         return _mx(n, k, sizes, m, dev, fmt == "mxfp4-paro")
-    bits = 5 if fmt == "int5" else 4
-    preps = [random_prep(n, k, sizes, bits, dev) for _ in range(copies(bytes_w4(n, k, 0)))]
-    # as the plugin prepares a layer: the Givens tables and the W4A8 channel maxima beside it
-    # (random here; `path-gemv-blocks` drops the tables: the prologue path)
-    preps = [dataclasses.replace(with_givens(p, k, len(sizes), dev),
-                                 w8_amax=torch.rand(n, device=dev) + 0.5)
-             for p in preps]  # fmt: skip
+    preps = _int_preps(n, k, sizes, 5 if fmt == "int5" else 4, dev)
+    bits = preps[0].bits
     x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
     if fmt.startswith("w8-"):  # the 8-bit vendor GEMM path of W4A8 prefill, forced
 
@@ -95,6 +96,20 @@ def _ours(n: int, k: int, sizes: tuple[int, ...], m: int, dev: torch.device, pat
     return cycling([functools.partial(call, p) for p in preps])
 
 
+@functools.cache
+def _int_preps(n: int, k: int, sizes: tuple[int, ...], bits: int, dev: torch.device) -> list[Any]:
+    """A shape's random layers (copies past 4x L2), made once for every M of the run: as the
+    plugin prepares a layer, the Givens tables and the W4A8 channel maxima beside it (random
+    here; `path-gemv-blocks` drops the tables: the prologue path)."""
+    preps = [random_prep(n, k, sizes, bits, dev) for _ in range(copies(bytes_w4(n, k, 0)))]
+    return [dataclasses.replace(with_givens(p, k, len(sizes), dev),
+                                w8_amax=torch.rand(n, device=dev) + 0.5)
+            for p in preps]  # fmt: skip
+
+
+_mx_preps = functools.cache(mx_preps)  # the same, MXFP4 / MXFP4-PARO
+
+
 def _mx(n: int, k: int, sizes: tuple[int, ...], m: int, dev: torch.device,
         rot: bool) -> Callable[[], object]:  # fmt: skip
     """MXFP4 as served (`mx_route.mx_linear`, the W4A8 fp8 layer of the box's checkpoints: its
@@ -103,7 +118,7 @@ def _mx(n: int, k: int, sizes: tuple[int, ...], m: int, dev: torch.device,
     from paro_kernels.triton import mx_route
 
     x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-    preps = mx_preps(n, k, sizes, rot, dev)
+    preps = _mx_preps(n, k, sizes, rot, dev)
     return cycling([functools.partial(mx_route.mx_linear, p, x, None, "fp8") for p in preps])
 
 
@@ -117,6 +132,8 @@ def _bytes(kind: str, n: int, k: int, m: int, act: int, parts: int) -> int:
         return bytes_w4(n, k, m, act) + k * n // 8
     if kind == "mx":
         return n * k // 2 + n * k // 32 + parts * act * m * k + 2 * m * n
+    if kind == "marlin":  # int4 codes + fp16 scales (symmetric: no zeros)
+        return k * n // 2 + (k // G) * n * 2 + act * m * k + 2 * m * n
     return bytes_w4(n, k, m, act)
 
 
@@ -163,6 +180,7 @@ def cell_variants(m: int) -> list[tuple[str, str, Callable[..., Callable[[], obj
             lambda n, k, s, m, d: _ours(n, k, s, m, d, None, fmt="mxfp4-paro"),
             2,
         ),
+        ("marlin", "marlin", marlin.peer, 2),
         ("int4pack", "peer", lambda n, k, s, m, d: int4pack(n, k, m, d), 2),
         ("gemlite-a16w4", "peer", lambda n, k, s, m, d: _gemlite(n, k, m, d, False), 2),
         ("gemlite-a8w4", "peer", lambda n, k, s, m, d: _gemlite(n, k, m, d, True), 1),
@@ -209,11 +227,12 @@ def bench_cell(name: str, n: int, k: int, sizes: tuple[int, ...], m: int, reps: 
              "bytes": 2 * k * n + 2 * m * k + 2 * m * n}]  # fmt: skip
     del wd
     for vname, kind, build, act in cell_variants(m):
-        if vname in skip:
+        if _skipped(vname, skip):
             continue
-        err, us = "", float("nan")
+        err, us, extra = "", float("nan"), dict[str, Any]()
         try:
-            us = time_us(build(n, k, sizes, m, dev), reps)
+            fn = build(n, k, sizes, m, dev)
+            us, err, extra = _checked_time(fn, reps)
         except Exception as e:  # one broken variant must not lose the cell
             err = f"{type(e).__name__}: {str(e)[:300]}"
         torch.cuda.empty_cache()
@@ -223,13 +242,31 @@ def bench_cell(name: str, n: int, k: int, sizes: tuple[int, ...], m: int, reps: 
                      "variant": vname, "kind": kind, "us": us, "error": err,
                      "bytes": _bytes(kind, n, k, m, act, parts),
                      "rot_bytes": _rot_bytes(k, len(sizes)) if rotated else 0,
-                     "band": route.band(m)})  # fmt: skip
+                     "band": route.band(m), **extra})  # fmt: skip
     return finish(rows, bw)
 
 
+def _checked_time(fn: Callable[[], object], reps: int) -> tuple[float, str, dict[str, Any]]:
+    """(us, error, extra row fields): a closure with a `check` (Marlin's `Cell`) is checked
+    against its fp32 reference before and after the timing; a failed check is not timed."""
+    check = getattr(fn, "check", None)
+    if check is None:
+        return time_us(fn, reps), "", {}
+    extra: dict[str, Any] = {"build": getattr(fn, "build", ""), "check_rel": [check()]}
+    if not marlin.Cell.ok(extra["check_rel"][0]):
+        return float("nan"), f"check failed: rel {extra['check_rel'][0]:.2e}", extra
+    us = time_us(fn, reps)
+    extra["check_rel"].append(check())
+    if not marlin.Cell.ok(extra["check_rel"][1]):
+        return float("nan"), f"check failed after timing: rel {extra['check_rel'][1]:.2e}", extra
+    return us, "", extra
+
+
 def finish(rows: list[dict[str, Any]], bw: float) -> list[dict[str, Any]]:
-    """Add GB/s, % roofline (with and without rotation records), x cuBLAS, x best W4 peer."""
+    """Add GB/s, % roofline (with and without rotation records), x cuBLAS, x Marlin, x best W4
+    peer (Marlin among them)."""
     cub = next(r["us"] for r in rows if r["variant"] == "cublas-bf16")
+    mar = next((r["us"] for r in rows if r["variant"] == "marlin"), float("nan"))
     peers = [r["us"] for r in rows if r["variant"] in W4_PEERS and r["us"] == r["us"]]
     best = min(peers) if peers else float("nan")
     for r in rows:
@@ -238,74 +275,9 @@ def finish(rows: list[dict[str, Any]], bw: float) -> list[dict[str, Any]]:
         r["roofline"] = r["bytes"] / bw / s
         r["roofline_rot"] = (r["bytes"] + r.get("rot_bytes", 0)) / bw / s
         r["x_cublas"] = cub / r["us"]
+        r["x_marlin"] = mar / r["us"]
         r["x_best_w4_peer"] = best / r["us"]
     return rows
-
-
-GEMV2_SWEEP_FINAL: dict[str, list[dict[str, Any]]] = {
-    # the two winners of GEMV2_SWEEP's H200 run (2026-12-01) combined, and more programs
-    "fma": [dict(kw=8, programs_per_sm=8), dict(kw=4, programs_per_sm=8),
-            dict(kw=8, programs_per_sm=16), dict(kw=4, programs_per_sm=16),
-            dict(kw=8, programs_per_sm=4), dict(kw=2, programs_per_sm=8)],
-}  # fmt: skip
-GEMV2_SWEEP: dict[str, list[dict[str, Any]]] = {
-    # warps / kw / programs per SM / stages
-    "fma": [dict(num_warps=4, kw=4), dict(num_warps=4, kw=8), dict(num_warps=4, kw=2),
-            dict(num_warps=4, kw=4, programs_per_sm=2), dict(num_warps=4, kw=4, programs_per_sm=8),
-            dict(num_warps=4, kw=4, num_stages=3), dict(num_warps=4, kw=4, num_stages=1),
-            dict(num_warps=2, kw=4, block_n=256), dict(num_warps=8, kw=4, block_n=1024)],
-}  # fmt: skip
-
-
-def sweep_gemv2(reps: int, shapes: tuple[str, ...] = ("qkv", "gate_up", "down"),
-                ms: tuple[int, ...] = (1, 2),
-                table: dict[str, list[dict[str, Any]]] | None = None,
-                ) -> list[dict[str, Any]]:  # fmt: skip
-    """The FMA GEMV (`gemv2_w4a16`) alone (prologue outputs made once) at candidate configs."""
-    from paro_kernels.triton import gemv_fma, prologue
-
-    dev = torch.device("cuda")
-    out = []
-    for name in shapes:
-        _, n, k, sizes = next(s for s in SHAPES if s[0] == name)
-        preps = [random_prep(n, k, sizes, 4, dev) for _ in range(copies(bytes_w4(n, k, 0)))]
-        for m in ms:
-            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-            p0 = preps[0]
-            xr, rs = prologue.rotate_scale(x, p0.rot_hi, p0.rot_lo, G, nibble_scaled=True)
-            for kind in ("fma",):
-                for kw in (table or GEMV2_SWEEP)[kind]:
-                    cfg = gemv_fma.gemv2_config(m, n, k, G, bounds(sizes), 132, **kw)
-                    fns = [functools.partial(
-                        gemv_fma.gemv2_w4a16, xr, rs, p, torch.bfloat16, None, cfg)
-                        for p in preps]  # fmt: skip
-                    try:
-                        us = time_us(cycling(fns), reps)
-                    except Exception as e:
-                        us = float("nan")
-                        print("sweep error", type(e).__name__, str(e)[:300])
-                    nb = bytes_w4(n, k, m)
-                    out.append(
-                        {
-                            "shape": name,
-                            "m": m,
-                            "kind": kind,
-                            **dataclasses.asdict(cfg),
-                            "us": us,
-                            "hbm_pct_4p3": nb / 4.3e12 / (us * 1e-6) * 100,
-                        }
-                    )
-                    print(
-                        f"gemv2 {name} M={m} {cfg}: {us:.2f} us "
-                        f"{out[-1]['hbm_pct_4p3']:.0f}% of 4.3 TB/s",
-                        flush=True,
-                    )
-            fns = [functools.partial(prologue.rotate_scale, x, p.rot_hi, p.rot_lo, G,
-                                     nibble_scaled=True) for p in preps]  # fmt: skip
-            us = time_us(cycling(fns), reps)
-            out.append({"shape": name, "m": m, "kind": "prologue", "us": us})
-            print(f"prologue {name} M={m}: {us:.2f} us", flush=True)
-    return out
 
 
 GEMV2_ROT_SWEEP: list[dict[str, Any]] = [
@@ -354,31 +326,6 @@ def sweep_gemv2_rot(
                             "hbm_pct_4p3": nb / 4.3e12 / (us * 1e-6) * 100})  # fmt: skip
                 print(f"gemv2-rot {name} M={m} {label}: {us:.2f} us {out[-1]['hbm_pct_4p3']:.0f}%",
                       flush=True)  # fmt: skip
-    return out
-
-
-def sweep_dequant(reps: int) -> list[dict[str, Any]]:
-    """The prefill dequantize + rotate kernel alone at candidate (BLOCK_N, warps, splits)."""
-    from paro_kernels.triton import dequant
-
-    dev = torch.device("cuda")
-    out = []
-    for name in ("qkv", "gate_up"):
-        _, n, k, sizes = next(s for s in SHAPES if s[0] == name)
-        preps = [random_prep(n, k, sizes, 4, dev) for _ in range(copies(bytes_w4(n, k, 0)))]
-        w = torch.empty(k, n, dtype=torch.float16, device=dev)
-        for bn, nw, ns in [(128, 8, 0), (128, 4, 0), (64, 4, 0), (256, 8, 0), (128, 8, 2),
-                           (128, 8, 8), (64, 4, 8), (128, 4, 4)]:  # fmt: skip
-            fns = [functools.partial(
-                dequant.dequant_rotate, p, w, bn, nw, ns) for p in preps]  # fmt: skip
-            try:
-                us = time_us(cycling(fns), reps)
-            except Exception as e:
-                us = float("nan")
-                print("sweep error", type(e).__name__, str(e)[:200])
-            out.append({"shape": name, "block_n": bn, "warps": nw, "nsplit": ns, "us": us,
-                        "gbs": (k * n // 2 + 2 * k * n) / us / 1e3})  # fmt: skip
-            print(f"dequant sweep {name} bn={bn} w={nw} nsplit={ns}: {us:.1f} us", flush=True)
     return out
 
 
@@ -476,30 +423,6 @@ def sweep_prologue_slices(
     return out
 
 
-def ab_prologue(reps: int, shapes: tuple[str, ...], ms: tuple[int, ...]) -> list[dict[str, Any]]:
-    """The W4A16 op as served at decode M with the sliced prologue (the shipped
-    PROLOGUE_SLICE) against the block prologue (0), alternating, twice each."""
-    from paro_kernels.triton import prologue, route
-
-    dev = torch.device("cuda")
-    out = []
-    shipped = prologue.PROLOGUE_SLICE
-    for name in shapes:
-        _, n, k, sizes = next(s for s in SHAPES if s[0] == name)
-        preps = [random_prep(n, k, sizes, 4, dev) for _ in range(copies(bytes_w4(n, k, 0)))]
-        for m in ms:
-            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-            fn = cycling([functools.partial(route.linear, p, x) for p in preps])
-            for rep in range(2):
-                for sl in (shipped, 0):
-                    prologue.PROLOGUE_SLICE = sl
-                    us = time_us(fn, reps)
-                    out.append({"shape": name, "m": m, "slice": sl, "rep": rep, "us": us})
-                    print(f"ab {name} M={m} slice={sl} rep={rep}: {us:.2f} us", flush=True)
-    prologue.PROLOGUE_SLICE = shipped
-    return out
-
-
 def check(dev: str = "cuda") -> list[str]:
     """Fast correctness smoke of every path against the fp64 reference (goal shapes are slow)."""
     import sys
@@ -531,24 +454,29 @@ def main(argv: list[str] | None = None) -> None:
     """Run the peers bench; JSON written after every cell."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="peers.json")
-    ap.add_argument("--ms", default="1,2,4,8,16,64,256,2048,8192")
+    ap.add_argument("--ms", default="1,2,4,8,16,32,64,256,2048,8192")
     ap.add_argument("--shapes", default="qkv,o_proj,gate_up,down,in_proj,8b-qkv,8b-o_proj,"
                                         "8b-gate_up,8b-down")  # fmt: skip
     ap.add_argument("--reps", type=int, default=30)
-    ap.add_argument("--budget-s", type=float, default=0)
-    ap.add_argument("--sweep-dequant", action="store_true", help="the dequant kernel's configs")
-    ap.add_argument("--sweep-gemv2", action="store_true", help="the FMA GEMV's configs")
+    ap.add_argument("--budget-s", type=float, default=0, help="start no cell after this long")
     ap.add_argument(
-        "--sweep-gemv2-final",
+        "--m-major",
         action="store_true",
-        help="the FMA GEMV's configs around the first sweep's winners",
+        help="cells in --ms order (all shapes at each M), not goal cells first",
     )
-    ap.add_argument("--skip", default="", help="comma-separated variant names not to run")
+    ap.add_argument(
+        "--precompile",
+        type=int,
+        default=0,
+        help="fill Triton's cache for our variants in N processes first",
+    )
+    ap.add_argument("--precompile-only", action="store_true", help="stop after --precompile")
+    ap.add_argument("--precompile-s", type=float, default=0, help="end the precompile after")
+    ap.add_argument("--skip", default="", help="comma-separated variant names (globs) not to run")
     ap.add_argument("--skip-prefill", default="", help="variants not run at M >= 1024")
+    ap.add_argument("--skip-decode", default="", help="variants not run at M < 1024")
     ap.add_argument("--sweep-dequant-prologue", action="store_true",
                     help="the dequant kernels and the sliced prologues alone")  # fmt: skip
-    ap.add_argument("--ab-prologue", action="store_true",
-                    help="as served at M = 1, 2: sliced vs block prologue; stop")  # fmt: skip
     ap.add_argument("--sweep-gemv2-rot", action="store_true",
                     help="the Givens-inside GEMV's configs, M = 1, 2")  # fmt: skip
     ap.add_argument("--sweep-shapes", default="qkv,o_proj,gate_up,down,in_proj")
@@ -559,24 +487,28 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     torch.manual_seed(0)
     t0 = time.monotonic()
-    meta: dict[str, Any] = {"check": [] if args.ab_prologue or args.no_check else check()}
+    meta: dict[str, Any] = {"check": [] if args.no_check else check()}
     if args.only_check:
         return
     if args.gemlite_config:
         _gemlite_pin(args.gemlite_config, load=True)
+    skip = set(filter(None, args.skip.split(",")))
+    shapes, ms = args.shapes.split(","), [int(v) for v in args.ms.split(",")]
+    cells = goal_first_cells(shapes, ms)
+    if args.m_major:
+        cells.sort(key=lambda c: (ms.index(c[4]), shapes.index(c[0])))
+    if args.precompile > 1:
+        jobs = [(c[0], c[4], v[0]) for c in cells for v in cell_variants(c[4])
+                if v[1] in ("ours", "int5", "mx") and not _skipped(v[0], skip)]  # fmt: skip
+        _precompile(jobs, args.precompile, args.precompile_s)
+    if args.precompile_only:
+        return
     bw, mm = measure_peaks()
     meta.update(device=torch.cuda.get_device_name(0), copy_bw=bw, bf16_flops=mm,
                 torch=torch.__version__, triton=__import__("triton").__version__, rows=[],
                 not_run=[], command=" ".join(["python -m benchmarks.kernels.peers", *(argv or [])]),
+                marlin_rel_bound=marlin.REL_BOUND,
                 )  # fmt: skip
-    if args.sweep_dequant:
-        meta["sweep_dequant"] = sweep_dequant(args.reps)
-    if args.sweep_gemv2:
-        meta["sweep_gemv2"] = sweep_gemv2(args.reps)
-    if args.sweep_gemv2_final:
-        meta["sweep_gemv2_final"] = sweep_gemv2(
-            args.reps, ("qkv", "gate_up", "down", "o_proj", "in_proj"), (1, 2), GEMV2_SWEEP_FINAL
-        )
     if args.sweep_dequant_prologue:
         sh = tuple(args.sweep_shapes.split(","))
         meta["sweep_dequant_kernels"] = sweep_dequant_kernels(args.reps, sh)
@@ -585,35 +517,64 @@ def main(argv: list[str] | None = None) -> None:
         meta["sweep_gemv2_rot"] = sweep_gemv2_rot(
             args.reps, tuple(args.sweep_shapes.split(",")), (1, 2)
         )
-        with open(args.out, "w") as f:
-            json.dump(meta, f, indent=1)
-    if args.ab_prologue:
-        meta["ab_prologue"] = ab_prologue(args.reps, tuple(args.sweep_shapes.split(",")), (1, 2))
-        with open(args.out, "w") as f:
-            json.dump(meta, f, indent=1)
-        return
-    if args.sweep_gemv2 or args.sweep_gemv2_final or args.sweep_dequant_prologue:
-        with open(args.out, "w") as f:
-            json.dump(meta, f, indent=1)
-    skip = set(filter(None, args.skip.split(",")))
-    cells = goal_first_cells(args.shapes.split(","), [int(v) for v in args.ms.split(",")])
+    _dump(args.out, meta)
     for name, n, k, sizes, m in cells:
         if args.budget_s and time.monotonic() - t0 > args.budget_s:
             meta["not_run"].append(f"{name}@{m}")
             continue
-        pskip = set(filter(None, args.skip_prefill.split(","))) if m >= 1024 else set()
+        pskip = set(filter(None, (args.skip_prefill if m >= 1024 else args.skip_decode).split(",")))
         rows = bench_cell(name, n, k, sizes, m, args.reps, bw, skip | pskip)
         meta["rows"] += rows
         for r in rows:
             print(f"{r['shape']} M={r['m']} {r['variant']}: {r['us']:.1f} us "
-                  f"{r['roofline']:.0%} x{r['x_cublas']:.2f} cuBLAS x{r['x_best_w4_peer']:.2f} "
-                  f"peer {r.get('error', '')[:80]}", flush=True)  # fmt: skip
-        with open(args.out, "w") as f:
-            json.dump(meta, f, indent=1)
+                  f"{r['roofline']:.0%} x{r['x_cublas']:.2f} cuBLAS x{r['x_marlin']:.2f} Marlin "
+                  f"x{r['x_best_w4_peer']:.2f} peer {r.get('error', '')[:80]} "
+                  f"({time.monotonic() - t0:.0f} s)", flush=True)  # fmt: skip
+        _dump(args.out, meta)
     if args.gemlite_config:
         _gemlite_pin(args.gemlite_config, load=False)
-    with open(args.out, "w") as f:
+    _dump(args.out, meta)
+
+
+def _dump(path: str, meta: dict[str, Any]) -> None:
+    with open(path, "w") as f:
         json.dump(meta, f, indent=1)
+
+
+def _skipped(vname: str, skip: set[str]) -> bool:
+    return any(fnmatch.fnmatchcase(vname, pat) for pat in skip)
+
+
+def _precompile(jobs: list[tuple[str, int, str]], procs: int, limit_s: float) -> None:
+    """`_compile_variant` over `jobs` in `procs` spawned processes, ended (workers terminated)
+    after `limit_s` when set: the rest compile in the run itself."""
+    import multiprocessing as mp
+
+    t, errs, done = time.monotonic(), [], 0
+    with mp.get_context("spawn").Pool(procs) as pool:  # leaving it terminates the workers
+        for err in pool.imap_unordered(_compile_variant, jobs):
+            done += 1
+            errs += [err] if err else []
+            if limit_s and time.monotonic() - t > limit_s:
+                break
+    print(f"precompiled {done} of {len(jobs)} in {time.monotonic() - t:.0f} s; errors "
+          f"{len(errs)} {errs[:4]}", flush=True)  # fmt: skip
+
+
+def _compile_variant(job: tuple[str, int, str]) -> str:
+    """`precompile_pool` worker: one call of a variant at (shape, M), filling Triton's cache."""
+    name, m, vname = job
+    _, n, k, sizes = next(s for s in SHAPES if s[0] == name)
+    build = next(v[2] for v in cell_variants(m) if v[0] == vname)
+    try:
+        build(n, k, sizes, m, torch.device("cuda"))()
+        torch.cuda.synchronize()
+        return ""
+    except Exception as e:
+        return f"{name} {m} {vname}: {type(e).__name__} {str(e)[:200]}"
+    finally:  # 16 workers must not each keep every shape's layers
+        _int_preps.cache_clear()
+        _mx_preps.cache_clear()
 
 
 def _gemlite_pin(path: str, load: bool) -> None:
