@@ -604,7 +604,7 @@ def h2_mma5(shapes: list[str], ms: list[int], reps: int, t0: float,
     """Per cell, same run: int4 as served, int5 as served, int5 before (forced), the int5 mma
     op at each MMA5_GRID config (`rel` against int5 as served; registers as compiled), then the
     int5 mma GEMV alone (the shipped config)."""
-    from paro_kernels.triton import gemv_mma, gemv_mma_kernels, prologue
+    from paro_kernels.triton import gemv_mma, gemv_mma_kernels
 
     out: list[dict[str, Any]] = []
     not_run: list[str] = []
@@ -621,8 +621,7 @@ def h2_mma5(shapes: list[str], ms: list[int], reps: int, t0: float,
                                                         _mma_cfg(m, n, k, p4, kw, 5),
                                                         maxnreg=kw.get("maxnreg", 0))  # fmt: skip
         out += _cand_rows(name, m, n, k, cands, p5, reps, gemv_mma_kernels.gemv_mma_kernel)
-        p0 = p5[0]
-        xr = prologue.rotate_givens_paired(x, p0.gv_idx, p0.gv_coef, G, 0)
+        xr = _mma_input(x, p5[0])
         fns = [functools.partial(gemv_mma.gemv_mma, xr, p, torch.bfloat16) for p in p5]
         out.append(_row(name, m, n, k, "int5 mma alone", time_or_nan(fns, reps)))
     return out, not_run
@@ -682,11 +681,21 @@ def h2_gvrows(shapes: list[str], ms: list[int], reps: int, t0: float,
 def _mma_alone(name: str, m: int, n: int, k: int, x: torch.Tensor, p4: list[Any],
                reps: int) -> dict[str, Any]:  # fmt: skip
     """The int4 mma GEMV alone (shipped config) on the records prologue's output, made once."""
-    from paro_kernels.triton import gemv_mma, prologue
+    from paro_kernels.triton import gemv_mma
 
-    xr = prologue.rotate_givens_paired(x, p4[0].gv_idx, p4[0].gv_coef, G, 0)
+    xr = _mma_input(x, p4[0])
     fns = [functools.partial(gemv_mma.gemv_mma, xr, p, torch.bfloat16) for p in p4]
     return _row(name, m, n, k, "int4 mma alone", time_or_nan(fns, reps))
+
+
+def _mma_input(x: torch.Tensor, p: Any) -> torch.Tensor:
+    """The mma GEMV's input on layer p: the records prologue's output, past the 32 rows it
+    takes the sliced blocks prologue's."""
+    from paro_kernels.triton import gemv_mma, prologue
+
+    if x.shape[0] <= gemv_mma.MMA_TILE_MAX_M:
+        return prologue.rotate_givens_paired(x, p.gv_idx, p.gv_coef, G, 0)
+    return prologue.rotate_slices(x, p.rot_hi, p.rot_lo, G, paired=True, pair_shift=0)[0]
 
 
 def _path_before(m: int) -> str:
@@ -722,9 +731,11 @@ def _mma_cfg(m: int, n: int, k: int, preps: list[Any], kw: dict[str, int], bits:
 def _mma_op(x: torch.Tensor, cfg: Any, p: Any, blocks: bool = False,
             maxnreg: int | None = None) -> object:  # fmt: skip
     """The mma op on layer p at config cfg (None: the shipped one) and register cap (None: the
-    shipped one): the records prologue, or with `blocks` the sliced blocks one."""
+    shipped one): the records prologue, or with `blocks` (and past the records' 32 rows) the
+    sliced blocks one."""
     from paro_kernels.triton import gemv_mma
 
+    blocks = blocks or x.shape[0] > gemv_mma.MMA_TILE_MAX_M
     return gemv_mma.gemv_mma_linear(p, x, None, cfg, "slice" if blocks else "givens", maxnreg)
 
 

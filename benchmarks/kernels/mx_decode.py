@@ -288,6 +288,18 @@ def _path_rows(name: str, m: int, x: torch.Tensor, label: str, preps: list[Any],
                      for p in preps], reps), nbm) for path in paths]  # fmt: skip
 
 
+def _chunks_one_launch(p: Any, x: torch.Tensor) -> object:
+    """`mx_linear` on the decode chunks with CHUNKS_ONE_LAUNCH on (restored after: a graph
+    capture runs this Python once, with the setting in force)."""
+    from paro_kernels.triton import mx_gemv_mma, mx_route
+
+    keep, mx_gemv_mma.CHUNKS_ONE_LAUNCH = mx_gemv_mma.CHUNKS_ONE_LAUNCH, True
+    try:
+        return mx_route.mx_linear(p, x, None, "fp8", "chunks")
+    finally:
+        mx_gemv_mma.CHUNKS_ONE_LAUNCH = keep
+
+
 def mma_cells(shapes: list[str], ms: list[int], reps: int, t0: float, budget: float,
               grid: int = len(MMA_GRID)) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
     """Per (shape, M), same run: cuBLAS, the int4 W4A16 op as served, MXFP4
@@ -306,6 +318,9 @@ def mma_cells(shapes: list[str], ms: list[int], reps: int, t0: float, budget: fl
         if m > 16:  # the four tiles, the chunks, the 8-bit route and the GEMM (served before)
             paths = (None, *(("mma",) if tiles else ()), "chunks", "w8", "gemm")
         out += _path_rows(name, m, x, label, preps, nbm, paths, reps)
+        if not tiles:  # the chunks in one launch (`mx_gemv_mma.CHUNKS_ONE_LAUNCH`)
+            fns = [functools.partial(_chunks_one_launch, p, x) for p in preps]
+            out.append(_row(name, m, f"{label} chunks one launch", time_or_nan(fns, reps), nbm))
         if not rot and grid and tiles:  # the plain bf16 rows as served; paired at the default
             a16 = x.unsqueeze(0)
             pa = mx_gemv_mma.pair_fp16(x)

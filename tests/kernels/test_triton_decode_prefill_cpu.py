@@ -259,7 +259,7 @@ def test_aot_givens_row_blocks_sm90() -> None:
 
 
 @pytest.mark.parametrize("hi", [False, True], ids=["int4", "int5"])
-@pytest.mark.parametrize("m", [1, 2, 8, 16, 24])
+@pytest.mark.parametrize("m", [1, 2, 8, 16, 24, 48])
 def test_aot_gemv_mma_sm90(m: int, hi: bool) -> None:
     # The mma.sync GEMV at its launcher's config (NVIDIA only): per group 4 word rows
     # a thread, each 4 words (one 16-byte load) and its activation pairs (one 16-byte load), all
@@ -273,6 +273,7 @@ def test_aot_gemv_mma_sm90(m: int, hi: bool) -> None:
     # multiply and 4 shift + LOP3 pairs a word (8 lop3 in all); <= 80 / 104 registers.
     # H100 2026-12-05: four tiles (M = 17..32), 8 more activation loads and 32 more mmas on
     # the same unpack (the LOP3 count does not grow), <= 176 registers (3 programs an SM).
+    # Past 32 rows (M = 48): the four-tile kernel on 32-row chunks, the same instruction counts.
 
     from paro_kernels.triton import aot
 
@@ -280,8 +281,12 @@ def test_aot_gemv_mma_sm90(m: int, hi: bool) -> None:
     assert route.mma_gemv_ok(False, m, 128) == (route.MMA_GEMV_MIN_M <= m <= top)
     assert not route.mma_gemv_ok(True, m, 128)
     assert not route.mma_gemv_ok(False, m, 128, (6144, 6160))
-    top5 = route.MMA_GEMV5_MAX_M  # int5's four tiles: built, not timed
+    top5 = route.MMA_GEMV5_MAX_M  # int5: four tiles, then the 32-row chunks
     assert route.mma_gemv_ok(False, m, 128, (), 5) == (route.MMA_GEMV5_MIN_M <= m <= top5)
+    # int4 past 32 rows: the chunks on layers of MMA_CHUNK_MIN_WEIGHTS (gate_up's 89 M), not below
+    big, small = 17408 * 5120, 7168 * 5120
+    assert route.mma_gemv_ok(False, m + 32, 128, (), 4, big) == (m + 32 <= 64)
+    assert not route.mma_gemv_ok(False, m + 32, 128, (), 4, small)
     rep, c = aot.compile_gemv_mma("sm90", m, 7168, 5120, 128, (6144, 6656), hi=hi)
     ptx = c.asm["ptx"]  # type: ignore[attr-defined]
     assert rep.mma and rep.spills == 0, rep

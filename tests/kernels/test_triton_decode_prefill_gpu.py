@@ -137,7 +137,7 @@ def test_mma_gemv_refuses_bounds_off_its_grid() -> None:
 
 
 @pytest.mark.parametrize(("k", "sizes", "g"), [c for c in CASES if _on_the_mma_grid(c[1])])
-@pytest.mark.parametrize("m", [1, 2, 3, 5, 8, 9, 16, 17, 24, 32])
+@pytest.mark.parametrize("m", [1, 2, 3, 5, 8, 9, 16, 17, 24, 32, 33, 47, 64])
 @pytest.mark.parametrize(
     "cfg", [{}, {"block_n": 64, "programs_per_sm": 2}, {"block_n": 256, "programs_per_sm": 4}]
 )
@@ -146,8 +146,9 @@ def test_mma_gemv_matches_fp64(k: int, sizes: list[int], g: int, m: int,
     # The mma.sync GEMV (`gemv_mma_kernels`, 2026-12-04): its lane mapping, split-K finish and
     # both paired prologues (records, blocks) at pair shift 0, across the tile-boundary cases
     # the GEMV takes (odd N, 1-3 partitions, G = 64 and 128), every output row a thread can own
-    # (M <= 8: one 8-row activation tile; M = 9, 16: two; M = 17..32: four, since 2026-12-05,
-    # forced: the dispatch serves them only where measured), and 2- and 8-warp tiles;
+    # (M <= 8: one 8-row activation tile; M = 9, 16: two; M = 17..32: four; M = 33..64: 32-row
+    # chunks of four on the grid's third axis, a partial last chunk at 33 and 47; forced where
+    # the dispatch does not serve them), and 2- and 8-warp tiles;
     # activations in the thousands at even M (fp32 accumulation: no fp16 range). (The case off
     # its grid: the refusal test above, once rather than at each M and config.)
     from paro_kernels.triton import gemv_mma
@@ -160,7 +161,7 @@ def test_mma_gemv_matches_fp64(k: int, sizes: list[int], g: int, m: int,
     bb = bias(parts)
     c = gemv_mma.mma_config(m, sum(sizes), k, g, prep.bounds, 132, **cfg)
     want = reference(x, parts, g)
-    for prologue in ("givens", "slice"):
+    for prologue in ("givens", "slice") if m <= 32 else ("slice",):  # records: 32 rows at most
         for _ in range(2):  # the second call finds the split-K workspace and tickets zeroed
             y = gemv_mma.gemv_mma_linear(prep, x.cuda(), None if bb is None else bb.cuda(), c,
                                          prologue=prologue)  # fmt: skip

@@ -182,6 +182,7 @@ MMA_INTERP_CASES = [
     ("mma_paro_planes", 128, [32, 32], 3, True),
     ("mma_four_tiles", 224, [40], 27, False),
     ("mma_paro_four_tiles", 128, [32, 32], 19, True),
+    ("mma_paro_chunks", 128, [32, 32], 35, True),  # two 32-row chunks, the second partial
 ]
 # The prefill dequant (H200 2026-12-04): (name, K, partition sizes, rotated, out dtype) with K/32
 # odd (a padded last pair), N off the 128-column tile, 3 planes, planes narrower than the tile.
@@ -384,6 +385,7 @@ for name, rotated, dt in (("plain", False, "bfloat16"), ("paro", True, "bfloat16
 out["reserve"] = reserve
 from paro_kernels.triton import launch, mx_gemm, mx_gemv, mx_gemv_mma, mx_repack, mx_route, prologue
 chunks = {}
+mx_gemv_mma.CHUNKS_ONE_LAUNCH = False  # a call a chunk (one launch: MMA_INTERP_CASES' chunks)
 for name, rotated in (("plain", False), ("paro", True)):
     n, weight, scale, runs, prep = case_layer(256, [64, 32, 32], 9, 9, rotated, 128)
     w = mx.mxfp4_dequantize(weight, scale)
@@ -625,7 +627,7 @@ def test_interpreter_mx_mma_gemv_matches_fp64(interp_results: dict, case: tuple)
     assert len(runs) == (2 if rotated else 6), runs
     for key, res in runs.items():
         assert res["shape"] == [m, sum(sizes)], res
-        assert res["tiles"] == 8 * (1 if m <= 8 else 2 if m <= 16 else 4), res
+        assert res["tiles"] == 8 * (1 if m <= 8 else 2 if m <= 16 else 4), res  # a chunk's
         assert res["pairing"] <= 2e-3, (key, res)  # the paired prologue rounds once to fp16
         assert res["rel"] <= 2e-5, (key, res)
     if not name.startswith("mma_paro"):

@@ -276,7 +276,7 @@ MMA_CONFIGS = [{}, {"split_k": 1}, {"split_k": 3}, {"unroll": 1}, {"unroll": 2},
                {"block_n": 64}, {"block_n": 256}]  # fmt: skip
 
 
-@pytest.mark.parametrize("m", [1, 2, 3, 5, 8, 9, 13, 16, 17, 24, 31, 32])
+@pytest.mark.parametrize("m", [1, 2, 3, 5, 8, 9, 13, 16, 17, 24, 31, 32, 33, 50, 64])
 @pytest.mark.parametrize(("k", "n"), GEMV_CASES)
 def test_mma_gemv_every_config_matches_fp64(k: int, n: int, m: int) -> None:
     from paro_kernels.triton import mx_gemv_mma
@@ -299,7 +299,7 @@ def test_mma_gemv_every_config_matches_fp64(k: int, n: int, m: int) -> None:
             assert rel(y, r) <= MMA_FP32, (kw, cfg, xp.dtype)
 
 
-@pytest.mark.parametrize("m", [2, 9, 27])
+@pytest.mark.parametrize("m", [2, 9, 27, 45])
 def test_mma_gemv_planes_and_every_code(m: int) -> None:
     # 3 planes (bounds at multiples of 32, narrower tiles there), each its own activations;
     # then one column per e2m1 code at one K column, scale 2^0: y is the code's value exactly.
@@ -366,6 +366,29 @@ def test_mma_gemv_four_tiles_forced() -> None:
         y = mx_route.mx_linear(plain, x, None, "fp8", "mma")
         assert y.shape == (m, 192) and rel(y, x.cpu().double() @ w.t()) <= BF16_OUT, m
         yr = mx_route.mx_linear(paro, x, None, "fp8", "mma")
+        yc = mx_route.mx_linear(paro, x, None, "fp8", "chunks")
+        assert rel(yr, yc.cpu().double()) <= BF16_OUT, m
+
+
+@pytest.mark.parametrize("one_launch", [False, True])
+def test_mma_gemv_chunks_match_fp64(monkeypatch: pytest.MonkeyPatch, one_launch: bool) -> None:
+    # M = 33..64 on the mma GEMV's 32-row chunks, a call each or one launch
+    # (`mx_gemv_mma.CHUNKS_ONE_LAUNCH`): plain against fp64, MXFP4-PARO (3 planes' bounds)
+    # against its chunks a call each (the same fp16 operands).
+    from paro_kernels.triton import mx_gemv_mma, mx_route
+
+    weight, scale = mx_layer(192, 256, seed=9)
+    w = mx.mxfp4_dequantize(weight, scale).double()
+    runs = mx_repack.random_runs(256, (128, 64))
+    plain = mx_repack.prepare(weight, scale, None, 0, "cuda")
+    paro = mx_repack.prepare(weight, scale, runs, 128, "cuda")
+    for m in (33, 48, 64):
+        x = torch.randn(m, 256, device="cuda", dtype=torch.bfloat16)
+        monkeypatch.setattr(mx_gemv_mma, "CHUNKS_ONE_LAUNCH", one_launch)
+        y = mx_route.mx_linear(plain, x, None, "fp8", "chunks")
+        assert y.shape == (m, 192) and rel(y, x.cpu().double() @ w.t()) <= BF16_OUT, m
+        yr = mx_route.mx_linear(paro, x, None, "fp8", "chunks")
+        monkeypatch.setattr(mx_gemv_mma, "CHUNKS_ONE_LAUNCH", False)
         yc = mx_route.mx_linear(paro, x, None, "fp8", "chunks")
         assert rel(yr, yc.cpu().double()) <= BF16_OUT, m
 

@@ -167,7 +167,7 @@ def _a16_reference(x: torch.Tensor, parts, g: int, bits: int) -> torch.Tensor:  
 
 
 @pytest.mark.parametrize("bits", [4, 5])
-@pytest.mark.parametrize("m", [1, 2, 5, 9, 16, 200, 1030])
+@pytest.mark.parametrize("m", [1, 2, 5, 9, 16, 24, 48, 200, 1030])
 def test_a16_bands_serve_w4a8(m: int, bits: int) -> None:
     # NVIDIA: the decode GEMVs (int4: the HFMA2 one at M = 1, the mma.sync one at M = 2..16;
     # int5: the mma.sync one from route.MMA_GEMV5_MIN_M, below it the HFMA2 one) and, fp8
@@ -190,7 +190,8 @@ def test_a16_bands_serve_w4a8(m: int, bits: int) -> None:
             small = "gemv-h2"  # int5 decode at M <= 2: the HFMA2 GEMV (H200 2026-12-04)
         if route.mma_gemv_ok(launch.is_hip(), m, g, prep.bounds, bits):
             small = "gemv-mma"  # decode on the mma GEMV (int4 from M = 2, int5 from its min)
-        decode = m <= route.MMA_GEMV_MAX_M  # the decode GEMVs' band
+        # the decode GEMVs' band (int5 to 64 rows; int4 past 32 only on large layers)
+        decode = m <= (route.MMA_GEMV5_MAX_M if bits == 5 else route.MMA_GEMV_MAX_M)
         assert served == (None if launch.is_hip() else small if decode else big), fmt
         y = route.linear_a8(prep, x.cuda(), bb, fmt, "group", bits == 5)
         if served == "w8":
@@ -258,14 +259,14 @@ def test_int5_h2_matches_fp64(scale: float, m: int, how: str) -> None:
 
 
 @pytest.mark.parametrize(("k", "sizes", "g"), CASES)
-@pytest.mark.parametrize("m", [1, 2, 3, 5, 8, 9, 16, 17, 32])
+@pytest.mark.parametrize("m", [1, 2, 3, 5, 8, 9, 16, 17, 32, 40, 64])
 @pytest.mark.parametrize("cfg", [{}, {"block_n": 64, "programs_per_sm": 2}])
 def test_int5_mma_gemv_matches_fp64(k: int, sizes: list[int], g: int, m: int,
                                     cfg: dict[str, int]) -> None:  # fmt: skip
     # int5 (I8 PG ZPE) on the mma.sync GEMV (H200 2026-12-04: the fifth bits, byte tig of the
     # 4 columns' fifth-bit words, OR-ed into each pair before the zero's subtraction) across
     # the tile-boundary cases (odd N, 1-3 partitions, G = 64 and 128), one, two and four
-    # (H100 2026-12-05, forced) activation tiles, 2- and 4-warp tiles, both paired prologues
+    # activation tiles and 32-row chunks of four (M = 40, 64; forced where not served), 2- and 4-warp tiles, both paired prologues
     # (records, blocks) at pair shift 0, activations in the thousands at even M; twice (split-K
     # workspace and tickets left zeroed).
     from paro_kernels.triton import gemv_mma
@@ -277,7 +278,7 @@ def test_int5_mma_gemv_matches_fp64(k: int, sizes: list[int], g: int, m: int,
     bb = bias(parts).cuda()  # type: ignore[union-attr]
     c = gemv_mma.mma_config(m, sum(sizes), k, g, prep.bounds, 132, 5, **cfg)
     want = _a16_reference(x, parts, g, 5)
-    for prologue in ("givens", "slice"):
+    for prologue in ("givens", "slice") if m <= 32 else ("slice",):  # records: 32 rows at most
         for _ in range(2):
             y = gemv_mma.gemv_mma_linear(prep, x.cuda(), bb, c, prologue)
             assert y.shape == (m, sum(sizes)) and y.dtype == torch.bfloat16

@@ -475,7 +475,7 @@ def compile_gemv_mma(target: str, m: int, n: int, k: int, g: int, bounds: tuple[
     sig = dict(_PAIRED_GEMV_SIG)
     const: dict[str, object] = {
         "HAS_BIAS": False, "G": g, "T": cfg.block_n, "SPLIT_K": cfg.split_k, "ASM": True,
-        "NT": gemv_mma.mma_tiles(m), "HI": hi,
+        "NT": gemv_mma.mma_tiles(m), "HI": hi, "CHUNKED": gemv_mma.mma_chunks(m) > 1,
     }  # fmt: skip
     if hi:
         sig["qh_ptr"] = "*i32"

@@ -1,5 +1,5 @@
-"""Host side of the mma.sync decode GEMV (`gemv_mma_kernels.gemv_mma_kernel`, NVIDIA): int4 at
-2 <= M <= 32 and int5 at 1 <= M <= 16 (bands in `route`), the records or sliced-blocks prologue
+"""Host side of the mma.sync decode GEMV (`gemv_mma_kernels.gemv_mma_kernel`, NVIDIA): up to
+MMA_CHUNK_MAX_M rows, served where `route`'s bands say, the records or sliced-blocks prologue
 at pair shift 0, fp32 accumulation on the matrix unit.
 
 Shape contract: that of `route.w4a16_linear`; G a multiple of 32, partition bounds on the
@@ -88,11 +88,20 @@ def mma_blocks(m: int, weights: int) -> bool:
 # H100 2026-12-05: four tiles (M = 17..MMA_TILE_MAX_M: a program's words unpacked once for
 # 32 rows) built; the dispatch serves them only where measured (route.MMA_GEMV_MAX_M).
 MMA_TILE_MAX_M = 32
+# Past 32 rows, 32-row chunks of four tiles on the grid's third axis (`gemv_mma_kernel`'s
+# CHUNKED), all in one wave with the split sized for them: a weight word leaves DRAM about once
+# for all chunks. The dispatch serves them only where measured (route.MMA_GEMV_MAX_M).
+MMA_CHUNK_MAX_M = 64
 
 
 def mma_tiles(m: int) -> int:
-    """The mma GEMV's 8-row activation tiles at M rows: 1, 2 or 4."""
+    """The mma GEMV's 8-row activation tiles at M rows (a chunk's past 32 rows): 1, 2 or 4."""
     return 1 if m <= 8 else 2 if m <= 16 else 4
+
+
+def mma_chunks(m: int) -> int:
+    """The mma GEMV's 32-row chunks at M rows (1 up to MMA_TILE_MAX_M)."""
+    return -(-m // MMA_TILE_MAX_M)
 
 
 def one_wave_split(tiles: int, ngroups: int, slots: int) -> int:
@@ -122,7 +131,8 @@ def mma_config(m: int, n: int, k: int, g: int, bounds: tuple[int, ...], sms: int
         return cfg
     fit = c.get("fit") or mma_fit(m, bits)
     fit = fit * 128 // cfg.block_n  # registers a program scale with T
-    return replace(cfg, split_k=one_wave_split(-(-n // cfg.block_n), k // g, sms * fit))
+    programs = -(-n // cfg.block_n) * mma_chunks(m)  # a split's programs: tiles x chunks
+    return replace(cfg, split_k=one_wave_split(programs, k // g, sms * fit))
 
 
 def mma_fit(m: int, bits: int = 4) -> int:
@@ -152,7 +162,7 @@ def gemv_mma(
     config: launch.GemvConfig | None = None,
     maxnreg: int | None = None,
 ) -> torch.Tensor:
-    """The mma GEMV on the paired prologue output xr [P, M <= 32, K] fp16 (pair shift 0)
+    """The mma GEMV on the paired prologue output xr [P, M <= 64, K] fp16 (pair shift 0)
     -> y [M, N] out_dtype; `w.qweight_hi` [K/32, N]: int5 (I8 PG ZPE) weights' fifth bits;
     `maxnreg`: a register cap (0: none; default `mma_maxnreg`)."""
 
@@ -162,7 +172,7 @@ def gemv_mma(
     _, m, k = xr.shape
     n = qweight.shape[1]
     g = group_size
-    require(m <= MMA_TILE_MAX_M, "x rows", f"<= {MMA_TILE_MAX_M} for the mma GEMV", m)
+    require(m <= MMA_CHUNK_MAX_M, "x rows", f"<= {MMA_CHUNK_MAX_M} for the mma GEMV", m)
     require(g % 32 == 0 and k % g == 0, "group_size", "a multiple of 32 dividing K", (g, k))
     require(xr.dtype == torch.float16, "xr", "fp16 pairs", xr.dtype)
     bits = 4 if qweight_hi is None else 5
@@ -174,15 +184,16 @@ def gemv_mma(
         require(tuple(qweight_hi.shape) == (k // 32, n) and qweight_hi.dtype == torch.int32,
                 "qweight_hi", f"int32 [{k // 32}, {n}] (K / 32 fifth-bit words a column)",
                 (tuple(qweight_hi.shape), qweight_hi.dtype))  # fmt: skip
-    out, ws, cnt, tiles = launch.gemv_buffers(m, n, cfg, out_dtype, xr.device)
+    chunks = mma_chunks(m)
+    out, ws, cnt, tiles = launch.gemv_buffers(m, n, cfg, out_dtype, xr.device, chunks)
     b = (*bounds, n, n)[:2]
     asm = not launch.is_hip() and not launch.interpreted()
     cap = mma_maxnreg(m, bits) if maxnreg is None else maxnreg
-    gemv_mma_kernel[(tiles, cfg.split_k)](
+    gemv_mma_kernel[(tiles, cfg.split_k, chunks)](
         xr.view(torch.int32), qweight, scales, zeros, bias if bias is not None else scales,
         ws, cnt, out, m, n, k, b[0], b[1],
         HAS_BIAS=bias is not None, G=g, T=t, SPLIT_K=cfg.split_k, ASM=asm, NT=mma_tiles(m),
-        HI=qweight_hi is not None, qh_ptr=qweight_hi,
+        HI=qweight_hi is not None, qh_ptr=qweight_hi, CHUNKED=chunks > 1,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **({"maxnreg": cap} if cap and asm else {}),
     )  # fmt: skip

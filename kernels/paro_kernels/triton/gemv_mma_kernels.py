@@ -462,8 +462,12 @@ def gemv_mma_kernel(
     NT: tl.constexpr = 1,  # 8-row activation tiles: 1 (M <= 8), 2 (M <= 16) or 4 (M <= 32)
     HI: tl.constexpr = False,  # int5: fifth bits in qh_ptr, zp_ptr holds the 5-bit zeros
     qh_ptr=None,  # HI: [K/32, N] int32 fifth-bit planes (bit b of word w = row 32 w + b)
+    CHUNKED: tl.constexpr = False,  # M > 32: grid axis 2 takes 32-row chunks (NT = 4 each)
 ):
-    """out[:M, n-block] = sum over this split's groups of a_p @ dequant(Q); section note above."""
+    """out[:M, n-block] = sum over this split's groups of a_p @ dequant(Q); section note above.
+    CHUNKED: this program's rows are chunk program_id(2) of 32 (rows 32 c .. 32 c + 31); the
+    chunks of one column tile and split run in the same wave and read the same weight words,
+    so the words come from DRAM about once and from L2 after."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     _, part, gid, tig, _, col, n_mask = _quad_lanes(pid_n, T, N, b1, b2)
@@ -471,7 +475,18 @@ def gemv_mma_kernel(
     per = tl.cdiv(ngroups, SPLIT_K)
     g0 = pid_k * per
     g1 = tl.minimum(g0 + per, ngroups)
+    rows = M  # the program's output rows (a plane of a_ptr keeps M rows)
+    if CHUNKED:
+        m0 = tl.program_id(2) * 32
+        a_ptr += m0 * (K // 2)
+        out_ptr += m0 * N
+        ws_ptr += m0 * N
+        cnt_ptr += tl.program_id(2) * tl.num_programs(0)
+        rows = tl.minimum(M - m0, 32)
     row0, m_e, a_rows, a_ok, ah_ok = _mma_rows(a_ptr, part, gid, tig, M, K)
+    if CHUNKED:
+        a_ok = (gid < rows)[None, :, None]
+        ah_ok = (gid + 8 < rows)[None, :, None]
     a_hi = 8 * (K // 2)  # words between activation rows gid and gid + 8
     # the thread's outputs: rows 8 t + 2 tig (s_2t) and 8 t + 2 tig + 1 (s_2t+1) of tile t
     s0, s1, s2, s3, s4, s5, s6, s7 = _zeros8(T)
@@ -479,8 +494,8 @@ def gemv_mma_kernel(
         # prmt: byte tig of a fifth-bit word, zeros above (built in the words' layout and
         # split as they are: no layout conversion)
         sel = _split4((0x4440 + tig)[None, :, None] + tl.zeros((1, T, 4), tl.int32), T)[0]
-        a2_ok = (gid + 16 < M)[None, :, None]
-        a3_ok = (gid + 24 < M)[None, :, None]
+        a2_ok = (gid + 16 < rows)[None, :, None]
+        a3_ok = (gid + 24 < rows)[None, :, None]
         for g in range(g0, g1):
             q0, q1, q2, q3, a0, a1, a2, a3, h0, h1, h2, h3, v0, v1, v2, v3, zi, sg = _mma_loads(
                 qw_ptr, sc_ptr, zp_ptr, a_rows, a_ok, col, n_mask, g, N, G, tig, a_hi, ah_ok, NT,
@@ -524,12 +539,13 @@ def gemv_mma_kernel(
             for r in tl.static_range(NT):
                 me = m_e + 8 * r
                 de, do = _mma_group_ops(qw_ptr, a_ptr + (row0 + me) * (K // 2),
-                                        a_ptr + (row0 + me + 1) * (K // 2), me < M, me + 1 < M,
-                                        zi, col, n_mask, g, N, G, qh_ptr, HI)  # fmt: skip
+                                        a_ptr + (row0 + me + 1) * (K // 2), me < rows,
+                                        me + 1 < rows, zi, col, n_mask, g, N, G, qh_ptr,
+                                        HI)  # fmt: skip
                 s0, s1, s2, s3, s4, s5, s6, s7 = _tile_add(
                     r, s0, s1, s2, s3, s4, s5, s6, s7, de * sg, do * sg)  # fmt: skip
     _mma_store(s0, s1, s2, s3, s4, s5, s6, s7, m_e, col, n_mask, bias_ptr, out_ptr, ws_ptr,
-               cnt_ptr, pid_n, M, N, HAS_BIAS, SPLIT_K, NT)  # fmt: skip
+               cnt_ptr, pid_n, rows, N, HAS_BIAS, SPLIT_K, NT)  # fmt: skip
 
 
 @triton.jit

@@ -156,16 +156,17 @@ def scratch(kind: str, numel: int, dtype: torch.dtype, device: torch.device) -> 
 
 
 def gemv_buffers(
-    m: int, n: int, cfg: GemvConfig, dtype: torch.dtype, device: torch.device
+    m: int, n: int, cfg: GemvConfig, dtype: torch.dtype, device: torch.device, chunks: int = 1
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
-    """(out [M, N], split-K fp32 workspace, tickets, column tiles) of one GEMV launch; without
-    split-K the workspace and tickets are unused (out stands in for them)."""
+    """(out [M, N], split-K fp32 workspace, tickets (a column tile's per row chunk), column
+    tiles) of one GEMV launch; without split-K the workspace and tickets are unused (out stands
+    in for them)."""
     out = torch.empty(m, n, dtype=dtype, device=device)
     tiles = -(-n // cfg.block_n)
     if cfg.split_k == 1:
         return out, out, out, tiles
     ws = scratch("gemv_ws", m * n, torch.float32, device)
-    return out, ws, scratch("gemv_cnt", tiles, torch.int32, device), tiles
+    return out, ws, scratch("gemv_cnt", tiles * chunks, torch.int32, device), tiles
 
 
 # H200 2026-12-02: the GEMV launched programmatically dependent on its prologue (PDL, sm_90): the

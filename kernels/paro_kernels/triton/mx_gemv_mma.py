@@ -69,6 +69,11 @@ def mma_tiles(m: int) -> int:
     return 1 if m <= 8 else 2 if m <= 16 else 4
 
 
+def mma_chunks(m: int) -> int:
+    """The MXFP4 mma GEMV's 32-row chunks at M rows (grid axis 2; 1 up to MMA_TILE_MAX_M)."""
+    return -(-m // MMA_TILE_MAX_M)
+
+
 def mma_band(m: int) -> tuple[int, int, int]:
     """(unroll, programs an SM, register cap or 0) of the mma GEMV at M rows."""
     return next(v for top, v in sorted(MMA_BANDS.items()) if m <= top)
@@ -95,6 +100,14 @@ def mma_ok(m: int, n: int, bounds: tuple[int, ...], hip: bool) -> bool:
 # a tie); the composed call at 33..64 is timed by the same run's second step.
 # Decode numerics: the chunks take 16-bit activations, as the mma GEMV does.
 MMA_CHUNK_MAX_M = 64
+# H100 2026-12-06: the chunks in one launch (`mx_gemv_mma_kernel`'s CHUNKED: all in one wave, a
+# weight word from DRAM about once for both) instead of a call each. H100
+# (benchmarks/results/bench-2026-12-06-h100-mx-chunks.json, `mx_decode --mma`, same run, us, a
+# call each / one launch, M = 48 and 64): MXFP4 qkv 40.6 / 39.2 and 46.5 / 40.8, o_proj 26.1 /
+# 20.8 and 29.8 / 22.0, gate_up 88.9 / 95.0 and 109.0 / 98.5, down 46.8 / 43.8 and 53.6 / 45.2,
+# in_proj 46.2 / 39.3 and 51.4 / 41.0; MXFP4-PARO 1.11-1.31x on every shape but gate_up at 48
+# (99.3 / 98.4).
+CHUNKS_ONE_LAUNCH = True
 
 
 def chunks_ok(m: int, n: int, bounds: tuple[int, ...], hip: bool) -> bool:
@@ -109,13 +122,14 @@ def mma_config(m: int, n: int, k: int, bounds: tuple[int, ...], sms: int, block_
     4 lanes; narrower at plane boundaries) and split (`gemv_mma.one_wave_split` over steps
     of `unroll` block pairs; `fit`: programs an SM for it; defaults: MMA_BANDS)."""
 
-    require(1 <= m <= MMA_TILE_MAX_M, "x rows", f"1..{MMA_TILE_MAX_M} for the MXFP4 mma GEMV", m)
+    require(1 <= m <= MMA_CHUNK_MAX_M, "x rows", f"1..{MMA_CHUNK_MAX_M} for the MXFP4 mma GEMV",
+            m)  # fmt: skip
     bn = _block_n(block_n or MMA_BLOCK_N, _align(bounds))
     require(bn in (32, 64, 128, 256, 512), "block_n", "32 x (1, 2, 4, 8 or 16)", bn)
     nt = mma_tiles(m)
-    band_u, band_fit, _ = mma_band(m)
+    band_u, band_fit, _ = mma_band(min(m, MMA_TILE_MAX_M))
     u = unroll or band_u
-    tiles = -(-n // bn)
+    tiles = -(-n // bn) * mma_chunks(m)  # a split's programs: column tiles x row chunks
     pairs = -(-k // 64)
     steps = -(-pairs // u)
     slots = (fit or band_fit) * 128 // bn
@@ -144,7 +158,8 @@ def mx_gemv_mma(
     paired: bool = True,
     maxnreg: int | None = None,
 ) -> torch.Tensor:
-    """y [M, N] = A_p W^T (+ bias) per plane p for M <= 32 rows of activations a [P, M, K]:
+    """y [M, N] = A_p W^T (+ bias) per plane p for M <= 64 rows (past 32 in 32-row chunks, one
+    launch) of activations a [P, M, K]:
     paired fp16 (`pair_fp16`, or the paired prologue at pair shift 0), or with paired=False
     plain bf16 / fp16 rows, paired in the kernel. `maxnreg`: a register cap (0: none; default:
     the band's, `mma_band`)."""
@@ -157,22 +172,25 @@ def mx_gemv_mma(
     act = ACT_PAIRED if paired else ACT_BF16 if a.dtype == torch.bfloat16 else ACT_F16
     _, m, k = a.shape
     if maxnreg is None:
-        maxnreg = mma_band(m)[2]
+        maxnreg = mma_band(min(m, MMA_TILE_MAX_M))[2]
     n = w.n
     require(n % 4 == 0, "N", "a multiple of 4 for the mma GEMV", n)
     require(all(b % 32 == 0 for b in bounds), "bounds", "multiples of 32", bounds)
     cfg = config or mma_config(m, n, k, bounds, launch.sm_count(a.device))
-    require(m <= cfg.block_m, "x rows", f"<= {cfg.block_m} for this config", m)
+    chunks = mma_chunks(m)
+    require(min(m, MMA_TILE_MAX_M) <= cfg.block_m, "x rows", f"<= {cfg.block_m} a chunk for "
+            "this config", m)  # fmt: skip
     asm = not launch.is_hip() and not launch.interpreted()
     # the int4 GEMVs' buffers: the split-K workspace and tickets zero on entry, left zero
-    out, ws, cnt, tiles = launch.gemv_buffers(m, n, cast(Any, cfg), out_dtype, a.device)
+    out, ws, cnt, tiles = launch.gemv_buffers(m, n, cast(Any, cfg), out_dtype, a.device, chunks)
     b = (*bounds, n, n)[:2]
     sc = w.sc.view(torch.int32) if asm else w.sc
-    mx_gemv_mma_kernel[(tiles, cfg.split_k)](
+    mx_gemv_mma_kernel[(tiles, cfg.split_k, chunks)](
         a.view(torch.int32), w.qw.view(torch.int32), sc, bias if bias is not None else w.sc,
         ws, cnt, out, m, n, k, b[0], b[1],
         HAS_BIAS=bias is not None, T=cfg.block_n, SPLIT_K=cfg.split_k, ASM=asm,
-        NT=cfg.block_m // 8, U=cfg.unroll, ACT=act, num_warps=cfg.num_warps, num_stages=1,
+        NT=cfg.block_m // 8, U=cfg.unroll, ACT=act, CHUNKED=chunks > 1,
+        num_warps=cfg.num_warps, num_stages=1,
         **({"maxnreg": maxnreg} if maxnreg and asm else {}),
     )  # fmt: skip
     return out

@@ -321,8 +321,10 @@ def mx_gemv_mma_kernel(
     NT: tl.constexpr = 1,  # 8-row activation tiles: 1 (M <= 8), 2 (M <= 16) or 4 (M <= 32)
     U: tl.constexpr = 1,  # block pairs an iteration, 1 or 2 (their loads issued together)
     ACT: tl.constexpr = 0,  # 0: a_ptr paired fp16; 1 / 2: plain bf16 / fp16 rows, paired here
+    CHUNKED: tl.constexpr = False,  # M > 32: grid axis 2 takes 32-row chunks (NT = 4 each)
 ):
-    """out[:M, n-block] = sum over this split's block pairs of a_p @ W^T; section note above."""
+    """out[:M, n-block] = sum over this split's block pairs of a_p @ W^T; section note above.
+    CHUNKED: this program's rows are chunk program_id(2) of 32, as `gemv_mma_kernel`'s."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     n0, part, gid, tig, quad, col, n_mask = _quad_lanes(pid_n, T, N, b1, b2)
@@ -330,8 +332,16 @@ def mx_gemv_mma_kernel(
     per = tl.cdiv(tl.cdiv(npairs, SPLIT_K), U) * U
     j0 = pid_k * per
     j1 = tl.minimum(j0 + per, npairs)
+    rows = M  # the program's output rows (a plane of a_ptr keeps M rows)
+    if CHUNKED:
+        m0 = tl.program_id(2) * 32
+        a_ptr += m0 * (K // 2)
+        out_ptr += m0 * N
+        ws_ptr += m0 * N
+        cnt_ptr += tl.program_id(2) * tl.num_programs(0)
+        rows = tl.minimum(M - m0, 32)
     row0, m_e, a_rows, _, _ = _mma_rows(a_ptr, part, gid, tig, M, K)
-    left = (M - gid)[None, :, None]  # the thread's B rows gid + 8 t exist while left > 8 t
+    left = (rows - gid)[None, :, None]  # the thread's B rows gid + 8 t exist while left > 8 t
     # the thread's outputs: rows 8 t + 2 tig (even) and 8 t + 2 tig + 1 (odd) of tile t
     s0, s1, s2, s3, s4, s5, s6, s7 = _zeros8(T)
     if ASM:
@@ -365,14 +375,15 @@ def mx_gemv_mma_kernel(
             for r in tl.static_range(NT):
                 me = m_e + 8 * r
                 de, do = _mx_pair_ops(qw_ptr, sc_ptr, a_ptr + (row0 + me) * (K // 2),
-                                      a_ptr + (row0 + me + 1) * (K // 2), me < M, me + 1 < M,
+                                      a_ptr + (row0 + me + 1) * (K // 2), me < rows,
+                                      me + 1 < rows,
                                       col, n_mask, j, N, K, ACT)  # fmt: skip
                 s0, s1, s2, s3, s4, s5, s6, s7 = _tile_add(
                     r, s0, s1, s2, s3, s4, s5, s6, s7, de, do)  # fmt: skip
     # the unpack's 2^-14
     _mma_store(s0 * 16384.0, s1 * 16384.0, s2 * 16384.0, s3 * 16384.0, s4 * 16384.0,
                s5 * 16384.0, s6 * 16384.0, s7 * 16384.0, m_e, col, n_mask, bias_ptr, out_ptr,
-               ws_ptr, cnt_ptr, pid_n, M, N, HAS_BIAS, SPLIT_K, NT)  # fmt: skip
+               ws_ptr, cnt_ptr, pid_n, rows, N, HAS_BIAS, SPLIT_K, NT)  # fmt: skip
 
 
 @triton.jit

@@ -55,7 +55,10 @@ def mx_linear(
     rh, rl, g = prep.rot_hi, prep.rot_lo, prep.group_size
     m = x.shape[0]
     n, bounds = prep.weight.n, prep.bounds
-    if path == "chunks" or (path is None and mx_gemv_mma.chunks_ok(m, n, bounds, hip)):
+    chunks = path == "chunks" or (path is None and mx_gemv_mma.chunks_ok(m, n, bounds, hip))
+    if chunks and mx_gemv_mma.CHUNKS_ONE_LAUNCH:
+        path = "mma"
+    elif chunks:
         step = mx_gemv_mma.MMA_MAX_M
         return torch.cat([mx_linear(prep, x[i : i + step], bias, act) for i in range(0, m, step)])
     if path == "mma" or (path is None and mx_gemv_mma.mma_ok(m, n, bounds, hip)):

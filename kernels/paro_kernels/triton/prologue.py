@@ -14,6 +14,7 @@ GEMM or GEMV reads.
 from __future__ import annotations
 
 import torch
+import triton
 
 from .._contract import require
 from . import launch
@@ -200,7 +201,7 @@ def rotate_slices(
     one: bool = False,
     pair_shift: int = 6,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The sliced decode prologue: x [M <= 32, K] -> (xr [P, M, K] fp32 nibble-scaled,
+    """The sliced decode prologue: x [M <= 64, K] -> (xr [P, M, K] fp32 nibble-scaled,
     rs [P, M, K/G * G/slice] fp32 partial row sums), as `prologue.rotate_scale(nibble_scaled=True)`
     but with the row sums split per slice (the GEMV's RS); `f16`: xr fp16 as
     `prologue.rotate_scale` writes it, no row sums (rs is xr then); `paired`: fp16 as the HFMA2
@@ -209,7 +210,7 @@ def rotate_slices(
     unread."""
 
     m, k = x.shape
-    require(m <= 32, "x rows", "<= 32 for the sliced prologue", m)
+    require(m <= 64, "x rows", "<= 64 for the sliced prologue", m)
     p, g = rot_hi.shape[0], group_size
     sl = min(slice_ or PROLOGUE_SLICE, g)
     f16 = f16 or paired
@@ -217,8 +218,8 @@ def rotate_slices(
     rs = xr if f16 else torch.empty(p, m, (k // g) * (g // sl), dtype=torch.float32,
                                     device=x.device)  # fmt: skip
     rotate_slice_kernel[(k // g, p, g // sl)](
-        x, rot_hi, rot_lo, xr, rs, m, k, x.stride(0), G=g, BLOCK_M=16 if m <= 16 else 32,
-        SLICE=sl, F16=f16,
+        x, rot_hi, rot_lo, xr, rs, m, k, x.stride(0), G=g,
+        BLOCK_M=max(16, triton.next_power_of_2(m)), SLICE=sl, F16=f16,
         PDL=pdl, PAIRED=paired, ONE=one, PSCALE=2.0**-pair_shift,
         num_warps=num_warps or PROLOGUE_SLICE_WARPS,
     )  # fmt: skip

@@ -87,8 +87,7 @@ DEQUANT_MIN_M = 256
 # benchmarks/results/bench-2026-12-05-h100-int4-mma4.json, same run, us,
 # the tile kernels as served before / four tiles on the blocks prologue, M = 24): qkv 44.6 /
 # 31.2, gate_up 104.8 / 53.6, down 54.4 / 31.5, o_proj 27.7 / 17.2, in_proj 44.8 / 32.5; M = 32
-# 44.7 / 34.1, 105.2 / 57.5, 53.7 / 35.2, 25.6 / 19.7, 43.0 / 33.9. int5 keeps 16
-# (MMA_GEMV5_MAX_M: its four tiles pass their GPU test but are not timed yet).
+# 44.7 / 34.1, 105.2 / 57.5, 53.7 / 35.2, 25.6 / 19.7, 43.0 / 33.9.
 MMA_GEMV = True
 
 
@@ -98,6 +97,15 @@ MMA_GEMV_MIN_M = 2
 MMA_GEMV_MAX_M = 32
 
 
+# H100 2026-12-06: int4 past MMA_GEMV_MAX_M to `gemv_mma.MMA_CHUNK_MAX_M` on the mma GEMV's 32-row
+# chunks (one launch, the sliced blocks prologue) on layers of at least MMA_CHUNK_MIN_WEIGHTS
+# weights. H100 (benchmarks/results/bench-2026-12-06-h100-int4-chunks.json, `decode --h2 mma`,
+# same run, us, as served (the tile kernels) / the chunks, M = 48 and 64): gate_up (89 M weights)
+# 104.3 / 80.5 and 104.3 / 87.7; the smaller layers lose or tie there: qkv 44.9 / 52.0 and
+# 46.8 / 58.3, in_proj 43.7 / 48.4 and 44.7 / 53.9, down 55.1 / 51.4 and 56.1 / 57.3, o_proj
+# 25.8 / 23.8 and 26.8 / 26.8 (the blocks prologue at 48-64 rows costs 17-27 us of it: the GEMV
+# alone took 30-31 us on qkv).
+MMA_CHUNK_MIN_WEIGHTS = 64 << 20
 # H200 2026-12-04: int5 (I8 PG ZPE) on the same GEMV (`gemv_mma(qweight_hi=)`: the fifth bits
 # OR-ed into each pair before the zero's subtraction) from MMA_GEMV5_MIN_M rows.
 MMA_GEMV5 = True
@@ -106,17 +114,26 @@ MMA_GEMV5 = True
 MMA_GEMV5_MIN_M = 1
 
 
-MMA_GEMV5_MAX_M = 16
+# H100 2026-12-06: to M = 64 (four tiles to 32, the 32-row chunks past it) against the A8
+# kernels that served M = 17..64 before (benchmarks/results/bench-2026-12-06-h100-int5-mma.json,
+# `decode --h2 mma5`, same run, us, as served before / the mma GEMV, M = 24 / 32 / 64): qkv
+# 58.9 / 35.9, 60.3 / 39.5, 63.6 / 63.9; o_proj 37.6 / 24.0, 37.0 / 25.6, 38.0 / 29.1; gate_up
+# 143.5 / 65.1, 143.5 / 69.2, 149.6 / 104.4; down 76.4 / 38.5, 76.9 / 41.4, 79.3 / 66.3; in_proj
+# 59.8 / 38.1, 59.9 / 40.1, 62.7 / 61.2 (ties at 64 on qkv and in_proj, 1.2-1.4x elsewhere).
+MMA_GEMV5_MAX_M = 64
 
 
-def mma_gemv_ok(hip: bool, m: int, g: int, bounds: tuple[int, ...] = (), bits: int = 4) -> bool:
-    """The mma GEMV serves an M-row decode call of a `bits` (4 or 5) layer: NVIDIA, compiled
-    code, MMA_GEMV_MIN_M <= M <= MMA_GEMV_MAX_M (int5: MMA_GEMV5_*), G a multiple of 32,
-    partition bounds on the 32-column grid (`gemv_mma.mma_ok`)."""
-
+def mma_gemv_ok(hip: bool, m: int, g: int, bounds: tuple[int, ...] = (), bits: int = 4,
+                weights: int = 0) -> bool:  # fmt: skip
+    """The mma GEMV serves an M-row decode call of a `bits` (4 or 5) layer of `weights` weights:
+    NVIDIA, compiled code, MMA_GEMV_MIN_M <= M <= MMA_GEMV_MAX_M (int4 layers of at least
+    MMA_CHUNK_MIN_WEIGHTS: to the chunks' MMA_CHUNK_MAX_M; int5: MMA_GEMV5_*), G a multiple of
+    32, partition bounds on the 32-column grid (`gemv_mma.mma_ok`)."""
     interp = launch.interpreted()
     lo = MMA_GEMV5_MIN_M if bits == 5 else MMA_GEMV_MIN_M
     hi = MMA_GEMV5_MAX_M if bits == 5 else MMA_GEMV_MAX_M
+    if bits == 4 and weights >= MMA_CHUNK_MIN_WEIGHTS:
+        hi = gemv_mma.MMA_CHUNK_MAX_M
     on = MMA_GEMV5 if bits == 5 else MMA_GEMV
     return (on and not hip and not interp and lo <= m <= hi and g % 32 == 0
             and gemv_mma.mma_ok(bounds))  # fmt: skip
@@ -191,13 +208,13 @@ INT5_H2 = True
 
 
 def a8_route(m: int, group_size: int, int5: bool, hip: bool, act_format: str = "fp8",
-             bounds: tuple[int, ...] = ()) -> str | None:  # fmt: skip
+             bounds: tuple[int, ...] = (), weights: int = 0) -> str | None:  # fmt: skip
     """The path ("gemv" | "gemv-h2" | "gemv-mma" | "gemv3" | "dequant" | "w8": the 8-bit vendor
-    GEMM, `w8_linear`) that serves a W4A8 / W5A8 call of M rows (partition `bounds`), or None
-    (the A8 kernels)."""
+    GEMM, `w8_linear`) that serves a W4A8 / W5A8 call of M rows (partition `bounds`, `weights`
+    weights), or None (the A8 kernels)."""
     if hip or not A8_ROUTE:
         return None
-    if mma_gemv_ok(hip, m, group_size, bounds, 5 if int5 else 4):
+    if mma_gemv_ok(hip, m, group_size, bounds, 5 if int5 else 4, weights):
         return "gemv-mma"
     if int5 and INT5_H2 and gemv_fma.h2_ok(hip, m, group_size):
         return "gemv-h2"
@@ -354,7 +371,7 @@ def linear(
     n = w.qweight.shape[1]
     group_size, bounds = w.group_size, w.bounds
     route = path or band(m, group_size)
-    if path is None and mma_gemv_ok(launch.is_hip(), m, group_size, bounds):
+    if path is None and mma_gemv_ok(launch.is_hip(), m, group_size, bounds, 4, n * k):
         route = "gemv-mma"
     if route == "gemv3" and group_size != 128:
         route = "mma"  # the matrix-unit GEMV needs G = 128
@@ -420,7 +437,8 @@ def linear_a8(
     require(act_scale in launch.ACT_SCALES, "act_scale", launch.ACT_SCALES, act_scale)
     k, n = x.shape[1], w.qweight.shape[1]
     int5 = w.qweight_hi is not None
-    route = a8_route(x.shape[0], w.group_size, int5, launch.is_hip(), act_format, w.bounds)
+    route = a8_route(x.shape[0], w.group_size, int5, launch.is_hip(), act_format, w.bounds,
+                     w.qweight.shape[1] * x.shape[1])  # fmt: skip
     if route == "gemv-mma":
         return gemv_mma.gemv_mma_linear(w, x, bias)
     if route == "gemv":
