@@ -17,23 +17,30 @@ if TYPE_CHECKING:
     from paroctl.switch.status import GateRows, LiveView
 
 # A closed SSH session (SIGHUP) or a service manager's stop (SIGTERM) is an operator's Ctrl-C.
-INTERRUPT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+INTERRUPT_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class Interrupted(KeyboardInterrupt):
-    """SIGTERM or SIGHUP during a switch: handled exactly like Ctrl-C (roll back, then exit)."""
+    """SIGINT, SIGTERM or SIGHUP during a switch: it rolls back (or keeps what was live), then
+    paroctl exits 130."""
 
 
 @contextlib.contextmanager
 def interrupt_on_signals() -> Iterator[None]:
-    """For the block's duration, SIGTERM and SIGHUP raise Interrupted (once) in the main thread."""
+    """For the block's duration, SIGINT, SIGTERM and SIGHUP raise Interrupted (once) in the main
+    thread; during a rollback (paroctl/switch/record.py: rolling_back) one is noted instead, and
+    the rollback ends before paroctl answers it."""
+    from paroctl.switch import record
+
     fired: list[int] = []
 
     def handler(signum: int, frame: FrameType | None) -> None:
         if fired:
             return  # the rollback under way is what leaves the box sane; SIGKILL is the journal's
         fired.append(signum)
-        raise Interrupted(f"{signal.Signals(signum).name} received")
+        why = f"{signal.Signals(signum).name} received"
+        if not record.defer_interrupt(why):
+            raise Interrupted(why)
 
     previous = {sig: signal.signal(sig, handler) for sig in INTERRUPT_SIGNALS}
     try:
@@ -203,6 +210,15 @@ def status_cmd() -> None:
         click.echo(f"note:    {shown.live.key_problem}", err=True)
     for line in _live_lines(shown.live, shown.gates):
         click.echo(line)
+    if not shown.live.healthy or not shown.live.names_match:
+        from paroctl.errors import RuntimeFailure
+
+        recorded = shown.live.record.serve
+        what = "does not answer" if not shown.live.healthy else "answers with other names"
+        raise RuntimeFailure(
+            f"the live serve {recorded.profile} {what} at {recorded.url}; `paroctl logs` shows "
+            f"why, `paroctl switch {recorded.profile}` starts it again"
+        )
 
 
 def _live_lines(view: LiveView, gates: GateRows | None) -> list[str]:

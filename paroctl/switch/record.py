@@ -7,12 +7,14 @@ and writes the live pointer through them; this module adds what needs a profile.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from paroctl.errors import ParoctlError, ProfileError, StateError
+from paroctl import state
+from paroctl.errors import EXIT_INTERRUPTED, ParoctlError, ProfileError, StateError
 from paroctl.events import Event, EventSink
 from paroctl.profile import profiles, secrets
 from paroctl.profile.profiles import Profile
@@ -25,8 +27,10 @@ __all__ = [
     "LiveRecord",
     "ServeRef",
     "SwitchFailed",
+    "SwitchInterrupted",
     "api_key_for",
     "api_key_named",
+    "failure_cause",
     "record_from_live",
     "serve_ref",
 ]
@@ -34,6 +38,57 @@ __all__ = [
 
 class SwitchFailed(ParoctlError):
     """A switch did not end on the requested profile; the message says where the box is now."""
+
+
+class SwitchInterrupted(SwitchFailed):
+    """A signal (Ctrl-C, SIGTERM, SIGHUP) stopped a switch; it rolled back (or kept what was live)
+    first, and the message says where the box is now. Exit 130, as a shell reports Ctrl-C."""
+
+    exit_code = EXIT_INTERRUPTED
+
+
+# A rollback under way is what leaves the box serving: a signal that arrives during it is noted
+# here (by the CLI's handler, through defer_interrupt) and answered once the rollback has ended.
+_rolling_back: list[bool] = []
+_deferred: list[str] = []
+
+
+@contextlib.contextmanager
+def rolling_back() -> Iterator[None]:
+    """For the block's duration, an interruption is deferred (defer_interrupt says so)."""
+    _rolling_back.append(True)
+    try:
+        yield
+    finally:
+        _rolling_back.pop()
+
+
+def defer_interrupt(why: str) -> bool:
+    """For a signal handler: True (and why noted) while a rollback runs, so it must not raise."""
+    if _rolling_back:
+        _deferred.append(why)
+    return bool(_rolling_back)
+
+
+def failure_cause(exc: BaseException) -> str:
+    """Why a switch step failed, in one line: the error's message; for a write that failed (a full
+    disk) the path and the system's reason; for a signal, which one; for a bug, type and text."""
+    if isinstance(exc, ParoctlError):
+        return exc.message
+    if isinstance(exc, KeyboardInterrupt):
+        return str(exc) or "Ctrl-C"
+    if isinstance(exc, OSError):
+        # A write on an open file (atomic_write's) carries no path: it was under PAROCTL_HOME.
+        where = exc.filename if exc.filename is not None else f"a file under {state.home()}"
+        return f"{where}: {exc.strerror or exc}"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def take_deferred() -> str | None:
+    """The first interruption deferred since the last call, if any (and forget them all)."""
+    first = _deferred[0] if _deferred else None
+    _deferred.clear()
+    return first
 
 
 @dataclass

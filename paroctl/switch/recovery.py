@@ -6,25 +6,39 @@ exception: a switch killed after it recorded the new serve as live (live.json ca
 journal's boot id) had finished, and only its journal is dropped. `switch --resume`
 (`resume` in paroctl/switch/switch.py) instead finishes the interrupted switch: a new serve
 still booting or verifying is verified where it runs.
+
+A rollback writes under PAROCTL_HOME (the journal, the serve's log and pid file, live.json): a
+switch sets room for it aside before it stops anything (`Room`) and gives it back to the rollback,
+so a disk that fills during the switch still lets the previous serve come back.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 from paroctl import net, state
 from paroctl.client import Client
 from paroctl.errors import ParoctlError, RuntimeFailure, StateError
 from paroctl.events import Event, EventSink
+from paroctl.profile.profiles import Profile
 from paroctl.records import LiveRecord, ServeRef
 from paroctl.serve.runtime.base import Runtime
 from paroctl.switch import journal
-from paroctl.switch.record import api_key_named
+from paroctl.switch.record import Deps, api_key_named, failure_cause
 
 RuntimeFor = Callable[[str, str], Runtime]
 PORT_CLOSE_MARGIN_S = 30.0
+ROOM_FILE = ".switch-room"
+# What a rollback writes under PAROCTL_HOME, with a wide margin: a vLLM boot log (~0.1-1 MB), the
+# failed boot's log kept beside it, the journal, pid file, live.json and a results-store row.
+ROOM_BYTES = 32 << 20
 
 
 @dataclass(frozen=True)
@@ -101,6 +115,7 @@ def plan_line(entry: journal.Entry, live: LiveRecord | None) -> str:
 
 def recover(runtime_for: RuntimeFor, events: EventSink) -> journal.Entry | None:
     """Settle an interrupted switch (call with the box lock held); return its entry, if any."""
+    Room(state.home() / ROOM_FILE).release()  # a killed switch's: no switch runs under our lock
     entry = journal.read()
     if entry is None:
         return None
@@ -155,3 +170,194 @@ def stop_serve(serve: ServeRef, runtime_for: RuntimeFor) -> None:
         ) from exc
     if runtime.is_active(serve.profile):
         raise RuntimeFailure(f"the stranded {serve.profile}: its port closed but it still runs")
+
+
+# --- room to roll back in ------------------------------------------------------------------------
+
+
+class Room:
+    """Disk space set aside under PAROCTL_HOME (a file of ROOM_BYTES, really allocated) for the
+    length of a switch; released before a rollback writes anything, so that a disk filled during
+    the switch (by the new serve's log, or anything else) still lets the previous serve back."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @classmethod
+    def claim(cls) -> Room:
+        """Set the room aside, or refuse (StateError naming PAROCTL_HOME) while nothing is touched:
+        a switch needs the room and as much again free for the new serve's own writes."""
+        home = state.home()
+        path = home / ROOM_FILE
+        try:
+            home.mkdir(parents=True, exist_ok=True)
+            _allocate(path, ROOM_BYTES)
+            info = os.statvfs(home)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                path.unlink()
+            raise StateError(_no_room(home, exc.strerror or str(exc))) from exc
+        free = info.f_bavail * info.f_frsize
+        if free < ROOM_BYTES:
+            with contextlib.suppress(OSError):
+                path.unlink()
+            raise StateError(_no_room(home, f"only {free >> 20} MiB free"))
+        return cls(path)
+
+    def release(self) -> None:
+        """Give the room back (idempotent)."""
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+
+
+def _allocate(path: Path, size: int) -> None:
+    """Make path a file of size bytes whose blocks are allocated now (a stale one is reused)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            # A filesystem without fallocate: blocks are allocated by writing them.
+            block = bytes(1 << 20)
+            os.lseek(fd, 0, os.SEEK_SET)
+            for _ in range(0, size, len(block)):
+                os.write(fd, block)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _no_room(home: Path, why: str) -> str:
+    need = 2 * ROOM_BYTES >> 20
+    return (
+        f"{home}: {why}: a switch needs {need} MiB free in PAROCTL_HOME (the new serve's logs "
+        "and records, and as much set aside so that a rollback can write); nothing was stopped. "
+        "Free space there and retry"
+    )
+
+
+# --- the pieces a rollback is made of -------------------------------------------------------------
+
+
+def note_step(jr: journal.Journal, deps: Deps, step: str, **change: Any) -> None:
+    """A journal step the rollback takes whether or not it could be written (a full disk)."""
+    try:
+        jr.step(step, **change)
+    except (OSError, StateError) as exc:
+        deps.events(Event("warn", f"journal not written ({failure_cause(exc)}); rolling back"))
+
+
+def settle_old(live: LiveRecord, deps: Deps) -> bool:
+    """Finish stopping the old serve a failure or signal cut short; False when it may run."""
+    try:
+        stop_serve(live.serve, deps.runtime_for)
+    except ParoctlError as exc:
+        deps.events(Event("warn", f"stopping {live.serve.profile}: {exc.message}"))
+        return False
+    if (now := state.read_live()) is not None and now.serve.profile == live.serve.profile:
+        state.clear_live()
+    return True
+
+
+def still_serving(live: LiveRecord, deps: Deps) -> bool:
+    """Whether the live record's serve runs and answers with its served names."""
+    serve = live.serve
+    runtime = deps.runtime_for(serve.runtime, serve.scope)
+    if not runtime.is_active(serve.profile):
+        return False
+    client = Client(serve.url, retries=0, api_key=api_key_named(serve.profile))
+    try:
+        return client.health() and sorted(client.models()) == sorted(serve.served_names)
+    except RuntimeFailure:
+        return False
+    finally:
+        client.close()
+
+
+def keep_failed_log(profile: Profile, deps: Deps, cause: str) -> str:
+    """Copy a failed boot's log under failed-boots/ and store the failed boot; say where it is
+    (the runtime's own log when the copy cannot be written: a full disk must not stop rollbacks)."""
+    runtime = deps.runtime_for(profile.body.runtime.kind, profile.body.runtime.scope)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    path = state.home() / "failed-boots" / f"{profile.name}-{stamp}.log"
+    try:
+        lines = list(runtime.logs(profile.name))
+    except ParoctlError:
+        lines = []
+    try:
+        state.atomic_write(path, f"# switch to {profile.name} failed: {cause}\n" + "\n".join(lines))
+    except (OSError, StateError) as exc:
+        deps.events(Event("warn", f"the failed boot's log not kept: {failure_cause(exc)}"))
+        path = runtime.log_path(profile.name)
+    deps.keep(
+        {
+            "boot_id": journal.new_boot_id(),
+            "profile": profile.name,
+            "hash": profile.hash,
+            "ok": False,
+            "cause": cause,
+            "log": str(path),
+            "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        },
+    )
+    return f"the failed boot's log: {path}"
+
+
+def before(interrupted: journal.Entry | None) -> tuple[str, str | None] | None:
+    """What was live before an interrupted switch (its rollback target): profile and hash."""
+    if interrupted is None or interrupted.from_profile is None:
+        return None
+    return interrupted.from_profile, interrupted.from_hash
+
+
+def previous_profile(
+    was: tuple[str, str | None] | None, load_profile: Callable[[str], Profile], deps: Deps
+) -> Profile | None:
+    """The profile to roll back to (was: what was live, profile and hash), as it loads now."""
+    if not was:
+        return None
+    name, booted_hash = was
+    try:
+        previous = load_profile(name)
+    except ParoctlError as exc:
+        deps.events(
+            Event(
+                "warn",
+                f"the live profile {name} no longer loads "
+                f"({exc.message.splitlines()[0]}); no rollback possible",
+            )
+        )
+        return None
+    if previous.hash != booted_hash:
+        deps.events(
+            Event(
+                "warn",
+                f"{previous.name} changed since it booted; a rollback boots "
+                "the profile as it is now",
+            )
+        )
+    return previous
+
+
+def journaled_start(jr: journal.Journal, profile: Profile) -> bool:
+    """Whether this switch got as far as starting profile (the journal names it as the serve
+    from just before runtime.start on). A boot refused before that (its port held by another
+    process, a missing image) started nothing: there is nothing of ours to stop or wait for,
+    and the port's holder must not be waited out as if it were ours."""
+    return jr.entry.serve is not None and jr.entry.serve.profile == profile.name
+
+
+def stop_quietly(profile: Profile, deps: Deps) -> bool:
+    """Stop a failed serve; False (and a warning) when it may still run."""
+    runtime = deps.runtime_for(profile.body.runtime.kind, profile.body.runtime.scope)
+    try:
+        runtime.stop(profile.name, float(profile.body.container.stop_grace_s))
+        net.wait_port_closed(
+            net.connect_host(profile.body.serve.host), profile.body.serve.port, timeout=30.0
+        )
+    except ParoctlError as exc:
+        deps.events(Event("warn", f"stopping {profile.name}: {exc.message}"))
+        return False
+    return True

@@ -87,9 +87,12 @@ def probe_live(live: LiveRecord) -> LiveView:
         try:
             healthy = client.health()
             names = client.models() if healthy else []
+        except ParoctlError:
+            healthy, names = False, []
+        try:  # a serve without /metrics still answers: it only has no request counts
             metrics = client.gauges(*REQUEST_GAUGES) if healthy else None
         except ParoctlError:
-            healthy, names, metrics = False, [], None
+            metrics = None
     requests = None if metrics is None else (metrics[REQUEST_GAUGES[0]], metrics[REQUEST_GAUGES[1]])
     return LiveView(live, key_problem, healthy, tuple(names), requests, cpu_view(live.cpu))
 

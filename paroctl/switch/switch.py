@@ -3,15 +3,21 @@
 lock -> resolve the live serve -> drain and stop it -> wait until its port is closed and its
 processes are gone (and GPU memory is back) -> start the new one -> verify it (paroctl/switch/
 verify.py: boot phases, /v1/models lists exactly the profile's served names, boot markers, KV
-tokens, one sanity completion) -> record the boot. Any failure after the old serve stopped: keep
-the log, stop the new serve, bring the previous profile back and verify it the same way.
-`resume` finishes a switch that was interrupted (its journal's owner is gone).
+tokens, one sanity completion) -> record the boot. Any failure once the old serve's stop began
+(a check, a bug, a full disk, or a signal: Ctrl-C, SIGTERM, SIGHUP, which the CLI raises as
+KeyboardInterrupt) keeps the log, stops the new serve, finishes stopping the old one, brings the
+previous profile back and verifies it the same way; a signal during that rollback waits for its
+end (record.rolling_back). A signal before the old serve was touched leaves it serving. A signal
+ends the switch with SwitchInterrupted (exit 130). Disk room for the rollback is set aside before
+anything stops (recovery.Room). `resume` finishes a switch that was interrupted (its journal's
+owner is gone).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
@@ -30,9 +36,12 @@ from paroctl.switch import adopt, journal, recovery
 from paroctl.switch.record import (
     Deps,
     SwitchFailed,
-    api_key_named,
+    SwitchInterrupted,
+    failure_cause,
     record_from_live,
+    rolling_back,
     serve_ref,
+    take_deferred,
 )
 from paroctl.switch.verify import RUNNING, verify_running, verify_where_it_runs
 
@@ -88,28 +97,71 @@ def switch(
             if taken is not None:
                 return taken
         same = live and live.serve.profile == target.name and live.serve.hash == target.hash
-        if same and live and _still_serving(live, deps):
+        if same and live and recovery.still_serving(live, deps):
             deps.events(Event("step", f"{target.name} is already live and answering"))
             return record_from_live(live)
         # After an interrupted switch nothing is live; what was live before it is the fallback.
-        was = (live.serve.profile, live.serve.hash) if live else before(interrupted)
-        previous = previous_profile(was, load_profile, deps)
+        was = (live.serve.profile, live.serve.hash) if live else recovery.before(interrupted)
+        previous = recovery.previous_profile(was, load_profile, deps)
         if previous is not None and previous.name == target.name:
             previous = None  # rolling back to the profile that just failed cannot help
-        _preflight(target, deps)  # before the old serve is touched
-        jr = journal.Journal.begin(live, target.name)
-        if live:
-            _stop_old(live, deps, jr)
+        room = recovery.Room.claim()  # a full disk refuses here, before anything is touched
         try:
-            record = boot(target, deps, timeout_s=timeout_s, jr=jr)
-        except ParoctlError as exc:
-            cause = exc.message
-        except (Exception, KeyboardInterrupt) as exc:  # a bug, Ctrl-C or SIGTERM must not strand
-            cause = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        else:
-            jr.clear()
-            return record
-        fail(target, previous, cause, deps, jr, rollback=rollback)
+            _preflight(target, deps)  # before the old serve is touched
+            jr = _begin(live, target.name)
+            return _take(target, live, previous, deps, jr, room, rollback, timeout_s)
+        finally:
+            room.release()
+
+
+@dataclass
+class _Old:
+    """The serve being replaced, and how far its stop got."""
+
+    live: LiveRecord | None
+    touched: bool = False  # its runtime was asked to stop it: it may be stopping, or gone
+    refused: bool = False  # the stop failed: what runs is unknown, nothing is started after it
+
+
+def _begin(live: LiveRecord | None, to_profile: str) -> journal.Journal:
+    """The journal's first entry; a write that fails (a full disk) refuses the switch here."""
+    try:
+        return journal.Journal.begin(live, to_profile)
+    except KeyboardInterrupt:
+        journal.clear()  # written or not: nothing was touched, nothing is left to settle
+        raise
+    except (OSError, StateError) as exc:
+        kept = f"; {live.serve.profile} still serves" if live else ""
+        raise StateError(
+            f"cannot record the switch ({failure_cause(exc)}); nothing was stopped{kept}"
+        ) from exc
+
+
+def _take(
+    target: Profile,
+    live: LiveRecord | None,
+    previous: Profile | None,
+    deps: Deps,
+    jr: journal.Journal,
+    room: recovery.Room,
+    rollback: bool,
+    timeout_s: float | None,
+) -> BootRecord:
+    """Stop the old serve, boot the target; any failure or signal on the way rolls back."""
+    old = _Old(live)
+    try:
+        if live:
+            _stop_old(old, deps, jr)
+        record = boot(target, deps, timeout_s=timeout_s, jr=jr)
+    except (Exception, KeyboardInterrupt) as exc:  # a bug, a full disk, Ctrl-C, SIGTERM, SIGHUP
+        if old.refused:
+            raise
+        fail(
+            target, previous, failure_cause(exc), deps, jr,
+            rollback=rollback, room=room, old=old, interrupted=isinstance(exc, KeyboardInterrupt),
+        )  # fmt: skip
+    jr.clear()
+    return record
 
 
 def _untracked(
@@ -151,20 +203,18 @@ def _preflight(target: Profile, deps: Deps) -> None:
     deps.events(Event("step", f"image {ref}: doctor ok" + (" (cached)" if result.cached else "")))
 
 
-def before(interrupted: journal.Entry | None) -> tuple[str, str | None] | None:
-    """What was live before an interrupted switch (its rollback target): profile and hash."""
-    if interrupted is None or interrupted.from_profile is None:
-        return None
-    return interrupted.from_profile, interrupted.from_hash
-
-
-def _stop_old(live: LiveRecord, deps: Deps, jr: journal.Journal) -> None:
+def _stop_old(old: _Old, deps: Deps, jr: journal.Journal) -> None:
+    """Drain and stop the live serve (journaled); old records how far the stop got."""
+    assert old.live is not None
     journal.hold("stopping-old")
+    _drain(net.connect_host(old.live.serve.host), old.live.serve.port, deps, via=old.live.drain)
+    old.touched = True
     try:
-        stop_live(live, deps)
-    except BaseException:
+        _stop_and_wait(old.live, deps)
+    except (RuntimeFailure, SwitchFailed):
+        old.refused = True
         if state.read_live() is not None:
-            jr.clear()  # stop_live did not get as far as clearing live.json: it still tracks it
+            jr.clear()  # live.json still tracks it: the journal would only repeat that
         raise
     jr.step("old-gone", serve=None)
     journal.hold("old-gone")
@@ -178,54 +228,91 @@ def fail(
     jr: journal.Journal,
     *,
     rollback: bool,
+    room: recovery.Room | None = None,
+    old: _Old | None = None,
+    interrupted: bool = False,
 ) -> NoReturn:
-    """Keep the failed boot's log, stop it, bring previous back; the journal follows each step."""
-    started = _journaled_start(jr, target)
-    jr.step("rolling-back", rolling_back=True)
-    log = _keep_failed_log(target, deps, cause)
-    where = f"the failed boot's log: {log}"
-    if started and not _stop_quietly(target, deps):
+    """Keep the failed boot's log, stop it, bring previous back (or keep the old serve, when it
+    was never touched); the journal follows each step. A signal during this is deferred: what
+    runs here is what leaves the box serving. Raises SwitchInterrupted after a signal."""
+    with rolling_back():
+        try:
+            _fail(target, previous, cause, deps, jr, rollback, room, old, interrupted)
+        except SwitchFailed as exc:
+            why = take_deferred()  # taken in any case: the next rollback starts with none
+            if why is None or isinstance(exc, SwitchInterrupted):
+                raise
+            raise SwitchInterrupted(f"{exc.message}\n(then interrupted: {why})") from exc
+
+
+def _fail(
+    target: Profile,
+    previous: Profile | None,
+    cause: str,
+    deps: Deps,
+    jr: journal.Journal,
+    rollback: bool,
+    room: recovery.Room | None,
+    old: _Old | None,
+    interrupted: bool,
+) -> NoReturn:
+    error = SwitchInterrupted if interrupted else SwitchFailed
+    head = f"switch to {target.name} {'interrupted' if interrupted else 'failed'}: {cause}"
+    if recovery.had_finished(jr.entry, state.read_live()):  # the signal came after the new
+        jr.clear()  # serve was verified and recorded: it stays
+        raise error(f"{head}\n{target.name} is live and verified (it was when the signal came)")
+    old = old or _Old(None)
+    was = old.live
+    if was is not None and not old.touched and recovery.still_serving(was, deps):
+        jr.clear()
+        raise error(f"{head}\nnothing was stopped: {was.serve.profile} still serves")
+    if room is not None:
+        room.release()  # before any write: a full disk is a likely cause of this failure
+    started = recovery.journaled_start(jr, target)
+    recovery.note_step(jr, deps, "rolling-back", rolling_back=True)
+    journal.hold("rolling-back")
+    where = recovery.keep_failed_log(target, deps, cause)
+    if started and not recovery.stop_quietly(target, deps):
         # The journal stays: it is the only record of a serve that may still run.
-        raise SwitchFailed(
-            f"switch to {target.name} failed: {cause}\nand {target.name} could not be stopped; "
+        raise error(
+            f"{head}\nand {target.name} could not be stopped; "
             f"{journal.path()} keeps it tracked (`paroctl stop` retries); {where}"
         )
+    if was is not None and not recovery.settle_old(was, deps):
+        raise error(f"{head}\nand {was.serve.profile} could not be stopped; {where}")
     if previous is None or not rollback:
         jr.clear()
         if previous is None:
-            raise SwitchFailed(
-                f"switch to {target.name} failed: {cause}\nnothing was live before, so the box "
-                f"is left stopped; {where}"
-            )
-        raise SwitchFailed(
-            f"switch to {target.name} failed: {cause}\n--no-rollback: the box is left "
-            f"stopped (previous: {previous.name}); {where}"
+            raise error(f"{head}\nnothing was live before, so the box is left stopped; {where}")
+        raise error(
+            f"{head}\n--no-rollback: the box is left stopped (previous: {previous.name}); {where}"
         )
     deps.events(Event("warn", f"rolling back to {previous.name}"))
-    jr.step("rolling-back", serve=None, boot_id=journal.new_boot_id())
+    recovery.note_step(jr, deps, "rolling-back", serve=None, boot_id=journal.new_boot_id())
     try:
         boot(previous, deps, timeout_s=None, jr=jr)
-    except ParoctlError as again:
-        if not _journaled_start(jr, previous) or _stop_quietly(previous, deps):
+    except (Exception, KeyboardInterrupt) as exc:
+        if not recovery.journaled_start(jr, previous) or recovery.stop_quietly(previous, deps):
             jr.clear()
-        raise SwitchFailed(
-            f"switch to {target.name} failed: {cause}\nthe rollback to {previous.name} "
-            f"failed too: {again.message}\nthe box is stopped; {where}"
-        ) from again
+        raise error(
+            f"{head}\nthe rollback to {previous.name} failed too: {failure_cause(exc)}\n"
+            f"the box is stopped; {where}"
+        ) from exc
     jr.clear()
-    raise SwitchFailed(
-        f"switch to {target.name} failed: {cause}\nrolled back: {previous.name} is live "
-        f"again and verified; {where}"
-    )
+    raise error(f"{head}\nrolled back: {previous.name} is live again and verified; {where}")
 
 
 def stop_live(live: LiveRecord, deps: Deps) -> None:
     """Drain and stop the live serve; return once its port is closed and its processes are gone."""
+    _drain(net.connect_host(live.serve.host), live.serve.port, deps, via=live.drain)
+    _stop_and_wait(live, deps)
+
+
+def _stop_and_wait(live: LiveRecord, deps: Deps) -> None:
     serve = live.serve
     name, host, port = serve.profile, net.connect_host(serve.host), serve.port
     runtime = deps.runtime_for(serve.runtime, serve.scope)
     start = time.monotonic()
-    _drain(host, port, deps, via=live.drain)
     deps.events(Event("step", f"stopping {name}"))
     grace = float(serve.grace_s)
     runtime.stop(name, grace)
@@ -347,8 +434,9 @@ def _finish_boot(
     timeout_s: float | None,
 ) -> BootRecord:
     """Verify the serve the interrupted switch started, where it runs; roll back if it fails."""
+    room = recovery.Room.claim()
     jr = journal.Journal.take_over(entry)
-    previous = previous_profile(before(entry), load_profile, deps)
+    previous = recovery.previous_profile(recovery.before(entry), load_profile, deps)
     deps.events(Event("step", f"resuming: verifying {target.name} where it runs"))
     try:
         record = verify_where_it_runs(
@@ -360,14 +448,15 @@ def _finish_boot(
             started_at=entry.started_at,
             origin="resume",
         )
-    except ParoctlError as exc:
-        cause = exc.message
     except (Exception, KeyboardInterrupt) as exc:
-        cause = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    else:
-        jr.clear()
-        return record
-    fail(target, previous, cause, deps, jr, rollback=rollback)
+        fail(
+            target, previous, failure_cause(exc), deps, jr,
+            rollback=rollback, room=room, interrupted=isinstance(exc, KeyboardInterrupt),
+        )  # fmt: skip
+    finally:
+        room.release()
+    jr.clear()
+    return record
 
 
 def plan(
@@ -474,91 +563,3 @@ def _wait_gpu_memory(deps: Deps) -> None:
             deps.events(Event("warn", f"GPU memory still in use after {GPU_WAIT_S:g} s: {used}"))
             return
         time.sleep(0.5)
-
-
-def _still_serving(live: LiveRecord, deps: Deps) -> bool:
-    serve = live.serve
-    runtime = deps.runtime_for(serve.runtime, serve.scope)
-    if not runtime.is_active(serve.profile):
-        return False
-    client = Client(serve.url, retries=0, api_key=api_key_named(serve.profile))
-    try:
-        return client.health() and sorted(client.models()) == sorted(serve.served_names)
-    except RuntimeFailure:
-        return False
-    finally:
-        client.close()
-
-
-def previous_profile(
-    was: tuple[str, str | None] | None, load_profile: Callable[[str], Profile], deps: Deps
-) -> Profile | None:
-    """The profile to roll back to (was: what was live, profile and hash), as it loads now."""
-    if not was:
-        return None
-    name, booted_hash = was
-    try:
-        previous = load_profile(name)
-    except ParoctlError as exc:
-        deps.events(
-            Event(
-                "warn",
-                f"the live profile {name} no longer loads "
-                f"({exc.message.splitlines()[0]}); no rollback possible",
-            )
-        )
-        return None
-    if previous.hash != booted_hash:
-        deps.events(
-            Event(
-                "warn",
-                f"{previous.name} changed since it booted; a rollback boots "
-                "the profile as it is now",
-            )
-        )
-    return previous
-
-
-def _keep_failed_log(profile: Profile, deps: Deps, cause: str) -> Path:
-    runtime = deps.runtime_for(profile.body.runtime.kind, profile.body.runtime.scope)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    path = state.home() / "failed-boots" / f"{profile.name}-{stamp}.log"
-    try:
-        lines = list(runtime.logs(profile.name))
-    except ParoctlError:
-        lines = []
-    state.atomic_write(path, f"# switch to {profile.name} failed: {cause}\n" + "\n".join(lines))
-    deps.keep(
-        {
-            "boot_id": journal.new_boot_id(),
-            "profile": profile.name,
-            "hash": profile.hash,
-            "ok": False,
-            "cause": cause,
-            "log": str(path),
-            "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        },
-    )
-    return path
-
-
-def _journaled_start(jr: journal.Journal, profile: Profile) -> bool:
-    """Whether this switch got as far as starting profile (the journal names it as the serve
-    from just before runtime.start on). A boot refused before that (its port held by another
-    process, a missing image) started nothing: there is nothing of ours to stop or wait for,
-    and the port's holder must not be waited out as if it were ours."""
-    return jr.entry.serve is not None and jr.entry.serve.profile == profile.name
-
-
-def _stop_quietly(profile: Profile, deps: Deps) -> bool:
-    """Stop a failed serve; False (and a warning) when it may still run."""
-    runtime = deps.runtime_for(profile.body.runtime.kind, profile.body.runtime.scope)
-    try:
-        runtime.stop(profile.name, float(profile.body.container.stop_grace_s))
-        net.wait_port_closed(
-            net.connect_host(profile.body.serve.host), profile.body.serve.port, timeout=30.0
-        )
-    except ParoctlError as exc:
-        deps.events(Event("warn", f"stopping {profile.name}: {exc.message}"))
-        return False
-    return True

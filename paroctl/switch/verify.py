@@ -8,6 +8,7 @@ sanity completion -> record the boot as the live pointer. The switch's boot, `ad
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
@@ -47,6 +48,7 @@ RUNNING = "vllm:num_requests_running"
 # "non-default args: {...}" line): its drain may then read /load.
 LOAD_TRACKED = "'enable_server_load_tracking': True"
 ALIVE_CHECK_S = 0.25  # how often a boot's process is asked whether it still runs
+FULL_DISK_BYTES = 1 << 20  # less free than this where a serve's log goes: it died writing it
 
 
 def verify_running(
@@ -331,8 +333,9 @@ def _wait_healthy(
         if now >= next_alive_check:
             if not runtime.is_active(profile.name):
                 raise RuntimeFailure(
-                    f"{profile.name} exited during boot (phase: {watcher.current()}); last log "
-                    f"lines:\n{_tail(watcher.snapshot())}"
+                    f"{profile.name} exited during boot (phase: {watcher.current()})"
+                    f"{_full_disk(runtime, profile.name)}; last log lines:\n"
+                    f"{_tail(watcher.snapshot())}"
                 )
             next_alive_check = now + ALIVE_CHECK_S
         if now > deadline:
@@ -341,6 +344,21 @@ def _wait_healthy(
             )
         # Asked again on the next log line (the server logs as it comes up) or after POLL_S.
         watcher.wait_line(POLL_S)
+
+
+def _full_disk(runtime: Runtime, name: str) -> str:
+    """Where a serve's log is written on a full filesystem (a serve dies writing it), said."""
+    try:
+        log = runtime.log_path(name)
+        if not log.is_absolute():
+            return ""  # not a file (systemd's journal): its own space is journald's business
+        where = log.parent
+        info = os.statvfs(where)
+    except (OSError, ParoctlError):
+        return ""
+    if info.f_bavail * info.f_frsize >= FULL_DISK_BYTES:
+        return ""
+    return f"; {where}: No space left on device (the serve's log is written there)"
 
 
 def _check_identity(profile: Profile, client: Client) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from paroctl import env, state
-from paroctl.errors import RuntimeFailure
+from paroctl.errors import RuntimeFailure, StateError
 from paroctl.procfs import alive as _alive
 from paroctl.procfs import group_members, kernel_boot_id, read_proc
 from paroctl.serve.runtime.base import ServeSpec
@@ -161,9 +161,21 @@ class LocalRuntime:
             except OSError as exc:
                 raise RuntimeFailure(f"cannot start serve {spec.name!r}: {exc}") from exc
         self._children[child.pid] = child
-        info = read_proc(child.pid)
+        try:
+            self._record(spec, child.pid, run_dir / PID_FILE)
+        except BaseException:
+            # Without its pid file nothing finds this serve again (a full disk, or a signal
+            # between the start and the record): it must not run on untracked.
+            self._signal_group(child.pid, signal.SIGKILL)
+            child.wait()
+            self._children.pop(child.pid, None)
+            raise
+
+    @staticmethod
+    def _record(spec: ServeSpec, pid: int, path: Path) -> None:
+        info = read_proc(pid)
         record = {
-            "pid": child.pid,
+            "pid": pid,
             "start_ticks": info.start_ticks if info is not None else -1,
             "boot_id": kernel_boot_id(),
             "argv": list(spec.argv),
@@ -172,7 +184,13 @@ class LocalRuntime:
             "started_at": time.time(),
             "hash": spec.hash,
         }
-        state.atomic_write(run_dir / PID_FILE, json.dumps(record, indent=2) + "\n")
+        try:
+            state.atomic_write(path, json.dumps(record, indent=2) + "\n")
+        except (OSError, StateError) as exc:
+            why = exc.message if isinstance(exc, StateError) else exc.strerror or str(exc)
+            raise StateError(
+                f"{path}: cannot record the serve {spec.name!r} ({why}); it was stopped again"
+            ) from exc
 
     def _wait_group_gone(self, pid: int, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
