@@ -6,22 +6,26 @@ that are not JSON and streams cut before `[DONE]` are retried up to `retries` ti
 exponential backoff, and each retried fault is recorded on the reply, so a gate can account for
 every fault it survived. A 4xx is never retried (the request itself is wrong). POSTs are retried
 too: every POST paroctl sends is a greedy read, so the worst a duplicate costs is server time;
-callers that must not retry (the switch's probes) pass `retries=0`.
-
-`requests` and `prometheus_client` are imported inside methods so that `paroctl --help` and
-the commands that never talk HTTP do not pay for them.
+callers that must not retry (the switch's probes) pass `retries=0`. Every answer is bounded in
+size (after decoding: a gzip bomb counts what it inflates to) and in time (per read, and a
+deadline on the whole answer that no trickle of bytes resets), and read through `Reply`'s typed
+accessors: a server past a bound or out of shape is a `BadAnswer` naming what it did. `requests`
+and `prometheus_client` are imported inside methods: the commands that never talk HTTP do not
+pay for them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
+from paroctl import net
 from paroctl.errors import RuntimeFailure
 
 if TYPE_CHECKING:
@@ -33,6 +37,24 @@ T = TypeVar("T")
 
 _BODY_CHARS = 300
 _FAULT_CHARS = 160
+_ERROR_BODY_BYTES = 4096  # what a 4xx's message quotes is read, no more
+
+# The bounds on one answer, against a vLLM CPU serve of SmolLM2 (2026-12-06): the largest answer
+# is the kld gate's, prompt logprobs of a 1,024-token chunk at top-20 (its MAX_CHUNK_TOKENS x
+# VLLM_MAX_LOGPROBS): 1,456,532 bytes; /metrics 54,614; a stream event 249 bytes, 1,001 with
+# top-20 logprobs. 16 MiB is 11x the largest (longer escaped tokens, a raised max_logprobs).
+MAX_ANSWER_BYTES = 16 << 20
+MAX_CONTAINERS = 1 << 20  # JSON objects + arrays: that answer has 22k; each parses to >= 56 bytes
+MAX_EVENT_BYTES = 64 << 10
+MAX_STREAM_EVENTS = 1 << 17  # one event a token: twice `--gen`'s 65,536, at 256 bytes each
+MAX_STREAM_BYTES = MAX_STREAM_EVENTS * 256
+# vLLM writes a non-streamed body in one go once generated: a body still arriving 30 s after
+# its headers is a server (or a link) at fault, even at 0.5 MB/s for the largest answer.
+BODY_S = 30.0
+# A whole answer: a stream may take the read timeout to its first token and as long again to
+# generate; the read timeout alone restarts with every byte and never ends a trickle.
+DEADLINE_READS = 2.0
+HEALTH_TIMEOUT = (1.0, 5.0)
 
 
 class RequestFailed(RuntimeFailure):
@@ -43,17 +65,88 @@ class RequestFailed(RuntimeFailure):
         self.faults = list(faults)
 
 
+class BadAnswer(RequestFailed):
+    """The server answered, but not as its API says (too large, too slow, malformed, missing what
+    was asked for); not retried: the same request would get the same answer."""
+
+
 class _Transient(Exception):
     """A fault worth another attempt (a 5xx, a bad body, a stream cut short)."""
 
 
+class TokenLogprob(NamedTuple):
+    """One candidate token's logprob and rank at one prompt position."""
+
+    logprob: float
+    rank: int
+
+
 @dataclass
 class Reply:
-    """A non-streamed JSON response, the seconds it took and the faults retried to get it."""
+    """A non-streamed JSON response, the seconds it took and the faults retried to get it;
+    its accessors read the OpenAI schema's fields or raise BadAnswer naming what is wrong."""
 
     data: dict[str, Any]
     faults: list[str]
     seconds: float
+    answered: str = "the server answered"  # "the server at URL answered POST /path"
+
+    def pick(self, *path: str | int, kind: type | tuple[type, ...] = object) -> Any:
+        """The value at path, of kind (see net.pick); BadAnswer naming the path otherwise."""
+        try:
+            return net.pick(self.data, path, kind)
+        except net.Unfit as exc:
+            raise BadAnswer(f"{self.answered} {exc}") from None
+
+    def text(self) -> str:
+        """A completion's text (choices[0].text; null reads as "")."""
+        return str(self.pick("choices", 0, "text", kind=(str, type(None))) or "")
+
+    def content(self) -> str:
+        """A chat answer's text (choices[0].message.content; null reads as "")."""
+        return str(self.pick("choices", 0, "message", "content", kind=(str, type(None))) or "")
+
+    def finish_reason(self) -> str | None:
+        """Why generation stopped (choices[0].finish_reason), None when the server does not say."""
+        reason: str | None = self.pick("choices", 0, "finish_reason", kind=(str, type(None)))
+        return reason
+
+    def usage(self, name: str) -> int | None:
+        """A usage count (prompt_tokens, completion_tokens), None when the server does not say."""
+        if self.pick("usage", kind=(dict, type(None))) is None:
+            return None
+        count: int | None = self.pick("usage", name, kind=(int, type(None)))
+        return count
+
+    def tokens(self) -> list[int]:
+        """/tokenize's token ids."""
+        ids: list[int] = self.pick("tokens", kind=list)
+        for index in (i for i, token in enumerate(ids) if type(token) is not int):
+            self.pick("tokens", index, kind=int)  # the first one that is not says what it is
+        return ids
+
+    def prompt_logprobs(self) -> list[dict[int, TokenLogprob] | None]:
+        """vLLM's prompt_logprobs (choices[0], or top level): per prompt position, candidate
+        token id -> (logprob, rank); None where the position has none (the first one)."""
+        path: tuple[str | int, ...] = ("choices", 0, "prompt_logprobs")
+        if self.pick(*path, kind=(list, type(None))) is None:
+            path = ("prompt_logprobs",)
+        rows = self.pick(*path, kind=list)
+        return [self._logprob_row((*path, i)) for i in range(len(rows))]
+
+    def _logprob_row(self, path: tuple[str | int, ...]) -> dict[int, TokenLogprob] | None:
+        row = self.pick(*path, kind=(dict, type(None)))
+        if row is None:
+            return None
+        out: dict[int, TokenLogprob] = {}
+        for token in row:
+            logprob = self.pick(*path, token, "logprob", kind=(int, float))
+            if not token.lstrip("-").isdigit() or not math.isfinite(logprob):
+                where = net.dotted((*path, token, "logprob"))
+                raise BadAnswer(f"{self.answered} with {where} {logprob} (not a token's logprob)")
+            rank = self.pick(*path, token, "rank", kind=int)
+            out[int(token)] = TokenLogprob(float(logprob), rank)
+        return out
 
 
 @dataclass
@@ -83,42 +176,9 @@ def metric_value(metrics: Metrics, name: str, **labels: str) -> float:
     )
 
 
-def sample_sums(text: str, names: Sequence[str]) -> dict[str, float]:
-    """The sum of each named metric's samples in Prometheus text, every label set included (0.0
-    for a metric that is absent). A line scan for a few gauges: a full parse of vLLM's ~50 KB of
-    histograms costs ~40 ms of a slow core (plus ~80 ms to import the parser) per call."""
-    sums = dict.fromkeys(names, 0.0)
-    for line in text.splitlines():
-        name, rest = _sample_name(line)
-        if name in sums and rest:
-            with contextlib.suppress(ValueError):
-                sums[name] += float(rest.split()[0])
-    return sums
-
-
-def _sample_name(line: str) -> tuple[str, str]:
-    """(metric name, text after its labels) of one sample line; ("", "") for a comment."""
-    if not line or line.startswith("#"):
-        return "", ""
-    brace, space = line.find("{"), line.find(" ")
-    if brace < 0 or 0 <= space < brace:
-        return line[:space], line[space:] if space > 0 else ""
-    quoted, escaped = False, False
-    for index in range(brace + 1, len(line)):  # a label value may hold braces: mind the quotes
-        char = line[index]
-        if escaped:
-            escaped = False
-        elif char == "\\":
-            escaped = True
-        elif char == '"':
-            quoted = not quoted
-        elif char == "}" and not quoted:
-            return line[:brace], line[index + 1 :]
-    return "", ""
-
-
 def _short(text: str, most: int = _FAULT_CHARS) -> str:
-    text = text.strip()
+    # Often the server's own words: one line, and no control character reaches a terminal.
+    text = "".join(c if c.isprintable() else "?" for c in " ".join(text.split()))
     return text if len(text) <= most else text[: most - 3] + "..."
 
 
@@ -134,9 +194,12 @@ class Client:
         retries: int = 3,
         backoff_s: float = 0.25,
         api_key: str | None = None,
+        deadline_s: float | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = (connect_timeout_s, timeout_s)
+        # The most one answer may take, headers to last byte (timeout_s bounds each read).
+        self.deadline_s = DEADLINE_READS * timeout_s if deadline_s is None else deadline_s
         self.retries = retries
         self.backoff_s = backoff_s
         self._api_key = api_key
@@ -151,6 +214,8 @@ class Client:
             import requests
 
             session = requests.Session()
+            session.mount("http://", net.watched_adapter()())
+            session.mount("https://", net.watched_adapter()())
             if self._api_key:
                 session.headers["Authorization"] = f"Bearer {self._api_key}"
             self._local.session = session
@@ -175,6 +240,7 @@ class Client:
             retries=self.retries,
             backoff_s=self.backoff_s,
             api_key=self._api_key,
+            deadline_s=self.deadline_s,
         )
 
     def close(self) -> None:
@@ -195,22 +261,35 @@ class Client:
         """The absolute URL of an API path."""
         return f"{self.base_url}/{path.lstrip('/')}"
 
+    def _answered(self, method: str, url: str) -> str:
+        return f"the server at {self.base_url} answered {method} {url[len(self.base_url) :] or '/'}"
+
     # --- the retry policy ------------------------------------------------------------------
 
     def _attempts(
-        self, method: str, url: str, call: Callable[[], T], retries: int | None = None
+        self, method: str, url: str, call: Callable[[net.Deadline], T], retries: int | None = None
     ) -> tuple[T, list[str]]:
-        """Run call() under the retry policy; return its result and every fault retried."""
+        """Run call() under the retry policy and each attempt's deadline; return its result and
+        every fault retried."""
         import requests
 
         attempts = 1 + (self.retries if retries is None else retries)
         faults: list[str] = []
         for attempt in range(attempts):
             try:
-                return call(), faults
+                with net.deadline(self.deadline_s) as watch:
+                    try:
+                        return call(watch), faults
+                    except (requests.RequestException, _Transient, net.Unfit):
+                        # Cut off, a body can also look merely short or malformed.
+                        if watch.expired:
+                            raise BadAnswer(self._too_slow(method, url, watch), faults) from None
+                        raise
+            except net.Unfit as exc:
+                raise BadAnswer(f"{self._answered(method, url)} {exc}", faults) from None
             except RequestFailed as exc:
-                # A 4xx: the faults retried before it still belong to this call.
-                exc.faults = faults + exc.faults
+                # A 4xx or a bad answer: the faults retried before it still belong to this call.
+                exc.faults = faults + [f for f in exc.faults if f not in faults]
                 raise
             except _Transient as exc:
                 faults.append(str(exc))
@@ -231,55 +310,62 @@ class Client:
             f"{method} {url}: {verb} after {attempts} attempts ({faults[-1]})", faults
         )
 
-    def _send(
-        self,
-        method: str,
-        url: str,
-        payload: Mapping[str, Any] | None,
-        *,
-        stream: bool = False,
-        timeout: tuple[float, float] | None = None,
-    ) -> requests.Response:
-        """One attempt; a 5xx is transient, a 4xx fails the call for good."""
+    def _too_slow(self, method: str, url: str, watch: net.Deadline) -> str:
+        self._drop_session()
+        limits = f"an answer may take {self.deadline_s:g} s, a whole body {BODY_S:g} s past headers"
+        cut = f"too slowly: cut off after {watch.age():.0f} s ({limits})"
+        return f"{self._answered(method, url)} {cut}"
+
+    def _send(self, method: str, url: str, payload: Mapping[str, Any] | None) -> requests.Response:
+        """One attempt, up to its headers (the body is the caller's to read, bounded); a 5xx is
+        transient, a 4xx fails the call for good, a redirect is not followed."""
         response = self._session().request(
-            method, url, json=payload, timeout=timeout or self.timeout, stream=stream
+            method, url, json=payload, timeout=self.timeout, stream=True, allow_redirects=False
         )
-        if response.status_code >= 500:
-            response.close()
-            raise _Transient(f"HTTP {response.status_code}")
-        if response.status_code >= 400:
-            body = _short(response.text, _BODY_CHARS)
-            response.close()
-            raise RequestFailed(f"{method} {url} -> HTTP {response.status_code}: {body}")
-        return response
+        status = response.status_code
+        if status < 300:
+            return response
+        with response:
+            if status >= 500:
+                raise _Transient(f"HTTP {status}")
+            answered = self._answered(method, url)
+            if status < 400:
+                where = response.headers.get("Location", "nowhere")
+                raise BadAnswer(f"{answered} HTTP {status} (to {_short(where, 120)}), a redirect")
+            head = net.head(response, _ERROR_BODY_BYTES).decode("utf-8", "replace")
+        body = _short(head, _BODY_CHARS)
+        raise RequestFailed(f"{method} {url} -> HTTP {status}: {body}")
 
     def _json(
-        self,
-        method: str,
-        path: str,
-        payload: Mapping[str, Any] | None,
-        retries: int | None = None,
+        self, method: str, path: str, payload: Mapping[str, Any] | None, retries: int | None = None
     ) -> Reply:
         url = self.url(path)
+        answered = self._answered(method, url)
 
-        def call() -> tuple[dict[str, Any], float]:
+        def call(watch: net.Deadline) -> tuple[dict[str, Any], float]:
             start = time.perf_counter()
-            response = self._send(method, url, payload)
-            try:
-                data = response.json()
-            except ValueError as exc:
-                raise _Transient(f"bad body: HTTP {response.status_code} not JSON") from exc
-            if not isinstance(data, dict):
-                raise _Transient("bad body: not a JSON object")
+            with self._send(method, url, payload) as response:
+                watch.within(BODY_S)
+                try:
+                    data = net.read_json(response, MAX_ANSWER_BYTES, MAX_CONTAINERS)
+                except ValueError as exc:  # a proxy's error page, say: worth another attempt
+                    raise _Transient(f"bad body: HTTP {response.status_code} {exc}") from None
             return data, time.perf_counter() - start
 
         (data, seconds), faults = self._attempts(method, url, call, retries)
-        return Reply(data, faults, seconds)
+        return Reply(data, faults, seconds, answered)
 
-    def _get(self, path: str, *, retries: int | None = None) -> requests.Response:
+    def _get(self, path: str, *, retries: int | None = None) -> str:
+        """GET a text answer (/metrics) under the retry policy, bounded like every answer."""
         url = self.url(path)
-        response, _ = self._attempts("GET", url, lambda: self._send("GET", url, None), retries)
-        return response
+
+        def call(watch: net.Deadline) -> str:
+            with self._send("GET", url, None) as response:
+                watch.within(BODY_S)
+                return net.read_capped(response, MAX_ANSWER_BYTES).decode("utf-8", "replace")
+
+        text, _ = self._attempts("GET", url, call, retries)
+        return text
 
     # --- public requests -------------------------------------------------------------------
 
@@ -296,21 +382,26 @@ class Client:
         url = self.url("/v1/completions")
         body = {**payload, "stream": True, "stream_options": {"include_usage": True}}
 
-        def call() -> StreamReply:
+        def call(watch: net.Deadline) -> StreamReply:
             start = time.perf_counter()
-            return read_stream(self._send("POST", url, body, stream=True), start)
+            return read_stream(self._send("POST", url, body), start)
 
         reply, faults = self._attempts("POST", url, call)
         reply.faults = faults
         return reply
 
     def health(self) -> bool:
-        """Whether /health answers 200 right now (one attempt, no retries: callers poll)."""
+        """Whether /health answers 200 right now (one attempt, no retries: callers poll; the
+        body is never read)."""
         import requests
 
         try:
-            response = self._session().get(self.url("/health"), timeout=(1.0, 5.0))
+            with net.deadline(sum(HEALTH_TIMEOUT)):
+                response = self._session().get(
+                    self.url("/health"), timeout=HEALTH_TIMEOUT, stream=True, allow_redirects=False
+                )
         except requests.RequestException:
+            self._drop_session()
             return False
         response.close()
         return response.status_code == 200
@@ -336,8 +427,15 @@ class Client:
 
     def model_entries(self, *, retries: int | None = None) -> dict[str, dict[str, Any]]:
         """The /v1/models entries by served name (each with vLLM's max_model_len)."""
-        data = self.get("/v1/models", retries=retries).data
-        return {str(entry.get("id")): dict(entry) for entry in data.get("data") or []}
+        reply = self.get("/v1/models", retries=retries)
+        entries: dict[str, dict[str, Any]] = {}
+        for index in range(len(reply.pick("data", kind=list))):
+            name = reply.pick("data", index, "id", kind=str)
+            length = reply.pick("data", index, "max_model_len", kind=(int, type(None)))
+            if length is not None and length < 1:
+                raise BadAnswer(f"{reply.answered} with data[{index}].max_model_len {length}")
+            entries[name] = dict(reply.pick("data", index, kind=dict))
+        return entries
 
     def models(self) -> list[str]:
         """The served model names listed by /v1/models."""
@@ -345,10 +443,10 @@ class Client:
 
     def version(self) -> str | None:
         """The server's /version, or None when it has none (an older or a non-vLLM server)."""
-        try:
-            return str(self.get("/version", retries=0).data.get("version"))
-        except RuntimeFailure:
-            return None
+        version: str | None = None
+        with contextlib.suppress(RuntimeFailure):
+            version = self.get("/version", retries=0).pick("version", kind=(str, type(None)))
+        return version
 
     def completion(
         self,
@@ -361,12 +459,8 @@ class Client:
         **extra: Any,
     ) -> dict[str, Any]:
         """One /v1/completions request; returns the response object."""
-        payload: dict[str, Any] = {
-            "model": model,
-            "prompt": prompt,
-            "max_tokens": max_tokens,
-            "temperature": temperature,
-        }
+        payload: dict[str, Any] = {"model": model, "prompt": prompt, "max_tokens": max_tokens}
+        payload["temperature"] = temperature
         if logprobs is not None:
             payload["logprobs"] = logprobs
         if prompt_logprobs is not None:
@@ -384,11 +478,8 @@ class Client:
         **extra: Any,
     ) -> dict[str, Any]:
         """One /v1/chat/completions request; returns the response object."""
-        payload: dict[str, Any] = {
-            "model": model,
-            "messages": [dict(message) for message in messages],
-            "temperature": temperature,
-        }
+        asked = [dict(message) for message in messages]
+        payload: dict[str, Any] = {"model": model, "messages": asked, "temperature": temperature}
         if max_tokens is not None:
             payload["max_tokens"] = max_tokens
         payload.update(extra)
@@ -397,7 +488,7 @@ class Client:
     def tokenize(self, model: str, text: str, *, special: bool = True) -> list[int]:
         """Token ids of text under the served model's tokenizer (vLLM's /tokenize)."""
         payload = {"model": model, "prompt": text, "add_special_tokens": special}
-        return [int(token) for token in self.post("/tokenize", payload).data["tokens"]]
+        return self.post("/tokenize", payload).tokens()
 
     def stream_completion(
         self,
@@ -415,28 +506,29 @@ class Client:
     def load(self) -> int:
         """vLLM's /load: the requests in flight on its generation routes (counted only by a serve
         started with --enable-server-load-tracking; 0 otherwise)."""
-        value = self.get("/load", retries=0).data.get("server_load")
-        if not isinstance(value, int) or isinstance(value, bool):
-            shown = str(value)[:60]
-            raise RuntimeFailure(f"{self.url('/load')}: no server_load count in {shown!r}")
-        return value
+        load: int = self.get("/load", retries=0).pick("server_load", kind=int)
+        return load
 
     def gauges(self, *names: str) -> dict[str, float]:
         """/metrics' sum of samples for each name (see sample_sums): the drain's and status's
         request counts, without a full parse."""
-        return sample_sums(self._get("/metrics").text, names)
+        return net.sample_sums(self._get("/metrics"), names)
 
     def metrics(self) -> Metrics:
         """/metrics parsed with prometheus_client: sample name -> [(labels, value), ...]."""
         from prometheus_client.parser import text_string_to_metric_families
 
-        text = self._get("/metrics").text
+        text = self._get("/metrics")
         parsed: Metrics = {}
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                parsed.setdefault(sample.name, []).append(
-                    (dict(sample.labels), float(sample.value))
-                )
+        try:
+            for family in text_string_to_metric_families(text):
+                for sample in family.samples:
+                    parsed.setdefault(sample.name, []).append(
+                        (dict(sample.labels), float(sample.value))
+                    )
+        except (ValueError, TypeError, IndexError, KeyError) as exc:
+            answered = self._answered("GET", self.url("/metrics"))
+            raise BadAnswer(f"{answered} with text that is not Prometheus metrics ({exc})") from exc
         return parsed
 
 
@@ -444,22 +536,35 @@ def stream_events(response: requests.Response) -> Iterator[tuple[float, dict[str
     """The server-sent events of an OpenAI stream as (arrival time, event), then (time, None)
     for [DONE]; a bad or error event is transient. Closing the generator closes the response."""
     with response:
-        for raw in response.iter_lines():
-            now = time.perf_counter()
-            line = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
-            if not line.startswith("data:"):
-                continue
-            data = line[len("data:") :].strip()
-            if data == "[DONE]":
+        bounds = (MAX_EVENT_BYTES, MAX_STREAM_BYTES, MAX_STREAM_EVENTS)
+        for now, data in net.sse_data(response, *bounds):
+            if data == b"[DONE]":
                 yield now, None
                 return
             try:
                 event = json.loads(data)
-            except ValueError as exc:
-                raise _Transient(f"bad stream event: {_short(data, 80)}") from exc
+            except (ValueError, RecursionError) as exc:
+                raise _Transient(f"bad stream event: {net.preview(data)}") from exc
+            if not isinstance(event, dict):
+                raise _Transient(f"bad stream event: {net.json_type(event)}, not a JSON object")
             if "error" in event:
                 raise _Transient(f"stream error: {_short(str(event['error']), 200)}")
             yield now, event
+
+
+def _event_fields(event: dict[str, Any]) -> tuple[list[str], str | None, dict[str, Any]]:
+    """(texts, finish reason, usage) of one stream event, each checked; Unfit naming a field."""
+    pick, null = net.pick, type(None)
+    try:
+        choices = range(len(pick(event, ("choices",), (list, null)) or ()))
+        texts = [pick(event, ("choices", i, "text"), (str, null)) or "" for i in choices]
+        reasons = [pick(event, ("choices", i, "finish_reason"), (str, null)) for i in choices]
+        usage = pick(event, ("usage",), (dict, null)) or {}
+        for name in ("completion_tokens", "prompt_tokens"):
+            pick(usage, (name,), (int, null))
+    except net.Unfit as exc:
+        raise net.Unfit(f"with a stream event {exc}") from None
+    return texts, next((reason for reason in reversed(reasons) if reason), None), usage
 
 
 def read_stream(response: requests.Response, start: float) -> StreamReply:
@@ -473,20 +578,21 @@ def read_stream(response: requests.Response, start: float) -> StreamReply:
         if event is None:
             done = True
             break
-        for choice in event.get("choices") or []:
-            if choice.get("text"):
-                arrivals.append(now)
-                chunks.append(str(choice["text"]))
-            finish = choice.get("finish_reason") or finish
-        usage = event.get("usage") or usage
+        texts, reason, counts = _event_fields(event)
+        for text in filter(None, texts):
+            arrivals.append(now)
+            chunks.append(text)
+        finish = reason or finish
+        usage = counts or usage
     if not done:
         # A transport fault, not a model answer.
         raise _Transient("stream ended before [DONE]")
+    tokens = usage.get("completion_tokens")
     return StreamReply(
         start=start,
         arrivals=arrivals,
         chunks=chunks,
-        completion_tokens=int(usage.get("completion_tokens", len(arrivals))),
-        prompt_tokens=int(usage.get("prompt_tokens", 0)),
+        completion_tokens=len(arrivals) if tokens is None else int(tokens),
+        prompt_tokens=int(usage.get("prompt_tokens") or 0),
         finish_reason=finish,
     )

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from paroctl import net
-from paroctl.client import Client, RequestFailed, sample_sums
+from paroctl.client import BadAnswer, Client, RequestFailed, TokenLogprob
+from paroctl.net import sample_sums
 
 
 class Script:
@@ -96,7 +97,7 @@ def test_transient_faults_are_retried_and_each_is_recorded(server: tuple[str, Sc
     script.plans["/x"] = [(503, b""), (502, b""), (200, b"not json")]
     reply = Client(url, retries=3, backoff_s=0.01).post("/x", {})
     assert reply.data == {"ok": True}
-    assert reply.faults == ["HTTP 503", "HTTP 502", "bad body: HTTP 200 not JSON"]
+    assert reply.faults == ["HTTP 503", "HTTP 502", "bad body: HTTP 200 not JSON: 'not json'"]
     script.plans["/x"] = [(503, b""), (503, b"")]
     with pytest.raises(RequestFailed) as info:
         Client(url, retries=1, backoff_s=0.01).post("/x", {})
@@ -158,3 +159,23 @@ def test_sample_sums_agree_with_the_prometheus_parser() -> None:
     names = [*parsed, "vllm:absent"]
     assert sample_sums(text, names) == {**parsed, "vllm:absent": 0.0}
     assert sample_sums(text, ["vllm:num_requests_running"]) == {"vllm:num_requests_running": 5.0}
+
+
+def test_the_accessors_read_a_vllm_shaped_answer(server: tuple[str, Script]) -> None:
+    url, script = server
+    row = {"7": {"logprob": -0.1, "rank": 1, "decoded_token": "a"}, "3": {"logprob": -2, "rank": 2}}
+    choice = {"text": " Paris", "finish_reason": "length", "prompt_logprobs": [None, row]}
+    answer = {"choices": [choice], "usage": {"prompt_tokens": 2, "completion_tokens": 1}}
+    script.plans["/v1/completions"] = [(200, json.dumps(answer).encode())]
+    reply = Client(url).post("/v1/completions", {})
+    assert (reply.text(), reply.finish_reason(), reply.usage("prompt_tokens")) == (
+        " Paris",
+        "length",
+        2,
+    )
+    assert reply.prompt_logprobs() == [None, {7: TokenLogprob(-0.1, 1), 3: TokenLogprob(-2.0, 2)}]
+    assert reply.usage("total_tokens") is None  # a count the server does not give is unknown
+    row["7"]["logprob"] = float("nan")
+    script.plans["/v1/completions"] = [(200, json.dumps(answer).encode())]
+    with pytest.raises(BadAnswer, match=r"with 'choices\[0\].prompt_logprobs\[1\].7.logprob' nan"):
+        Client(url).post("/v1/completions", {}).prompt_logprobs()
