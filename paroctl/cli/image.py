@@ -64,8 +64,23 @@ def image_build(
         for line in images.plan(req).describe():
             click.echo(line)
         return
+    _need_docker_sdk()
     info = _build_with_display(req)
     click.echo(f"built {req.tag}  {info.id[:19]}  {info.size_bytes / 1e9:.2f} GB")
+
+
+def _need_docker_sdk() -> None:
+    """Every engine call goes through the Docker SDK: say how to get it before anything starts."""
+    from paroctl.errors import RuntimeFailure
+
+    try:
+        import docker  # noqa: F401
+    except ImportError as exc:
+        raise RuntimeFailure(
+            "paroctl image talks to the container engine through the Docker SDK (the `docker` "
+            "module), which is not importable here; it is a paroctl dependency: reinstall "
+            "paroctl (`pip install -e .` in the checkout) or `pip install docker`"
+        ) from exc
 
 
 def _build_with_display(req: BuildRequest) -> ImageInfo:
@@ -91,6 +106,7 @@ def image_list() -> None:
     from paroctl.image import images
     from paroctl.image.labels import LABEL_REGISTRY
 
+    _need_docker_sdk()
     for info in images.list_images():
         labels = info.labels
         sha = labels.get("paroctl.source-sha", "?")[:12]
@@ -109,6 +125,7 @@ def image_inspect(ref: str) -> None:
     """Print one image's id, size and paroctl labels as JSON."""
     from paroctl.image import images
 
+    _need_docker_sdk()
     click.echo(json.dumps(images.inspect_image(ref).as_dict(), indent=2, sort_keys=True))
 
 
@@ -122,6 +139,7 @@ def image_doctor(ref: str, fresh: bool) -> None:
     """
     from paroctl.image import doctor
 
+    _need_docker_sdk()
     result = doctor.run_doctor(ref) if fresh else doctor.doctor_once(ref)
     report = result.report
     click.echo(
