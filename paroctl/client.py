@@ -10,8 +10,7 @@ callers that must not retry (the switch's probes) pass `retries=0`. Every answer
 size (after decoding: a gzip bomb counts what it inflates to) and in time (per read, and a
 deadline on the whole answer that no trickle of bytes resets), and read through `Reply`'s typed
 accessors: a server past a bound or out of shape is a `BadAnswer` naming what it did. `requests`
-and `prometheus_client` are imported inside methods: the commands that never talk HTTP do not
-pay for them.
+and `prometheus_client` are imported inside methods (commands that never talk HTTP skip them).
 """
 
 from __future__ import annotations
@@ -48,8 +47,7 @@ MAX_CONTAINERS = 1 << 20  # JSON objects + arrays: that answer has 22k; each par
 MAX_EVENT_BYTES = 64 << 10
 MAX_STREAM_EVENTS = 1 << 17  # one event a token: twice `--gen`'s 65,536, at 256 bytes each
 MAX_STREAM_BYTES = MAX_STREAM_EVENTS * 256
-# vLLM writes a non-streamed body in one go once generated: a body still arriving 30 s after
-# its headers is a server (or a link) at fault, even at 0.5 MB/s for the largest answer.
+# vLLM writes a non-streamed body at once: one still arriving 30 s after its headers is a fault.
 BODY_S = 30.0
 # A whole answer: a stream may take the read timeout to its first token and as long again to
 # generate; the read timeout alone restarts with every byte and never ends a trickle.
@@ -242,6 +240,10 @@ class Client:
             api_key=self._api_key,
             deadline_s=self.deadline_s,
         )
+
+    def bearer_env(self) -> dict[str, str]:
+        """OPENAI_API_KEY for a child that calls this serve itself (lm-eval); never argv."""
+        return {"OPENAI_API_KEY": self._api_key} if self._api_key else {}
 
     def close(self) -> None:
         """Close every pooled connection of every thread."""

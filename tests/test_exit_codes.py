@@ -105,15 +105,3 @@ def test_python_dash_m_paroctl_runs_the_cli() -> None:
         [sys.executable, "-m", "paroctl", "--version"], capture_output=True, text=True, check=True
     )
     assert out.stdout == f"paroctl, version {paroctl.__version__}\n"
-
-
-def test_report_without_matplotlib_says_how_to_install_it(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    monkeypatch.setitem(sys.modules, "matplotlib", None)  # what `import matplotlib` finds missing
-    result = CliRunner().invoke(cli, ["report", "--out", str(tmp_path / "r")])
-    assert (result.exit_code, result.output) == (
-        2,
-        "Error: paroctl report draws its plots with matplotlib, which is not installed; "
-        "pip install 'paroctl[report]'\n",
-    )

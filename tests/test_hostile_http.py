@@ -475,3 +475,21 @@ def test_a_gate_whose_requests_meet_an_endless_stream_cannot_run_and_says_why(
     assert item["outcome"] == "error"
     says = "answered POST /v1/completions with more than 131072 stream events"
     assert item["error"] == f"the server at {url} {says}"
+
+
+def test_a_gate_meeting_answers_out_of_shape_says_what_the_server_did(hostile: str) -> None:
+    url = at(hostile, 'json:{"tokens": "abc"}', scope="post")
+    code, output, _ = _paroctl("gate", "greedy", "--url", url, "--model", "m")
+    assert code == EXIT_CANNOT_RUN, output
+    assert f"the server at {url} answered POST /tokenize with 'tokens' a string, not an" in output
+    # Each sanity check meets an answer without what it asks for; each stored error says which.
+    url = at(hostile, 'json:{"id": "x"}', scope="post")
+    code, output, _ = _paroctl("gate", "sanity", "--url", url, "--model", "m")
+    assert code == EXIT_CANNOT_RUN and "KeyError" not in output, output
+    run_id = re.search(r"\(run (\S+)\)", output)
+    assert run_id, output
+    with open_store() as store:
+        errors = {item["key"]: item["error"] for item in store.items(run_id.group(1))}
+    chat = "answered POST /v1/chat/completions without 'choices'"
+    assert errors["capital-chat"] == f"the server at {url} {chat}"
+    assert errors["long-recall"] == f"the server at {url} answered POST /tokenize without 'tokens'"

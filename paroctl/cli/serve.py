@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from paroctl.cli.params import FiniteFloat
+
 if TYPE_CHECKING:
     from paroctl.records import BootRecord, LiveRecord
     from paroctl.switch import journal as journal_mod
@@ -60,7 +62,7 @@ def interrupt_on_signals() -> Iterator[None]:
 @click.option("--no-rollback", is_flag=True, help="On failure leave the box stopped.")
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=1),
+    type=FiniteFloat(min=1, max=86400),
     help="Boot timeout in seconds [default: the profile's serve.boot_timeout_s].",
 )
 @click.option(
@@ -70,6 +72,17 @@ def interrupt_on_signals() -> Iterator[None]:
     help="After the switch verifies, run these gates (a suite name or a comma list), cheapest "
     "first; keep NAME only if they hold, else switch back to what was live.",
 )
+@click.option(
+    "--gate-limit",
+    type=click.IntRange(1, 100_000),
+    help="With --gate: the questions GSM8K asks [default: the band's gates.gsm8k.limit, else 200].",
+)
+@click.option(
+    "--keep-on-interrupt",
+    is_flag=True,
+    help="With --gate: on Ctrl-C or SIGTERM keep NAME live (the decision says so) instead of "
+    "rolling back.",
+)
 @click.option("--dry-run", is_flag=True, help="Print the exact actions; change nothing.")
 def switch_cmd(
     name: str | None,
@@ -77,9 +90,13 @@ def switch_cmd(
     no_rollback: bool,
     timeout: float | None,
     gates: str | None,
+    gate_limit: int | None,
+    keep_on_interrupt: bool,
     dry_run: bool,
 ) -> None:
     """Make profile NAME the live serve; roll back to the previous one on failure."""
+    if (gate_limit is not None or keep_on_interrupt) and not gates:
+        raise click.UsageError("--gate-limit and --keep-on-interrupt go with --gate")
     from paroctl import state
     from paroctl.profile import profiles
     from paroctl.switch import journal
@@ -106,7 +123,7 @@ def switch_cmd(
         return
     assert name is not None
     if gates:
-        _promote(name, gates, timeout, no_rollback, dry_run)
+        _promote(name, gates, timeout, no_rollback, dry_run, gate_limit, keep_on_interrupt)
         return
     target = profiles.load(name)  # validated completely before anything touches the box
     if dry_run:
@@ -125,7 +142,13 @@ def switch_cmd(
 
 
 def _promote(
-    name: str, gates: str, timeout: float | None, no_rollback: bool, dry_run: bool
+    name: str,
+    gates: str,
+    timeout: float | None,
+    no_rollback: bool,
+    dry_run: bool,
+    gate_limit: int | None = None,
+    keep_on_interrupt: bool = False,
 ) -> None:
     """`switch NAME --gate GATES`: paroctl/promote.py switches, gates and keeps or rolls back."""
     from paroctl.errors import GateFailed, RuntimeFailure
@@ -137,7 +160,14 @@ def _promote(
         decision = promote.run(name, gates, dry_run=True)
     else:
         with interrupt_on_signals(), _progress() as events:
-            decision = promote.run(name, gates, events=events, timeout_s=timeout)
+            decision = promote.run(
+                name,
+                gates,
+                events=events,
+                timeout_s=timeout,
+                limit=gate_limit,
+                keep_on_interrupt=keep_on_interrupt,
+            )
     for line in decision.lines():
         click.echo(line)
     if decision.exit_code == 1:
@@ -168,7 +198,7 @@ def _echo_live(record: BootRecord) -> None:
 @click.argument("name")
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=1),
+    type=FiniteFloat(min=1, max=86400),
     help="How long to wait for it to answer [default: the profile's serve.boot_timeout_s].",
 )
 def adopt_cmd(name: str, timeout: float | None) -> None:
@@ -205,11 +235,13 @@ def status_cmd() -> None:
             click.echo(f"         {hint}; `paroctl stop` stops it")
         if not shown.untracked:
             click.echo("live: nothing (run `paroctl switch NAME`)")
+        _echo_last_promotion()
         return
     if shown.live.key_problem is not None:
         click.echo(f"note:    {shown.live.key_problem}", err=True)
     for line in _live_lines(shown.live, shown.gates):
         click.echo(line)
+    _echo_last_promotion()
     if not shown.live.healthy or not shown.live.names_match:
         from paroctl.errors import RuntimeFailure
 
@@ -219,6 +251,19 @@ def status_cmd() -> None:
             f"the live serve {recorded.profile} {what} at {recorded.url}; `paroctl logs` shows "
             f"why, `paroctl switch {recorded.profile}` starts it again"
         )
+
+
+def _echo_last_promotion() -> None:
+    """The last promotion's decision (an interrupted or killed one says so), if any."""
+    from paroctl.errors import ParoctlError
+    from paroctl.switch import promote
+
+    try:
+        decided = promote.last_decision_line()
+    except ParoctlError:
+        decided = None
+    if decided:
+        click.echo(decided)
 
 
 def _live_lines(view: LiveView, gates: GateRows | None) -> list[str]:

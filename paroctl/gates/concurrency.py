@@ -59,7 +59,9 @@ def run(ctx: GateContext) -> Outcome:
         replies, errors = [], []
         with FanOut(functools.partial(_stream, ctx, gen, barrier), prompts, n) as streams_done:
             for done in streams_done:
-                if done.answer is not None:
+                if done.answer is not None and not done.answer.arrivals:
+                    errors.append("the server ended a stream without one content chunk")
+                elif done.answer is not None:
                     replies.append(done.answer)
                 elif isinstance(done.error, RequestFailed):
                     errors.append(done.error.message)

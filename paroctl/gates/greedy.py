@@ -41,8 +41,7 @@ def _prompts(ctx: GateContext, gen: int) -> dict[str, list[int]]:
 
 def _generate(ctx: GateContext, prompt: list[int], gen: int) -> str:
     payload = {"model": ctx.target.model, "prompt": prompt, "max_tokens": gen, "temperature": 0.0}
-    reply = ctx.client.post("/v1/completions", payload)
-    return str(reply.data["choices"][0].get("text") or "")
+    return ctx.client.post("/v1/completions", payload).text()
 
 
 def run(ctx: GateContext) -> Outcome:

@@ -181,20 +181,17 @@ def _ask(ctx: GateContext, question: data.Question, shots: list[data.Question]) 
     if mode == "chat":
         payload = {**common, "messages": chat_messages(question.question, shots)}
         reply = ctx.client.post("/v1/chat/completions", payload)
-        choice = reply.data["choices"][0]
-        text = str(choice.get("message", {}).get("content") or "")
+        text = reply.content()
     else:
         payload = {**common, "prompt": completion_prompt(question.question, shots)}
         reply = ctx.client.post("/v1/completions", payload)
-        choice = reply.data["choices"][0]
-        text = str(choice.get("text") or "")
-    usage = reply.data.get("usage") or {}
+        text = reply.text()
     return {
         "index": question.index,
         "response": text,
-        "finish_reason": choice.get("finish_reason"),
-        "prompt_tokens": usage.get("prompt_tokens"),
-        "completion_tokens": usage.get("completion_tokens"),
+        "finish_reason": reply.finish_reason(),
+        "prompt_tokens": reply.usage("prompt_tokens"),
+        "completion_tokens": reply.usage("completion_tokens"),
         "seconds": round(reply.seconds, 3),
         "faults": reply.faults,
         **score(text, question.answer),

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from paroctl import state
-from paroctl.client import Client
+from paroctl.client import Client, Reply
 from paroctl.errors import DataError, UsageError
 from paroctl.gates import data
 from paroctl.gates.base import GateContext, Outcome
@@ -160,22 +160,21 @@ def cut_chunks(ids: Sequence[int], chunks: int, chunk_tokens: int) -> Chunks:
 
 
 def parse_prompt_logprobs(
-    reply: Mapping[str, Any], chunk: Sequence[int], top_k: int
+    reply: Reply | Mapping[str, Any], chunk: Sequence[int], top_k: int
 ) -> list[TokenRow]:
     """Rows for positions 1..T-1 of a chunk from a /v1/completions reply with prompt_logprobs."""
-    raw = reply.get("choices", [{}])[0].get("prompt_logprobs") or reply.get("prompt_logprobs")
-    if not raw or len(raw) != len(chunk):
-        got = len(raw) if raw else 0
-        raise DataError(f"expected {len(chunk)} prompt-logprob rows, got {got}")
+    answer = reply if isinstance(reply, Reply) else Reply(dict(reply), [], 0.0)
+    raw = answer.prompt_logprobs()  # typed, or BadAnswer naming the field out of shape
+    if len(raw) != len(chunk):
+        raise DataError(f"expected {len(chunk)} prompt-logprob rows, got {len(raw)}")
     rows: list[TokenRow] = []
     # Position 0 has no logprobs: nothing precedes it.
-    for position, entry in enumerate(raw[1:], start=1):
+    for position, listed in enumerate(raw[1:], start=1):
         token = chunk[position]
-        listed = {int(t): v for t, v in entry.items()}
-        if token not in listed:
+        if listed is None or token not in listed:
             raise DataError(f"position {position}: the prompt token {token} is not in the reply")
-        top = {t: float(v["logprob"]) for t, v in listed.items() if int(v["rank"]) <= top_k}
-        rows.append(TokenRow(top, token, float(listed[token]["logprob"])))
+        top = {t: v.logprob for t, v in listed.items() if v.rank <= top_k}
+        rows.append(TokenRow(top, token, listed[token].logprob))
     return rows
 
 
@@ -192,9 +191,7 @@ def collect(
             "temperature": 0.0,
             "prompt_logprobs": top_k,
         }
-        rows.append(
-            parse_prompt_logprobs(client.post("/v1/completions", payload).data, chunk, top_k)
-        )
+        rows.append(parse_prompt_logprobs(client.post("/v1/completions", payload), chunk, top_k))
         step()
     return rows
 

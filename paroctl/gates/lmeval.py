@@ -223,9 +223,7 @@ class _Follow:
 def _child_env(ctx: GateContext) -> dict[str, str]:
     # lm-eval's local models send OPENAI_API_KEY as the bearer token: the key goes through the
     # environment, never argv (any user's `ps` reads argv) nor the stored options.
-    extra = getattr(ctx.client, "bearer_env", None)
-    key = extra() if callable(extra) else {"OPENAI_API_KEY": getattr(ctx.client, "_api_key", "")}
-    return {**env.environ(), **{k: v for k, v in key.items() if v}}
+    return {**env.environ(), **ctx.client.bearer_env()}
 
 
 def run_lm_eval(ctx: GateContext, plan: Plan, work: Path) -> scoring.Output:

@@ -13,8 +13,7 @@ CHARS_PER_TOKEN = 6
 def tokenize(ctx: GateContext, text: str, special: bool = False) -> list[int]:
     """Token ids of text under the served tokenizer (special tokens only when asked)."""
     payload = {"model": ctx.target.model, "prompt": text, "add_special_tokens": special}
-    reply = ctx.client.post("/tokenize", payload)
-    return [int(token) for token in reply.data["tokens"]]
+    return ctx.client.post("/tokenize", payload).tokens()
 
 
 def corpus_ids(ctx: GateContext, corpus: str, rng: random.Random, n_tokens: int) -> list[int]:

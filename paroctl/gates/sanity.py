@@ -37,6 +37,8 @@ class Check:
 
 CHECKS = (
     Check("capital-completion", "completion", "The capital of France is", r"\bParis\b"),
+    # The switch's boot fact on the CPU box (profiles/_cpu.yaml): kept by every SmolLM2 copy.
+    Check("opposite-completion", "completion", "The opposite of hot is", r"^\s*cold\b"),
     Check("count-completion", "completion", "1, 2, 3, 4, 5,", r"^\s*6\b"),
     Check(
         "capital-chat", "chat", "What is the capital of France? Answer in one word.", r"\bParis\b"
@@ -62,44 +64,51 @@ def _long_prompt(ctx: GateContext, check: Check) -> list[int]:
     return head + filler + tail
 
 
-def _ask(ctx: GateContext, check: Check) -> dict[str, Any]:
+def judged(ctx: GateContext) -> list[str]:
+    """The required checks that judge this serve: the profile's sanity band, else every one."""
+    band = ctx.profile.body.gates.sanity if ctx.profile else None
+    keys = [c.key for c in CHECKS if c.required]
+    return [key for key in keys if key in band.judge] if band else keys
+
+
+def _ask(ctx: GateContext, check: Check, judge: list[str]) -> dict[str, Any]:
     common = {"model": ctx.target.model, "max_tokens": check.max_tokens, "temperature": 0.0}
     if check.kind == "chat":
         messages = [{"role": "user", "content": check.prompt}]
         reply = ctx.client.post("/v1/chat/completions", {**common, "messages": messages})
-        answer = str(reply.data["choices"][0]["message"].get("content") or "")
+        answer = reply.content()
     else:
         prompt: str | list[int] = _long_prompt(ctx, check) if check.kind == "long" else check.prompt
         reply = ctx.client.post("/v1/completions", {**common, "prompt": prompt})
-        answer = str(reply.data["choices"][0].get("text") or "")
-    usage = reply.data.get("usage") or {}
+        answer = reply.text()
     return {
         "kind": check.kind,
-        "required": check.required,
+        "required": check.key in judge,
         "answer": answer,
         "ok": passes(check, answer),
-        "prompt_tokens": usage.get("prompt_tokens"),
+        "prompt_tokens": reply.usage("prompt_tokens"),
         "faults": reply.faults,
     }
 
 
 def run(ctx: GateContext) -> Outcome:
     """Ask every check once (greedy); pass when every required one answers as expected."""
+    judge = judged(ctx)
     ctx.progress.start("sanity", len(CHECKS))
     for check in CHECKS:
         try:
-            record = _ask(ctx, check)
+            record = _ask(ctx, check, judge)
             outcome = "ok" if record["ok"] else "wrong"
         except RequestFailed as exc:
-            record = {"kind": check.kind, "required": check.required, "error": exc.message}
+            record = {"kind": check.kind, "required": check.key in judge, "error": exc.message}
             record["faults"] = exc.faults
             outcome = "error"
         ctx.record(check.key, outcome, record)
         ctx.progress.advance()
-    required = [c.key for c in CHECKS if c.required]
+    required = judge
     errors = [key for key in required if ctx.done[key]["outcome"] == "error"]
     wrong = [key for key in required if ctx.done[key]["outcome"] == "wrong"]
-    probes = {c.key: ctx.done[c.key]["outcome"] for c in CHECKS if not c.required}
+    probes = {c.key: ctx.done[c.key]["outcome"] for c in CHECKS if c.key not in judge}
     summary = {
         "required": len(required),
         "passed": len(required) - len(errors) - len(wrong),

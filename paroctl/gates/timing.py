@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from paroctl.client import StreamReply
+from paroctl.client import BadAnswer, StreamReply
 from paroctl.gates.base import GateContext, counters
 from paroctl.gates.stats import (
     SPEC_ACCEPTED,
@@ -57,6 +57,8 @@ def timed_stream(
         payload["seed"] = seed
     before = counters(ctx.metrics(), COUNTERS)
     reply = ctx.client.stream(payload)
+    if not reply.arrivals:  # nothing to time: an item error saying what the server did
+        raise BadAnswer("the server ended the stream without one content chunk", reply.faults)
     after = counters(ctx.metrics(), COUNTERS)
     return reply, before, after
 

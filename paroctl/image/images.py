@@ -23,6 +23,7 @@ from typing import Any
 from paroctl import __version__, proc
 from paroctl.errors import RenderError, RuntimeFailure
 from paroctl.image import base, doctor, kernel_plans
+from paroctl.image.base import checked_ref
 from paroctl.image.kinds import DEFAULTS as DEFAULTS
 from paroctl.image.kinds import KINDS as KINDS
 from paroctl.image.kinds import KindDefaults as KindDefaults
@@ -129,7 +130,7 @@ def request(
         wheelhouse = default_wheelhouse(defaults)
     return BuildRequest(
         kind=kind,
-        base=base or defaults.base,
+        base=checked_ref(base) if base else defaults.base,
         arch=tuple(arch) or defaults.arch,
         tag=tag or defaults.tag,
         wheelhouse=wheelhouse,

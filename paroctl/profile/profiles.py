@@ -438,7 +438,9 @@ def _profile_hash(
     blob = json.dumps(
         {
             "name": name,
-            "body": body.model_dump(mode="json", exclude={"cluster"}),
+            # absent optional sections (None) leave the hash alone: a schema that grows one
+            # does not make every profile look edited
+            "body": body.model_dump(mode="json", exclude={"cluster"}, exclude_none=True),
             "knobs": knobs,
             "env": env,
         },

@@ -313,6 +313,20 @@ class LmEvalBand(_Strict):
     margin: Fraction = 0.02
 
 
+# The sanity gate's required checks (paroctl/gates/sanity.py CHECKS; a test holds the two lists
+# equal: the profile layer does not import the gates).
+SanityCheck = Literal[
+    "capital-completion", "opposite-completion", "count-completion", "capital-chat", "long-recall"
+]
+
+
+class SanityBand(_Strict):
+    """Sanity: the required checks that judge this serve (default: every one). A check left out
+    still runs and is recorded, like the arithmetic probes; the profile says why (measured)."""
+
+    judge: tuple[SanityCheck, ...] = Field(min_length=1, max_length=16)
+
+
 GateName = Literal["sanity", "greedy", "gsm8k", "decode", "prefill", "concurrency", "kld"]
 
 
@@ -329,6 +343,7 @@ class Gates(_Strict):
     # serve), and the GSM8K accuracy a build may give up against the one it replaces (paired).
     inconclusive: Literal["keep-previous", "promote"] = "keep-previous"
     gsm8k_margin: Fraction = 0.02
+    sanity: SanityBand | None = None
     gsm8k: Gsm8kBand | None = None
     decode: DecodeBand | None = None
     prefill: PrefillBand | None = None

@@ -110,7 +110,10 @@ def _sdk() -> Any:
     try:
         import docker
     except ImportError as exc:
-        raise RuntimeFailure("the Docker SDK is missing: pip install 'paroctl[engine]'") from exc
+        raise RuntimeFailure(
+            "the Docker SDK is missing, a paroctl dependency: reinstall paroctl "
+            "(`pip install -e .`) or `pip install docker`"
+        ) from exc
     return docker
 
 

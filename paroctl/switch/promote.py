@@ -319,7 +319,7 @@ def _gate(
     store_path: Path | None,
     progress: Progress,
 ) -> Verdict:
-    from paroctl.errors import ParoctlError
+    from paroctl.errors import EXIT_INTERRUPTED, ParoctlError
     from paroctl.gates import run_gate
 
     try:
@@ -331,6 +331,8 @@ def _gate(
             progress=progress,
         )
     except ParoctlError as exc:
+        if exc.exit_code == EXIT_INTERRUPTED:  # a signal during the gate's own switch (kld)
+            raise KeyboardInterrupt(exc.message) from exc
         # The gate could not measure: neither a pass nor a fail; the profile's rule decides.
         return Verdict(name, "inconclusive", None, f"could not run: {exc.message}")
     verdict = {"pass": "pass", "fail": "fail"}.get(result.status, "inconclusive")

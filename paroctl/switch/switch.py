@@ -266,6 +266,8 @@ def _fail(
     if was is not None and not old.touched and recovery.still_serving(was, deps):
         jr.clear()
         raise error(f"{head}\nnothing was stopped: {was.serve.profile} still serves")
+    # the cause first: the rollback below can take a boot's time before the error is printed
+    deps.events(Event("warn", f"{head}; rolling back" if rollback and previous else head))
     if room is not None:
         room.release()  # before any write: a full disk is a likely cause of this failure
     started = recovery.journaled_start(jr, target)

@@ -388,13 +388,13 @@ def _sanity(profile: Profile, client: Client) -> None:
     """One greedy completion of the profile's sanity prompt, within boot.sanity_max_tokens, must
     contain its expected answer."""
     boot_cfg = profile.body.boot
-    reply = client.completion(
-        profile.body.model.served_names[0],
-        boot_cfg.sanity_prompt,
-        max_tokens=boot_cfg.sanity_max_tokens,
-        temperature=0.0,
-    )
-    text = reply["choices"][0]["text"]
+    payload = {
+        "model": profile.body.model.served_names[0],
+        "prompt": boot_cfg.sanity_prompt,
+        "max_tokens": boot_cfg.sanity_max_tokens,
+        "temperature": 0.0,
+    }
+    text = client.post("/v1/completions", payload).text()
     if not sanity_passes(boot_cfg.sanity_expect, text):
         raise RuntimeFailure(
             f"sanity completion: {boot_cfg.sanity_prompt!r} -> {text!r}, expected "

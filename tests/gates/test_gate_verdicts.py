@@ -135,3 +135,14 @@ def test_greedy_against_a_run_with_no_prompt_in_common_compares_nothing(tmp_path
         outcome = greedy._verdict(ctx, [])  # type: ignore[arg-type]
     assert outcome.status == "error"
     assert outcome.message.endswith("no prompt in common, nothing compared")
+
+
+def test_the_profile_names_every_required_sanity_check() -> None:
+    # schema.SanityCheck (the profile's `gates.sanity.judge`) lists the gate's required checks:
+    # the profile layer does not import the gates, so this test holds the two lists equal.
+    from typing import get_args
+
+    from paroctl.gates.sanity import CHECKS
+    from paroctl.profile.schema import SanityCheck
+
+    assert list(get_args(SanityCheck)) == [c.key for c in CHECKS if c.required]

@@ -98,6 +98,7 @@ def _kubernetes_validate() -> Any:
         from kubernetes_validate import utils
     except ImportError as exc:
         raise MissingValidator(
-            "schema validation needs kubernetes-validate: pip install 'paroctl[k8s]'"
+            "schema validation needs kubernetes-validate, a paroctl dependency: reinstall paroctl "
+            "(`pip install -e .`) or `pip install kubernetes-validate==1.37.0 jsonschema`"
         ) from exc
     return utils

@@ -98,7 +98,7 @@ class LocalRuntime:
         except FileNotFoundError:
             return None
         except (ValueError, KeyError, TypeError) as exc:
-            raise RuntimeFailure(f"unreadable pid file {path}: {exc}; remove it by hand") from exc
+            raise StateError(state.damaged(path, f"unreadable pid file ({exc})")) from exc
 
     def _reap(self, pid: int) -> None:
         child = self._children.get(pid)
@@ -139,13 +139,16 @@ class LocalRuntime:
                 "stop it first"
             )
         run_dir = self.run_dir(spec.name)
-        run_dir.mkdir(parents=True, exist_ok=True)
         log = run_dir / LOG_FILE
+        for planted in (run_dir.parent, run_dir, log):  # never written through to a link's target
+            if planted.is_symlink():
+                raise StateError(state.damaged(planted, state.SYMLINK))
+        run_dir.mkdir(parents=True, exist_ok=True)
         if log.exists():
             log.replace(run_dir / f"{LOG_FILE}.1")
         child_env = dict(env.environ())
         child_env.update(spec.env)
-        with open(log, "wb") as log_handle, open(os.devnull, "rb") as devnull:
+        with state.create_file(log) as log_handle, open(os.devnull, "rb") as devnull:
             try:
                 # A new session makes the serve its own process-group leader: stop() signals the
                 # whole group (vLLM's engine-core workers too), and the operator's Ctrl-C does not.

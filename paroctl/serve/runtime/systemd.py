@@ -87,29 +87,6 @@ def install_apply(plan: InstallPlan) -> None:
         proc.run(argv, timeout=60)
 
 
-def install_diff(serve: ServePlan, fmt: Literal["service", "quadlet"]) -> str:
-    """Unified diff between installed and freshly rendered files ('' when identical)."""
-    import difflib
-
-    plan = plan_install(serve, fmt, reload=False)
-    chunks: list[str] = []
-    for path, text, _mode in plan.files:
-        try:
-            installed = path.read_text()
-        except FileNotFoundError:
-            chunks.append(f"{path}: not installed\n")
-            continue
-        chunks.extend(
-            difflib.unified_diff(
-                installed.splitlines(keepends=True),
-                text.splitlines(keepends=True),
-                fromfile=f"{path} (installed)",
-                tofile=f"{path} (rendered)",
-            )
-        )
-    return "".join(chunks)
-
-
 # --- the runtime: serves as systemd units --------------------------------------------------------
 
 # Characters systemd accepts in a unit name; anything else would be escaped into another unit.
@@ -156,8 +133,7 @@ def split_cursor(text: str) -> tuple[list[str], str | None]:
     return lines, None
 
 
-# Present exactly when systemd is the init system (sd_booted(3)).
-SYSTEMD_BOOTED = Path("/run/systemd/system")
+SYSTEMD_BOOTED = state.SYSTEMD_BOOTED  # present exactly when systemd is init (sd_booted(3))
 
 
 class SystemdRuntime:

@@ -42,8 +42,8 @@ def test_sanity_passes_and_records_provenance(
     monkeypatch.setenv("PAROCTL_CACHE", str(tmp_path / "empty-cache"))
     result = _gate("sanity")
     assert result.exit_code == 0, result.output
-    assert result.stdout.startswith("sanity: PASS — 4/4 required answers right")
-    assert "sanity: 0/6 (0%)" in result.stderr  # progress lines off a terminal
+    assert result.stdout.startswith("sanity: PASS — 5/5 required answers right")
+    assert "sanity: 0/7 (0%)" in result.stderr  # progress lines off a terminal
     assert not (tmp_path / "empty-cache" / "data").exists()  # nothing fetched
     run = _only_run("sanity")
     assert (run["profile"], run["profile_hash"], run["boot_id"]) == (
