@@ -4,13 +4,13 @@ profile's layout, env and argv exactly once, and everything below reads that pla
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
+import standin_serve
 from click.testing import CliRunner
 
 from paroctl import net
@@ -144,58 +144,17 @@ def test_container_flags_are_built_once_in_two_layouts() -> None:
 
 # --- one switch, one plan ------------------------------------------------------------------------
 
-# A stand-in vLLM on the real LocalRuntime: it answers what the switch's verification asks
-# (/health, /v1/models, /load, a " cold" completion) and logs what it reads (the boot phases, load
-# tracking, the dtype it was started with and the reserved cores its env names).
-FAKE_VLLM = """
-import json, os, sys
-from http.server import BaseHTTPRequestHandler, HTTPServer
-port, name, dtype = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-class H(BaseHTTPRequestHandler):
-    def answer(self, data):
-        body = json.dumps(data).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def do_GET(self):
-        if self.path == "/health":
-            return self.answer({})
-        if self.path == "/v1/models":
-            return self.answer({"data": [{"id": name}]})
-        if self.path == "/load":
-            return self.answer({"server_load": 0})
-        self.send_error(404)
-    def do_POST(self):
-        self.rfile.read(int(self.headers["Content-Length"]))
-        self.answer({"choices": [{"text": " cold"}]})
-    def log_message(self, *args):
-        pass
-server = HTTPServer(("127.0.0.1", port), H)
-reserved = os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"]
-for line in (
-    "Starting to load model /models/stub",
-    "non-default args: {'enable_server_load_tracking': True}",
-    f"Initializing a V1 LLM engine with config: dtype=torch.{dtype}",
-    f"OMP threads binding: reserve_cpu_num={reserved}",
-    "CPU KV cache size: 1,024 tokens, Maximum concurrency for 2,048 tokens per request: 0.50x",
-    "Available routes are:",
-):
-    print(line, flush=True)
-server.serve_forever()
-"""
 
-
-class FakeVllmRuntime(LocalRuntime):
-    """The local runtime, starting FAKE_VLLM in the place of the spec's vLLM command line."""
+class StandinRuntime(LocalRuntime):
+    """The local runtime, starting a stand-in vLLM (tests/standin_serve.py) in the place of the
+    spec's vLLM command line: it answers what the switch's verification asks (/health, /v1/models,
+    /load, a " cold" completion) and logs what it reads (the boot phases, load tracking, the dtype
+    it was started with and the reserved cores its env names)."""
 
     def start(self, spec: ServeSpec) -> None:
         """Start the stand-in with the spec's port, served name, dtype and environment."""
-        argv = list(spec.argv)
-        served = argv[argv.index("--served-model-name") + 1]
-        dtype = argv[argv.index("--dtype") + 1]
-        fake = (sys.executable, "-c", FAKE_VLLM, str(spec.port), served, dtype)
-        super().start(dataclasses.replace(spec, argv=fake))
+        standin = standin_serve.command(spec.argv, spec.port)
+        super().start(dataclasses.replace(spec, argv=standin))
 
 
 def test_one_switch_derives_the_targets_plan_once(
@@ -212,7 +171,7 @@ def test_one_switch_derives_the_targets_plan_once(
     text = (REPO / "profiles" / "cpu-demo.yaml").read_text()
     (profile_dir / "cpu-demo.yaml").write_text(text + f"serve:\n  port: {net.free_port()}\n")
     target = profiles.load("cpu-demo")
-    deps = Deps(runtime_for=lambda kind, scope: FakeVllmRuntime())
+    deps = Deps(runtime_for=lambda kind, scope: StandinRuntime())
     derivations.clear()
     try:
         with deadline(60):

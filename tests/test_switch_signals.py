@@ -3,10 +3,10 @@
 that live.json names; `status` exits non-zero when the recorded live serve does not answer.
 
 paroctl runs as the operator runs it (a process of its own, `paroctl switch NAME`), against real
-serves under the real LocalRuntime: a stand-in vLLM (STAND_IN, a small stdlib HTTP server started
-through the profile's serve.entrypoint) answers what the switch's verification asks in a fraction
-of a second, where a vLLM CPU boot takes ~30 s (tests/e2e/test_switch_journal.py has those). A
-signal lands at an exact step through PAROCTL_TEST_HOLD_AT (paroctl stops itself there). The
+serves under the real LocalRuntime: a stand-in vLLM (tests/standin_serve.py, a small stdlib HTTP
+server started through the profile's serve.entrypoint) answers what the switch's verification asks
+in a fraction of a second, where a vLLM CPU boot takes ~30 s (tests/e2e/test_switch_journal.py has
+those). A signal lands at an exact step through PAROCTL_TEST_HOLD_AT (paroctl stops itself there). The
 systemd versions are tests/systemd/test_systemd_signals.py; a full disk is tests/test_switch_disk_full.py.
 """
 
@@ -33,67 +33,14 @@ SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 STEPS = ("stopping-old", "old-gone", "starting", "verifying")
 WAIT_S = 120.0  # a bound against hangs only; every wait below ends on an event
 
-# A stand-in vLLM: `python STAND_IN CTL_DIR <vLLM's arguments>`. It answers /health, /v1/models
-# (its --served-model-name), /load and a " cold" completion, and logs the lines the switch reads
+# A stand-in vLLM (tests/standin_serve.py), started as `python STANDIN_SERVE CTL_DIR <vLLM's
+# arguments>`: it answers what the switch's verification asks and logs the lines the switch reads
 # (phases, KV size, the CPU decision it was started with). On SIGTERM it writes CTL_DIR/<port>.term
-# and, while CTL_DIR/hold-stop exists, keeps serving: a test holds the old serve mid-stop.
-STAND_IN = r"""
-import json, os, signal, sys, threading, time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-ctl, args = sys.argv[1], sys.argv[2:]
-def arg(name, default=None):
-    return args[args.index(name) + 1] if name in args else default
-port, name = int(arg("--port")), arg("--served-model-name")
-class H(BaseHTTPRequestHandler):
-    def answer(self, data):
-        body = json.dumps(data).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def do_GET(self):
-        if self.path == "/health":
-            return self.answer({})
-        if self.path == "/v1/models":
-            return self.answer({"data": [{"id": name}]})
-        if self.path == "/load":
-            return self.answer({"server_load": 0})
-        if self.path == "/metrics":
-            body = b"vllm:num_requests_running 0\nvllm:num_requests_waiting 0\n"
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            return self.wfile.write(body)
-        self.send_error(404)
-    def do_POST(self):
-        self.rfile.read(int(self.headers["Content-Length"]))
-        self.answer({"choices": [{"text": " cold"}]})
-    def log_message(self, *args):
-        pass
-server = ThreadingHTTPServer((arg("--host", "127.0.0.1"), port), H)
-def stop(signum, frame):
-    open(os.path.join(ctl, f"{port}.term"), "w").close()
-    def later():
-        while os.path.exists(os.path.join(ctl, "hold-stop")):
-            time.sleep(0.01)
-        os._exit(0)
-    threading.Thread(target=later, daemon=True).start()
-signal.signal(signal.SIGTERM, stop)
-lines = [
-    "Starting to load model stand-in",
-    "non-default args: {'enable_server_load_tracking': True}",
-    "CPU KV cache size: 1,024 tokens, Maximum concurrency for 2,048 tokens per request: 0.50x",
-    "Available routes are:",
-]
-if arg("--dtype"):
-    lines.insert(2, f"Initializing a V1 LLM engine with config: dtype=torch.{arg('--dtype')}")
-reserved = os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU")
-if reserved is not None:
-    lines.insert(2, f"OMP threads binding: reserve_cpu_num={reserved}")
-for line in lines:
-    print(line, flush=True)
-server.serve_forever()
-"""
+# and, while CTL_DIR/hold-stop exists, keeps serving: a test holds the old serve mid-stop. STAND_IN
+# is its text, for tests that run a copy where the units can see it (tests/test_switch_disk_full.py,
+# tests/systemd/test_systemd_signals.py).
+STANDIN_SERVE = REPO / "tests" / "standin_serve.py"
+STAND_IN = STANDIN_SERVE.read_text()
 
 
 class Box:
@@ -159,9 +106,8 @@ def box(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Box]:
     root = tmp_path_factory.mktemp("signals")
     ctl = root / "ctl"
     ctl.mkdir()
-    (ctl / "stand_in.py").write_text(STAND_IN)
     port = net.free_port()
-    write_profiles(root / "profiles", port, [sys.executable, str(ctl / "stand_in.py"), str(ctl)])
+    write_profiles(root / "profiles", port, [sys.executable, str(STANDIN_SERVE), str(ctl)])
     env = {
         **os.environ,
         "PAROCTL_HOME": str(root / "home"),

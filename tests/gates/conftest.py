@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import standin_serve
 
 from paroctl import net
 from paroctl.profile import profiles
@@ -31,85 +32,17 @@ from paroctl.switch.record import Deps
 
 REPO = Path(__file__).resolve().parents[2]
 
-STANDIN = """
-import json, os, sys, threading, time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-port, name, dtype, label, delay = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5])
-counts = {"received": 0, "answered": 0}
-lock = threading.Lock()
-class H(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    def answer(self, data):
-        body = json.dumps(data).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def do_GET(self):
-        if self.path == "/health":
-            return self.answer({})
-        if self.path == "/v1/models":
-            return self.answer({"data": [{"id": name, "max_model_len": 2048}]})
-        if self.path == "/version":
-            return self.answer({"version": "standin-" + label})
-        if self.path == "/load":
-            return self.answer({"server_load": 0})
-        if self.path == "/counts":
-            with lock:
-                return self.answer(dict(counts))
-        self.send_error(404)
-    def do_POST(self):
-        payload = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        if payload.get("prompt") == "The opposite of hot is":  # the switch's sanity completion
-            return self.answer({"choices": [{"text": " cold", "finish_reason": "length"}]})
-        with lock:
-            counts["received"] += 1
-        time.sleep(delay)
-        text = "served by " + label + " #### 7"
-        choice = {"text": text, "message": {"role": "assistant", "content": text},
-                  "finish_reason": "stop"}
-        try:
-            self.answer({"choices": [choice], "usage": {"prompt_tokens": 9, "completion_tokens": 5}})
-        except OSError:
-            return
-        with lock:
-            counts["answered"] += 1
-    def log_message(self, *args):
-        pass
-class Server(ThreadingHTTPServer):
-    daemon_threads = True
-    def handle_error(self, request, client_address):
-        pass  # a client gone mid-request (a stopped gate) is no boot failure; uvicorn logs none
-server = Server(("127.0.0.1", port), H)
-reserved = os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"]
-for line in (
-    "Starting to load model /models/stub",
-    "non-default args: {'enable_server_load_tracking': True}",
-    f"Initializing a V1 LLM engine with config: dtype=torch.{dtype}",
-    f"OMP threads binding: reserve_cpu_num={reserved}",
-    "CPU KV cache size: 1,024 tokens, Maximum concurrency for 2,048 tokens per request: 0.50x",
-    "Available routes are:",
-):
-    print(line, flush=True)
-server.serve_forever()
-"""
-
 
 class StandinRuntime(LocalRuntime):
-    """The local runtime, starting STANDIN (labelled with the profile) in the place of vLLM."""
+    """The local runtime, starting tests/standin_serve.py (labelled with the profile) in the place
+    of vLLM."""
 
     delay_s = 0.2
 
     def start(self, spec: ServeSpec) -> None:
         """Start the stand-in with the spec's port, served name, dtype and environment."""
-        argv = list(spec.argv)
-        served = argv[argv.index("--served-model-name") + 1]
-        dtype = argv[argv.index("--dtype") + 1]
-        standin = (
-            sys.executable, "-c", STANDIN, str(spec.port), served, dtype, spec.name,
-            str(self.delay_s),
-        )  # fmt: skip
+        options = ("--label", spec.name, "--delay", str(self.delay_s))
+        standin = standin_serve.command(spec.argv, spec.port, *options)
         super().start(dataclasses.replace(spec, argv=standin))
 
 

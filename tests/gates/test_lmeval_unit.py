@@ -17,7 +17,6 @@ from click.testing import CliRunner
 
 from paroctl.client import Client
 from paroctl.errors import DataError, RuntimeFailure, UsageError
-from paroctl.gates import GATES
 from paroctl.gates import lmeval as gate
 from paroctl.gates import lmeval_scoring as scoring
 from paroctl.gates.base import GateContext, Target
@@ -30,25 +29,6 @@ from paroctl.store.results import Provenance, open_store
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data" / "lmeval"
 OUTPUT = DATA / "output"
-
-
-@pytest.fixture
-def registered(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`paroctl gate lm-eval` as paroctl.cli.gate and paroctl.gates register it (the same two
-    registrations; a no-op once they are in those files)."""
-    from paroctl.cli import gate as gate_cli
-    from paroctl.cli.gate_lmeval import GateCli, lm_eval_command
-
-    monkeypatch.setitem(GATES, "lm-eval", "paroctl.gates.lmeval")
-    if "lm-eval" not in gate_cli.gate.commands:
-        shared = GateCli(
-            gate_cli._target_options,
-            gate_cli._endpoint,
-            gate_cli._live_key,
-            gate_cli._run_one,
-            gate_cli._report,
-        )
-        monkeypatch.setitem(gate_cli.gate.commands, "lm-eval", lm_eval_command(shared))
 
 
 def _cli(*args: str) -> Any:
@@ -306,9 +286,7 @@ def test_lm_eval_s_failures_are_told_as_their_cause() -> None:
     assert isinstance(gate._explain(RuntimeFailure("boom"), plan), RuntimeFailure)
 
 
-def test_missing_lm_eval_exits_2_naming_the_extra(
-    registered: None, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_missing_lm_eval_exits_2_naming_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     # None in sys.modules is Python's own "this module cannot be imported" (as after a failed or
     # absent install): find_spec and import both refuse it.
     monkeypatch.setitem(sys.modules, "lm_eval", None)
@@ -319,7 +297,7 @@ def test_missing_lm_eval_exits_2_naming_the_extra(
         assert store.runs() == []  # refused before a run was opened or anything connected
 
 
-def test_a_bad_band_is_refused_before_anything_connects(registered: None) -> None:
+def test_a_bad_band_is_refused_before_anything_connects() -> None:
     result = _cli("--tasks", "arc_easy", "--band", "arc_easy:acc")
     assert result.exit_code == 2
     assert "expected TASK[:METRIC[,FILTER]]=LOW" in result.output

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from click.testing import CliRunner
 
-from paroctl.gates import GATES
 from paroctl.gates.stats import wilson
 from paroctl.store.results import open_store
 
@@ -22,25 +21,6 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.e2e
 
 TASKS = Path(__file__).resolve().parents[2] / "data" / "lmeval"
-
-
-@pytest.fixture
-def registered(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`paroctl gate lm-eval` as paroctl.cli.gate and paroctl.gates register it (the same two
-    registrations; a no-op once they are in those files)."""
-    from paroctl.cli import gate as gate_cli
-    from paroctl.cli.gate_lmeval import GateCli, lm_eval_command
-
-    monkeypatch.setitem(GATES, "lm-eval", "paroctl.gates.lmeval")
-    if "lm-eval" not in gate_cli.gate.commands:
-        shared = GateCli(
-            gate_cli._target_options,
-            gate_cli._endpoint,
-            gate_cli._live_key,
-            gate_cli._run_one,
-            gate_cli._report,
-        )
-        monkeypatch.setitem(gate_cli.gate.commands, "lm-eval", lm_eval_command(shared))
 
 
 def _gate(*args: str) -> Any:
@@ -56,9 +36,7 @@ def _run(run_id: str) -> dict[str, Any]:
         return {**run, "items": store.items(run_id)}
 
 
-def test_lm_eval_runs_a_task_stores_samples_judges_and_pairs(
-    live: CpuServe, registered: None
-) -> None:
+def test_lm_eval_runs_a_task_stores_samples_judges_and_pairs(live: CpuServe) -> None:
     first = _gate(
         "--tasks", "paroctl_facts_mc,paroctl_facts_gen", "--limit", "4",
         "--band", "paroctl_facts_mc=0.3",
