@@ -7,11 +7,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import random
 import re
 import socket
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from paroctl.errors import RuntimeFailure
@@ -44,10 +46,31 @@ def wait_port_closed(host: str, port: int, timeout: float, poll: float = 0.05) -
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port the kernel says is free right now (racy by nature; fine for tests and demos)."""
+    """A TCP port free right now, below the kernel's ephemeral range (racy by nature; for tests
+    and demos). Not one the kernel picks for bind(0): another process's bind(0) or outgoing
+    connection could take it in the moment a stopped serve has left it and the next has not
+    bound it yet (the likely cause of a test switch that once found its port taken, 2026-12-06)."""
+    low = _ephemeral_low()
+    pick = random.SystemRandom()
+    for _ in range(64):
+        port = pick.randrange(max(1024, low - 12288), low)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (32768 where /proc does not say)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def connect_host(host: str) -> str:

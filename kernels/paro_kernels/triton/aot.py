@@ -501,7 +501,8 @@ def compile_mx_gemv_mma(target: str, m: int, n: int, k: int, bounds: tuple[int, 
         "M": "i32", "N": "i32", "K": "i32", "b1": "i32", "b2": "i32",
     }  # fmt: skip
     const = {"HAS_BIAS": False, "T": cfg.block_n, "SPLIT_K": cfg.split_k, "ASM": True,
-             "NT": cfg.block_m // 8, "U": cfg.unroll, "ACT": act}  # fmt: skip
+             "NT": cfg.block_m // 8, "U": cfg.unroll, "ACT": act,
+             "CHUNKED": mx_gemv_mma.mma_chunks(m) > 1}  # fmt: skip
     aligned = (*(a for a in sig if a.endswith("_ptr")), "N", "K")
     c = _compile(mx_gemv_mma_kernels.mx_gemv_mma_kernel, sig, const, target, cfg.num_warps, 1,
                  aligned, mx_gemv_mma.mma_band(m)[2])  # fmt: skip
