@@ -43,13 +43,14 @@ class ServeWatch:
     """The live record a gate started on, and the state files that change when it goes."""
 
     def __init__(self, live: LiveRecord | None) -> None:
+        self.rebind(live)
+
+    def rebind(self, live: LiveRecord | None) -> None:
+        """Watch `live` from now on (also to follow a switch the gate made itself: the KLD
+        reference collection switches back)."""
         self.live = live
         self._journal = _signature(journal.path())
         self._live_file = _signature(state.live_path())
-
-    def rebind(self, live: LiveRecord | None) -> None:
-        """Follow a switch the gate made itself (the KLD reference collection switches back)."""
-        self.__init__(live)  # type: ignore[misc]
 
     def problem(self) -> str | None:
         """Why the serve may no longer be the one the gate started on, or None while it is."""
