@@ -236,15 +236,22 @@ def live_damage() -> str | None:
 
 
 def _load_live() -> tuple[dict[str, Any] | None, str | None]:
-    raw, problem = read_state_file(live_path())
-    if raw is None:
+    present, data, problem = read_state_json(live_path())
+    if not present or problem:
         return None, problem
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return None, f"not JSON ({exc})"
     problem = live_problem(data)
     return (None, problem) if problem else (data, None)
+
+
+def read_state_json(path: Path) -> tuple[bool, Any, str | None]:
+    """(whether the file is there, its JSON value, why it cannot be read or None)."""
+    raw, problem = read_state_file(path)
+    if raw is None:
+        return problem is not None, None, problem
+    try:
+        return True, json.loads(raw.decode("utf-8")), None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return True, None, f"not JSON ({exc})"
 
 
 # Far above what the switch writes (live.json ~1.5 KiB, the journal ~1 KiB): a larger file is

@@ -551,7 +551,7 @@ def test_a_refused_write_is_a_state_error_naming_the_path_and_keeps_the_old_file
     home = tmp_path / "home"
     home.mkdir()
     if how == "tmpfs" and (os.geteuid() != 0 or not _tmpfs(home)):
-        pytest.skip("mounting a tmpfs needs root here; RLIMIT_FSIZE covers the same path")
+        pytest.skip("a real tmpfs needs root (mount); the fsize case runs the same refusal")
     try:
         live = home / "live.json"
         live.write_text(TODAY_LIVE)

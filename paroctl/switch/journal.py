@@ -133,13 +133,9 @@ def damage() -> str | None:
 
 
 def _load() -> tuple[Entry | None, str | None]:
-    raw, problem = state.read_state_file(path())
-    if raw is None:
+    present, data, problem = state.read_state_json(path())
+    if not present or problem:
         return None, problem
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return None, f"not JSON ({exc})"
     problem = entry_problem(data)
     if problem:
         return None, f"not a journal entry ({problem})"

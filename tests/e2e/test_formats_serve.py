@@ -70,7 +70,7 @@ MARKER_RE = {
     INT4: rf"paro-vllm: method=paroquant backend=reference bits=4 layers=210/210 {V} "
     rf"act=fp8/token zpe=0{S}$",
 }
-# The demos that failed the shipped sanity gate (issue 51: int4 2/4, MXFP4 2/4, NVFP4 1/4) run it
+# The demos that failed the shipped sanity gate before their bands (int4 2/4, MXFP4 2/4, NVFP4 1/4) run it
 # here on their serve; int5 answers all of it in both serve dtypes
 # (benchmarks/results/sanity-margins-2026-12-06-cpu.json), so its ~15 s stay out of CI's budget.
 SANITY_GATED = (INT4, "cpu-demo-mxfp4", "cpu-demo-nvfp4")

@@ -271,7 +271,7 @@ def test_lm_eval_s_failures_are_told_as_their_cause() -> None:
     plan = gate.Plan(("t",), "http://h", "m", "completions", 1, None, None, (), None, 2048, 60)
     loglik = RuntimeFailure("... AssertionError: Tokenizer is required for loglikelihood tasks")
     assert "pass --tokenizer DIR" in gate._explain(loglik, plan).message
-    chat = RuntimeFailure(
+    chat = RuntimeFailure(  # lm-eval 0.4.13's own words for a loglikelihood task in chat mode
         "NotImplementedError: Loglikelihood is not supported for chat completions. Consider ..."
     )
     assert gate._explain(chat, plan).message.endswith("cannot serve: use --mode completions")
