@@ -75,6 +75,17 @@ def file_problems(path: str, names: Iterable[str] = (), owner_uid: int = 0) -> l
     return problems
 
 
+def _append(buf: list[str], char: str, blank: int) -> int:
+    """Append char to an unquoted key or value; return where its run of trailing blanks starts
+    (-1: none), which systemd drops at the end of the key or the line."""
+    if char not in _BLANKS:
+        blank = -1
+    elif blank < 0:
+        blank = len(buf)
+    buf.append(char)
+    return blank
+
+
 def parse_env_file(text: str) -> dict[str, str]:
     """KEY=VALUE assignments exactly as systemd's EnvironmentFile= reads them: a port of
     load_env_file (systemd 252, basic/env-file.c), keeping what PID 1 then passes on (a valid
@@ -107,11 +118,7 @@ def _env_file_pairs(text: str) -> list[tuple[str, str]]:
             elif char == "=":
                 state, value_blank = "pre_value", -1
             else:
-                if char not in _BLANKS:
-                    key_blank = -1
-                elif key_blank < 0:
-                    key_blank = len(key)
-                key.append(char)
+                key_blank = _append(key, char, key_blank)
         elif state == "pre_value":
             if char in "\n\r":
                 push(chomp=False)
@@ -128,11 +135,7 @@ def _env_file_pairs(text: str) -> list[tuple[str, str]]:
             elif char == "\\":
                 state, value_blank = "value_escape", -1
             else:
-                if char not in _BLANKS:
-                    value_blank = -1
-                elif value_blank < 0:
-                    value_blank = len(value)
-                value.append(char)
+                value_blank = _append(value, char, value_blank)
         elif state == "value_escape":
             state = "value"
             if char not in "\n\r":  # an escaped line break is a continuation: eaten
