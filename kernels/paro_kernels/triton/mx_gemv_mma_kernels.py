@@ -41,26 +41,8 @@ def mx_mma_asm(tiles: int = 1, mode: int = ACT_PAIRED) -> str:
         ".reg .f32 z, sa, sb, ta, tb, d<4>, e<4>;",
         "mov.f32 z, 0f00000000;",
     ]
-    av = [f"${act + i}" for i in range(8 * tiles)]  # the B operands, paired fp16
-    if mode:
-        lines += [f".reg .b32 a<{8 * tiles}>;", ".reg .f32 f<8>;"]
-        for t in range(tiles):
-            for row in range(2):  # the low block's row, then the high block's
-                w = [f"${base + 10 + 8 * t + 4 * row + i}" for i in range(4)]
-                o = 8 * t + 4 * row
-                if mode == ACT_F16:  # (c0 c1) (c2 c3) (c4 c5) (c6 c7) -> (c0 c4) (c1 c5) ..
-                    lines += [f"prmt.b32 a{o}, {w[0]}, {w[2]}, 0x5410;",
-                              f"prmt.b32 a{o + 1}, {w[0]}, {w[2]}, 0x7632;",
-                              f"prmt.b32 a{o + 2}, {w[1]}, {w[3]}, 0x5410;",
-                              f"prmt.b32 a{o + 3}, {w[1]}, {w[3]}, 0x7632;"]  # fmt: skip
-                    continue
-                for i in range(4):  # bf16 channels 2 i (low half), 2 i + 1 (high half)
-                    lines += [f"shl.b32 u, {w[i]}, 16;", f"mov.b32 f{2 * i}, u;",
-                              f"and.b32 u, {w[i]}, 0xFFFF0000;",
-                              f"mov.b32 f{2 * i + 1}, u;"]  # fmt: skip
-                for j in range(4):  # pair word j: (c_j, c_j+4), c_j in the low half
-                    lines.append(f"cvt.rn.satfinite.f16x2.f32 a{o + j}, f{j + 4}, f{j};")
-        av = [f"a{i}" for i in range(8 * tiles)]
+    pairing, av = _act_pairs(tiles, mode, act)
+    lines += pairing
     mask, sgn = "0x0E000E00", "0x80008000"
     for half in range(2):  # columns (0, 1), then (2, 3)
         for col, r in ((2 * half, "p"), (2 * half + 1, "q")):
@@ -105,6 +87,32 @@ def mx_mma_asm(tiles: int = 1, mode: int = ACT_PAIRED) -> str:
                 lines += [f"fma.rn.f32 {out}, d{i}, {sl}a, {old};",
                           f"fma.rn.f32 {out}, e{i}, {sl}b, {out};"]  # fmt: skip
     return "\n".join([*lines, "}"])
+
+
+def _act_pairs(tiles: int, mode: int, act: int) -> tuple[list[str], list[str]]:
+    """`mx_mma_asm`'s B operands: the paired fp16 words at operands $act.. as they come
+    (ACT_PAIRED), or the PTX that pairs the rows' own channels into a<..> (ACT_BF16 / ACT_F16)
+    and those registers' names."""
+    if not mode:
+        return [], [f"${act + i}" for i in range(8 * tiles)]
+    lines = [f".reg .b32 a<{8 * tiles}>;", ".reg .f32 f<8>;"]
+    for t in range(tiles):
+        for row in range(2):  # the low block's row, then the high block's
+            w = [f"${act + 8 * t + 4 * row + i}" for i in range(4)]
+            o = 8 * t + 4 * row
+            if mode == ACT_F16:  # (c0 c1) (c2 c3) (c4 c5) (c6 c7) -> (c0 c4) (c1 c5) ..
+                lines += [f"prmt.b32 a{o}, {w[0]}, {w[2]}, 0x5410;",
+                          f"prmt.b32 a{o + 1}, {w[0]}, {w[2]}, 0x7632;",
+                          f"prmt.b32 a{o + 2}, {w[1]}, {w[3]}, 0x5410;",
+                          f"prmt.b32 a{o + 3}, {w[1]}, {w[3]}, 0x7632;"]  # fmt: skip
+                continue
+            for i in range(4):  # bf16 channels 2 i (low half), 2 i + 1 (high half)
+                lines += [f"shl.b32 u, {w[i]}, 16;", f"mov.b32 f{2 * i}, u;",
+                          f"and.b32 u, {w[i]}, 0xFFFF0000;",
+                          f"mov.b32 f{2 * i + 1}, u;"]  # fmt: skip
+            for j in range(4):  # pair word j: (c_j, c_j+4), c_j in the low half
+                lines.append(f"cvt.rn.satfinite.f16x2.f32 a{o + j}, f{j + 4}, f{j};")
+    return lines, [f"a{i}" for i in range(8 * tiles)]
 
 
 def _mx_mma_constraints(tiles: int) -> str:
