@@ -1,7 +1,8 @@
 """One op on one cell between cudaProfilerStart/Stop, for Nsight Compute (a kernel's before/after).
 
     ncu --clock-control none --profile-from-start off --csv --metrics ... \
-        python -m benchmarks.kernels.ncu gate_up 1 gemv|gemv-prologue|gemv3|dequant [bf16|int8]
+        python -m benchmarks.kernels.ncu gate_up 1 gemv|gemv-prologue|gemv3|gemv-mma|dequant \
+            |dequant-kn [bf16|int8]
         python -m benchmarks.kernels.ncu gate_up 1 mx | mx-old MODULE | int5 | int5-old MODULE
 
 `mx`: the MXFP4 op as served (`mx_route.mx_linear`, a W4A8 layer: the decode GEMV at M <= 2);
@@ -33,7 +34,9 @@ def main(argv: list[str]) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("shape", choices=[s[0] for s in SHAPES])
     ap.add_argument("m", type=int)
-    ap.add_argument("path", help="gemv|gemv-prologue|gemv3|dequant|mx|mx-old|int5|int5-old")
+    ap.add_argument(
+        "path", help="gemv|gemv-prologue|gemv3|gemv-mma|dequant|dequant-kn|mx|mx-old|int5|int5-old"
+    )
     ap.add_argument("act", nargs="?", default="bf16", help="bf16|int8|fp8, or the -old MODULE")
     args = ap.parse_args(argv)
     name, m, path, act = args.shape, args.m, args.path, args.act
@@ -62,6 +65,10 @@ def main(argv: list[str]) -> None:
             from paro_kernels.triton import gemv_dot
 
             return gemv_dot.gemv3_linear(prep, x)
+        if path == "dequant-kn":  # the dequant path with W' stored [K, N] (served before)
+            from paro_kernels.triton import dequant
+
+            return dequant.dequant_linear(x, dequant.dequant_weights(prep, x.dtype, nk=False), None)
         if act != "bf16":
             return route.linear_a8(prep, x, None, act, "group", False)
         return route.linear(served, x, path=served_path)

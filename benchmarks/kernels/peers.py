@@ -89,6 +89,8 @@ def _ours(n: int, k: int, sizes: tuple[int, ...], m: int, dev: torch.device, pat
     def call(p: Any) -> object:
         if path == "gemv":
             return gemv_fma.gemv_w4a16(p, x)
+        if path == "dequant-kn":  # the dequant path with W' stored [K, N] (served before)
+            return dequant.dequant_linear(x, dequant.dequant_weights(p, x.dtype, nk=False), None)
         if path == "gemv-rot2":
             return gemv_fma.gemv2_w4a16_rot(x, p)
         return route.linear(p, x, path=path)
@@ -210,7 +212,9 @@ def cell_variants(m: int) -> list[tuple[str, str, Callable[..., Callable[[], obj
             ),
             ("path-mma", "path", lambda n, k, s, m, d: _ours(n, k, s, m, d, "mma"), 2),
             ("path-dequant", "path", lambda n, k, s, m, d: _ours(n, k, s, m, d, "dequant"), 2),
-        ]
+            ("path-dequant-kn", "path",
+             lambda n, k, s, m, d: _ours(n, k, s, m, d, "dequant-kn"), 2),
+        ]  # fmt: skip
     return v
 
 

@@ -59,6 +59,12 @@ for k, sizes, g, m, path in [(256, [96], 128, 1, "gemv"),
                 raise AssertionError("the GEMV took 4 rows")
             except ValueError as e:
                 assert "x rows: expected <= 2" in str(e), e
+        if path == "dequant":  # W' stored [N, K] (served on NVIDIA) and [K, N]: the same values
+            from paro_kernels.triton import dequant
+            w_nk = dequant.dequant_weights(prep, torch.float16, nk=True).clone()
+            assert w_nk.stride() == (1, k), w_nk.stride()
+            w_kn = dequant.dequant_rotate(prep, dtype=torch.float16, trans=True)
+            assert w_kn.stride() == (sum(sizes), 1) and torch.equal(w_nk, w_kn)
         if path == "gemv3":  # the records kernel unpaired (H200 2026-12-04) as its prologue
             from paro_kernels.triton import gemv_dot, gemv_fma, prologue, repack, route
             xg = prologue.rotate_givens_paired(x, prep.gv_idx, prep.gv_coef, g, paired=False)
@@ -73,6 +79,11 @@ for k, sizes, g, m, path in [(256, [96], 128, 1, "gemv"),
             for r in (4, 8):
                 xb = prologue.rotate_givens_paired(x, prep.gv_idx, prep.gv_coef, g, 0, rows=r)
                 assert torch.equal(xa, xb), (m, r)
+            # and the sliced blocks prologue in 16-row blocks (a ragged last one): the same xr
+            xs = prologue.rotate_slices(x, prep.rot_hi, prep.rot_lo, g, paired=True, pair_shift=0)
+            xt = prologue.rotate_slices(x, prep.rot_hi, prep.rot_lo, g, paired=True, pair_shift=0,
+                                        rows=16)
+            assert torch.equal(xs[0], xt[0]), m
         if path == "gemv-h2":  # the records prologue (H200 2026-12-04), forced: the same xr as
             # the blocks' up to fp16 rounding, and the op against fp64
             from paro_kernels.triton import gemv_dot, gemv_fma, prologue, repack, route

@@ -1,10 +1,12 @@
 """Host side of the prefill paths on the vendor GEMM: the weights rotated and dequantized once a
-call (W' [K, N] in x.dtype, or 8-bit codes with a scale an output channel) and then cuBLAS /
+call (W' in x.dtype, or 8-bit codes with a scale an output channel) and then cuBLAS /
 hipBLASLt.
 
-    dequant   W' [K, N] in x.dtype = rotated, dequantized weights in one reused scratch per
-              device, then y = x @ W' through torch: no casts (bf16 W' is the bf16 floor of a
-              bf16-weight GEMM: 2.2-2.7e-3 relative in the H200 tests, fp16 W' 1.7e-3)
+    dequant   W' in x.dtype = rotated, dequantized weights in one reused scratch per device
+              (`dequant_weights`: stored [N, K] on NVIDIA, the vendor GEMM's `F.linear`
+              operand, [K, N] on gfx1201), then y = x @ W' through torch: no casts (bf16 W' is
+              the bf16 floor of a bf16-weight GEMM: 2.2-2.7e-3 relative in the H200 tests,
+              fp16 W' 1.7e-3)
     w8        W' as fp8 / int8 codes [N, K] with max |W'| per output channel (`w8_amax`, a
               load-time constant), per-token 8-bit activations, `torch._scaled_mm` rowwise
               (fp8) or `torch._int_mm` + one epilogue pass (int8)
@@ -79,7 +81,7 @@ def dequant_rotate(
 ) -> torch.Tensor:
     """W' [K, N] in `dtype` (that of `out` when given): each partition's rotated, dequantized
     weights (in the shared scratch); `trans` picks `dequant_rotate_t_kernel` (default: per
-    platform, `dequant_trans`)."""
+    platform, `dequant_trans`); `nk` (that kernel only): stored [N, K] into `out` instead."""
 
     qweight, qweight_hi, scales, zeros = w.qweight, w.qweight_hi, w.scales, w.zeros
     rot_hi, rot_lo, bounds, group_size = w.rot_hi, w.rot_lo, w.bounds, w.group_size
@@ -117,6 +119,28 @@ def dequant_rotate(
         G=g, BLOCK_N=bn, BITS=bits, NSPLIT=nsplit, num_warps=nw, num_stages=ns,
     )  # fmt: skip
     return out
+
+
+# NVIDIA: W' stored [N, K] (each output channel's K weights contiguous), the operand layout of
+# `F.linear` that cuBLAS's bf16 GEMM is fastest on; [K, N] cost the GEMM alone 219 us against
+# 188 us on qkv at M = 2048 (H100, the independent run that opened the kernels' third speed
+# pass). The transposed weight kernel writes either layout (`NK`).
+DEQUANT_NK = True
+
+
+def dequant_weights(w: Prepared, dtype: torch.dtype, nk: bool | None = None) -> torch.Tensor:
+    """W' [K, N] in `dtype` for `dequant_linear`, in the shared scratch: where `nk` (default
+    `dequant_nk`) the transposed view of W' stored [N, K], else stored [K, N]."""
+    if not (dequant_nk(launch.is_hip()) if nk is None else nk):
+        return dequant_rotate(w, dtype=dtype)
+    k, n = w.qweight.shape[0] * 8, w.qweight.shape[1]
+    out = launch.scratch("dequant_w", k * n, dtype, w.qweight.device)[: k * n].view(n, k)
+    return dequant_rotate(w, out=out, trans=True, nk=True).t()
+
+
+def dequant_nk(hip: bool) -> bool:
+    """W' stored [N, K] (DEQUANT_NK) where the transposed kernel serves (it alone writes that)."""
+    return dequant_trans(hip) and DEQUANT_NK
 
 
 def dequant_trans(hip: bool) -> bool:

@@ -200,6 +200,7 @@ def rotate_slices(
     paired: bool = False,
     one: bool = False,
     pair_shift: int = 6,
+    rows: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The sliced decode prologue: x [M <= 64, K] -> (xr [P, M, K] fp32 nibble-scaled,
     rs [P, M, K/G * G/slice] fp32 partial row sums), as `prologue.rotate_scale(nibble_scaled=True)`
@@ -207,7 +208,7 @@ def rotate_slices(
     `prologue.rotate_scale` writes it, no row sums (rs is xr then); `paired`: fp16 as the HFMA2
     GEMV reads it (/ 2^pair_shift, pairs (8r + j, 8r + j + 4) side by side; `gemv_mma_kernels`);
     `one`: rot_hi holds fp16 blocks (hi + lo rounded once; the 2026-12-04 bench), rot_lo
-    unread."""
+    unread. `rows`: rows a program (a power of two >= 16; 0: all M in one)."""
 
     m, k = x.shape
     require(m <= 64, "x rows", "<= 64 for the sliced prologue", m)
@@ -217,9 +218,13 @@ def rotate_slices(
     xr = torch.empty(p, m, k, dtype=torch.float16 if f16 else torch.float32, device=x.device)
     rs = xr if f16 else torch.empty(p, m, (k // g) * (g // sl), dtype=torch.float32,
                                     device=x.device)  # fmt: skip
-    rotate_slice_kernel[(k // g, p, g // sl)](
+    block_m = max(16, triton.next_power_of_2(m))
+    if rows:
+        require(rows >= 16 and rows & (rows - 1) == 0, "rows", "0 or a power of two >= 16", rows)
+        block_m = min(rows, block_m)
+    rotate_slice_kernel[(k // g, p, (g // sl) * -(-m // block_m))](
         x, rot_hi, rot_lo, xr, rs, m, k, x.stride(0), G=g,
-        BLOCK_M=max(16, triton.next_power_of_2(m)), SLICE=sl, F16=f16,
+        BLOCK_M=block_m, SLICE=sl, F16=f16,
         PDL=pdl, PAIRED=paired, ONE=one, PSCALE=2.0**-pair_shift,
         num_warps=num_warps or PROLOGUE_SLICE_WARPS,
     )  # fmt: skip

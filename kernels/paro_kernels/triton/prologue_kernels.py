@@ -395,7 +395,8 @@ def rotate_slice_kernel(
     PSCALE: tl.constexpr = 0.015625,  # PAIRED: 2^-6 (int4), 2^-7 (int5): `gemv_fma_kernels`
 ):
     """The decode GEMV's prologue, one program per (group, partition, slice of SLICE output
-    channels): xr[:, slice] = x_g @ (hi + lo)[:, slice].
+    channels, BLOCK_M rows; grid axis 2 holds the slices of each row block in turn):
+    xr[rows, slice] = x_g[rows] @ (hi + lo)[:, slice].
 
     Why sliced (H200 2026-12-01): one program per 128-channel group read the whole 64 KB
     G x G block pair and did the 16 x 128 x 128 dots alone (ncu, gate_up M = 1: 151 registers,
@@ -404,9 +405,9 @@ def rotate_slice_kernel(
     """
     g = tl.program_id(0)
     p = tl.program_id(1)
-    sl = tl.program_id(2)
+    sl = tl.program_id(2) % (G // SLICE)
     ngroups = K // G
-    offs_m = tl.arange(0, BLOCK_M)
+    offs_m = (tl.program_id(2) // (G // SLICE)) * BLOCK_M + tl.arange(0, BLOCK_M)
     m_mask = offs_m < M
     offs_g = tl.arange(0, G)
     offs_j = sl * SLICE + tl.arange(0, SLICE)

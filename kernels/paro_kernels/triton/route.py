@@ -384,7 +384,7 @@ def linear(
     if route == "gemv-mma":
         return gemv_mma.gemv_mma_linear(w, x, bias)
     if route == "dequant":
-        return dequant.dequant_linear(x, dequant.dequant_rotate(w, dtype=x.dtype), bias)
+        return dequant.dequant_linear(x, dequant.dequant_weights(w, x.dtype), bias)
     cfg = gemm.pick_config(m, n, k, group_size, bounds, launch.sm_count(x.device))
     gv_idx, gv_coef = (w.gv_idx, w.gv_coef) if m <= givens_max_m else (None, None)
     ws = None
@@ -450,7 +450,7 @@ def linear_a8(
     if route == "w8" and w.w8_amax is not None and dequant.w8_ok(n, k, dequant.W8_KIND):
         return dequant.w8_linear(w, x, bias)
     if route in ("dequant", "w8"):
-        return dequant.dequant_linear(x, dequant.dequant_rotate(w, dtype=x.dtype), bias)
+        return dequant.dequant_linear(x, dequant.dequant_weights(w, x.dtype), bias)
     q, asc, rs = prologue.rotate_quant(x, w.rot_hi, w.rot_lo, w.group_size, act_format,
                                        act_scale)  # fmt: skip
     return gemm.w4a8_gemm(q, asc, rs, w, x.dtype, bias, token=act_scale == "token",
