@@ -7,8 +7,9 @@ served, in one run: what the rotation costs in the decode band and which launch 
 Per (shape, M), on the 27B TP=2 shapes (random int4 layers with Givens records): the op as
 served (`route.linear`), the mma GEMV alone on a ready prologue output, the sliced blocks
 prologue paired at pair shift 0 (the mma GEMVs' input) at each launch of SLICES, the Givens
-records prologue at each row block of GIVENS_ROWS (M <= 32), then the op again with the
-fastest sliced launch (`gemv_mma.MMA_PROLOGUE`) and the cell's verdict. Timing as `time_us`
+records prologue at each row block of GIVENS_ROWS (M <= 32), then the mma op on the sliced
+prologue at the cell's fastest launch and as shipped (`prologue.PROLOGUE_SLICE`,
+`PROLOGUE_SLICE_WARPS`, `PROLOGUE_ROWS`). Timing as `time_us`
 (CUDA-graph replays over weight copies past 4x L2).
 """
 
@@ -86,16 +87,17 @@ def cell(name: str, n: int, k: int, sizes: tuple[int, ...], m: int,
             for p in preps], reps))  # fmt: skip
     best = min((t for t in timed if t[0] == t[0]), default=None, key=lambda t: t[0])
     if best is not None:
-        old = dict(gemv_mma.MMA_PROLOGUE)
-        gemv_mma.MMA_PROLOGUE.clear()
-        gemv_mma.MMA_PROLOGUE[0] = (best[1]["slice_"], best[1]["num_warps"], best[1]["rows"])
+        keep = prologue.PROLOGUE_SLICE, prologue.PROLOGUE_SLICE_WARPS, prologue.PROLOGUE_ROWS
+        cfg = best[1]
+        # a graph capture runs the Python once, with the setting in force
+        prologue.PROLOGUE_SLICE, prologue.PROLOGUE_SLICE_WARPS = cfg["slice_"], cfg["num_warps"]
+        prologue.PROLOGUE_ROWS = cfg["rows"]
         try:
             fns = [functools.partial(gemv_mma.gemv_mma_linear, p, x, prologue="slice")
                    for p in preps]  # fmt: skip
-            add("mma op, fastest slices", _time(fns, reps), config=best[1])
+            add("mma op, fastest slices", _time(fns, reps), config=cfg)
         finally:
-            gemv_mma.MMA_PROLOGUE.clear()
-            gemv_mma.MMA_PROLOGUE.update(old)
+            prologue.PROLOGUE_SLICE, prologue.PROLOGUE_SLICE_WARPS, prologue.PROLOGUE_ROWS = keep
         fns = [functools.partial(gemv_mma.gemv_mma_linear, p, x, prologue="slice") for p in preps]
         add("mma op, slices as shipped", _time(fns, reps))
     return rows

@@ -80,7 +80,9 @@ for k, sizes, g, m, path in [(256, [96], 128, 1, "gemv"),
                 xb = prologue.rotate_givens_paired(x, prep.gv_idx, prep.gv_coef, g, 0, rows=r)
                 assert torch.equal(xa, xb), (m, r)
             # and the sliced blocks prologue in 16-row blocks (a ragged last one): the same xr
-            xs = prologue.rotate_slices(x, prep.rot_hi, prep.rot_lo, g, paired=True, pair_shift=0)
+            # as one program for all rows
+            xs = prologue.rotate_slices(x, prep.rot_hi, prep.rot_lo, g, paired=True, pair_shift=0,
+                                        rows=0)
             xt = prologue.rotate_slices(x, prep.rot_hi, prep.rot_lo, g, paired=True, pair_shift=0,
                                         rows=16)
             assert torch.equal(xs[0], xt[0]), m

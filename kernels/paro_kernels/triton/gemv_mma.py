@@ -78,18 +78,6 @@ MMA_BLOCKS_MAX_WEIGHTS = gemv_dot.GEMV3_SMALL_WEIGHTS
 MMA_BLOCKS_ALL_MIN_M = 17
 
 
-# The sliced blocks prologue's launch for the mma GEMV, (slice_, num_warps, rows) of
-# `prologue.rotate_slices` by the first M each applies to; 0 keeps that function's default.
-MMA_PROLOGUE: dict[int, tuple[int, int, int]] = {}
-
-
-def mma_prologue_config(m: int) -> tuple[int, int, int]:
-    """(slice_, num_warps, rows) of the mma GEMV's sliced blocks prologue at M rows:
-    MMA_PROLOGUE's entry of the largest first M at most `m`, else the defaults (0, 0, 0)."""
-    firsts = [f for f in MMA_PROLOGUE if f <= m]
-    return MMA_PROLOGUE[max(firsts)] if firsts else (0, 0, 0)
-
-
 def mma_blocks(m: int, weights: int) -> bool:
     """Whether the mma GEMV's paired prologue at M rows of a layer of `weights` weights is the
     sliced blocks (else the Givens records, where the layer has them)."""
@@ -232,7 +220,5 @@ def gemv_mma_linear(
     if gv_idx is not None and gv_coef is not None and kind == "givens":
         xr = rotate_givens_paired(x, gv_idx, gv_coef, w.group_size, 0)
     else:
-        sl, nw, rows = mma_prologue_config(m)
-        xr, _ = rotate_slices(x, w.rot_hi, w.rot_lo, w.group_size, sl, nw, paired=True,
-                              pair_shift=0, rows=rows)  # fmt: skip
+        xr, _ = rotate_slices(x, w.rot_hi, w.rot_lo, w.group_size, paired=True, pair_shift=0)
     return gemv_mma(xr, w, x.dtype, bias, config, maxnreg)

@@ -27,9 +27,8 @@ def _mma_prologue(prep: mx_repack.Prepared, x: torch.Tensor, rh: torch.Tensor,
     blocks = gemv_mma.mma_blocks(m, prep.weight.n * k)
     if prep.gv_idx is not None and prep.gv_coef is not None and not blocks:
         return prologue.rotate_givens_paired(x, prep.gv_idx, prep.gv_coef, prep.group_size, 0)
-    sl, nw, rows = gemv_mma.mma_prologue_config(m)
-    return prologue.rotate_slices(x.to(rh.dtype), rh, rl, prep.group_size, sl, nw, paired=True,
-                                   pair_shift=0, rows=rows)[0]  # fmt: skip
+    return prologue.rotate_slices(x.to(rh.dtype), rh, rl, prep.group_size, paired=True,
+                                   pair_shift=0)[0]  # fmt: skip
 
 
 PATHS = ("mma", "chunks", "gemv", "gemm", "dequant", "w8")

@@ -172,6 +172,16 @@ PROLOGUE_SLICE = 64
 PROLOGUE_SLICE_WARPS = 4
 
 
+# H100 2026-12-06: 16 rows a program past 16 rows (grid axis 2 holds each row block's slices; one
+# program took all M before). The prologue alone, paired as the mma GEMVs take it, one program
+# for all rows / 16-row blocks, us (benchmarks/results/bench-2026-12-06-h100-prologue.json):
+# M = 32 qkv 15.7 / 11.4, o_proj 6.8 / 4.4, gate_up 11.6 / 7.0, down 12.0 / 6.8, in_proj 11.7 /
+# 7.4; M = 64 24.8 / 16.5, 9.7 / 5.6, 20.9 / 11.5, 19.6 / 10.6, 22.4 / 11.3 (32-row blocks
+# 18.1-26.0 at 64: no better than one program). The mma op on it at M = 64: qkv 57.1 / 48.9,
+# o_proj 26.7 / 22.8, gate_up 86.2 / 76.4, down 57.8 / 47.8, in_proj 54.1 / 43.4.
+PROLOGUE_ROWS = 16
+
+
 # H200 2026-12-04: the HFMA2 GEMV's prologue from the Givens records (`rotate_givens_paired`),
 # warps a program.
 GIVENS_PAIRED_WARPS = 4
@@ -200,7 +210,7 @@ def rotate_slices(
     paired: bool = False,
     one: bool = False,
     pair_shift: int = 6,
-    rows: int = 0,
+    rows: int = -1,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The sliced decode prologue: x [M <= 64, K] -> (xr [P, M, K] fp32 nibble-scaled,
     rs [P, M, K/G * G/slice] fp32 partial row sums), as `prologue.rotate_scale(nibble_scaled=True)`
@@ -208,7 +218,8 @@ def rotate_slices(
     `prologue.rotate_scale` writes it, no row sums (rs is xr then); `paired`: fp16 as the HFMA2
     GEMV reads it (/ 2^pair_shift, pairs (8r + j, 8r + j + 4) side by side; `gemv_mma_kernels`);
     `one`: rot_hi holds fp16 blocks (hi + lo rounded once; the 2026-12-04 bench), rot_lo
-    unread. `rows`: rows a program (a power of two >= 16; 0: all M in one)."""
+    unread. `rows`: rows a program (a power of two >= 16; 0: all M in one; default
+    PROLOGUE_ROWS)."""
 
     m, k = x.shape
     require(m <= 64, "x rows", "<= 64 for the sliced prologue", m)
@@ -219,6 +230,7 @@ def rotate_slices(
     rs = xr if f16 else torch.empty(p, m, (k // g) * (g // sl), dtype=torch.float32,
                                     device=x.device)  # fmt: skip
     block_m = max(16, triton.next_power_of_2(m))
+    rows = PROLOGUE_ROWS if rows < 0 else rows
     if rows:
         require(rows >= 16 and rows & (rows - 1) == 0, "rows", "0 or a power of two >= 16", rows)
         block_m = min(rows, block_m)
