@@ -122,9 +122,13 @@ def dequant_rotate(
 
 
 # NVIDIA: W' stored [N, K] (each output channel's K weights contiguous), the operand layout of
-# `F.linear` that cuBLAS's bf16 GEMM is fastest on; [K, N] cost the GEMM alone 219 us against
-# 188 us on qkv at M = 2048 (H100, the independent run that opened the kernels' third speed
-# pass). The transposed weight kernel writes either layout (`NK`).
+# `F.linear`. H100 2026-12-06, qkv M = 2048 under Nsight Compute
+# (benchmarks/results/ncu-2026-12-06-h100-prologue-prefill-layout.csv; [K, N] / [N, K]): the
+# weight pass 60.1 / 51.1 us, cuBLAS's bf16 GEMM 212.4 / 191.6 us (an NNT kernel / a TNN one).
+# The op, same run (benchmarks/results/bench-2026-12-06-h100-prefill-layout.json, forced
+# `path-dequant-kn` / `path-dequant`, us): M = 2048 qkv 273.3 / 245.0, down 304.6 / 291.2,
+# in_proj 288.6 / 278.8, o_proj 113.9 / 112.6, gate_up 634.7 / 634.0; M = 8192 within this
+# bench's noise either way (0.97-1.02x; two timings of one op there differ by 2-10%).
 DEQUANT_NK = True
 
 
