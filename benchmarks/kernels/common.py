@@ -277,3 +277,58 @@ def mx_gemv_old(kern: Any, p: Any, a: torch.Tensor, cfg: Any) -> object:
         U=cfg.unroll, num_warps=cfg.num_warps, num_stages=1,
     )  # fmt: skip
     return out
+
+
+def row(name: str, m: int, n: int, k: int, variant: str, us: float, **kw: Any) -> dict[str, Any]:
+    nb = bytes_w4(n, k, m)
+    r = {"shape": name, "m": m, "variant": variant, "us": us,
+         "hbm_pct_4p3": nb / 4.3e12 / (us * 1e-6) * 100, **kw}  # fmt: skip
+    extra = f" rel {kw['rel']:.1e}" if "rel" in kw else ""
+    extra += f" [{kw['regs']}]" if kw.get("regs") else ""
+    print(f"{name} M={m} {variant}: {us:.2f} us {r['hbm_pct_4p3']:.0f}% HBM{extra}", flush=True)
+    return r
+
+
+def peer_rows(name: str, m: int, n: int, k: int, x: torch.Tensor,
+               reps: int) -> list[dict[str, Any]]:  # fmt: skip
+    """cuBLAS bf16 (over weight copies past 4x L2) and int4pack on one cell."""
+    wd = [torch.randn(k, n, device=x.device, dtype=torch.bfloat16)
+          for _ in range(copies(2 * k * n))]  # fmt: skip
+    fns = [functools.partial(torch.matmul, x, w) for w in wd]
+    rows = [row(name, m, n, k, "cublas-bf16", time_or_nan(fns, reps))]
+    del wd
+    rows.append(row(name, m, n, k, "int4pack", time_us(int4pack(n, k, m, x.device), reps)))
+    return rows
+
+
+def kernel_regs(fn: Any) -> list[str]:
+    """Registers and spills of each compiled variant of a Triton kernel (its launch cache)."""
+    out = []
+    for cache in getattr(fn, "device_caches", {}).values():
+        for key, kern in cache[0].items():
+            out.append(f"{fn.__name__} ...{str(key)[-300:-200]}: {kern.n_regs} regs, "
+                       f"{kern.n_spills} spills")  # fmt: skip
+    return out
+
+
+def cand_rows(name: str, m: int, n: int, k: int, cands: dict[str, Callable[[Any], object]],
+               preps: list[Any], reps: int, kernel: Any) -> list[dict[str, Any]]:  # fmt: skip
+    """One row per candidate on the cell: its time over the layer copies, `rel` against the
+    first candidate's output, and the registers / spills of the `kernel` variants it compiled."""
+    rows, ref = [], None
+    for label, fn in cands.items():
+        seen = set(kernel_regs(kernel))
+        y = fn(preps[0]).float()  # type: ignore[attr-defined]
+        regs = [r.split(": ")[-1] for r in kernel_regs(kernel) if r not in seen]
+        ref = y if ref is None else ref
+        us = time_or_nan([functools.partial(fn, p) for p in preps], reps)
+        rows.append(row(name, m, n, k, label, us, regs=";".join(regs),
+                         rel=float((y - ref).norm() / ref.norm())))  # fmt: skip
+    return rows
+
+
+def int5_served(p: Any, x: torch.Tensor) -> object:
+    """int5 (W5A8, I8 PG ZPE) as served: `route.linear_a8`'s route."""
+    from paro_kernels.triton import route
+
+    return route.linear_a8(p, x, None, "int8", "group", True)

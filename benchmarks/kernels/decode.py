@@ -42,17 +42,17 @@ from benchmarks.kernels.common import (
     SHAPES,
     G,
     bounds,
-    bytes_w4,
-    copies,
+    cand_rows,
     decode_cells,
     decode_preps,
-    int4pack,
+    int5_served,
+    peer_rows,
     precompile_pool,
     random_prep,
+    row,
     time_or_nan,
-    time_us,
 )
-from benchmarks.kernels.decide_gvrows import BLOCKS, RECORDS
+from benchmarks.kernels.decode_mma import h2_gvrows, h2_mma, h2_mma5
 
 GRID: list[dict[str, int]] = [
     dict(block_n=bn, num_warps=w, programs_per_sm=pps, gpi=gpi, num_stages=st)
@@ -82,28 +82,6 @@ def _compile_one(job: tuple[str, int, dict[str, int]]) -> str:
         return f"{name} {m} {kw}: {type(e).__name__} {str(e)[:200]}"
 
 
-def _row(name: str, m: int, n: int, k: int, variant: str, us: float, **kw: Any) -> dict[str, Any]:
-    nb = bytes_w4(n, k, m)
-    r = {"shape": name, "m": m, "variant": variant, "us": us,
-         "hbm_pct_4p3": nb / 4.3e12 / (us * 1e-6) * 100, **kw}  # fmt: skip
-    extra = f" rel {kw['rel']:.1e}" if "rel" in kw else ""
-    extra += f" [{kw['regs']}]" if kw.get("regs") else ""
-    print(f"{name} M={m} {variant}: {us:.2f} us {r['hbm_pct_4p3']:.0f}% HBM{extra}", flush=True)
-    return r
-
-
-def _peer_rows(name: str, m: int, n: int, k: int, x: torch.Tensor,
-               reps: int) -> list[dict[str, Any]]:  # fmt: skip
-    """cuBLAS bf16 (over weight copies past 4x L2) and int4pack on one cell."""
-    wd = [torch.randn(k, n, device=x.device, dtype=torch.bfloat16)
-          for _ in range(copies(2 * k * n))]  # fmt: skip
-    fns = [functools.partial(torch.matmul, x, w) for w in wd]
-    rows = [_row(name, m, n, k, "cublas-bf16", time_or_nan(fns, reps))]
-    del wd
-    rows.append(_row(name, m, n, k, "int4pack", time_us(int4pack(n, k, m, x.device), reps)))
-    return rows
-
-
 def stage1(shapes: list[str], ms: list[int], reps: int) -> list[dict[str, Any]]:
     """The GEMV alone over GRID."""
     from paro_kernels.triton import gemv_dot, prologue
@@ -121,7 +99,7 @@ def stage1(shapes: list[str], ms: list[int], reps: int) -> list[dict[str, Any]]:
                 cfg = gemv_dot.gemv3_config(m, n, k, G, bounds(sizes), 132, **kw)
                 fns = [functools.partial(gemv_dot.gemv3_w4a16, xr, p, torch.bfloat16, None, cfg)
                        for p in preps]  # fmt: skip
-                out.append(_row(name, m, n, k, "gemv3-alone " + str(kw), time_or_nan(fns, reps),
+                out.append(row(name, m, n, k, "gemv3-alone " + str(kw), time_or_nan(fns, reps),
                                 cfg=dataclasses.asdict(cfg), kw=kw))  # fmt: skip
     return out
 
@@ -156,21 +134,21 @@ def stage2(shapes: list[str], ms: list[int], reps: int, cfgs: list[dict[str, int
                 not_run.append(f"{name}@{m}")
                 continue
             x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-            out += _peer_rows(name, m, n, k, x, reps)
+            out += peer_rows(name, m, n, k, x, reps)
             served = "ours-as-served (" + route.band(m) + ")"
             fns = [functools.partial(route.linear, p, x) for p in preps]
-            out.append(_row(name, m, n, k, served, time_or_nan(fns, reps)))
+            out.append(row(name, m, n, k, served, time_or_nan(fns, reps)))
             for i, kw in enumerate(cfgs):
                 cfg = gemv_dot.gemv3_config(m, n, k, G, bounds(sizes), 132, **kw)
                 for pro in prologue.PROLOGUES if i == 0 else (prologue.GEMV3_PROLOGUE,):
                     fns = [functools.partial(gemv_dot.gemv3_linear, p, x, None, pro, cfg)
                            for p in preps]  # fmt: skip
-                    out.append(_row(name, m, n, k, f"gemv3 {pro} {kw}", time_or_nan(fns, reps),
+                    out.append(row(name, m, n, k, f"gemv3 {pro} {kw}", time_or_nan(fns, reps),
                                     cfg=dataclasses.asdict(cfg)))  # fmt: skip
             for pro in prologue.PROLOGUES:
                 fns = [functools.partial(prologue.prologue16, x, p.rot_hi, p.rot_lo, G,
                        p.gv_idx, p.gv_coef, pro) for p in preps]  # fmt: skip
-                out.append(_row(name, m, n, k, f"prologue {pro}", time_or_nan(fns, reps)))
+                out.append(row(name, m, n, k, f"prologue {pro}", time_or_nan(fns, reps)))
             torch.cuda.empty_cache()
     return out, not_run
 
@@ -217,7 +195,7 @@ def ab(shapes: list[str], ms: list[int], reps: int, t0: float,
                 not_run.append(f"{name}@{m}")
                 continue
             x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-            out += _peer_rows(name, m, n, k, x, reps)
+            out += peer_rows(name, m, n, k, x, reps)
             cands: dict[str, Callable[[Any], object]] = {}
             if m <= 2:
                 for fused, pdl in ((False, False), (False, True), (True, False)):
@@ -238,7 +216,7 @@ def ab(shapes: list[str], ms: list[int], reps: int, t0: float,
                 ref = y if ref is None else ref
                 err = float((y - ref).norm() / ref.norm())  # against the first (shipped) path
                 out.append(
-                    _row(
+                    row(
                         name,
                         m,
                         n,
@@ -353,7 +331,7 @@ def h2(shapes: list[str], ms: list[int], reps: int, t0: float, budget: float,
                 not_run.append(f"{name}@{m}")
                 continue
             x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-            out += _peer_rows(name, m, n, k, x, reps)
+            out += peer_rows(name, m, n, k, x, reps)
             # rel: against the first (the FMA GEMV on the same blocks; the Givens-inside op as
             # served, o_proj, uses the tables' own random rotations)
             cands: dict[str, Callable[[Any], object]] = {
@@ -369,13 +347,13 @@ def h2(shapes: list[str], ms: list[int], reps: int, t0: float, budget: float,
                 y = fn(preps[0]).float()  # type: ignore[attr-defined]
                 ref = y if ref is None else ref
                 us = time_or_nan([functools.partial(fn, p) for p in preps], reps)
-                out.append(_row(name, m, n, k, label, us, rel=float((y - ref).norm() / ref.norm())))
+                out.append(row(name, m, n, k, label, us, rel=float((y - ref).norm() / ref.norm())))
             p0 = preps[0]
             xrs = (prologue.rotate_slices(x, p0.rot_hi, p0.rot_lo, G),
                    prologue.rotate_slices(x, p0.rot_hi, p0.rot_lo, G, paired=True)[0])  # fmt: skip
             for label in ("gemv2 alone", "h2 alone", "prologue fp32", "prologue paired"):
                 fns = [functools.partial(_h2_call, label, x, xrs, p) for p in preps]
-                out.append(_row(name, m, n, k, label, time_or_nan(fns, reps)))
+                out.append(row(name, m, n, k, label, time_or_nan(fns, reps)))
             torch.cuda.empty_cache()
     return out, not_run
 
@@ -395,10 +373,10 @@ def h2_int5(shapes: list[str], ms: list[int], reps: int, t0: float,
         served = [functools.partial(route.linear_a8, p, x, None, "int8", "group", True)
                   for p in p5]  # fmt: skip
         forced = [functools.partial(gemv_fma.gemv_h2_linear, _blocks(p), x) for p in p5]
-        out.append(_row(name, m, n, k, "int5 as served", time_or_nan(served, reps)))
-        out.append(_row(name, m, n, k, "int5 h2", time_or_nan(forced, reps), rel=rel))
+        out.append(row(name, m, n, k, "int5 as served", time_or_nan(served, reps)))
+        out.append(row(name, m, n, k, "int5 h2", time_or_nan(forced, reps), rel=rel))
         int4 = [functools.partial(_h2_call, "served", x, None, p) for p in p4]
-        out.append(_row(name, m, n, k, "int4 as served", time_or_nan(int4, reps)))
+        out.append(row(name, m, n, k, "int4 as served", time_or_nan(int4, reps)))
     return out, not_run
 
 
@@ -438,32 +416,6 @@ H2_WAVES5: list[dict[str, int]] = [
 ]  # fmt: skip
 
 
-def _regs(fn: Any) -> list[str]:
-    """Registers and spills of each compiled variant of a Triton kernel (its launch cache)."""
-    out = []
-    for cache in getattr(fn, "device_caches", {}).values():
-        for key, kern in cache[0].items():
-            out.append(f"{fn.__name__} ...{str(key)[-300:-200]}: {kern.n_regs} regs, "
-                       f"{kern.n_spills} spills")  # fmt: skip
-    return out
-
-
-def _cand_rows(name: str, m: int, n: int, k: int, cands: dict[str, Callable[[Any], object]],
-               preps: list[Any], reps: int, kernel: Any) -> list[dict[str, Any]]:  # fmt: skip
-    """One row per candidate on the cell: its time over the layer copies, `rel` against the
-    first candidate's output, and the registers / spills of the `kernel` variants it compiled."""
-    rows, ref = [], None
-    for label, fn in cands.items():
-        seen = set(_regs(kernel))
-        y = fn(preps[0]).float()  # type: ignore[attr-defined]
-        regs = [r.split(": ")[-1] for r in _regs(kernel) if r not in seen]
-        ref = y if ref is None else ref
-        us = time_or_nan([functools.partial(fn, p) for p in preps], reps)
-        rows.append(_row(name, m, n, k, label, us, regs=";".join(regs),
-                         rel=float((y - ref).norm() / ref.norm())))  # fmt: skip
-    return rows
-
-
 def _h2_op(name: str, m: int, x: torch.Tensor, p: Any,
            kw: dict[str, int] | None = None) -> object:  # fmt: skip
     """The HFMA2 op on layer p: the paired prologue (kw["gv"]: the records kernel at that many
@@ -479,13 +431,6 @@ def _h2_op(name: str, m: int, x: torch.Tensor, p: Any,
                                    pdl=bool(kw.get("pdl")))  # fmt: skip
 
 
-def _int5_served(p: Any, x: torch.Tensor) -> object:
-    """int5 (W5A8, I8 PG ZPE) as served: `route.linear_a8`'s route."""
-    from paro_kernels.triton import route
-
-    return route.linear_a8(p, x, None, "int8", "group", True)
-
-
 def h2_variants(shapes: list[str], ms: list[int], reps: int, t0: float, budget: float,
                 grid4: list[dict[str, int]],
                 grid5: list[dict[str, int]]) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
@@ -498,7 +443,7 @@ def h2_variants(shapes: list[str], ms: list[int], reps: int, t0: float, budget: 
     out: list[dict[str, Any]] = []
     not_run: list[str] = []
     for name, n, k, m, x, p4, p5 in decode_cells(shapes, ms, t0, budget, not_run, int5=True):
-        out += _peer_rows(name, m, n, k, x, reps)
+        out += peer_rows(name, m, n, k, x, reps)
 
         op = functools.partial(_h2_op, name, m, x)
         for bits, preps, grid in ((4, p4, grid4), (5, p5, grid5)):
@@ -506,237 +451,27 @@ def h2_variants(shapes: list[str], ms: list[int], reps: int, t0: float, budget: 
             if bits == 4:
                 cands["int4 as served"] = functools.partial(_h2_call, "served", x, None)
             if bits == 5:
-                cands["int5 as served"] = functools.partial(_int5_served, x=x)
+                cands["int5 as served"] = functools.partial(int5_served, x=x)
             for kw in grid:
                 how = "givens" if "gv" in kw else "prologue"
                 cands[f"int{bits} h2 {how} {kw}"] = functools.partial(op, kw=kw)
-            out += _cand_rows(name, m, n, k, cands, preps, reps,
+            out += cand_rows(name, m, n, k, cands, preps, reps,
                               gemv_fma_kernels.gemv_h2_kernel)  # fmt: skip
         xr = prologue.rotate_slices(x, p4[0].rot_hi, p4[0].rot_lo, G, paired=True)[0]
         fns = [functools.partial(_h2_call, "h2 alone", x, (None, xr), p) for p in p4]
-        out.append(_row(name, m, n, k, "int4 h2 alone", time_or_nan(fns, reps)))
+        out.append(row(name, m, n, k, "int4 h2 alone", time_or_nan(fns, reps)))
         if grid4 in (H2_GV, H2_GVPDL):  # the two prologues alone
             sl: list[Callable[[], object]] = [
                 functools.partial(prologue.rotate_slices, x, p.rot_hi, p.rot_lo, G,
                                   paired=True) for p in p4]  # fmt: skip
-            out.append(_row(name, m, n, k, "slice prologue alone", time_or_nan(sl, reps)))
+            out.append(row(name, m, n, k, "slice prologue alone", time_or_nan(sl, reps)))
             for w in (1, 2, 4):
                 fns = [functools.partial(prologue.rotate_givens_paired, x, p.gv_idx,
                                          p.gv_coef, G, num_warps=w) for p in p4]  # fmt: skip
                 out.append(
-                    _row(name, m, n, k, f"givens prologue alone w{w}", time_or_nan(fns, reps))
+                    row(name, m, n, k, f"givens prologue alone w{w}", time_or_nan(fns, reps))
                 )
     return out, not_run
-
-
-# `--h2 mma`: the mma.sync GEMV (`gemv_mma.gemv_mma_linear`: the records prologue at pair
-# shift 0 + `gemv_mma`) at each config, against int4 as served, per cell. On the H200
-# (2026-12-04) it swept 6-7 configs, then the one-wave split (`gemv_mma.one_wave_split`,
-# shipped: no programs_per_sm) at 4 and 2 warps against 8 programs an SM, then register caps
-# (`gemv_mma.MMA_CAP`: maxnreg, with the programs an SM the split counts on, fit), by
-# activation tiles ({} = as shipped); the four-tile row (M = 17..32) ran on the H100
-# (2026-12-05, results/bench-2026-12-05-h100-int4-mma4.json).
-MMA_GRID: dict[int, list[dict[str, int]]] = {
-    1: [{}, dict(maxnreg=48, fit=10)],
-    2: [{}, dict(maxnreg=80, fit=6), dict(maxnreg=72, fit=7), dict(maxnreg=64, fit=8)],
-    4: [{}, dict(maxnreg=128, fit=4), dict(maxnreg=0, fit=2)],
-}
-
-
-def h2_mma(shapes: list[str], ms: list[int], reps: int, t0: float,
-           budget: float) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
-    """Per cell, same run: cuBLAS, int4pack, int4 as served, the path served before (forced),
-    the mma op at each MMA_GRID config (`rel` against as served: both on the layer's records at
-    M <= 2 and from the mma GEMV's band on; registers as compiled), then the
-    mma GEMV alone (MMA_CONFIG), the HFMA2 GEMV alone (M <= 2) and the records prologue alone."""
-    from paro_kernels.triton import gemv_mma, gemv_mma_kernels, prologue
-
-    out: list[dict[str, Any]] = []
-    not_run: list[str] = []
-    for name, n, k, m, x, p4, _ in decode_cells(shapes, ms, t0, budget, not_run):
-        out += _peer_rows(name, m, n, k, x, reps)
-        cands: dict[str, Callable[[Any], object]] = {
-            "int4 as served": functools.partial(_h2_call, "served", x, None),
-            # the path that served before the mma GEMV, forced (M = 3..4: the FMA GEMV's
-            # 4-row form then, removed on 2026-12-05; the tile kernels here)
-            "int4 before": functools.partial(_before, x, _path_before(m)),
-        }
-        for kw in MMA_GRID[gemv_mma.mma_tiles(m)]:
-            cands[f"int4 mma {kw}"] = functools.partial(_mma_op, x, _mma_cfg(m, n, k, p4, kw),
-                                                        maxnreg=kw.get("maxnreg", 0))  # fmt: skip
-        # the blocks prologue (sliced, paired, shift 0) instead of the records
-        cands[BLOCKS] = functools.partial(_mma_op, x, None, blocks=True)
-        out += _cand_rows(name, m, n, k, cands, p4, reps, gemv_mma_kernels.gemv_mma_kernel)
-        p0 = p4[0]
-        out.append(_mma_alone(name, m, n, k, x, p4, reps))
-        if m <= 2:
-            xh = prologue.rotate_givens_paired(x, p0.gv_idx, p0.gv_coef, G)
-            fns = [functools.partial(_h2_call, "h2 alone", x, (None, xh), p) for p in p4]
-            out.append(_row(name, m, n, k, "int4 h2 alone", time_or_nan(fns, reps)))
-        fns = [functools.partial(prologue.rotate_givens_paired, x, p.gv_idx, p.gv_coef, G,
-                                 0) for p in p4]  # fmt: skip
-        out.append(_row(name, m, n, k, "givens prologue alone", time_or_nan(fns, reps)))
-    return out, not_run
-
-
-# `--h2 mma5`: int5 (I8 PG ZPE) on the mma GEMV (`gemv_mma` on a bits-5 layer) at
-# each config, against int5 as served and the path that served int5 before (the HFMA2 op at
-# M <= 2, the matrix-unit GEMV to 16), and int4 as served (the int5 / int4 goal: 1.24x).
-MMA5_GRID: dict[int, list[dict[str, int]]] = {
-    1: [{}, dict(maxnreg=64, fit=8), dict(maxnreg=56, fit=9)],
-    2: [{}, dict(maxnreg=80, fit=6), dict(maxnreg=72, fit=7)],
-    4: [{}, dict(maxnreg=128, fit=4)],
-}
-
-
-def _int5_before(x: torch.Tensor, p: Any) -> object:
-    """The path that served int5 before the mma GEMV, forced: the HFMA2 op at M <= 2,
-    else the matrix-unit GEMV (both on the layer's records)."""
-    from paro_kernels.triton import gemv_dot, gemv_fma
-
-    if x.shape[0] <= 2:
-        return gemv_fma.gemv_h2_linear(p, x)
-    return gemv_dot.gemv3_linear(p, x)
-
-
-def h2_mma5(shapes: list[str], ms: list[int], reps: int, t0: float,
-            budget: float) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
-    """Per cell, same run: int4 as served, int5 as served, int5 before (forced), the int5 mma
-    op at each MMA5_GRID config (`rel` against int5 as served; registers as compiled), then the
-    int5 mma GEMV alone (the shipped config)."""
-    from paro_kernels.triton import gemv_mma, gemv_mma_kernels
-
-    out: list[dict[str, Any]] = []
-    not_run: list[str] = []
-    for name, n, k, m, x, p4, p5 in decode_cells(shapes, ms, t0, budget, not_run, int5=True):
-        fns = [functools.partial(_h2_call, "served", x, None, p) for p in p4]
-        out.append(_row(name, m, n, k, "int4 as served", time_or_nan(fns, reps)))
-        cands: dict[str, Callable[[Any], object]] = {
-            "int5 as served": functools.partial(_int5_served, x=x),
-        }
-        if m <= gemv_mma.MMA_MAX_M:  # past 16 rows that GEMV never served int5
-            cands["int5 before"] = functools.partial(_int5_before, x)
-        for kw in MMA5_GRID[gemv_mma.mma_tiles(m)]:
-            cands[f"int5 mma {kw}"] = functools.partial(_mma_op, x,
-                                                        _mma_cfg(m, n, k, p4, kw, 5),
-                                                        maxnreg=kw.get("maxnreg", 0))  # fmt: skip
-        out += _cand_rows(name, m, n, k, cands, p5, reps, gemv_mma_kernels.gemv_mma_kernel)
-        xr = _mma_input(x, p5[0])
-        fns = [functools.partial(gemv_mma.gemv_mma, xr, p, torch.bfloat16) for p in p5]
-        out.append(_row(name, m, n, k, "int5 mma alone", time_or_nan(fns, reps)))
-    return out, not_run
-
-
-# `--h2 gvrows`: the records prologue in row blocks
-# (`prologue.GIVENS_ROWS`: rows a program; 0 = all M in one, as before) under the int4 mma op
-# and alone, against the sliced blocks prologue, per cell.
-GV_ROWS = (0, 4, 8, 16)
-
-
-def _with_rows(rows: int, fn: Callable[[Any], object], p: Any) -> object:
-    """fn(p) with the records prologue at `rows` rows a program (restored after: a graph
-    capture runs this Python once, with the setting in force)."""
-    from paro_kernels.triton import prologue
-
-    keep, prologue.GIVENS_ROWS = prologue.GIVENS_ROWS, rows
-    try:
-        return fn(p)
-    finally:
-        prologue.GIVENS_ROWS = keep
-
-
-def h2_gvrows(shapes: list[str], ms: list[int], reps: int, t0: float,
-              budget: float) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
-    """Per cell, same run: cuBLAS, int4pack, int4 as served, the int4 mma op (shipped config)
-    on the records prologue at each GV_ROWS and on the blocks prologue (`rel` against as
-    served), then each prologue alone and the mma GEMV alone."""
-    from paro_kernels.triton import gemv_mma_kernels, prologue
-
-    out: list[dict[str, Any]] = []
-    not_run: list[str] = []
-    for name, n, k, m, x, p4, _ in decode_cells(shapes, ms, t0, budget, not_run):
-        out += _peer_rows(name, m, n, k, x, reps)
-        cands: dict[str, Callable[[Any], object]] = {
-            "int4 as served": functools.partial(_h2_call, "served", x, None),
-        }
-        for r in GV_ROWS:
-            cands[RECORDS.format(r)] = functools.partial(
-                _with_rows, r, functools.partial(_mma_op, x, None)
-            )
-        cands[BLOCKS] = functools.partial(_mma_op, x, None, blocks=True)
-        out += _cand_rows(name, m, n, k, cands, p4, reps, gemv_mma_kernels.gemv_mma_kernel)
-        for r in GV_ROWS:
-            fns = [functools.partial(prologue.rotate_givens_paired, x, p.gv_idx, p.gv_coef, G,
-                                     0, rows=r) for p in p4]  # fmt: skip
-            out.append(
-                _row(name, m, n, k, f"records prologue alone rows {r}", time_or_nan(fns, reps))
-            )
-        fns = [functools.partial(prologue.rotate_slices, x, p.rot_hi, p.rot_lo, G,
-                                 paired=True, pair_shift=0) for p in p4]  # fmt: skip
-        out.append(_row(name, m, n, k, "blocks prologue alone", time_or_nan(fns, reps)))
-        out.append(_mma_alone(name, m, n, k, x, p4, reps))
-    return out, not_run
-
-
-def _mma_alone(name: str, m: int, n: int, k: int, x: torch.Tensor, p4: list[Any],
-               reps: int) -> dict[str, Any]:  # fmt: skip
-    """The int4 mma GEMV alone (shipped config) on the records prologue's output, made once."""
-    from paro_kernels.triton import gemv_mma
-
-    xr = _mma_input(x, p4[0])
-    fns = [functools.partial(gemv_mma.gemv_mma, xr, p, torch.bfloat16) for p in p4]
-    return _row(name, m, n, k, "int4 mma alone", time_or_nan(fns, reps))
-
-
-def _mma_input(x: torch.Tensor, p: Any) -> torch.Tensor:
-    """The mma GEMV's input on layer p: the records prologue's output, past the 32 rows it
-    takes the sliced blocks prologue's."""
-    from paro_kernels.triton import gemv_mma, prologue
-
-    if x.shape[0] <= gemv_mma.MMA_TILE_MAX_M:
-        return prologue.rotate_givens_paired(x, p.gv_idx, p.gv_coef, G, 0)
-    return prologue.rotate_slices(x, p.rot_hi, p.rot_lo, G, paired=True, pair_shift=0)[0]
-
-
-def _path_before(m: int) -> str:
-    """The int4 path that served M rows before the mma GEMV: the FMA GEMV, the tile kernels
-    (M <= 8), the matrix-unit GEMV (to 16); past the mma GEMV's rows the tile kernels that
-    serve them now (the mma GEMV's four tiles against them)."""
-    from paro_kernels.triton import gemv_fma, gemv_mma
-
-    if m <= gemv_fma.GEMV2_MAX_M:
-        return "gemv"
-    if m <= 8 or m > gemv_mma.MMA_MAX_M:
-        return "mma"
-    return "gemv3"
-
-
-def _before(x: torch.Tensor, path: str, p: Any) -> object:
-    """`route.linear` on layer p with `path` forced (with the layer's records)."""
-    from paro_kernels.triton import route
-
-    return route.linear(p, x, path=path)
-
-
-def _mma_cfg(m: int, n: int, k: int, preps: list[Any], kw: dict[str, int], bits: int = 4) -> Any:
-    """The mma GEMV's config at a grid entry (its launch keys dropped; {}: as shipped)."""
-    from paro_kernels.triton import gemv_mma
-
-    if not kw:
-        return None
-    cfg = {a: v for a, v in kw.items() if a != "maxnreg"}
-    return gemv_mma.mma_config(m, n, k, G, preps[0].bounds, 132, bits, **cfg)
-
-
-def _mma_op(x: torch.Tensor, cfg: Any, p: Any, blocks: bool = False,
-            maxnreg: int | None = None) -> object:  # fmt: skip
-    """The mma op on layer p at config cfg (None: the shipped one) and register cap (None: the
-    shipped one): the records prologue, or with `blocks` (and past the records' 32 rows) the
-    sliced blocks one."""
-    from paro_kernels.triton import gemv_mma
-
-    blocks = blocks or x.shape[0] > gemv_mma.MMA_TILE_MAX_M
-    return gemv_mma.gemv_mma_linear(p, x, None, cfg, "slice" if blocks else "givens", maxnreg)
 
 
 def main(argv: list[str] | None = None) -> None:

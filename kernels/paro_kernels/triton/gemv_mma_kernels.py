@@ -440,6 +440,15 @@ def _mma_store(s0, s1, s2, s3, s4, s5, s6, s7, m_e, col, n_mask, bias_ptr, out_p
 
 
 @triton.jit
+def _mma_chunk(a_ptr, out_ptr, ws_ptr, cnt_ptr, M, N, K):
+    """A CHUNKED program's 32-row chunk (program_id(2)): its activation, output, split-K
+    workspace and ticket pointers moved to the chunk, and its rows (at most 32)."""
+    m0 = tl.program_id(2) * 32
+    cnt = cnt_ptr + tl.program_id(2) * tl.num_programs(0)
+    return a_ptr + m0 * (K // 2), out_ptr + m0 * N, ws_ptr + m0 * N, cnt, tl.minimum(M - m0, 32)
+
+
+@triton.jit
 def gemv_mma_kernel(
     a_ptr,  # [P, M, K/2] int32: the paired fp16 prologue output, pair shift 0
     qw_ptr,  # [K/8, N] int32 codes packed along K (nibble s of word r = row 8r + s)
@@ -477,12 +486,8 @@ def gemv_mma_kernel(
     g1 = tl.minimum(g0 + per, ngroups)
     rows = M  # the program's output rows (a plane of a_ptr keeps M rows)
     if CHUNKED:
-        m0 = tl.program_id(2) * 32
-        a_ptr += m0 * (K // 2)
-        out_ptr += m0 * N
-        ws_ptr += m0 * N
-        cnt_ptr += tl.program_id(2) * tl.num_programs(0)
-        rows = tl.minimum(M - m0, 32)
+        a_ptr, out_ptr, ws_ptr, cnt_ptr, rows = _mma_chunk(a_ptr, out_ptr, ws_ptr, cnt_ptr, M,
+                                                           N, K)  # fmt: skip
     row0, m_e, a_rows, a_ok, ah_ok = _mma_rows(a_ptr, part, gid, tig, M, K)
     if CHUNKED:
         a_ok = (gid < rows)[None, :, None]

@@ -10,6 +10,7 @@ import triton.language as tl
 from .gemv_fma_kernels import _pair_f32
 from .gemv_mma_kernels import (
     _join4,
+    _mma_chunk,
     _mma_rows,
     _mma_store,
     _quad_lanes,
@@ -342,12 +343,8 @@ def mx_gemv_mma_kernel(
     j1 = tl.minimum(j0 + per, npairs)
     rows = M  # the program's output rows (a plane of a_ptr keeps M rows)
     if CHUNKED:
-        m0 = tl.program_id(2) * 32
-        a_ptr += m0 * (K // 2)
-        out_ptr += m0 * N
-        ws_ptr += m0 * N
-        cnt_ptr += tl.program_id(2) * tl.num_programs(0)
-        rows = tl.minimum(M - m0, 32)
+        a_ptr, out_ptr, ws_ptr, cnt_ptr, rows = _mma_chunk(a_ptr, out_ptr, ws_ptr, cnt_ptr, M,
+                                                           N, K)  # fmt: skip
     row0, m_e, a_rows, _, _ = _mma_rows(a_ptr, part, gid, tig, M, K)
     left = (rows - gid)[None, :, None]  # the thread's B rows gid + 8 t exist while left > 8 t
     # the thread's outputs: rows 8 t + 2 tig (even) and 8 t + 2 tig + 1 (odd) of tile t
