@@ -81,13 +81,14 @@ def _canonical(line: str) -> str:
 
 
 def normalized(path: Path, tree: Path) -> list[str]:
-    """The asm without debug sections, location lines, comments and the tree's path; commuting
-    operands in a fixed order."""
+    """The asm without debug sections, location lines, debug-scope labels (PTX `$L__tmpN:`,
+    which only the cut debug sections name: an inlined helper adds them), comments and the
+    tree's path; commuting operands in a fixed order."""
     txt = path.read_text().replace(str(tree), "TREE")
     cut = re.search(r"^\s*\.section\s+\.debug", txt, re.M)
     txt = txt[: cut.start()] if cut else txt
-    keep = (ln for ln in txt.splitlines()
-            if not re.match(r"\s*(\.loc|\.file|//|;|\.ident|\.b8)", ln))  # fmt: skip
+    skip = re.compile(r"\s*(\.loc|\.file|//|;|\.ident|\.b8|\$L__tmp\d+:\s*$)")
+    keep = (ln for ln in txt.splitlines() if not skip.match(ln))
     return [_canonical(re.sub(r"\s+", " ", ln).strip()) for ln in keep if ln.strip()]
 
 

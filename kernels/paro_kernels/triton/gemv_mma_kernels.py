@@ -444,8 +444,11 @@ def _mma_chunk(a_ptr, out_ptr, ws_ptr, cnt_ptr, M, N, K):
     """A CHUNKED program's 32-row chunk (program_id(2)): its activation, output, split-K
     workspace and ticket pointers moved to the chunk, and its rows (at most 32)."""
     m0 = tl.program_id(2) * 32
-    cnt = cnt_ptr + tl.program_id(2) * tl.num_programs(0)
-    return a_ptr + m0 * (K // 2), out_ptr + m0 * N, ws_ptr + m0 * N, cnt, tl.minimum(M - m0, 32)
+    a_ptr += m0 * (K // 2)
+    out_ptr += m0 * N
+    ws_ptr += m0 * N
+    cnt_ptr += tl.program_id(2) * tl.num_programs(0)
+    return a_ptr, out_ptr, ws_ptr, cnt_ptr, tl.minimum(M - m0, 32)
 
 
 @triton.jit
