@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from paro_kernels.triton import gemv_mma
+from paro_kernels.triton import gemv_mma, prologue
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -104,6 +104,20 @@ def test_the_rule_rederives_the_blocks_threshold_from_the_run_that_set_it() -> N
     assert "M=16" in dec.why["MMA_BLOCKS_ALL_MIN_M"][-1]
     assert dec.why["MMA_BLOCKS_ALL_MIN_M"][-1].endswith(": records")
     assert dec.blocks_min_m == 16  # o_proj: the blocks at every M that run measured (16, 24, 32)
+
+
+def test_the_shipped_settings_are_the_rule_applied_to_the_run_that_set_them() -> None:
+    # The H100 gvrows run of 2026-12-06 (M = 16, 24, 32, every 27B shape): the records in 4-row
+    # programs won every cell against one program for all rows and, to their 32 rows, against
+    # the 16-row blocks; the shipped constants are what the rule reads from it.
+    run = json.loads((RESULTS / "bench-2026-12-06-h100-gvrows.json").read_text())
+    dec = d.decide(run)
+    assert (dec.givens_rows, dec.blocks_all_min_m, dec.blocks_min_m) == (
+        prologue.GIVENS_ROWS,
+        gemv_mma.MMA_BLOCKS_ALL_MIN_M,
+        gemv_mma.MMA_BLOCKS_MIN_M,
+    )
+    assert dec.givens_rows == 4 and dec.blocks_all_min_m == 33
 
 
 def test_cli_prints_settings_and_refuses_a_run_that_is_not_gvrows(

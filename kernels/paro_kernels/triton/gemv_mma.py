@@ -59,23 +59,22 @@ MMA_FIT = {(1, 4): 9, (1, 5): 7, (2, 4): 5, (2, 5): 4, (4, 4): 3, (4, 5): 3}
 MMA_CAP: dict[tuple[int, int], tuple[int, int]] = {(2, 5): (80, 6)}
 
 
-# The prologue past M = 8 on layers of at most MMA_BLOCKS_MAX_WEIGHTS weights (o_proj): the
-# sliced blocks, not the records (the records kernel runs its rows one after another, 6.4-8.8
-# us alone at M = 9-16). H200 2026-12-04 (docs/notebook/kernels-2026-11-29-to-12-06.md, run 2, same
-# run, one-wave split, us): o_proj M = 9 / 16 12.19 / 13.39 against the records' 14.03 / 15.72 and
-# the matrix-unit GEMV's 15.44 / 15.94 (served there before); on the large layers within 1.5 us
-# either way (qkv M = 9 21.63 / 20.20, gate_up M = 16 35.76 / 37.77), so they keep the records.
-MMA_BLOCKS_MIN_M = 9
+# The mma GEMV's prologue: the Givens records (in GIVENS_ROWS-row programs) to the records' 32
+# rows on every layer, the sliced blocks past them (MMA_BLOCKS_MIN_M on layers of at most
+# MMA_BLOCKS_MAX_WEIGHTS weights, o_proj; MMA_BLOCKS_ALL_MIN_M on the rest). H100 2026-12-06,
+# `decide_gvrows` on benchmarks/results/bench-2026-12-06-h100-gvrows.json (same run, the op,
+# records in 4-row programs / blocks in 16-row ones, us): M = 32 qkv + gate_up + down + in_proj
+# 137.0 / 141.6, o_proj 15.7 / 16.2; M = 16 and 24 the records on every shape (o_proj 12.4 / 13.1,
+# 14.4 / 15.1). Before, one records program for all rows lost to the blocks from 9 rows on
+# o_proj (H200 2026-12-04) and from 17 on the rest (H100 2026-12-05,
+# bench-2026-12-05-h100-int4-mma4.json; re-derived in tests/kernels/test_decide_gvrows.py).
+MMA_BLOCKS_MIN_M = 33
 
 
 MMA_BLOCKS_MAX_WEIGHTS = gemv_dot.GEMV3_SMALL_WEIGHTS
 
 
-# H100 2026-12-05: from 17 rows (four tiles) the blocks on every layer. H100
-# (docs/notebook/kernels-2026-11-29-to-12-06.md, same run, us, the four tiles on the
-# records / on the blocks, M = 24): qkv 32.4 / 31.2, gate_up 57.5 / 53.6, down 33.6 / 31.5, o_proj
-# 23.2 / 17.2, in_proj 33.3 / 32.5 (M = 32 alike; the records kernel alone 12-15 us at 24 rows).
-MMA_BLOCKS_ALL_MIN_M = 17
+MMA_BLOCKS_ALL_MIN_M = 33
 
 
 def mma_blocks(m: int, weights: int) -> bool:

@@ -187,9 +187,13 @@ PROLOGUE_ROWS = 16
 GIVENS_PAIRED_WARPS = 4
 
 
-# 2026-12-06: rows a program of it (0: all M rows in one program, as before; the kernel
-# runs a program's rows one after another). `bench_decode --h2 gvrows` times 4 / 8 / 16.
-GIVENS_ROWS = 0
+# Rows a program of it (0: all M rows in one program; the kernel runs a program's rows one after
+# another). H100 2026-12-06, `decode --h2 gvrows --ms 16,24,32` decided by `decide_gvrows`
+# (benchmarks/results/bench-2026-12-06-h100-gvrows.json, the int4 mma op on the records, same
+# run, us, rows 0 / 4): M = 16 qkv 23.9 / 21.6, o_proj 15.2 / 12.4, gate_up 37.9 / 35.4, down
+# 25.0 / 22.8, in_proj 23.0 / 20.8; M = 32 37.3 / 27.9, 24.9 / 15.7, 62.9 / 53.6, 36.7 / 28.4,
+# 35.2 / 27.2 (geomean 0.80x over the 15 cells, worst 0.94x; rows 8 0.81x, 16 0.89x).
+GIVENS_ROWS = 4
 
 
 def prologue_slice(hip: bool) -> int:

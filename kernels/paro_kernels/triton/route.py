@@ -81,8 +81,8 @@ DEQUANT_MIN_M = 256
 #   took them: `gemv_mma.MMA_BLOCKS_MIN_M`);
 # - M = 1: it lost on 4 of 5 shapes (gate_up 22.97 against the HFMA2 op's 21.99, o_proj 10.16 /
 #   8.80; run 2): M = 1 keeps the HFMA2 op.
-# H100 2026-12-05: to M = 32 on four activation tiles (`gemv_mma.mma_tiles`), the sliced
-# blocks prologue on every layer there (`gemv_mma.MMA_BLOCKS_ALL_MIN_M`). H100
+# H100 2026-12-05: to M = 32 on four activation tiles (`gemv_mma.mma_tiles`), then on the sliced
+# blocks prologue (the records in 4-row programs since 2026-12-06: `gemv_mma.mma_blocks`). H100
 # (docs/notebook/kernels-2026-11-29-to-12-06.md,
 # benchmarks/results/bench-2026-12-05-h100-int4-mma4.json, same run, us,
 # the tile kernels as served before / four tiles on the blocks prologue, M = 24): qkv 44.6 /
