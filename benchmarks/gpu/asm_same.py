@@ -5,8 +5,9 @@ no GPU) and compare each kernel's PTX / AMDGCN, debug info and source paths asid
     python benchmarks/gpu/asm_same.py OLD_REV [NEW_REV] [--plan PLAN.json] [--work DIR]
 
 NEW_REV defaults to the working tree (its tracked files as they are on disk). The plan
-(`tests/kernels/data/asm_same_plan.json`: W4A16 and W4A8 layers at G = 128 and 64, the decode
-Ms and one prefill M) names what the launcher launches (`paro_vllm.kernel_cache.Plan`).
+(`tests/kernels/data/asm_same_plan.json`: W4A16 and W4A8 layers at G = 128 and 64 and a
+gate_up-size one, MXFP4 layers; the decode Ms to 48, past the four tiles into the chunks, and
+one prefill M) names what the launcher launches (`paro_vllm.kernel_cache.Plan`).
 Prints, per target and kernel, how many specializations each tree built, how many have the same
 asm and how many the same body (the asm but its parameter declarations: a removed runtime
 argument changes only those); exit 1 where a kernel's body differs or one tree built a kernel
