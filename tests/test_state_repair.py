@@ -534,14 +534,17 @@ except StateError as exc:
 """
 
 
-def _tmpfs(directory: Path) -> bool:
-    """Mount a 64 KiB tmpfs (a real disk that fills) where root may mount; else False."""
+def _tmpfs(directory: Path) -> str | None:
+    """Mount a 64 KiB tmpfs (a real disk that fills) at directory; None, or why it could not."""
+    if os.geteuid() != 0:
+        return "not root"
     done = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(directory)],
         capture_output=True,
+        text=True,
         check=False,
     )
-    return done.returncode == 0
+    return None if done.returncode == 0 else done.stderr.strip() or f"mount exit {done.returncode}"
 
 
 @pytest.mark.parametrize("how", ["fsize", "tmpfs"])
@@ -550,8 +553,9 @@ def test_a_refused_write_is_a_state_error_naming_the_path_and_keeps_the_old_file
 ) -> None:
     home = tmp_path / "home"
     home.mkdir()
-    if how == "tmpfs" and (os.geteuid() != 0 or not _tmpfs(home)):
-        pytest.skip("a real tmpfs needs root (mount); the fsize case runs the same refusal")
+    if how == "tmpfs" and (why := _tmpfs(home)):
+        pytest.skip(f"cannot mount a tmpfs here ({why}): needs root with CAP_SYS_ADMIN; the fsize "
+                    "case runs the same refusal")  # fmt: skip
     try:
         live = home / "live.json"
         live.write_text(TODAY_LIVE)

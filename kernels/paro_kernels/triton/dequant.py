@@ -124,7 +124,7 @@ def dequant_rotate(
 # NVIDIA: W' stored [N, K] (each output channel's K weights contiguous), the operand layout of
 # `F.linear`. H100 2026-12-06, qkv M = 2048 under Nsight Compute
 # (benchmarks/results/ncu-2026-12-06-h100-prologue-prefill-layout.csv; [K, N] / [N, K]): the
-# weight pass 60.1 / 51.1 us, cuBLAS's bf16 GEMM 212.4 / 191.6 us (an NNT kernel / a TNN one).
+# dequant kernel 60.1 / 51.1 us, cuBLAS's bf16 GEMM 212.4 / 191.6 us (an NNT kernel / a TNN one).
 # The op, same run (benchmarks/results/bench-2026-12-06-h100-prefill-layout.json, forced
 # `path-dequant-kn` / `path-dequant`, us): M = 2048 qkv 273.3 / 245.0, down 304.6 / 291.2,
 # in_proj 288.6 / 278.8, o_proj 113.9 / 112.6, gate_up 634.7 / 634.0; M = 8192 within this
