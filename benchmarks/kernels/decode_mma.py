@@ -263,12 +263,12 @@ def _rotate_op(x: torch.Tensor, kw: dict[str, int], bits: int, p: Any) -> object
 
 
 ROTATE_GRID: dict[tuple[int, int], list[dict[str, int]]] = {
-    (1, 4): [{}, dict(maxnreg=64, fit=8)],
-    (2, 4): [{}],
-    (4, 4): [{}],
-    (1, 5): [{}],
-    (2, 5): [{}],
-    (4, 5): [{}],
+    (1, 4): [{}, dict(maxnreg=0, fit=7), dict(reserved=1)],
+    (2, 4): [{}, dict(maxnreg=0, fit=4), dict(reserved=1)],
+    (4, 4): [{}, dict(maxnreg=0, fit=2), dict(reserved=1)],
+    (1, 5): [{}, dict(maxnreg=0, fit=5), dict(reserved=1)],
+    (2, 5): [{}, dict(reserved=1)],
+    (4, 5): [{}, dict(maxnreg=0, fit=2), dict(reserved=1)],
 }
 
 

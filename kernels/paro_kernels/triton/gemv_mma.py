@@ -157,8 +157,8 @@ def mma_maxnreg(m: int, bits: int = 4) -> int:
 # Capped at the GEMV's programs an SM or one fewer: int4 64 (no stack), 96 (24 bytes of stack),
 # 168 (8); int5 72 (56), 80 (144), 168 (32).
 ROTATE_CAP: dict[tuple[int, int], tuple[int, int]] = {
-    (1, 4): (0, 7), (2, 4): (96, 5), (4, 4): (168, 3),
-    (1, 5): (0, 5), (2, 5): (80, 6), (4, 5): (168, 3),
+    (1, 4): (64, 8), (2, 4): (96, 5), (4, 4): (168, 3),
+    (1, 5): (72, 7), (2, 5): (80, 6), (4, 5): (168, 3),
 }  # fmt: skip
 
 
@@ -244,7 +244,7 @@ def rotate_gemv_mma(
     block_m = givens_block_m(m, rows)
     xr = torch.empty(p, m, k, dtype=torch.float16, device=x.device)
     out, ws, cnt, tiles = launch.gemv_buffers(m, n, cfg, x.dtype, x.device)
-    ctr = launch.scratch("rotate_gemv_ctr", 2, torch.int32, x.device)
+    ctr = launch.scratch("rotate_gemv_ctr", 1 + k // g, torch.int32, x.device)
     rb = -(-m // block_m)
     b = (*w.bounds, n, n)[:2]
     asm = not launch.is_hip() and not launch.interpreted()

@@ -191,11 +191,11 @@ def _mma_consts(sc_ptr, zp_ptr, col, n_mask, g, N, G: tl.constexpr, q0, q1, q2, 
 @triton.jit
 def _mma_loads_ready(qw_ptr, sc_ptr, zp_ptr, a_rows, a_ok, col, n_mask, g, N, G: tl.constexpr,
                      tig, a_hi, ah_ok, NT: tl.constexpr, qh_ptr, HI: tl.constexpr, ctr_ptr,
-                     producers, consumers, first):  # fmt: skip
+                     producers, consumers):  # fmt: skip
     """`_mma_loads` where programs of the same launch write the activations: the group's weight
-    words, fifth bits, zeros and scales issued first (in flight while it waits), at the
-    program's `first` group the wait for all `producers` (`launch_kernels.wait_ready`), then
-    the pairs (volatile: after the wait)."""
+    words, fifth bits, zeros and scales issued first (in flight while it waits), then the wait
+    for group g's `producers` (`launch_kernels.wait_ready`), then the pairs (volatile: after
+    the wait)."""
     w = (g * (G // 8) + tig)[None, :, None]
     q0 = tl.load(qw_ptr + w * N + col, mask=n_mask, other=0)
     q1 = tl.load(qw_ptr + (w + 4) * N + col, mask=n_mask, other=0)
@@ -205,8 +205,7 @@ def _mma_loads_ready(qw_ptr, sc_ptr, zp_ptr, a_rows, a_ok, col, n_mask, g, N, G:
         q3 = tl.load(qw_ptr + (w + 12) * N + col, mask=n_mask, other=0)
     b0, b1, b2, b3, zi, s = _mma_consts(sc_ptr, zp_ptr, col, n_mask, g, N, G, q0, q1, q2, q3,
                                         qh_ptr, HI)  # fmt: skip
-    if first:
-        wait_ready(ctr_ptr, 0, producers, consumers)
+    wait_ready(ctr_ptr, g, producers, consumers)
     a0, h0 = _mma_pairs(a_rows, a_ok, g, G, tig, 0, a_hi, ah_ok, NT, True)
     a1, h1 = _mma_pairs(a_rows, a_ok, g, G, tig, 1, a_hi, ah_ok, NT, True)
     a2, h2, a3, h3 = a0, h0, a1, h1
@@ -543,8 +542,8 @@ def gemv_mma_program(pid_n, pid_k, a_ptr, qw_ptr, sc_ptr, zp_ptr, bias_ptr, ws_p
                      HI: tl.constexpr, qh_ptr, CHUNKED: tl.constexpr, WAIT: tl.constexpr = False,
                      ctr_ptr=None, producers=0, consumers=0):  # fmt: skip
     """`gemv_mma_kernel`'s column tile pid_n, split pid_k. WAIT: programs of this launch write
-    the activations; before its first group's pairs it waits for all `producers` on `ctr_ptr`
-    (`launch_kernels.wait_ready`, item 0; `consumers`: every GEMV program)."""
+    the activations; before a group's pairs it waits for the group's `producers` on `ctr_ptr`
+    (`launch_kernels.wait_ready`; `consumers`: the column tiles)."""
     _, part, gid, tig, _, col, n_mask = _quad_lanes(pid_n, T, N, b1, b2)
     ngroups = K // G
     per = tl.cdiv(ngroups, SPLIT_K)
@@ -572,7 +571,7 @@ def gemv_mma_program(pid_n, pid_k, a_ptr, qw_ptr, sc_ptr, zp_ptr, bias_ptr, ws_p
                 (q0, q1, q2, q3, a0, a1, a2, a3, h0, h1, h2, h3, v0, v1, v2, v3, zi,
                  sg) = _mma_loads_ready(qw_ptr, sc_ptr, zp_ptr, a_rows, a_ok, col, n_mask, g, N,
                                         G, tig, a_hi, ah_ok, NT, qh_ptr, HI, ctr_ptr, producers,
-                                        consumers, g == g0)  # fmt: skip
+                                        consumers)  # fmt: skip
             else:
                 (q0, q1, q2, q3, a0, a1, a2, a3, h0, h1, h2, h3, v0, v1, v2, v3, zi,
                  sg) = _mma_loads(qw_ptr, sc_ptr, zp_ptr, a_rows, a_ok, col, n_mask, g, N, G,
@@ -610,8 +609,8 @@ def gemv_mma_program(pid_n, pid_k, a_ptr, qw_ptr, sc_ptr, zp_ptr, bias_ptr, ws_p
                     s3 += dp * sg
     else:
         for g in range(g0, g1):
-            if WAIT and g == g0:
-                wait_ready(ctr_ptr, 0, producers, consumers)
+            if WAIT:
+                wait_ready(ctr_ptr, g, producers, consumers)
             zi = tl.load(zp_ptr + g * N + col, mask=n_mask, other=0).to(tl.int32)
             sg = tl.load(sc_ptr + g * N + col, mask=n_mask, other=0.0).to(tl.float32)
             for r in tl.static_range(NT):

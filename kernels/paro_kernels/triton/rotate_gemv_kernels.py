@@ -5,9 +5,8 @@ Why one launch: at 2-32 rows the records prologue was a launch of its own before
 the GEMV could not start streaming its weights until it ended (H100 2026-12-06: qkv at M = 16,
 the op 22.7 us = the prologue ~6.5 + the GEMV 14.8, docs/kernels.md). Here the rotation
 programs take the first roles of the launch (`launch_kernels.take_role`) and the GEMV programs
-start at once
-(`gemv_mma_kernels.gemv_mma_program(WAIT=True)`: the GEMV programs load their first group's
-weights, then wait once for every rotation program), so the weight stream and the rotation
+issue each group's weight loads before they wait for that group's rotation
+(`gemv_mma_kernels.gemv_mma_program(WAIT=True)`), so the weight stream and the rotation
 overlap, and nothing is computed twice: each (group, partition, row block) is rotated by one
 program, as `prologue_kernels.givens_paired_kernel` does it.
 """
@@ -36,7 +35,7 @@ def rotate_gemv_mma_kernel(
     ws_ptr,
     cnt_ptr,
     out_ptr,
-    ctr_ptr,  # [2] int32 zero on entry and on exit: role ticket, rotation programs done
+    ctr_ptr,  # [1 + K/G] int32 zero on entry and on exit: role ticket, per-group counts
     M,
     N,
     K,
@@ -67,9 +66,9 @@ def rotate_gemv_mma_kernel(
         p = (role // RB) % P
         givens_paired_rows(x_ptr, gi_ptr, gc_ptr, xr_ptr, M, K, stride_xm, g, p, role % RB,
                            KROT, G, ROWS, 1.0, True)  # fmt: skip
-        signal_ready(ctr_ptr, 0)
+        signal_ready(ctr_ptr, g)
     else:
         u = role - nrot
         gemv_mma_program(u % TILES, u // TILES, a_ptr, qw_ptr, sc_ptr, zp_ptr, bias_ptr, ws_ptr,
                          cnt_ptr, out_ptr, M, N, K, b1, b2, HAS_BIAS, G, T, SPLIT_K, ASM, NT, HI,
-                         qh_ptr, False, True, ctr_ptr, nrot, TILES * SPLIT_K)  # fmt: skip
+                         qh_ptr, False, True, ctr_ptr, P * RB, TILES)  # fmt: skip
