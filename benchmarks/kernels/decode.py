@@ -13,7 +13,7 @@ stage-1 config, the top configs with the shipped prologue, and the prologues alo
 
     python -m benchmarks.kernels.decode --ab ...           the forced paths per cell
     python -m benchmarks.kernels.decode --h2 grid|around|pdl|int5|waves|confirm|gv|gvpdl|mma \
-        |mma5|gvrows|rotate ...
+        |mma5|gvrows ...
 
 `--h2`: per cell the peers, the op as served, the FMA op forced (the "before"), the HFMA2 op at
 each variant of the named grid (`grid`: H2_GRID, `around`: H2_AROUND, `pdl`: H2_PDL), the two
@@ -52,7 +52,7 @@ from benchmarks.kernels.common import (
     row,
     time_or_nan,
 )
-from benchmarks.kernels.decode_mma import h2_gvrows, h2_mma, h2_mma5, h2_rotate
+from benchmarks.kernels.decode_mma import h2_gvrows, h2_mma, h2_mma5
 
 GRID: list[dict[str, int]] = [
     dict(block_n=bn, num_warps=w, programs_per_sm=pps, gpi=gpi, num_stages=st)
@@ -489,7 +489,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--h2", default="", help="the HFMA2 GEMV per cell at the configs of grid "
                     "(H2_GRID), around (H2_AROUND), pdl (H2_PDL); int5: its int5 variant "
                     "against int5 and int4 as served; waves, confirm; gv, gvpdl; the mma GEMV: "
-                    "mma, mma5; gvrows; rotate (module doc)")  # fmt: skip
+                    "mma, mma5; gvrows (module doc)")  # fmt: skip
     argv = sys.argv[1:] if argv is None else argv  # recorded in the JSON
     args = ap.parse_args(argv)
     torch.manual_seed(0)
@@ -498,8 +498,6 @@ def main(argv: list[str] | None = None) -> None:
     if args.h2:
         if args.h2 == "mma":
             rows, nr = h2_mma(args.shapes.split(","), ms, args.reps, t0, args.budget_s)
-        elif args.h2 == "rotate":
-            rows, nr = h2_rotate(args.shapes.split(","), ms, args.reps, t0, args.budget_s)
         elif args.h2 == "gvrows":
             rows, nr = h2_gvrows(args.shapes.split(","), ms, args.reps, t0, args.budget_s)
         elif args.h2 == "mma5":

@@ -1,8 +1,7 @@
 """Decode sweeps of the mma.sync GEMV (`gemv_mma`), run by `benchmarks.kernels.decode --h2
-mma|mma5|gvrows|rotate`: its configs on int4 and int5 against the paths served before, the
-Givens records prologue in row blocks against the sliced blocks prologue (`decide_gvrows` reads
-the gvrows run), and the one-launch op (`gemv_mma.rotate_gemv_mma`) against the two launches.
-Timing as `common.time_us`.
+mma|mma5|gvrows`: its configs on int4 and int5 against the paths served before, and the Givens
+records prologue in row blocks against the sliced blocks prologue (`decide_gvrows` reads the
+gvrows run). Timing as `common.time_us`.
 """
 
 from __future__ import annotations
@@ -240,59 +239,3 @@ def _mma_op(x: torch.Tensor, cfg: Any, p: Any, blocks: bool = False,
 
     blocks = blocks or x.shape[0] > gemv_mma.MMA_TILE_MAX_M
     return gemv_mma.gemv_mma_linear(p, x, None, cfg, "slice" if blocks else "givens", maxnreg)
-
-
-# `--h2 rotate`: the records rotation and the mma GEMV in one launch (`gemv_mma.rotate_gemv_mma`)
-# against the two launches (`gemv_mma_linear(prologue="givens")`), int4 and int5, per cell:
-# as shipped (ROTATE_CAP), uncapped (the split at the uncapped registers' programs an SM), and
-# with the rotation programs' slots kept out of the split (`mma_config(reserved=)`).
-def _rotate_op(x: torch.Tensor, kw: dict[str, int], bits: int, p: Any) -> object:
-    """The one-launch op on layer p: kw "maxnreg" / "fit" (the split's programs an SM) /
-    "reserved" (1: the rotation programs' slots) override the shipped ones."""
-    from paro_kernels.triton import gemv_mma, launch, prologue
-
-    m, k = x.shape
-    n = p.qweight.shape[1]
-    if not kw:
-        return gemv_mma.rotate_gemv_mma(x, p)
-    fit = kw.get("fit") or gemv_mma.ROTATE_CAP[(gemv_mma.mma_tiles(m), bits)][1]
-    nrot = (k // G) * p.gv_idx.shape[0] * -(-m // prologue.givens_block_m(m))
-    cfg = gemv_mma.mma_config(m, n, k, G, p.bounds, launch.sm_count(x.device), bits, fit=fit,
-                              reserved=nrot if kw.get("reserved") else 0)  # fmt: skip
-    return gemv_mma.rotate_gemv_mma(x, p, None, cfg, kw.get("maxnreg"))
-
-
-ROTATE_GRID: dict[tuple[int, int], list[dict[str, int]]] = {
-    (1, 4): [{}, dict(maxnreg=0, fit=7), dict(reserved=1)],
-    (2, 4): [{}, dict(maxnreg=0, fit=4), dict(reserved=1)],
-    (4, 4): [{}, dict(maxnreg=0, fit=2), dict(reserved=1)],
-    (1, 5): [{}, dict(maxnreg=0, fit=5), dict(reserved=1)],
-    (2, 5): [{}, dict(reserved=1)],
-    (4, 5): [{}, dict(maxnreg=0, fit=2), dict(reserved=1)],
-}
-
-
-def h2_rotate(shapes: list[str], ms: list[int], reps: int, t0: float,
-              budget: float) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
-    """Per cell, same run: cuBLAS, int4pack, then for int4 and int5: as served, the two
-    launches (records prologue + mma GEMV, forced) and the one-launch op at each ROTATE_GRID
-    entry (`rel` against as served; registers as compiled)."""
-    from paro_kernels.triton import gemv_mma, rotate_gemv_kernels
-
-    out: list[dict[str, Any]] = []
-    not_run: list[str] = []
-    kern = rotate_gemv_kernels.rotate_gemv_mma_kernel
-    for name, n, k, m, x, p4, p5 in decode_cells(shapes, ms, t0, budget, not_run, int5=True):
-        out += peer_rows(name, m, n, k, x, reps)
-        for bits, preps in ((4, p4), (5, p5)):
-            tag = f"int{bits}"
-            cands: dict[str, Callable[[Any], object]] = {
-                f"{tag} as served": (functools.partial(_served, x) if bits == 4
-                                     else functools.partial(int5_served, x=x)),
-                f"{tag} two launches": functools.partial(gemv_mma.gemv_mma_linear, x=x,
-                                                         prologue="givens"),
-            }  # fmt: skip
-            for kw in ROTATE_GRID[(gemv_mma.mma_tiles(m), bits)]:
-                cands[f"{tag} one launch {kw}"] = functools.partial(_rotate_op, x, kw, bits)
-            out += cand_rows(name, m, n, k, cands, preps, reps, kern)
-    return out, not_run

@@ -113,7 +113,7 @@ def exact_gemm(
 # The scratch buffers the split-K GEMVs must leave zeroed (fp32 sums and tickets: the next call
 # adds into them); `launch.scratch`'s others (dequantized weights, activations, 8-bit
 # weights and their scales) are written whole by each call.
-ZEROED_SCRATCH = ("gemv_ws", "gemv_cnt", "rotate_gemv_ctr")
+ZEROED_SCRATCH = ("gemv_ws", "gemv_cnt")
 
 
 def assert_scratch_zeroed() -> None:

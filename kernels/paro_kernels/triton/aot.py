@@ -33,7 +33,6 @@ from . import (
     mx_repack,
     prologue,
     prologue_kernels,
-    rotate_gemv_kernels,
     route,
 )
 from .gemm import a16, pick_config, pick_config_a8
@@ -486,38 +485,6 @@ def compile_gemv_mma(target: str, m: int, n: int, k: int, g: int, bounds: tuple[
     c = _compile(gemv_mma_kernels.gemv_mma_kernel, sig, const, target, cfg.num_warps,
                  cfg.num_stages, aligned, cap)  # fmt: skip
     return _report("gemv_mma", target, str(cfg), c, r"mma\.sync"), c
-
-
-def compile_rotate_gemv_mma(target: str, m: int, n: int, k: int, g: int,
-                            bounds: tuple[int, ...] = (), hi: bool = False, krot: int = 8,
-                            p: int = 1) -> tuple[Report, object]:  # fmt: skip
-    """Build the one-launch records rotation + mma GEMV (`rotate_gemv_kernels`, NVIDIA only) at
-    the config and register cap `gemv_mma.rotate_gemv_mma` launches it with. Also returns the
-    compiled kernel."""
-
-    bits = 5 if hi else 4
-    cap, fit = gemv_mma.ROTATE_CAP[(gemv_mma.mma_tiles(m), bits)]
-    cfg = gemv_mma.mma_config(m, n, k, g, bounds, 132, bits, fit=fit)
-    block_m = prologue.givens_block_m(m)
-    sig = {
-        "x_ptr": "*bf16", "gi_ptr": "*i32", "gc_ptr": "*fp32", "xr_ptr": "*fp16",
-        **{a: t for a, t in _PAIRED_GEMV_SIG.items() if a not in ("M", "N", "K", "b1", "b2")},
-        "ctr_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32", "b1": "i32", "b2": "i32",
-        "stride_xm": "i32", "TILES": "i32",
-    }  # fmt: skip
-    const: dict[str, object] = {
-        "P": p, "KROT": krot, "ROWS": block_m, "RB": -(-m // block_m), "HAS_BIAS": False,
-        "G": g, "T": cfg.block_n, "SPLIT_K": cfg.split_k, "ASM": True,
-        "NT": gemv_mma.mma_tiles(m), "HI": hi,
-    }  # fmt: skip
-    if hi:
-        sig["qh_ptr"] = "*i32"
-    else:
-        const["qh_ptr"] = None
-    aligned = (*(a for a in sig if a.endswith("_ptr")), "N", "K", "stride_xm")
-    c = _compile(rotate_gemv_kernels.rotate_gemv_mma_kernel, sig, const, target, cfg.num_warps,
-                 cfg.num_stages, aligned, cap)  # fmt: skip
-    return _report("rotate_gemv_mma", target, str(cfg), c, r"mma\.sync"), c
 
 
 def compile_mx_gemv_mma(target: str, m: int, n: int, k: int, bounds: tuple[int, ...] = (),

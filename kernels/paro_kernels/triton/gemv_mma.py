@@ -15,8 +15,7 @@ import torch
 from .._contract import require
 from . import gemv_dot, gemv_fma, launch
 from .gemv_mma_kernels import gemv_mma_kernel
-from .prologue import givens_block_m, rotate_givens_paired, rotate_slices
-from .rotate_gemv_kernels import rotate_gemv_mma_kernel
+from .prologue import rotate_givens_paired, rotate_slices
 from .weights import Prepared
 
 # H200 2026-12-04: the mma.sync GEMV (`gemv_mma_kernels.gemv_mma_kernel`, NVIDIA, M <= 16; int4, and
@@ -117,8 +116,7 @@ def mma_config(m: int, n: int, k: int, g: int, bounds: tuple[int, ...], sms: int
                bits: int = 4, **kw: int) -> launch.GemvConfig:  # fmt: skip
     """The mma GEMV's tile and split for an N x K layer at M (MMA_CONFIG, overridden by kw:
     block_n, and programs_per_sm for the 2026-12-04 split toward that many programs an SM;
-    without it `one_wave_split` at `mma_fit` programs an SM of `bits`, or kw fit, less kw
-    reserved slots: other programs of the launch)."""
+    without it `one_wave_split` at `mma_fit` programs an SM of `bits`, or kw fit)."""
     c = {**MMA_CONFIG, **kw}
     require(c["block_n"] in (32, 64, 128, 256, 512), "block_n", "32 x (1, 2, 4, 8 or 16)",
             c["block_n"])  # fmt: skip
@@ -133,8 +131,7 @@ def mma_config(m: int, n: int, k: int, g: int, bounds: tuple[int, ...], sms: int
     fit = c.get("fit") or mma_fit(m, bits)
     fit = fit * 128 // cfg.block_n  # registers a program scale with T
     programs = -(-n // cfg.block_n) * mma_chunks(m)  # a split's programs: tiles x chunks
-    slots = max(sms * fit - c.get("reserved", 0), programs)
-    return replace(cfg, split_k=one_wave_split(programs, k // g, slots))
+    return replace(cfg, split_k=one_wave_split(programs, k // g, sms * fit))
 
 
 def mma_fit(m: int, bits: int = 4) -> int:
@@ -148,18 +145,6 @@ def mma_maxnreg(m: int, bits: int = 4) -> int:
     """The mma GEMV's register cap at M rows (0: none)."""
     cap = MMA_CAP.get((mma_tiles(m), bits))
     return cap[0] if cap else 0
-
-
-# The one-launch op (`rotate_gemv_mma`): the register cap and the programs an SM it buys, by
-# (activation tiles, bits), as MMA_CAP. Its programs carry the rotation's code and hold a group's
-# weight words across the wait; uncapped, sm_90 Triton 3.9 (AOT, 2026-12-06): 72 / 100 / 174
-# registers (int4, 1 / 2 / 4 tiles; the GEMV alone 56 / 96 / 168), int5 95 / 80 (capped) / 211.
-# Capped at the GEMV's programs an SM or one fewer: int4 64 (no stack), 96 (24 bytes of stack),
-# 168 (8); int5 72 (56), 80 (144), 168 (32).
-ROTATE_CAP: dict[tuple[int, int], tuple[int, int]] = {
-    (1, 4): (64, 8), (2, 4): (96, 5), (4, 4): (168, 3),
-    (1, 5): (72, 7), (2, 5): (80, 6), (4, 5): (168, 3),
-}  # fmt: skip
 
 
 def mma_ok(bounds: tuple[int, ...]) -> bool:
@@ -209,52 +194,6 @@ def gemv_mma(
         HAS_BIAS=bias is not None, G=g, T=t, SPLIT_K=cfg.split_k, ASM=asm, NT=mma_tiles(m),
         HI=qweight_hi is not None, qh_ptr=qweight_hi, CHUNKED=chunks > 1,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        **({"maxnreg": cap} if cap and asm else {}),
-    )  # fmt: skip
-    return out
-
-
-def rotate_gemv_mma(
-    x: torch.Tensor,
-    w: Prepared,
-    bias: torch.Tensor | None = None,
-    config: launch.GemvConfig | None = None,
-    maxnreg: int | None = None,
-    rows: int = -1,
-) -> torch.Tensor:
-    """The records rotation and `gemv_mma` in one launch
-    (`rotate_gemv_kernels.rotate_gemv_mma_kernel`): x [M <= 32, K] -> y [M, N] in x.dtype, equal
-    to `rotate_givens_paired(pair_shift=0)` + `gemv_mma` with the same config. `rows`: rows a
-    rotation program (`prologue.givens_block_m`); `maxnreg`: the register cap (default
-    ROTATE_CAP's, whose programs an SM the default config's split counts on)."""
-    gv_idx, gv_coef = w.gv_idx, w.gv_coef
-    require(gv_idx is not None and gv_coef is not None, "weights", "the Givens records", None)
-    assert gv_idx is not None and gv_coef is not None
-    m, k = x.shape
-    n, g = w.qweight.shape[1], w.group_size
-    require(m <= MMA_TILE_MAX_M, "x rows", f"<= {MMA_TILE_MAX_M} for the one-launch op", m)
-    require(x.stride(1) == 1, "x", "unit stride along K", x.stride())
-    p, krot = gv_idx.shape[0], gv_idx.shape[1]
-    qweight_hi = w.qweight_hi
-    bits = 4 if qweight_hi is None else 5
-    cap, fit = ROTATE_CAP[(mma_tiles(m), bits)]
-    cfg = config or mma_config(m, n, k, g, w.bounds, launch.sm_count(x.device), bits, fit=fit)
-    require(cfg.block_n == 32 * cfg.num_warps, "config",
-            "block_n = 32 num_warps (a column a thread)", cfg)  # fmt: skip
-    block_m = givens_block_m(m, rows)
-    xr = torch.empty(p, m, k, dtype=torch.float16, device=x.device)
-    out, ws, cnt, tiles = launch.gemv_buffers(m, n, cfg, x.dtype, x.device)
-    ctr = launch.scratch("rotate_gemv_ctr", 1 + k // g, torch.int32, x.device)
-    rb = -(-m // block_m)
-    b = (*w.bounds, n, n)[:2]
-    asm = not launch.is_hip() and not launch.interpreted()
-    cap = cap if maxnreg is None else maxnreg
-    rotate_gemv_mma_kernel[((k // g) * p * rb + tiles * cfg.split_k,)](
-        x, gv_idx, gv_coef, xr, xr.view(torch.int32), w.qweight, w.scales, w.zeros,
-        bias if bias is not None else w.scales, ws, cnt, out, ctr, m, n, k, b[0], b[1],
-        x.stride(0), tiles, P=p, KROT=krot, ROWS=block_m, RB=rb, HAS_BIAS=bias is not None, G=g,
-        T=cfg.block_n, SPLIT_K=cfg.split_k, ASM=asm, NT=mma_tiles(m), HI=qweight_hi is not None,
-        qh_ptr=qweight_hi, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **({"maxnreg": cap} if cap and asm else {}),
     )  # fmt: skip
     return out

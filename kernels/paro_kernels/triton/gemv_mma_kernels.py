@@ -9,7 +9,6 @@ import triton
 import triton.language as tl
 
 from .gemv_fma_kernels import _pair_f32
-from .launch_kernels import wait_ready
 
 
 def mma_word_asm(tiles: int = 1, hi: bool = False) -> str:
@@ -131,22 +130,12 @@ def _mma_word(qw_ptr, a_rows, a_ok, col, n_mask, g, N, G: tl.constexpr, tig, i: 
     (NT = 2: also of activation row gid + 8, `a_hi` further; else `a` again, unused)."""
     w = (g * (G // 8) + 4 * i + tig)[None, :, None]
     q = tl.load(qw_ptr + w * N + col, mask=n_mask, other=0)
-    a, ah = _mma_pairs(a_rows, a_ok, g, G, tig, i, a_hi, ah_ok, NT, False)
-    return q, a, ah
-
-
-@triton.jit
-def _mma_pairs(a_rows, a_ok, g, G: tl.constexpr, tig, i: tl.constexpr, a_hi, ah_ok,
-               NT: tl.constexpr, VOLATILE: tl.constexpr):  # fmt: skip
-    """`_mma_word`'s activation pairs; VOLATILE: loads that stay after the ready wait of
-    `gemv_mma_program(WAIT=True)` (another program of the launch wrote them)."""
-    w = (g * (G // 8) + 4 * i + tig)[None, :, None]
     ap = a_rows + w * 4 + tl.arange(0, 4)[None, None, :]
-    a = tl.load(ap, mask=a_ok, other=0, volatile=VOLATILE)
+    a = tl.load(ap, mask=a_ok, other=0)
     ah = a
     if NT >= 2:
-        ah = tl.load(ap + a_hi, mask=ah_ok, other=0, volatile=VOLATILE)
-    return a, ah
+        ah = tl.load(ap + a_hi, mask=ah_ok, other=0)
+    return q, a, ah
 
 
 @triton.jit
@@ -165,16 +154,6 @@ def _mma_loads(qw_ptr, sc_ptr, zp_ptr, a_rows, a_ok, col, n_mask, g, N, G: tl.co
                                NT)  # fmt: skip
         q3, a3, h3 = _mma_word(qw_ptr, a_rows, a_ok, col, n_mask, g, N, G, tig, 3, a_hi, ah_ok,
                                NT)  # fmt: skip
-    b0, b1, b2, b3, zi, s = _mma_consts(sc_ptr, zp_ptr, col, n_mask, g, N, G, q0, q1, q2, q3,
-                                        qh_ptr, HI)  # fmt: skip
-    return q0, q1, q2, q3, a0, a1, a2, a3, h0, h1, h2, h3, b0, b1, b2, b3, zi, s
-
-
-@triton.jit
-def _mma_consts(sc_ptr, zp_ptr, col, n_mask, g, N, G: tl.constexpr, q0, q1, q2, q3, qh_ptr,
-                HI: tl.constexpr):  # fmt: skip
-    """`_mma_loads`' fifth-bit words (HI; else the words again, unused), zero codes and
-    scales of group g."""
     b0, b1, b2, b3 = q0, q1, q2, q3
     if HI:
         b0 = tl.load(qh_ptr + (g * (G // 32)) * N + col, mask=n_mask, other=0)
@@ -185,33 +164,6 @@ def _mma_consts(sc_ptr, zp_ptr, col, n_mask, g, N, G: tl.constexpr, q0, q1, q2, 
             b3 = tl.load(qh_ptr + (g * (G // 32) + 3) * N + col, mask=n_mask, other=0)
     zi = tl.load(zp_ptr + g * N + col, mask=n_mask, other=0).to(tl.int32)
     s = tl.load(sc_ptr + g * N + col, mask=n_mask, other=0.0).to(tl.float32)
-    return b0, b1, b2, b3, zi, s
-
-
-@triton.jit
-def _mma_loads_ready(qw_ptr, sc_ptr, zp_ptr, a_rows, a_ok, col, n_mask, g, N, G: tl.constexpr,
-                     tig, a_hi, ah_ok, NT: tl.constexpr, qh_ptr, HI: tl.constexpr, ctr_ptr,
-                     producers, consumers):  # fmt: skip
-    """`_mma_loads` where programs of the same launch write the activations: the group's weight
-    words, fifth bits, zeros and scales issued first (in flight while it waits), then the wait
-    for group g's `producers` (`launch_kernels.wait_ready`), then the pairs (volatile: after
-    the wait)."""
-    w = (g * (G // 8) + tig)[None, :, None]
-    q0 = tl.load(qw_ptr + w * N + col, mask=n_mask, other=0)
-    q1 = tl.load(qw_ptr + (w + 4) * N + col, mask=n_mask, other=0)
-    q2, q3 = q0, q1
-    if G // 32 == 4:
-        q2 = tl.load(qw_ptr + (w + 8) * N + col, mask=n_mask, other=0)
-        q3 = tl.load(qw_ptr + (w + 12) * N + col, mask=n_mask, other=0)
-    b0, b1, b2, b3, zi, s = _mma_consts(sc_ptr, zp_ptr, col, n_mask, g, N, G, q0, q1, q2, q3,
-                                        qh_ptr, HI)  # fmt: skip
-    wait_ready(ctr_ptr, g, producers, consumers)
-    a0, h0 = _mma_pairs(a_rows, a_ok, g, G, tig, 0, a_hi, ah_ok, NT, True)
-    a1, h1 = _mma_pairs(a_rows, a_ok, g, G, tig, 1, a_hi, ah_ok, NT, True)
-    a2, h2, a3, h3 = a0, h0, a1, h1
-    if G // 32 == 4:
-        a2, h2 = _mma_pairs(a_rows, a_ok, g, G, tig, 2, a_hi, ah_ok, NT, True)
-        a3, h3 = _mma_pairs(a_rows, a_ok, g, G, tig, 3, a_hi, ah_ok, NT, True)
     return q0, q1, q2, q3, a0, a1, a2, a3, h0, h1, h2, h3, b0, b1, b2, b3, zi, s
 
 
@@ -265,12 +217,10 @@ def _mma_step2(q, a, ah, za0, za1, za2, za3, zb0, zb1, zb2, zb3, e0, e1, e2, e3,
 
 
 @triton.jit
-def _mma_act(a_rows, ok, g, G: tl.constexpr, tig, i: tl.constexpr,
-             VOLATILE: tl.constexpr = False):  # fmt: skip
+def _mma_act(a_rows, ok, g, G: tl.constexpr, tig, i: tl.constexpr):
     """The thread's 4 activation pair words of word row i of group g (`_mma_word`'s)."""
     w = (g * (G // 8) + 4 * i + tig)[None, :, None]
-    return tl.load(a_rows + w * 4 + tl.arange(0, 4)[None, None, :], mask=ok, other=0,
-                   volatile=VOLATILE)  # fmt: skip
+    return tl.load(a_rows + w * 4 + tl.arange(0, 4)[None, None, :], mask=ok, other=0)
 
 
 @triton.jit
@@ -530,20 +480,8 @@ def gemv_mma_kernel(
     CHUNKED: this program's rows are chunk program_id(2) of 32 (rows 32 c .. 32 c + 31); the
     chunks of one column tile and split run in the same wave and read the same weight words,
     so the words come from DRAM about once and from L2 after."""
-    gemv_mma_program(tl.program_id(0), tl.program_id(1), a_ptr, qw_ptr, sc_ptr, zp_ptr, bias_ptr,
-                     ws_ptr, cnt_ptr, out_ptr, M, N, K, b1, b2, HAS_BIAS, G, T, SPLIT_K, ASM, NT,
-                     HI, qh_ptr, CHUNKED)  # fmt: skip
-
-
-@triton.jit
-def gemv_mma_program(pid_n, pid_k, a_ptr, qw_ptr, sc_ptr, zp_ptr, bias_ptr, ws_ptr, cnt_ptr,
-                     out_ptr, M, N, K, b1, b2, HAS_BIAS: tl.constexpr, G: tl.constexpr,
-                     T: tl.constexpr, SPLIT_K: tl.constexpr, ASM: tl.constexpr, NT: tl.constexpr,
-                     HI: tl.constexpr, qh_ptr, CHUNKED: tl.constexpr, WAIT: tl.constexpr = False,
-                     ctr_ptr=None, producers=0, consumers=0):  # fmt: skip
-    """`gemv_mma_kernel`'s column tile pid_n, split pid_k. WAIT: programs of this launch write
-    the activations; before a group's pairs it waits for the group's `producers` on `ctr_ptr`
-    (`launch_kernels.wait_ready`; `consumers`: the column tiles)."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
     _, part, gid, tig, _, col, n_mask = _quad_lanes(pid_n, T, N, b1, b2)
     ngroups = K // G
     per = tl.cdiv(ngroups, SPLIT_K)
@@ -567,26 +505,21 @@ def gemv_mma_program(pid_n, pid_k, a_ptr, qw_ptr, sc_ptr, zp_ptr, bias_ptr, ws_p
         a2_ok = (gid + 16 < rows)[None, :, None]
         a3_ok = (gid + 24 < rows)[None, :, None]
         for g in range(g0, g1):
-            if WAIT:
-                (q0, q1, q2, q3, a0, a1, a2, a3, h0, h1, h2, h3, v0, v1, v2, v3, zi,
-                 sg) = _mma_loads_ready(qw_ptr, sc_ptr, zp_ptr, a_rows, a_ok, col, n_mask, g, N,
-                                        G, tig, a_hi, ah_ok, NT, qh_ptr, HI, ctr_ptr, producers,
-                                        consumers)  # fmt: skip
-            else:
-                (q0, q1, q2, q3, a0, a1, a2, a3, h0, h1, h2, h3, v0, v1, v2, v3, zi,
-                 sg) = _mma_loads(qw_ptr, sc_ptr, zp_ptr, a_rows, a_ok, col, n_mask, g, N, G,
-                                  tig, a_hi, ah_ok, NT, qh_ptr, HI)  # fmt: skip
+            q0, q1, q2, q3, a0, a1, a2, a3, h0, h1, h2, h3, v0, v1, v2, v3, zi, sg = _mma_loads(
+                qw_ptr, sc_ptr, zp_ptr, a_rows, a_ok, col, n_mask, g, N, G, tig, a_hi, ah_ok, NT,
+                qh_ptr, HI,
+            )  # fmt: skip
             if NT == 4:  # the third and fourth tiles' pair words, then one unpack for all four
-                c0 = _mma_act(a_rows + 2 * a_hi, a2_ok, g, G, tig, 0, WAIT)
-                d0 = _mma_act(a_rows + 3 * a_hi, a3_ok, g, G, tig, 0, WAIT)
-                c1 = _mma_act(a_rows + 2 * a_hi, a2_ok, g, G, tig, 1, WAIT)
-                d1 = _mma_act(a_rows + 3 * a_hi, a3_ok, g, G, tig, 1, WAIT)
+                c0 = _mma_act(a_rows + 2 * a_hi, a2_ok, g, G, tig, 0)
+                d0 = _mma_act(a_rows + 3 * a_hi, a3_ok, g, G, tig, 0)
+                c1 = _mma_act(a_rows + 2 * a_hi, a2_ok, g, G, tig, 1)
+                d1 = _mma_act(a_rows + 3 * a_hi, a3_ok, g, G, tig, 1)
                 c2, d2, c3, d3 = c0, d0, c1, d1
                 if G // 32 == 4:
-                    c2 = _mma_act(a_rows + 2 * a_hi, a2_ok, g, G, tig, 2, WAIT)
-                    d2 = _mma_act(a_rows + 3 * a_hi, a3_ok, g, G, tig, 2, WAIT)
-                    c3 = _mma_act(a_rows + 2 * a_hi, a2_ok, g, G, tig, 3, WAIT)
-                    d3 = _mma_act(a_rows + 3 * a_hi, a3_ok, g, G, tig, 3, WAIT)
+                    c2 = _mma_act(a_rows + 2 * a_hi, a2_ok, g, G, tig, 2)
+                    d2 = _mma_act(a_rows + 3 * a_hi, a3_ok, g, G, tig, 2)
+                    c3 = _mma_act(a_rows + 2 * a_hi, a2_ok, g, G, tig, 3)
+                    d3 = _mma_act(a_rows + 3 * a_hi, a3_ok, g, G, tig, 3)
                 t0, t1, t2, t3, t4, t5, t6, t7 = _mma_group4(
                     q0, q1, q2, q3, a0, a1, a2, a3, h0, h1, h2, h3, c0, c1, c2, c3, d0, d1, d2,
                     d3, v0, v1, v2, v3, zi, sel, T, G, HI,
@@ -609,8 +542,6 @@ def gemv_mma_program(pid_n, pid_k, a_ptr, qw_ptr, sc_ptr, zp_ptr, bias_ptr, ws_p
                     s3 += dp * sg
     else:
         for g in range(g0, g1):
-            if WAIT:
-                wait_ready(ctr_ptr, g, producers, consumers)
             zi = tl.load(zp_ptr + g * N + col, mask=n_mask, other=0).to(tl.int32)
             sg = tl.load(sc_ptr + g * N + col, mask=n_mask, other=0.0).to(tl.float32)
             for r in tl.static_range(NT):

@@ -1,6 +1,5 @@
 """@triton.jit helpers every kernel family shares: programmatic dependent launch (PDL), the L2
-prefetch of a program's word rows, the split-K ticket epilogue, the nibble-pair unpack PTX and
-the in-launch producer / consumer counters (`take_role`, `signal_ready`, `wait_ready`).
+prefetch of a program's word rows, the split-K ticket epilogue and the nibble-pair unpack PTX.
 
 Why split-K ends in the kernel: each split adds its fp32 partial into a workspace with atomics,
 then takes a ticket on its column block's counter; the last split reads the sums back, writes the
@@ -81,39 +80,3 @@ def _gemv_epilogue(y, ws_ptr, out_ptr, cnt_ptr, bias_ptr, pid_n, offs_m, m_mask,
         tl.atomic_add(ws_ptr + out_offs, y, mask=mask, sem="relaxed")
         _ticket_finish(ws_ptr, out_ptr, cnt_ptr, bias_ptr, pid_n, out_offs, mask, offs_n, n_mask,
                        HAS_BIAS, SPLIT_K, BLOCK_M, BLOCK_N)  # fmt: skip
-
-
-# A launch whose programs produce what others of the same launch consume (the rotation programs
-# and the GEMV programs of `rotate_gemv_kernels.rotate_gemv_mma_kernel`) keeps its counters in one
-# zeroed int32 buffer: [0] the role ticket, [1 + i] item i's count. No program waits on one that
-# may not be running: a program takes its role from the ticket when it starts (producers' roles
-# first), so every producer a consumer waits on has already started, and producers never wait.
-# Every counter is back to zero when the launch ends (the last ticket and the last consumer of
-# an item reset theirs), so the next launch on the stream starts clean, as the split-K tickets.
-
-
-@triton.jit
-def take_role(ctr_ptr, programs):
-    """This program's role, 0 .. programs - 1, in the order programs start."""
-    t = tl.atomic_add(ctr_ptr, 1, sem="relaxed")
-    if t == programs - 1:  # every role is taken: the ticket is free for the next launch
-        tl.atomic_xchg(ctr_ptr, 0, sem="relaxed")
-    return t
-
-
-@triton.jit
-def signal_ready(ctr_ptr, item):
-    """One producer of `item` is done: its stores (every thread's) before the count."""
-    tl.debug_barrier()
-    tl.atomic_add(ctr_ptr + 1 + item, 1, sem="release")
-
-
-@triton.jit
-def wait_ready(ctr_ptr, item, producers, consumers):
-    """Wait until all `producers` of `item` are done; the last of its `consumers` to pass
-    resets its count."""
-    c = tl.atomic_add(ctr_ptr + 1 + item, 0, sem="acquire")
-    while c < producers:
-        c = tl.atomic_add(ctr_ptr + 1 + item, 0, sem="acquire")
-    if tl.atomic_add(ctr_ptr + 1 + item, 1, sem="relaxed") == producers + consumers - 1:
-        tl.atomic_xchg(ctr_ptr + 1 + item, 0, sem="relaxed")

@@ -473,20 +473,11 @@ def givens_paired_kernel(
     its 4 warps (the gathers' warp shuffles scale with the rows: 1024 a thread at 32 rows, sm_90
     PTX), 12-17 us at 24-32 rows (H100) against 3-6 us at 1-8 (H200); row blocks run them on
     more SMs, each program reading the group's records again (from L2)."""
+    g = tl.program_id(0)
+    p = tl.program_id(1)
     if PDL:
         gdc_launch_dependents()
-    givens_paired_rows(x_ptr, gi_ptr, gc_ptr, xr_ptr, M, K, stride_xm, tl.program_id(0),
-                       tl.program_id(1), tl.program_id(2), KROT, G, BLOCK_M, PSCALE,
-                       PAIRED)  # fmt: skip
-
-
-@triton.jit
-def givens_paired_rows(x_ptr, gi_ptr, gc_ptr, xr_ptr, M, K, stride_xm, g, p, rb,
-                       KROT: tl.constexpr, G: tl.constexpr, BLOCK_M: tl.constexpr,
-                       PSCALE: tl.constexpr, PAIRED: tl.constexpr):  # fmt: skip
-    """`givens_paired_kernel`'s work for group g, partition p, row block rb (also the rotation
-    programs of `rotate_gemv_kernels.rotate_gemv_mma_kernel`)."""
-    offs_m = rb * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_m = tl.program_id(2) * BLOCK_M + tl.arange(0, BLOCK_M)
     m_mask = offs_m < M
     x = _rotated_group_pre(x_ptr, gi_ptr, gc_ptr, offs_m, m_mask, g, p, K, stride_xm, KROT, G)
     if PAIRED:
