@@ -296,10 +296,9 @@ def test_aot_gemv_mma_sm90(m: int, hi: bool) -> None:
     assert not route.mma_gemv_ok(False, m, 128, (6144, 6160))
     top5 = route.MMA_GEMV5_MAX_M  # int5: four tiles, then the 32-row chunks
     assert route.mma_gemv_ok(False, m, 128, (), 5) == (route.MMA_GEMV5_MIN_M <= m <= top5)
-    # int4 past 32 rows: the chunks on layers of MMA_CHUNK_MIN_WEIGHTS (gate_up's 89 M), not below
-    big, small = 17408 * 5120, 7168 * 5120
-    assert route.mma_gemv_ok(False, m + 32, 128, (), 4, big) == (m + 32 <= 64)
-    assert not route.mma_gemv_ok(False, m + 32, 128, (), 4, small)
+    # int4 past 32 rows: the 32-row chunks on every layer, to MMA_CHUNK_MAX_M
+    assert top == gemv_mma.MMA_CHUNK_MAX_M
+    assert route.mma_gemv_ok(False, m + 32, 128) == (m + 32 <= top)
     rep, c = aot.compile_gemv_mma("sm90", m, 7168, 5120, 128, (6144, 6656), hi=hi)
     ptx = c.asm["ptx"]  # type: ignore[attr-defined]
     assert rep.mma and rep.spills == 0, rep

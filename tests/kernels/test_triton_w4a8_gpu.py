@@ -190,7 +190,7 @@ def test_a16_bands_serve_w4a8(m: int, bits: int) -> None:
             small = "gemv-h2"  # int5 decode at M <= 2: the HFMA2 GEMV (H200 2026-12-04)
         if route.mma_gemv_ok(launch.is_hip(), m, g, prep.bounds, bits):
             small = "gemv-mma"  # decode on the mma GEMV (int4 from M = 2, int5 from its min)
-        # the decode GEMVs' band (int5 to 64 rows; int4 past 32 only on large layers)
+        # the decode GEMVs' band (int4 and int5 to 64 rows)
         decode = m <= (route.MMA_GEMV5_MAX_M if bits == 5 else route.MMA_GEMV_MAX_M)
         assert served == (None if launch.is_hip() else small if decode else big), fmt
         y = route.linear_a8(prep, x.cuda(), bb, fmt, "group", bits == 5)

@@ -94,18 +94,18 @@ MMA_GEMV = True
 MMA_GEMV_MIN_M = 2
 
 
-MMA_GEMV_MAX_M = 32
+# H100 2026-12-06: past 32 rows (to `gemv_mma.MMA_CHUNK_MAX_M` = MMA_GEMV_MAX_M) int4 takes the
+# mma GEMV's 32-row chunks (one launch, the sliced blocks prologue in 16-row programs) on every
+# layer. H100 (benchmarks/results/bench-2026-12-06-h100-int4-chunks-all.json, `decode --h2 mma
+# --ms 40,48,64`, same run, us, the tile kernels / the chunks, M = 40 / 48 / 64): qkv 46.7 /
+# 42.8, 45.9 / 44.1, 47.1 / 48.6; o_proj 27.6 / 21.2, 26.2 / 21.8, 27.0 / 22.7; down 55.2 /
+# 43.1, 54.8 / 44.7, 55.1 / 47.6; in_proj 44.3 / 38.6, 44.0 / 40.0, 44.9 / 43.6: 11 of 12
+# cells, qkv at 64 3% behind (gate_up took the chunks already: 72.2 / 73.0 / 76.7). Before the
+# 16-row prologue programs (`prologue.PROLOGUE_ROWS`) they served gate_up-size layers only
+# (bench-2026-12-06-h100-int4-chunks.json: qkv 46.8 / 58.3 at 64).
+MMA_GEMV_MAX_M = 64
 
 
-# H100 2026-12-06: int4 past MMA_GEMV_MAX_M to `gemv_mma.MMA_CHUNK_MAX_M` on the mma GEMV's 32-row
-# chunks (one launch, the sliced blocks prologue) on layers of at least MMA_CHUNK_MIN_WEIGHTS
-# weights. H100 (benchmarks/results/bench-2026-12-06-h100-int4-chunks.json, `decode --h2 mma`,
-# same run, us, as served (the tile kernels) / the chunks, M = 48 and 64): gate_up (89 M weights)
-# 104.3 / 80.5 and 104.3 / 87.7; the smaller layers lose or tie there: qkv 44.9 / 52.0 and
-# 46.8 / 58.3, in_proj 43.7 / 48.4 and 44.7 / 53.9, down 55.1 / 51.4 and 56.1 / 57.3, o_proj
-# 25.8 / 23.8 and 26.8 / 26.8 (the blocks prologue at 48-64 rows costs 17-27 us of it: the GEMV
-# alone took 30-31 us on qkv).
-MMA_CHUNK_MIN_WEIGHTS = 64 << 20
 # H200 2026-12-04: int5 (I8 PG ZPE) on the same GEMV (`gemv_mma(qweight_hi=)`: the fifth bits
 # OR-ed into each pair before the zero's subtraction) from MMA_GEMV5_MIN_M rows.
 MMA_GEMV5 = True
@@ -123,17 +123,14 @@ MMA_GEMV5_MIN_M = 1
 MMA_GEMV5_MAX_M = 64
 
 
-def mma_gemv_ok(hip: bool, m: int, g: int, bounds: tuple[int, ...] = (), bits: int = 4,
-                weights: int = 0) -> bool:  # fmt: skip
-    """The mma GEMV serves an M-row decode call of a `bits` (4 or 5) layer of `weights` weights:
-    NVIDIA, compiled code, MMA_GEMV_MIN_M <= M <= MMA_GEMV_MAX_M (int4 layers of at least
-    MMA_CHUNK_MIN_WEIGHTS: to the chunks' MMA_CHUNK_MAX_M; int5: MMA_GEMV5_*), G a multiple of
-    32, partition bounds on the 32-column grid (`gemv_mma.mma_ok`)."""
+def mma_gemv_ok(hip: bool, m: int, g: int, bounds: tuple[int, ...] = (),
+                bits: int = 4) -> bool:  # fmt: skip
+    """The mma GEMV serves an M-row decode call of a `bits` (4 or 5) layer: NVIDIA, compiled
+    code, MMA_GEMV_MIN_M <= M <= MMA_GEMV_MAX_M (int5: MMA_GEMV5_*), G a multiple of 32,
+    partition bounds on the 32-column grid (`gemv_mma.mma_ok`)."""
     interp = launch.interpreted()
     lo = MMA_GEMV5_MIN_M if bits == 5 else MMA_GEMV_MIN_M
     hi = MMA_GEMV5_MAX_M if bits == 5 else MMA_GEMV_MAX_M
-    if bits == 4 and weights >= MMA_CHUNK_MIN_WEIGHTS:
-        hi = gemv_mma.MMA_CHUNK_MAX_M
     on = MMA_GEMV5 if bits == 5 else MMA_GEMV
     return (on and not hip and not interp and lo <= m <= hi and g % 32 == 0
             and gemv_mma.mma_ok(bounds))  # fmt: skip
@@ -208,13 +205,13 @@ INT5_H2 = True
 
 
 def a8_route(m: int, group_size: int, int5: bool, hip: bool, act_format: str = "fp8",
-             bounds: tuple[int, ...] = (), weights: int = 0) -> str | None:  # fmt: skip
+             bounds: tuple[int, ...] = ()) -> str | None:  # fmt: skip
     """The path ("gemv" | "gemv-h2" | "gemv-mma" | "gemv3" | "dequant" | "w8": the 8-bit vendor
-    GEMM, `w8_linear`) that serves a W4A8 / W5A8 call of M rows (partition `bounds`, `weights`
-    weights), or None (the A8 kernels)."""
+    GEMM, `w8_linear`) that serves a W4A8 / W5A8 call of M rows (partition `bounds`), or None
+    (the A8 kernels)."""
     if hip or not A8_ROUTE:
         return None
-    if mma_gemv_ok(hip, m, group_size, bounds, 5 if int5 else 4, weights):
+    if mma_gemv_ok(hip, m, group_size, bounds, 5 if int5 else 4):
         return "gemv-mma"
     if int5 and INT5_H2 and gemv_fma.h2_ok(hip, m, group_size):
         return "gemv-h2"
@@ -371,7 +368,7 @@ def linear(
     n = w.qweight.shape[1]
     group_size, bounds = w.group_size, w.bounds
     route = path or band(m, group_size)
-    if path is None and mma_gemv_ok(launch.is_hip(), m, group_size, bounds, 4, n * k):
+    if path is None and mma_gemv_ok(launch.is_hip(), m, group_size, bounds, 4):
         route = "gemv-mma"
     if route == "gemv3" and group_size != 128:
         route = "mma"  # the matrix-unit GEMV needs G = 128
@@ -437,8 +434,7 @@ def linear_a8(
     require(act_scale in launch.ACT_SCALES, "act_scale", launch.ACT_SCALES, act_scale)
     k, n = x.shape[1], w.qweight.shape[1]
     int5 = w.qweight_hi is not None
-    route = a8_route(x.shape[0], w.group_size, int5, launch.is_hip(), act_format, w.bounds,
-                     w.qweight.shape[1] * x.shape[1])  # fmt: skip
+    route = a8_route(x.shape[0], w.group_size, int5, launch.is_hip(), act_format, w.bounds)
     if route == "gemv-mma":
         return gemv_mma.gemv_mma_linear(w, x, bias)
     if route == "gemv":
