@@ -6,6 +6,7 @@ import contextlib
 import importlib.util
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
@@ -53,6 +54,29 @@ def script() -> Callable[[str], ModuleType]:
         return module
 
     return load
+
+
+def _mount_tmpfs(directory: Path, size: str, note: str = "") -> None:
+    """Mount a fresh tmpfs of `size` on the existing `directory` (mode 0700): a real disk that
+    fills. Where this machine refuses (not root, no CAP_SYS_ADMIN), skip the test naming why and
+    the missing part (`note`: what still covers the case). The caller unmounts."""
+    why = "not root" if os.geteuid() != 0 else ""
+    if not why:
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(directory)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        why = "" if done.returncode == 0 else done.stderr.strip() or f"mount exit {done.returncode}"
+    if why:
+        pytest.skip(f"cannot mount a tmpfs here ({why}): needs root with CAP_SYS_ADMIN{note}")
+
+
+@pytest.fixture(scope="session")
+def mount_tmpfs() -> Callable[..., None]:
+    """`_mount_tmpfs`: a real disk that fills, for the full-disk cases."""
+    return _mount_tmpfs
 
 
 @pytest.fixture(autouse=True)

@@ -9,6 +9,7 @@ import random
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -534,28 +535,14 @@ except StateError as exc:
 """
 
 
-def _tmpfs(directory: Path) -> str | None:
-    """Mount a 64 KiB tmpfs (a real disk that fills) at directory; None, or why it could not."""
-    if os.geteuid() != 0:
-        return "not root"
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(directory)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return None if done.returncode == 0 else done.stderr.strip() or f"mount exit {done.returncode}"
-
-
 @pytest.mark.parametrize("how", ["fsize", "tmpfs"])
 def test_a_refused_write_is_a_state_error_naming_the_path_and_keeps_the_old_file(
-    tmp_path: Path, how: str
+    tmp_path: Path, how: str, mount_tmpfs: Callable[..., None]
 ) -> None:
     home = tmp_path / "home"
     home.mkdir()
-    if how == "tmpfs" and (why := _tmpfs(home)):
-        pytest.skip(f"cannot mount a tmpfs here ({why}): needs root with CAP_SYS_ADMIN; the fsize "
-                    "case runs the same refusal")  # fmt: skip
+    if how == "tmpfs":
+        mount_tmpfs(home, "64k", "; the fsize case runs the same refusal")
     try:
         live = home / "live.json"
         live.write_text(TODAY_LIVE)

@@ -56,23 +56,12 @@ def signals(script: Callable[[str], ModuleType]) -> ModuleType:
     return script("tests/test_switch_signals.py")
 
 
-def mount_tmpfs(directory: Path) -> None:
-    """Mount a fresh tmpfs of TMPFS_SIZE on directory, or skip the test where that is refused."""
-    directory.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={TMPFS_SIZE},mode=0700", "tmpfs", str(directory)],
-        capture_output=True,
-        text=True,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.strip()}): needs CAP_SYS_ADMIN")
-
-
 @pytest.fixture
-def box(tmp_path: Path, signals: ModuleType) -> Iterator[Any]:
+def box(tmp_path: Path, signals: ModuleType, mount_tmpfs: Callable[..., None]) -> Iterator[Any]:
     """A box whose PAROCTL_HOME is a fresh tmpfs of TMPFS_SIZE, with cpu-a live on it."""
     home = tmp_path / "home"
-    mount_tmpfs(home)
+    home.mkdir()
+    mount_tmpfs(home, TMPFS_SIZE)
     ctl = tmp_path / "ctl"
     ctl.mkdir()
     (ctl / "stand_in.py").write_text(signals.STAND_IN)
@@ -126,11 +115,14 @@ def test_a_disk_that_fills_mid_switch_rolls_back(box: Any, signals: ModuleType, 
     assert not (box.home / ".switch-room").exists()
 
 
-def test_a_serve_whose_pid_file_cannot_be_written_does_not_run_on(tmp_path: Path) -> None:
+def test_a_serve_whose_pid_file_cannot_be_written_does_not_run_on(
+    tmp_path: Path, mount_tmpfs: Callable[..., None]
+) -> None:
     """LocalRuntime.start on a full disk: the process starts, its pid file cannot be written;
     nothing could find the serve again, so it is killed and the error names the file."""
     home = tmp_path / "home"
-    mount_tmpfs(home)
+    home.mkdir()
+    mount_tmpfs(home, TMPFS_SIZE)
     try:
         runtime = LocalRuntime(root=home / "runs")
         (home / "runs" / "sleeper").mkdir(parents=True)

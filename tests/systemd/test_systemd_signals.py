@@ -111,17 +111,12 @@ def box(module_box: Any) -> Any:
 
 
 @pytest.fixture
-def tmpfs_box(systemd_box: SystemdBox, signals: ModuleType, tmp_path: Path) -> Iterator[Any]:
+def tmpfs_box(systemd_box: SystemdBox, signals: ModuleType, tmp_path: Path,
+              mount_tmpfs: Callable[..., None]) -> Iterator[Any]:  # fmt: skip
     """cpu-a live, with PAROCTL_HOME a fresh 80 MiB tmpfs on the host."""
     home = tmp_path / "home"
     home.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=80m", "tmpfs", str(home)],
-        capture_output=True,
-        text=True,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.strip()}): needs CAP_SYS_ADMIN")
+    mount_tmpfs(home, "80m")
     made = make_box(systemd_box, signals, tmp_path, home)
     try:
         done = made.paroctl("switch", "cpu-a")
